@@ -1,0 +1,33 @@
+// ISA-specific matrix kernels behind `linear` (linear.hpp picks one at run time).
+//
+// Panel layout of repacked bf16 weights ("panels"): rows are grouped 16 at a time; panel p holds,
+// for each pair of columns (2kp, 2kp+1), the 16 rows' two values interleaved:
+//   panels[p * 16 * K + kp * 32 + 2 * i + j] = W[16 p + i][2 kp + j]   (i < 16, j < 2)
+// so one 64-byte load feeds a 16-row AVX-512 BF16 dot product step. Rows past the end are zero.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/quant.hpp"
+
+namespace sy::cpu {
+
+constexpr int panel_rows = 16;
+
+// y[t * ldy + r] = sum_k W[r][k] * x[t][k] for rows r in panels [p0, p1) and tokens t < n_tok.
+// AVX-512 BF16: x already converted to bf16, row-major with leading dimension ldx (elements).
+void gemm_panels_avx512(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1,
+                        const uint16_t* x_bf16, int64_t ldx, int64_t n_tok, float* y, int64_t ldy);
+// AVX2/FMA: x in f32.
+void gemm_panels_avx2(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1,
+                      const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy);
+// Converts n f32 values to bf16 (round to nearest even).
+void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+
+// y[r] = dot(W row r, a) for rows [r0, r1) of an integer-quantized weight (q4_0, q4_1, q8_0).
+void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                       const block_q8_act* a, int64_t k, float* y);
+void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                     const block_q8_act* a, int64_t k, float* y);
+
+}  // namespace sy::cpu

@@ -1,0 +1,148 @@
+#include "kernels/cpu/quant.hpp"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace sy::cpu {
+
+const char* weight_type_name(weight_type t) {
+  switch (t) {
+    case weight_type::f32: return "f32";
+    case weight_type::f16: return "f16";
+    case weight_type::bf16: return "bf16";
+    case weight_type::q4_0: return "q4_0";
+    case weight_type::q4_1: return "q4_1";
+    case weight_type::q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+size_t row_bytes(weight_type t, int64_t n) {
+  switch (t) {
+    case weight_type::f32: return 4 * n;
+    case weight_type::f16:
+    case weight_type::bf16: return 2 * n;
+    case weight_type::q4_0: return n / qk * sizeof(block_q4_0);
+    case weight_type::q4_1: return n / qk * sizeof(block_q4_1);
+    case weight_type::q8_0: return n / qk * sizeof(block_q8_0);
+  }
+  return 0;
+}
+
+float fp16_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
+uint16_t fp32_to_fp16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+uint16_t fp32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 64);  // quiet NaN
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void dequantize_row(weight_type t, const void* row, float* out, int64_t n) {
+  switch (t) {
+    case weight_type::f32:
+      std::memcpy(out, row, 4 * n);
+      return;
+    case weight_type::f16: {
+      auto* p = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(p[i]);
+      return;
+    }
+    case weight_type::bf16: {
+      auto* p = static_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(p[i]);
+      return;
+    }
+    case weight_type::q4_0: {
+      auto* b = static_cast<const block_q4_0*>(row);
+      for (int64_t i = 0; i < n / qk; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 16; ++j) {
+          out[i * qk + j] = d * ((b[i].qs[j] & 15) - 8);
+          out[i * qk + j + 16] = d * ((b[i].qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    }
+    case weight_type::q4_1: {
+      auto* b = static_cast<const block_q4_1*>(row);
+      for (int64_t i = 0; i < n / qk; ++i) {
+        const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+        for (int j = 0; j < 16; ++j) {
+          out[i * qk + j] = d * (b[i].qs[j] & 15) + m;
+          out[i * qk + j + 16] = d * (b[i].qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case weight_type::q8_0: {
+      auto* b = static_cast<const block_q8_0*>(row);
+      for (int64_t i = 0; i < n / qk; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < qk; ++j) out[i * qk + j] = d * b[i].qs[j];
+      }
+      return;
+    }
+  }
+  throw std::logic_error("dequantize_row: unknown type");
+}
+
+void quantize_row_q8_act(const float* x, block_q8_act* out, int64_t n) {
+  for (int64_t i = 0; i < n / qk; ++i) {
+    const float* xb = x + i * qk;
+    float amax = 0;
+    for (int j = 0; j < qk; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.f;
+    const float id = d > 0 ? 1.f / d : 0.f;
+    int sum = 0;
+    for (int j = 0; j < qk; ++j) {
+      const int q = static_cast<int>(std::nearbyint(xb[j] * id));
+      out[i].qs[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[i].d = d;
+    out[i].s = d * static_cast<float>(sum);
+  }
+}
+
+float dot_row_q8_act_ref(weight_type t, const void* row, const block_q8_act* a, int64_t n) {
+  double acc = 0;
+  const int64_t nb = n / qk;
+  for (int64_t i = 0; i < nb; ++i) {
+    int isum = 0;
+    float dw = 0, cw = 0;
+    switch (t) {
+      case weight_type::q4_0: {
+        auto& b = static_cast<const block_q4_0*>(row)[i];
+        for (int j = 0; j < 16; ++j) isum += (b.qs[j] & 15) * a[i].qs[j] + (b.qs[j] >> 4) * a[i].qs[j + 16];
+        dw = fp16_to_fp32(b.d);
+        cw = -8 * dw;
+        break;
+      }
+      case weight_type::q4_1: {
+        auto& b = static_cast<const block_q4_1*>(row)[i];
+        for (int j = 0; j < 16; ++j) isum += (b.qs[j] & 15) * a[i].qs[j] + (b.qs[j] >> 4) * a[i].qs[j + 16];
+        dw = fp16_to_fp32(b.d);
+        cw = fp16_to_fp32(b.m);
+        break;
+      }
+      case weight_type::q8_0: {
+        auto& b = static_cast<const block_q8_0*>(row)[i];
+        for (int j = 0; j < qk; ++j) isum += b.qs[j] * a[i].qs[j];
+        dw = fp16_to_fp32(b.d);
+        cw = 0;
+        break;
+      }
+      default:
+        throw std::logic_error("dot_row_q8_act_ref: not an integer type");
+    }
+    acc += static_cast<double>(dw) * a[i].d * isum + static_cast<double>(cw) * a[i].s;
+  }
+  return static_cast<float>(acc);
+}
+
+}  // namespace sy::cpu

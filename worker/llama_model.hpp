@@ -1,0 +1,77 @@
+// A Llama-family model loaded from GGUF: hyperparameters, tokenizer, chat template and the
+// weights, wrapped for the CPU kernels. Immutable after load; shared by every sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/chat_template.hpp"
+#include "common/gguf.hpp"
+#include "common/tokenizer.hpp"
+#include "kernels/cpu/linear.hpp"
+
+namespace sy::cpu { class thread_pool; }
+
+namespace sy {
+
+struct llama_hparams {
+  std::string arch;      // general.architecture
+  std::string name;      // general.name
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // n_embd / n_head
+  int64_t n_rot = 0;     // rotated dims per head
+  float rope_base = 10000.f;
+  float rms_eps = 1e-5f;
+
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+struct llama_layer {
+  std::vector<float> attn_norm, ffn_norm;  // f32 copies of the norm weights
+  cpu::linear wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+class llama_model {
+ public:
+  // Throws (gguf::error or std::runtime_error naming the tensor/key) on anything unusable.
+  static std::unique_ptr<llama_model> load(const std::string& path, cpu::thread_pool& pool);
+
+  const llama_hparams& hparams() const { return hp_; }
+  const tokenizer& vocab() const { return *tok_; }
+  const chat_template& chat() const { return chat_; }
+  const gguf::file& file() const { return file_; }
+  const std::vector<llama_layer>& layers() const { return layers_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const cpu::linear& output() const { return output_; }
+  // Embedding row of `id` as f32 (n_embd values).
+  void embed(token_id id, float* out) const;
+  // Bytes of weights as stored in the file, and of the repacked copies.
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t repacked_bytes() const { return repacked_bytes_; }
+
+ private:
+  explicit llama_model(gguf::file f) : file_(std::move(f)) {}
+
+  gguf::file file_;
+  llama_hparams hp_;
+  std::unique_ptr<tokenizer> tok_;
+  chat_template chat_;
+  cpu::weight_type embd_type_ = cpu::weight_type::f32;
+  const uint8_t* embd_data_ = nullptr;
+  size_t embd_row_bytes_ = 0;
+  std::vector<llama_layer> layers_;
+  std::vector<float> output_norm_;
+  cpu::linear output_;
+  size_t weight_bytes_ = 0;
+  size_t repacked_bytes_ = 0;
+};
+
+}  // namespace sy

@@ -1,0 +1,189 @@
+// switchyard-worker: the worker binary. Subcommands so far:
+//   generate  load a GGUF model and stream a completion to stdout
+//   bench     prompt-processing and decode throughput on this machine (JSON with --json)
+//   info      model and kernel facts
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/cli_args.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "worker/generator.hpp"
+#include "worker/llama_model.hpp"
+
+#ifdef SY_HAVE_CUDA
+#include "kernels/cuda/device_info.cuh"
+#endif
+
+namespace {
+
+const char* default_model() {
+  const char* e = std::getenv("SY_MODEL");
+  return e ? e : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+void usage() {
+  std::fprintf(stderr,
+      "usage: switchyard-worker <command> [options]\n"
+      "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
+      "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+      "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
+      "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
+      "           [--threads N] [--json FILE]\n"
+      "  info     [--model PATH]\n"
+      "The model defaults to $SY_MODEL or %s.\n", default_model());
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int cmd_generate(const sy::cli_args& a) {
+  a.check_known({"model", "prompt", "chat", "system", "max-tokens", "temperature", "top-k", "top-p",
+                 "min-p", "repeat-penalty", "seed", "stop", "ignore-eos", "ctx", "threads", "stats"});
+  if (!a.has("prompt")) throw std::invalid_argument("generate needs --prompt");
+  sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  const auto& vocab = model->vocab();
+  std::string prompt = a.get("prompt");
+  if (a.has("chat")) {
+    std::vector<sy::chat_message> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.get("system")});
+    msgs.push_back({"user", prompt});
+    prompt = model->chat().apply(msgs, true);
+  }
+  const auto ids = vocab.encode(prompt, true, a.has("chat"));
+  sy::sampling_params sp;
+  sp.max_tokens = static_cast<int32_t>(a.get_int("max-tokens", 256));
+  sp.temperature = static_cast<float>(a.get_float("temperature", 0.0));
+  sp.top_k = static_cast<int32_t>(a.get_int("top-k", 0));
+  sp.top_p = static_cast<float>(a.get_float("top-p", 1.0));
+  sp.min_p = static_cast<float>(a.get_float("min-p", 0.0));
+  sp.repetition_penalty = static_cast<float>(a.get_float("repeat-penalty", 1.0));
+  if (a.has("seed")) { sp.seed = static_cast<uint64_t>(a.get_int("seed", 0)); sp.has_seed = true; }
+  sp.stop = a.all("stop");
+  sp.ignore_eos = a.has("ignore-eos");
+  if (sp.max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
+  if (sp.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
+  if (sp.top_p <= 0 || sp.top_p > 1) throw std::invalid_argument("--top-p must be in (0, 1]");
+  const int64_t n_ctx = std::min<int64_t>(a.get_int("ctx", 2048), model->hparams().n_ctx_train);
+  sy::generator gen(*model, pool, n_ctx);
+  auto res = gen.generate(ids, sp, [](std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  if (a.has("stats")) {
+    const double n_dec = std::max<double>(1, static_cast<double>(res.tokens.size()) - 1);
+    std::fprintf(stderr, "[prompt %lld tokens in %.1f ms (%.1f tok/s); %zu tokens generated, %.1f tok/s; finish: %s; kernels: %s, %d threads]\n",
+                 static_cast<long long>(res.n_prompt), res.prompt_ms, res.n_prompt * 1000.0 / res.prompt_ms,
+                 res.tokens.size(), n_dec * 1000.0 / std::max(res.decode_ms, 1e-3), res.finish_reason.c_str(),
+                 sy::cpu::kernel_isa_name(), pool.size());
+  }
+  return 0;
+}
+
+// Prompt processing (pp) and decode (tg) throughput as llama-bench defines them: pp = one
+// forward over N prompt tokens from an empty cache; tg = M single-token forwards from an
+// empty cache. Median over --repeat runs after one warm-up.
+int cmd_bench(const sy::cli_args& a) {
+  a.check_known({"model", "prompt-tokens", "gen-tokens", "repeat", "threads", "json"});
+  sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  const double t_load = now_ms();
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  const double load_ms = now_ms() - t_load;
+  const int64_t n_pp = a.get_int("prompt-tokens", 512), n_tg = a.get_int("gen-tokens", 128);
+  const int reps = static_cast<int>(a.get_int("repeat", 3));
+  std::string text;
+  while (static_cast<int64_t>(model->vocab().encode(text, false, false).size()) < n_pp)
+    text += "The quick brown fox jumps over the lazy dog while the engineers measure tokens per second. ";
+  auto ids = model->vocab().encode(text, false, false);
+  ids.resize(static_cast<size_t>(n_pp));
+  sy::kv_arena kv(model->hparams().n_layer, (n_pp + n_tg + 15) / 16, 16, model->hparams().kv_dim());
+  std::vector<int32_t> blocks(static_cast<size_t>(kv.n_blocks()));
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
+  sy::cpu_forward fwd(*model, pool);
+  std::vector<float> logits;
+  std::vector<double> pp, tg;
+  for (int r = 0; r <= reps; ++r) {
+    double t0 = now_ms();
+    sy::batch_seq b{ids, 0, blocks, false};
+    fwd.run(std::span<const sy::batch_seq>(&b, 1), kv, logits);
+    const double pp_ms = now_ms() - t0;
+    t0 = now_ms();
+    sy::token_id tok = ids[0];
+    for (int64_t i = 0; i < n_tg; ++i) {
+      sy::batch_seq d{std::span<const sy::token_id>(&tok, 1), i, blocks, false};
+      fwd.run(std::span<const sy::batch_seq>(&d, 1), kv, logits);
+      tok = sy::argmax(logits);
+    }
+    const double tg_ms = now_ms() - t0;
+    if (r == 0) continue;  // warm-up
+    pp.push_back(n_pp * 1000.0 / pp_ms);
+    tg.push_back(n_tg * 1000.0 / tg_ms);
+  }
+  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  const double pp_s = median(pp), tg_s = median(tg);
+  std::printf("switchyard  model=%s  kernels=%s  threads=%d  load=%.0f ms\n", model->hparams().name.c_str(),
+              sy::cpu::kernel_isa_name(), pool.size(), load_ms);
+  std::printf("  pp%lld: %8.1f tok/s\n  tg%lld: %8.1f tok/s\n", static_cast<long long>(n_pp), pp_s,
+              static_cast<long long>(n_tg), tg_s);
+  if (a.has("json")) {
+    std::ofstream out(a.get("json"));
+    out << "{\"engine\":\"switchyard\",\"kernels\":\"" << sy::cpu::kernel_isa_name() << "\",\"threads\":"
+        << pool.size() << ",\"pp_tokens\":" << n_pp << ",\"pp_tok_s\":" << pp_s << ",\"tg_tokens\":" << n_tg
+        << ",\"tg_tok_s\":" << tg_s << ",\"load_ms\":" << load_ms << "}\n";
+  }
+  return 0;
+}
+
+int cmd_info(const sy::cli_args& a) {
+  a.check_known({"model", "threads"});
+  sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  const auto& hp = model->hparams();
+  std::printf("model: %s (%s), %lld layers, n_embd %lld, heads %lld/%lld, ff %lld, vocab %lld, ctx %lld\n",
+              hp.name.c_str(), hp.arch.c_str(), (long long)hp.n_layer, (long long)hp.n_embd,
+              (long long)hp.n_head, (long long)hp.n_head_kv, (long long)hp.n_ff, (long long)hp.n_vocab,
+              (long long)hp.n_ctx_train);
+  std::printf("weights: %.1f MiB in file, %.1f MiB repacked (bf16 panels)\n", model->weight_bytes() / 1048576.0,
+              model->repacked_bytes() / 1048576.0);
+  std::printf("cpu kernels: %s, %d threads\n", sy::cpu::kernel_isa_name(), pool.size());
+#ifdef SY_HAVE_CUDA
+  std::printf("cuda: %s\n", sy::cuda::describe_devices().c_str());
+#else
+  std::printf("cuda: not built\n");
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
+    if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "info") return cmd_info(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      usage();
+      return 0;
+    }
+    std::fprintf(stderr, "switchyard-worker: unknown command '%s'\n", cmd.c_str());
+    usage();
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "switchyard-worker: error: %s\n", e.what());
+    return 1;
+  }
+}

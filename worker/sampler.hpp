@@ -1,0 +1,47 @@
+// Token sampling from one row of logits.
+//
+// Order (as llama.cpp): repetition penalty -> (temperature 0: argmax) -> top-k -> softmax with
+// temperature -> top-p -> min-p -> draw with a seeded generator. Same seed, same logits ->
+// same token sequence.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer.hpp"
+
+namespace sy {
+
+struct sampling_params {
+  float temperature = 0.f;        // 0: greedy
+  int32_t top_k = 0;              // 0: off
+  float top_p = 1.f;              // 1: off
+  float min_p = 0.f;              // 0: off
+  float repetition_penalty = 1.f; // 1: off (llama.cpp/HF style: divide positive logits)
+  int32_t repeat_last_n = 64;     // window the penalty looks at
+  uint64_t seed = 0;
+  bool has_seed = false;          // without a seed, one is drawn from random_device
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (not included in the output)
+  bool ignore_eos = false;
+};
+
+class sampler {
+ public:
+  explicit sampler(const sampling_params& p);
+  // `logits` (n_vocab) is modified in place. `history` is the sequence so far (prompt and
+  // generated) for the repetition penalty.
+  token_id sample(std::span<float> logits, std::span<const token_id> history);
+
+ private:
+  sampling_params p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, token_id>> cand_;
+};
+
+token_id argmax(std::span<const float> logits);
+
+}  // namespace sy
