@@ -34,6 +34,7 @@ enum class tensor_type : uint32_t {
 
 const char* type_name(tensor_type t);
 // Elements per quantization block and bytes per block (1 and sizeof(element) for f32/f16/bf16).
+// Both are 0 for an id outside tensor_type (type_name then returns "unknown").
 size_t block_elements(tensor_type t);
 size_t block_bytes(tensor_type t);
 
@@ -46,6 +47,7 @@ struct value {
   std::string_view str;    // string (points into the mapping)
   value_type elem_type = value_type::u8;  // array element type
   std::vector<value> items;               // array elements
+  uint64_t offset = 0;     // byte offset of the value in the file (for error messages)
 
   bool is_integer() const;
   // Any integer type as uint64/int64; throws gguf::error when negative or not an integer.
@@ -78,6 +80,11 @@ class file {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  // The whole image (mapping or from_memory buffer) and where its data section starts:
+  // every tensor's data lies in [bytes() + data_offset(), bytes() + size()).
+  const uint8_t* bytes() const { return base_; }
+  size_t size() const { return size_; }
+  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, value>>& metadata() const { return kv_; }
@@ -111,6 +118,7 @@ class file {
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, value>> kv_;
   std::vector<tensor_info> tensors_;
 };
