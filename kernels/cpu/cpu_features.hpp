@@ -18,5 +18,7 @@ const features& cpu_features();
 // "avx512-vnni-bf16" or "avx2": the kernel family in use.
 const char* kernel_isa_name();
 bool use_avx512_kernels();
+// Tests flip this to run the portable kernels on an AVX-512 machine in the same process.
+void force_portable_kernels(bool on);
 
 }  // namespace sy::cpu

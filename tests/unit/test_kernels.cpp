@@ -1,0 +1,277 @@
+// CPU kernels against scalar references: integer GEMV and bf16 panel GEMM for every weight
+// type, on both kernel families (AVX-512 where the CPU has it, and the portable AVX2 one),
+// with guard bytes around outputs; and the row ops of the forward pass.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+
+using namespace sy::cpu;
+
+namespace {
+
+std::mt19937 rng(1234);
+
+std::vector<float> random_floats(size_t n, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A random weight matrix in `t`, as raw row-major bytes.
+std::vector<uint8_t> random_weights(weight_type t, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> w(row_bytes(t, cols) * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> sc(0.001f, 0.05f);
+  const int64_t nb = cols / qk;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.data() + r * row_bytes(t, cols);
+    switch (t) {
+      case weight_type::f32: {
+        auto v = random_floats(cols, 0.1f);
+        std::memcpy(row, v.data(), 4 * cols);
+        break;
+      }
+      case weight_type::f16:
+      case weight_type::bf16: {
+        auto v = random_floats(cols, 0.1f);
+        auto* p = reinterpret_cast<uint16_t*>(row);
+        for (int64_t i = 0; i < cols; ++i) p[i] = t == weight_type::f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+        break;
+      }
+      case weight_type::q4_0: {
+        auto* b = reinterpret_cast<block_q4_0*>(row);
+        for (int64_t i = 0; i < nb; ++i) {
+          b[i].d = fp32_to_fp16(sc(rng));
+          for (auto& q : b[i].qs) q = static_cast<uint8_t>(byte(rng));
+        }
+        break;
+      }
+      case weight_type::q4_1: {
+        auto* b = reinterpret_cast<block_q4_1*>(row);
+        for (int64_t i = 0; i < nb; ++i) {
+          b[i].d = fp32_to_fp16(sc(rng));
+          b[i].m = fp32_to_fp16(-8 * sc(rng));
+          for (auto& q : b[i].qs) q = static_cast<uint8_t>(byte(rng));
+        }
+        break;
+      }
+      case weight_type::q8_0: {
+        auto* b = reinterpret_cast<block_q8_0*>(row);
+        for (int64_t i = 0; i < nb; ++i) {
+          b[i].d = fp32_to_fp16(sc(rng) / 16);
+          for (auto& q : b[i].qs) q = static_cast<int8_t>(byte(rng) % 255 - 127);
+        }
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+// Normalised mean squared error of `got` against `ref`.
+double nmse(const std::vector<double>& ref, const float* got) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (ref[i] - got[i]) * (ref[i] - got[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+constexpr float guard_value = 12345.f;
+constexpr int64_t guard = 64;
+
+struct guarded {
+  std::vector<float> buf;
+  explicit guarded(size_t n) : buf(n + 2 * guard, std::nanf("")) {
+    for (int64_t i = 0; i < guard; ++i) buf[i] = buf[buf.size() - 1 - i] = guard_value;
+  }
+  float* data() { return buf.data() + guard; }
+  bool guards_intact() const {
+    for (int64_t i = 0; i < guard; ++i)
+      if (buf[i] != guard_value || buf[buf.size() - 1 - i] != guard_value) return false;
+    return true;
+  }
+};
+
+std::vector<std::pair<const char*, bool>> isa_modes() {
+  std::vector<std::pair<const char*, bool>> m{{"avx2", true}};
+  if (cpu_features().avx512 && cpu_features().avx512_vnni && cpu_features().avx512_bf16) m.push_back({"avx512", false});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("fp16 and bf16 conversions round-trip representable values") {
+  for (float f : {0.f, 1.f, -2.5f, 65504.f, 0.000061035156f}) CHECK(fp16_to_fp32(fp32_to_fp16(f)) == f);
+  for (float f : {0.f, 1.f, -2.5f, 3.0e38f}) CHECK(bf16_to_fp32(fp32_to_bf16(f)) == Approx(f).epsilon(0.004));
+  CHECK(fp32_to_bf16(1.00390625f) == 0x3f80);  // halfway: ties to even
+}
+
+TEST_CASE("activation quantization matches its definition") {
+  auto x = random_floats(64, 3.f);
+  std::vector<block_q8_act> a(2);
+  quantize_row_q8_act(x.data(), a.data(), 64);
+  for (int b = 0; b < 2; ++b) {
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      CHECK(std::fabs(a[b].qs[j] * a[b].d - x[b * 32 + j]) <= a[b].d * 0.5f + 1e-6f);
+      sum += a[b].qs[j];
+    }
+    CHECK(a[b].s == Approx(a[b].d * sum));
+  }
+}
+
+TEST_CASE("linear layers match the scalar reference for every weight type and kernel family") {
+  thread_pool pool(2);
+  const weight_type types[] = {weight_type::f32, weight_type::f16, weight_type::bf16,
+                               weight_type::q4_0, weight_type::q4_1, weight_type::q8_0};
+  for (auto [isa, portable] : isa_modes()) {
+    force_portable_kernels(portable);
+    for (weight_type t : types) {
+      for (int64_t rows : {16, 40, 192}) {
+        const int64_t cols = rows == 40 ? 96 : 576;
+        auto w = random_weights(t, rows, cols);
+        linear lin(t, w.data(), rows, cols, pool);
+        std::vector<float> deq(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) dequantize_row(t, w.data() + r * row_bytes(t, cols), deq.data() + r * cols, cols);
+        for (int64_t n_tok : {1, 3, 7, 13}) {
+          INFO("isa " << isa << " type " << weight_type_name(t) << " rows " << rows << " tokens " << n_tok);
+          auto x = random_floats(static_cast<size_t>(n_tok * cols));
+          std::vector<double> ref(static_cast<size_t>(n_tok * rows));
+          for (int64_t i = 0; i < n_tok; ++i)
+            for (int64_t r = 0; r < rows; ++r) {
+              double s = 0;
+              for (int64_t k = 0; k < cols; ++k) s += static_cast<double>(deq[r * cols + k]) * x[i * cols + k];
+              ref[i * rows + r] = s;
+            }
+          guarded g1(ref.size()), g2(ref.size());
+          lin.forward_gemm(x.data(), cols, n_tok, g1.data(), rows, pool);
+          CHECK(g1.guards_intact());
+          CHECK(nmse(ref, g1.data()) < 2e-5);  // bf16 weights and activations
+          if (lin.has_integer_path()) {
+            lin.forward_gemv(x.data(), cols, n_tok, g2.data(), rows, pool);
+            CHECK(g2.guards_intact());
+            CHECK(nmse(ref, g2.data()) < 2e-4);  // 8-bit activations
+            // The integer kernel computes exactly the quantized dot product (up to f32 sums).
+            std::vector<block_q8_act> a(static_cast<size_t>(cols / qk));
+            quantize_row_q8_act(x.data(), a.data(), cols);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float exact = dot_row_q8_act_ref(t, w.data() + r * row_bytes(t, cols), a.data(), cols);
+              REQUIRE(g2.data()[r] == Approx(exact).epsilon(1e-4).margin(1e-4));
+            }
+          }
+        }
+      }
+    }
+  }
+  force_portable_kernels(false);
+}
+
+TEST_CASE("rms_norm, rope, silu, softmax and exp match naive formulas") {
+  auto x = random_floats(576);
+  auto w = random_floats(576);
+  std::vector<float> out(576);
+  rms_norm(x.data(), w.data(), out.data(), 576, 1e-5f);
+  double ss = 0;
+  for (float v : x) ss += v * v;
+  const double sc = 1.0 / std::sqrt(ss / 576 + 1e-5);
+  for (int i = 0; i < 576; ++i) REQUIRE(out[i] == Approx(x[i] * sc * w[i]).epsilon(1e-5));
+
+  auto h = random_floats(2 * 64);
+  auto r = h;
+  rope_norm(r.data(), 2, 64, 64, 37, 100000.f);
+  for (int head = 0; head < 2; ++head)
+    for (int i = 0; i < 32; ++i) {
+      const double theta = 37 * std::pow(100000.0, -2.0 * i / 64);
+      const double a = h[head * 64 + 2 * i], b = h[head * 64 + 2 * i + 1];
+      REQUIRE(r[head * 64 + 2 * i] == Approx(a * std::cos(theta) - b * std::sin(theta)).margin(2e-5));
+      REQUIRE(r[head * 64 + 2 * i + 1] == Approx(a * std::sin(theta) + b * std::cos(theta)).margin(2e-5));
+    }
+
+  std::vector<float> e;
+  for (float v = -90.f; v <= 88.f; v += 0.37f) e.push_back(v);
+  auto ee = e;
+  exp_inplace(ee.data(), static_cast<int64_t>(ee.size()));
+  for (size_t i = 0; i < e.size(); ++i) REQUIRE(ee[i] == Approx(std::exp(e[i])).epsilon(1e-6).margin(1e-37));
+
+  auto g = random_floats(100, 4.f), u = random_floats(100);
+  std::vector<float> s(100);
+  silu_mul(g.data(), u.data(), s.data(), 100);
+  for (int i = 0; i < 100; ++i) REQUIRE(s[i] == Approx(g[i] / (1 + std::exp(-g[i])) * u[i]).epsilon(1e-5).margin(1e-6));
+
+  auto p = random_floats(37, 5.f);
+  auto q = p;
+  softmax_inplace(q.data(), 37);
+  double z = 0, mx = *std::max_element(p.begin(), p.end());
+  for (float v : p) z += std::exp(v - mx);
+  for (int i = 0; i < 37; ++i) REQUIRE(q[i] == Approx(std::exp(p[i] - mx) / z).epsilon(1e-5));
+}
+
+TEST_CASE("paged attention equals attention over a contiguous cache") {
+  const int64_t hd = 64, n_kv = 3, stride = n_kv * hd, n_keys = 45, bs = 16;
+  auto keys = random_floats(static_cast<size_t>(n_keys * stride));
+  auto vals = random_floats(static_cast<size_t>(n_keys * stride));
+  auto q = random_floats(hd);
+  // Scatter positions into blocks in a shuffled order: block table {2, 0, 1}.
+  const int32_t table[] = {2, 0, 1};
+  std::vector<float> karena(3 * bs * stride), varena(3 * bs * stride);
+  for (int64_t p = 0; p < n_keys; ++p) {
+    std::copy_n(keys.begin() + p * stride, stride, karena.begin() + (table[p / bs] * bs + p % bs) * stride);
+    std::copy_n(vals.begin() + p * stride, stride, varena.begin() + (table[p / bs] * bs + p % bs) * stride);
+  }
+  const float* kb[3];
+  const float* vb[3];
+  for (int b = 0; b < 3; ++b) {
+    kb[b] = karena.data() + table[b] * bs * stride;
+    vb[b] = varena.data() + table[b] * bs * stride;
+  }
+  std::vector<float> scores(n_keys), out(hd);
+  attend_head(q.data(), n_keys, kv_layer_view{kb, vb, bs, stride}, 1, hd, 0.125f, scores.data(), out.data());
+  std::vector<double> w(n_keys);
+  double mx = -1e30, z = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    double d = 0;
+    for (int64_t i = 0; i < hd; ++i) d += q[i] * keys[j * stride + hd + i];
+    w[j] = d * 0.125;
+    mx = std::max(mx, w[j]);
+  }
+  for (auto& v : w) z += (v = std::exp(v - mx));
+  for (int64_t i = 0; i < hd; ++i) {
+    double ref = 0;
+    for (int64_t j = 0; j < n_keys; ++j) ref += w[j] / z * vals[j * stride + hd + i];
+    REQUIRE(out[i] == Approx(ref).margin(1e-5));
+  }
+}
+
+TEST_CASE("thread pool runs every thread once per job and splits ranges exactly") {
+  thread_pool pool(2);
+  for (int job = 0; job < 1000; ++job) {
+    std::atomic<int> mask{0};
+    pool.run([&](int ith, int nth) { mask.fetch_or(1 << ith); });
+    REQUIRE(mask.load() == 3);
+  }
+  for (int64_t n : {0, 1, 15, 16, 17, 1000})
+    for (int nth : {1, 2, 3, 7}) {
+      int64_t covered = 0, prev_end = 0;
+      for (int i = 0; i < nth; ++i) {
+        int64_t b, e;
+        thread_pool::split(n, 16, i, nth, b, e);
+        REQUIRE(b == prev_end);
+        REQUIRE((b % 16 == 0 || b == n));
+        covered += e - b;
+        prev_end = e;
+      }
+      REQUIRE(covered == n);
+    }
+}

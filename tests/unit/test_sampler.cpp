@@ -1,0 +1,110 @@
+// Sampling and stop strings, on synthetic logits (no model needed).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <vector>
+
+#include "worker/sampler.hpp"
+#include "worker/stop_matcher.hpp"
+
+using namespace sy;
+
+namespace {
+std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+std::vector<token_id> draw(const sampling_params& p, const std::vector<float>& base, int n) {
+  sampler s(p);
+  std::vector<token_id> out;
+  for (int i = 0; i < n; ++i) {
+    auto l = base;
+    out.push_back(s.sample(l, out));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("greedy picks the largest logit") {
+  sampling_params p;
+  sampler s(p);
+  auto l = logits_of({0.1f, 2.f, -1.f, 1.9f});
+  CHECK(s.sample(l, {}) == 1);
+}
+
+TEST_CASE("same seed gives the same tokens, another seed other tokens") {
+  sampling_params p;
+  p.temperature = 1.f;
+  p.seed = 42;
+  p.has_seed = true;
+  std::vector<float> base(50);
+  for (int i = 0; i < 50; ++i) base[i] = 0.05f * i;
+  const auto a = draw(p, base, 64), b = draw(p, base, 64);
+  CHECK(a == b);
+  p.seed = 43;
+  CHECK(draw(p, base, 64) != a);
+}
+
+TEST_CASE("top-k, top-p and min-p restrict the candidates") {
+  std::vector<float> base = {3.f, 2.9f, 2.8f, 0.f, -1.f, -2.f};
+  sampling_params p;
+  p.temperature = 1.f;
+  p.has_seed = true;
+  std::map<token_id, int> seen;
+  SECTION("top-k 2") {
+    p.top_k = 2;
+    for (token_id t : draw(p, base, 400)) ++seen[t];
+    CHECK(seen.size() == 2);
+    CHECK(seen.count(0) == 1);
+    CHECK(seen.count(1) == 1);
+  }
+  SECTION("top-p small keeps only the best") {
+    p.top_p = 0.05f;
+    for (token_id t : draw(p, base, 200)) ++seen[t];
+    CHECK(seen.size() == 1);
+    CHECK(seen.count(0) == 1);
+  }
+  SECTION("min-p 0.5 drops tokens under half the best probability") {
+    p.min_p = 0.5f;
+    for (token_id t : draw(p, base, 400)) ++seen[t];
+    CHECK(seen.size() == 3);  // 2.9 and 2.8 are within e^-0.5 of 3.0; 0 is not
+  }
+  SECTION("high temperature reaches the tail, low temperature does not") {
+    p.temperature = 5.f;
+    for (token_id t : draw(p, base, 600)) ++seen[t];
+    CHECK(seen.size() == 6);
+    seen.clear();
+    p.temperature = 0.05f;
+    for (token_id t : draw(p, base, 200)) ++seen[t];
+    CHECK(seen[0] > 150);
+  }
+}
+
+TEST_CASE("repetition penalty steers greedy away from repeated tokens") {
+  sampling_params p;
+  p.repetition_penalty = 1.5f;
+  sampler s(p);
+  auto l = logits_of({2.f, 1.6f, 0.f});
+  std::vector<token_id> hist = {0};
+  CHECK(s.sample(l, hist) == 1);  // 2.0 / 1.5 < 1.6
+}
+
+TEST_CASE("stop strings cut the text and hold back only possible prefixes") {
+  stop_matcher m({"###", "END"});
+  std::string out;
+  out += m.push("Hello #");
+  CHECK(out == "Hello ");  // "#" could start "###"
+  out += m.push("# wor");
+  CHECK(out == "Hello ## wor");  // "## " cannot be a prefix any more
+  out += m.push("ld E");
+  CHECK(out == "Hello ## world ");
+  out += m.push("NDING");
+  CHECK(m.stopped());
+  CHECK(out == "Hello ## world ");
+  CHECK(m.push("more").empty());
+  CHECK(m.flush().empty());
+
+  stop_matcher none({});
+  CHECK(none.push("abc") == "abc");
+  stop_matcher tail({"xyz"});
+  CHECK(tail.push("abcx") == "abc");
+  CHECK(tail.flush() == "x");  // generation ended: the held text is released
+}
