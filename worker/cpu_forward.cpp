@@ -3,6 +3,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/ops.hpp"
@@ -22,7 +23,11 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   for (size_t s = 0; s < batch.size(); ++s) {
     const batch_seq& b = batch[s];
     const int64_t n = static_cast<int64_t>(b.tokens.size());
-    assert(static_cast<int64_t>(b.block_ids.size()) * bs >= b.pos0 + n);
+    // Cheap checks that keep a caller's bug from writing outside the KV arena.
+    if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + n)
+      throw std::invalid_argument("cpu_forward: block table too short for the sequence");
+    for (int32_t id : b.block_ids)
+      if (id < 0 || id >= kv.n_blocks()) throw std::invalid_argument("cpu_forward: block id out of range");
     for (int64_t j = 0; j < n; ++j) {
       if (b.all_logits || j == n - 1) out_rows.push_back(static_cast<int64_t>(rows.size()));
       rows.push_back({static_cast<int32_t>(s), b.pos0 + j});
@@ -43,7 +48,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     int64_t i = 0;
     for (const auto& b : batch)
       for (token_id t : b.tokens) {
-        assert(t >= 0 && t < hp.n_vocab);
+        if (t < 0 || t >= hp.n_vocab) throw std::invalid_argument("cpu_forward: token id outside the vocabulary");
         model_.embed(t, x_.data() + (i++) * E);
       }
   }
@@ -79,10 +84,9 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     }
     // Attention: one task per (token, head); causal — token at pos sees keys [0, pos].
     pool_.run([&](int ith, int nth) {
-      int64_t t0, t1;
-      cpu::thread_pool::split(N * hp.n_head, 1, ith, nth, t0, t1);
+      // Interleaved: later tokens attend over more keys, so contiguous ranges would be uneven.
       float* scores = scores_.data() + ith * max_keys;
-      for (int64_t task = t0; task < t1; ++task) {
+      for (int64_t task = ith; task < N * hp.n_head; task += nth) {
         const int64_t i = task / hp.n_head, h = task % hp.n_head;
         const int32_t s = rows[i].seq;
         cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV};

@@ -44,11 +44,15 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
   const int64_t max_new = std::min<int64_t>(params.max_tokens, n_ctx_ - n_prompt);
   bool cancelled = false;
   auto emit = [&](const std::string& s) {
-    if (s.empty()) return;
+    if (s.empty() || cancelled) return;
     res.text += s;
     if (on_text && !on_text(s)) cancelled = true;
   };
 
+  if (max_new <= 0) {
+    res.finish_reason = "length";
+    return res;
+  }
   auto t0 = std::chrono::steady_clock::now();
   batch_seq b{prompt, 0, block_ids_, false};
   fwd_.run(std::span<const batch_seq>(&b, 1), kv_, logits);
@@ -77,7 +81,11 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
                 static_cast<int64_t>(history.size()) - 1, block_ids_, false};
     fwd_.run(std::span<const batch_seq>(&d, 1), kv_, logits);
   }
-  if (!stops.stopped()) emit(stops.push(dec.flush()) + stops.flush());
+  if (!stops.stopped()) {
+    std::string tail = stops.push(dec.flush());  // sequenced: the decoder's bytes come first
+    if (!stops.stopped()) tail += stops.flush();
+    emit(tail);
+  }
   res.decode_ms = ms_since(t1);
   return res;
 }
@@ -85,6 +93,7 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
 std::vector<float> generator::score(std::span<const token_id> tokens, int64_t chunk) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n > n_ctx_) throw std::invalid_argument("score: sequence longer than the context");
+  if (chunk <= 0) throw std::invalid_argument("score: chunk must be positive");
   std::vector<float> all, part;
   for (int64_t p = 0; p < n; p += chunk) {
     const int64_t m = std::min(chunk, n - p);

@@ -72,6 +72,9 @@ int cmd_generate(const sy::cli_args& a) {
   if (sp.max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
   if (sp.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
   if (sp.top_p <= 0 || sp.top_p > 1) throw std::invalid_argument("--top-p must be in (0, 1]");
+  if (sp.repetition_penalty <= 0) throw std::invalid_argument("--repeat-penalty must be > 0");
+  if (sp.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
+  if (sp.min_p < 0 || sp.min_p > 1) throw std::invalid_argument("--min-p must be in [0, 1]");
   const int64_t n_ctx = std::min<int64_t>(a.get_int("ctx", 2048), model->hparams().n_ctx_train);
   sy::generator gen(*model, pool, n_ctx);
   auto res = gen.generate(ids, sp, [](std::string_view s) {

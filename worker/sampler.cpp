@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 namespace sy {
 
 token_id argmax(std::span<const float> logits) {
-  return static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // NaN never wins (comparisons with NaN are false).
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
+  return static_cast<token_id>(best);
 }
 
 sampler::sampler(const sampling_params& p) : p_(p) {
@@ -16,32 +19,33 @@ sampler::sampler(const sampling_params& p) : p_(p) {
 
 token_id sampler::sample(std::span<float> logits, std::span<const token_id> history) {
   const int64_t n_vocab = static_cast<int64_t>(logits.size());
-  if (p_.repetition_penalty != 1.f && p_.repeat_last_n != 0) {
+  if (n_vocab == 0) return 0;
+  if (p_.repetition_penalty != 1.f && p_.repetition_penalty > 0.f && p_.repeat_last_n != 0) {
     const size_t window = p_.repeat_last_n < 0 ? history.size()
                                                : std::min<size_t>(history.size(), p_.repeat_last_n);
-    std::unordered_set<token_id> seen(history.end() - window, history.end());
-    for (token_id t : seen) {
+    recent_.assign(history.end() - window, history.end());
+    std::sort(recent_.begin(), recent_.end());
+    recent_.erase(std::unique(recent_.begin(), recent_.end()), recent_.end());
+    for (token_id t : recent_) {
       if (t < 0 || t >= n_vocab) continue;
       float& l = logits[t];
       l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
     }
   }
-  if (p_.temperature <= 0.f) return argmax(logits);
+  const token_id best = argmax(logits);
+  const float mx = logits[best];
+  // Greedy; and the degenerate rows (all -inf/NaN, or +inf present) have one sensible answer.
+  if (p_.temperature <= 0.f || !std::isfinite(mx)) return best;
 
   cand_.clear();
-  cand_.reserve(static_cast<size_t>(n_vocab));
-  for (int64_t i = 0; i < n_vocab; ++i) cand_.emplace_back(logits[i], static_cast<token_id>(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t keep = cand_.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) {
-    keep = static_cast<size_t>(p_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
-    cand_.resize(keep);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (logits[i] > -INFINITY) cand_.emplace_back(logits[i], static_cast<token_id>(i));  // drops NaN too
+  auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < cand_.size()) {
+    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_value);
+    cand_.resize(static_cast<size_t>(p_.top_k));
   }
-  // Softmax with temperature over the kept candidates (sorted, largest first).
-  const float mx = cand_[0].first;
+  // Softmax with temperature (unsorted).
   double sum = 0;
   for (auto& c : cand_) {
     c.first = std::exp((c.first - mx) / p_.temperature);
@@ -49,20 +53,21 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
   }
   for (auto& c : cand_) c.first = static_cast<float>(c.first / sum);
   if (p_.top_p < 1.f) {
+    std::sort(cand_.begin(), cand_.end(), by_value);
     double cum = 0;
     size_t n = 0;
     while (n < cand_.size()) {
-      cum += cand_[n].first;
-      ++n;
+      cum += cand_[n++].first;
       if (cum >= p_.top_p) break;
     }
     cand_.resize(std::max<size_t>(n, 1));
   }
   if (p_.min_p > 0.f) {
-    const float floor = cand_[0].first * p_.min_p;
-    size_t n = 1;
-    while (n < cand_.size() && cand_[n].first >= floor) ++n;
-    cand_.resize(n);
+    float pmax = 0;
+    for (const auto& c : cand_) pmax = std::max(pmax, c.first);
+    const float floor = pmax * p_.min_p;
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < floor; }),
+                cand_.end());
   }
   double total = 0;
   for (const auto& c : cand_) total += c.first;

@@ -1,8 +1,10 @@
 // Token sampling from one row of logits.
 //
-// Order (as llama.cpp): repetition penalty -> (temperature 0: argmax) -> top-k -> softmax with
-// temperature -> top-p -> min-p -> draw with a seeded generator. Same seed, same logits ->
-// same token sequence.
+// Order (as vLLM and Hugging Face): repetition penalty -> (temperature 0: argmax) -> top-k ->
+// softmax with temperature -> top-p -> min-p -> draw with a seeded generator. (llama.cpp applies
+// the temperature last, which changes what top-p and min-p keep when temperature != 1.)
+// Same seed, same logits -> same token sequence. NaN logits count as -inf; callers validate
+// parameters (repetition_penalty > 0, top_p in (0, 1], ...) before constructing a sampler.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,7 @@ class sampler {
   sampling_params p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, token_id>> cand_;
+  std::vector<token_id> recent_;
 };
 
 token_id argmax(std::span<const float> logits);

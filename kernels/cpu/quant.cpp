@@ -97,10 +97,13 @@ void quantize_row_q8_act(const float* x, block_q8_act* out, int64_t n) {
     float amax = 0;
     for (int j = 0; j < qk; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
     const float d = amax / 127.f;
-    const float id = d > 0 ? 1.f / d : 0.f;
+    // A non-finite activation (a diverged model) must not reach the float->int conversion:
+    // quantize the block to zeros with a NaN scale, so the NaN shows in the output.
+    const float id = d > 0 && std::isfinite(d) ? 1.f / d : 0.f;
     int sum = 0;
     for (int j = 0; j < qk; ++j) {
-      const int q = static_cast<int>(std::nearbyint(xb[j] * id));
+      // Clamped (fmax/fmin also map NaN into range): no undefined float->int conversion.
+      const int q = static_cast<int>(std::nearbyint(std::fmin(127.f, std::fmax(-127.f, xb[j] * id))));
       out[i].qs[j] = static_cast<int8_t>(q);
       sum += q;
     }

@@ -19,9 +19,10 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// e^x for 8 lanes, relative error ~2e-7 over the range that matters; saturates to 0 below
-// -87 and to +inf above 88. exp(x) = 2^n * 2^r with n = round(x log2 e), |r| <= 1/2.
+// e^x for 8 lanes, relative error ~2e-7; exactly 0 below -87.3 (so -inf, e.g. a masked score,
+// gives 0) and saturating above 88.3. NaN gives 0. exp(x) = 2^n * 2^r, n = round(x log2 e).
 inline __m256 exp256(__m256 x) {
+  const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
   x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
   const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
@@ -38,7 +39,7 @@ inline __m256 exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
 }  // namespace sy::cpu

@@ -32,34 +32,45 @@ void thread_pool::split(int64_t n, int64_t grain, int ith, int nth, int64_t& beg
   end = u1 * grain < n ? u1 * grain : n;
 }
 
-void thread_pool::run(const std::function<void(int, int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0, 1);
-    return;
-  }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: pairs with the sleeper count (Dekker-style)
-  if (sleepers_.load() > 0) {
+void thread_pool::call_guarded(int ith) {
+  try {
+    job_call_(job_ctx_, ith, n_threads_);
+  } catch (...) {
     std::lock_guard<std::mutex> lk(mu_);
-    cv_.notify_all();
+    if (!first_error_) first_error_ = std::current_exception();
   }
-  fn(0, n_threads_);
+}
+
+void thread_pool::run_job(void* ctx, trampoline call) {
+  job_ctx_ = ctx;
+  job_call_ = call;
+  first_error_ = nullptr;
+  if (n_threads_ > 1) {
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1);  // seq_cst: pairs with the sleeper count (Dekker-style)
+    if (sleepers_.load() > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_.notify_all();
+    }
+  }
+  call_guarded(0);
   // Spin briefly, then yield: on a loaded machine the worker we wait for may need our core.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < 256) _mm_pause();
-    else std::this_thread::yield();
+    if (spins < 256)
+      _mm_pause();
+    else
+      std::this_thread::yield();
   }
+  if (first_error_) std::rethrow_exception(first_error_);
 }
 
 void thread_pool::worker_loop(int ith) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin for a short while (a step issues jobs back to back), then sleep.
-    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(2000);
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(2000);
     uint64_t g;
     int spins = 0;
-    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+    while ((g = generation_.load()) == seen) {
       if (++spins < 256) {
         _mm_pause();
         continue;
@@ -68,13 +79,13 @@ void thread_pool::worker_loop(int ith) {
       if (spins % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         std::unique_lock<std::mutex> lk(mu_);
         sleepers_.fetch_add(1);
-        cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        cv_.wait(lk, [&] { return generation_.load() != seen; });
         sleepers_.fetch_sub(1);
       }
     }
     seen = g;
     if (stop_.load()) return;
-    (*job_)(ith, n_threads_);
+    call_guarded(ith);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -1,17 +1,19 @@
 // A fixed pool of compute threads for data-parallel kernels.
 //
 // `run(fn)` calls fn(thread_index, n_threads) on every thread (the caller is thread 0) and
-// returns when all have finished. Workers spin briefly between jobs (steps issue hundreds of
-// small jobs back to back) and then sleep on a condition variable, so an idle worker process
-// costs no CPU. Only one thread may call run() at a time.
+// returns when all have finished; an exception thrown by fn on any thread is rethrown by run()
+// on the caller after every thread has finished. Workers spin briefly between jobs (a decode
+// step issues hundreds of small jobs back to back), then yield, then sleep on a condition
+// variable, so an idle worker process costs no CPU. Only one thread may call run() at a time.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace sy::cpu {
@@ -24,23 +26,36 @@ class thread_pool {
   thread_pool& operator=(const thread_pool&) = delete;
 
   int size() const { return n_threads_; }
-  void run(const std::function<void(int ith, int nth)>& fn);
+
+  // No allocation per call: the callable is passed by reference through a trampoline.
+  template <class F>
+  void run(F&& fn) {
+    using fn_t = std::remove_reference_t<F>;
+    run_job(const_cast<void*>(static_cast<const void*>(&fn)),
+            [](void* ctx, int ith, int nth) { (*static_cast<fn_t*>(ctx))(ith, nth); });
+  }
 
   // Splits [0, n) into contiguous ranges of whole `grain`s, one per thread.
   static void split(int64_t n, int64_t grain, int ith, int nth, int64_t& begin, int64_t& end);
 
  private:
+  using trampoline = void (*)(void*, int, int);
+  void run_job(void* ctx, trampoline call);
   void worker_loop(int ith);
+  void call_guarded(int ith);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped once per job
-  std::atomic<int> pending_{0};          // workers still running the current job
+  // The current job; written by the caller before the generation bump, read by workers after.
+  void* job_ctx_ = nullptr;
+  trampoline job_call_ = nullptr;
+  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped once per job
+  alignas(64) std::atomic<int> pending_{0};          // workers still running the current job
+  alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
+  std::mutex mu_;  // guards the sleep/wake handshake and first_error_
   std::condition_variable cv_;
-  std::atomic<int> sleepers_{0};
+  std::exception_ptr first_error_;
 };
 
 }  // namespace sy::cpu

@@ -235,7 +235,7 @@ TEST_CASE("gguf: every metadata value type round-trips", "[gguf]") {
   CHECK(i32s.items[2].as_int() == 1);
 }
 
-TEST_CASE("gguf: tensor infos, offsets and data pointers", "[gguf]") {
+TEST_CASE("gguf: tensor infos / offsets and data pointers", "[gguf]") {
   const image img = make_image();
   const file f = parse(img.bytes);
 
@@ -276,7 +276,7 @@ TEST_CASE("gguf: tensor infos, offsets and data pointers", "[gguf]") {
   CHECK(f.find_tensor("nope") == nullptr);
 }
 
-TEST_CASE("gguf: default alignment, version 2, block tables", "[gguf]") {
+TEST_CASE("gguf: default alignment / version 2 / block tables", "[gguf]") {
   const image img = make_image({.version = 2, .write_alignment = false});
   const file f = parse(img.bytes);
   CHECK(f.version() == 2);

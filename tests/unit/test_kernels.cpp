@@ -178,7 +178,7 @@ TEST_CASE("linear layers match the scalar reference for every weight type and ke
   force_portable_kernels(false);
 }
 
-TEST_CASE("rms_norm, rope, silu, softmax and exp match naive formulas") {
+TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
   auto x = random_floats(576);
   auto w = random_floats(576);
   std::vector<float> out(576);
@@ -274,4 +274,17 @@ TEST_CASE("thread pool runs every thread once per job and splits ranges exactly"
       }
       REQUIRE(covered == n);
     }
+}
+
+TEST_CASE("thread pool rethrows a job's exception on the caller and stays usable") {
+  thread_pool pool(2);
+  for (int thrower : {0, 1}) {
+    CHECK_THROWS_WITH(pool.run([&](int ith, int) {
+                        if (ith == thrower) throw std::runtime_error("boom");
+                      }),
+                      "boom");
+    std::atomic<int> n{0};
+    pool.run([&](int, int) { n.fetch_add(1); });
+    CHECK(n.load() == 2);
+  }
 }

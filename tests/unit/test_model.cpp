@@ -158,7 +158,7 @@ TEST_CASE("a chat question gets a sensible streamed answer") {
   CHECK(res.text.find("<|im_end|>") == std::string::npos);
 }
 
-TEST_CASE("sampling with a seed is reproducible; stop strings and max_tokens end generation") {
+TEST_CASE("sampling with a seed is reproducible - stop strings and max_tokens end generation") {
   REQUIRE_MODEL();
   const auto& m = *env()->model;
   generator gen(m, env()->pool, 1024);

@@ -1,6 +1,7 @@
 // Sampling and stop strings, on synthetic logits (no model needed).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -30,7 +31,7 @@ TEST_CASE("greedy picks the largest logit") {
   CHECK(s.sample(l, {}) == 1);
 }
 
-TEST_CASE("same seed gives the same tokens, another seed other tokens") {
+TEST_CASE("same seed gives the same tokens / another seed other tokens") {
   sampling_params p;
   p.temperature = 1.f;
   p.seed = 42;
@@ -43,7 +44,7 @@ TEST_CASE("same seed gives the same tokens, another seed other tokens") {
   CHECK(draw(p, base, 64) != a);
 }
 
-TEST_CASE("top-k, top-p and min-p restrict the candidates") {
+TEST_CASE("top-k / top-p and min-p restrict the candidates") {
   std::vector<float> base = {3.f, 2.9f, 2.8f, 0.f, -1.f, -2.f};
   sampling_params p;
   p.temperature = 1.f;
@@ -107,4 +108,24 @@ TEST_CASE("stop strings cut the text and hold back only possible prefixes") {
   stop_matcher tail({"xyz"});
   CHECK(tail.push("abcx") == "abc");
   CHECK(tail.flush() == "x");  // generation ended: the held text is released
+}
+
+TEST_CASE("NaN and infinite logits give a defined token") {
+  sampling_params p;
+  p.temperature = 0.7f;
+  p.top_p = 0.9f;
+  p.has_seed = true;
+  sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    auto with_nan = logits_of({std::nanf(""), 1.f, 3.f, std::nanf("")});
+    const token_id t = s.sample(with_nan, {});
+    REQUIRE((t == 1 || t == 2));  // NaN entries are never drawn
+  }
+  auto all_neg_inf = logits_of({-INFINITY, -INFINITY, -INFINITY});
+  const token_id t = s.sample(all_neg_inf, {});
+  CHECK((t >= 0 && t < 3));
+  auto pos_inf = logits_of({0.f, INFINITY, 5.f});
+  CHECK(s.sample(pos_inf, {}) == 1);
+  std::vector<float> empty;
+  CHECK(s.sample(empty, {}) == 0);
 }

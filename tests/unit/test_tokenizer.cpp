@@ -219,13 +219,13 @@ TEST_CASE("tokenizer: end-of-generation and control tokens") {
   CHECK(tok.token_bytes(tok.find("<|im_end|>"), true) == "<|im_end|>");
 }
 
-TEST_CASE("tokenizer: invalid UTF-8 input becomes U+FFFD, as in llama.cpp") {
+TEST_CASE("tokenizer: invalid UTF-8 input becomes U+FFFD / as in llama.cpp") {
   SY_REQUIRE_MODEL(m);
   const auto ids = m->tok.encode("a\xff" "b\xe2\x82", false, false);
   CHECK(m->tok.decode(ids) == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
-TEST_CASE("tokenizer: random text round-trips; random bytes decode to valid UTF-8") {
+TEST_CASE("tokenizer: random text round-trips - random bytes decode to valid UTF-8") {
   SY_REQUIRE_MODEL(m);
   const std::vector<std::string> parts = {
       "a", "Z", " ", "  ", "\n", "\t", "'s", "'", "don't", "7", "42", ".", "!?", "é", "ß", "中", "文",
