@@ -1,6 +1,6 @@
 #include "worker/cpu_forward.hpp"
 
-#include <cassert>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -16,21 +16,42 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff, HD = hp.head_dim;
   const int64_t bs = kv.block_size();
 
-  // Row i of the activations is token i of the concatenated batch.
-  struct row_info { int32_t seq; int64_t pos; };
+  // Rows of the activations: every token of the step, generated-token rows first, then
+  // prompt-token rows. A token's role (position < n_prompt or not) picks its kernels, so its
+  // numerics never depend on what else is in the batch (batching-invariant results).
+  struct row_info { int32_t seq; int64_t pos; token_id token; };
   std::vector<row_info> rows;
-  std::vector<int64_t> out_rows;  // rows whose logits are wanted
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const batch_seq& b = batch[s];
-    const int64_t n = static_cast<int64_t>(b.tokens.size());
-    // Cheap checks that keep a caller's bug from writing outside the KV arena.
-    if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + n)
-      throw std::invalid_argument("cpu_forward: block table too short for the sequence");
-    for (int32_t id : b.block_ids)
-      if (id < 0 || id >= kv.n_blocks()) throw std::invalid_argument("cpu_forward: block id out of range");
-    for (int64_t j = 0; j < n; ++j) {
-      if (b.all_logits || j == n - 1) out_rows.push_back(static_cast<int64_t>(rows.size()));
-      rows.push_back({static_cast<int32_t>(s), b.pos0 + j});
+  std::vector<int64_t> out_rows;  // rows whose logits are wanted, in batch order
+  int64_t n_decode = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const batch_seq& b = batch[s];
+      const int64_t n = static_cast<int64_t>(b.tokens.size());
+      if (pass == 0) {
+        // Cheap checks that keep a caller's bug from writing outside the KV arena.
+        if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + n)
+          throw std::invalid_argument("cpu_forward: block table too short for the sequence");
+        for (int32_t id : b.block_ids)
+          if (id < 0 || id >= kv.n_blocks()) throw std::invalid_argument("cpu_forward: block id out of range");
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const bool generated = b.pos0 + j >= b.n_prompt;
+        if (generated != (pass == 0)) continue;
+        if (b.tokens[j] < 0 || b.tokens[j] >= hp.n_vocab)
+          throw std::invalid_argument("cpu_forward: token id outside the vocabulary");
+        n_decode += generated;
+        rows.push_back({static_cast<int32_t>(s), b.pos0 + j, b.tokens[j]});
+      }
+    }
+  {
+    // Output rows in batch order: find each sequence's rows again.
+    std::vector<std::vector<int64_t>> seq_rows(batch.size());
+    for (size_t i = 0; i < rows.size(); ++i) seq_rows[rows[i].seq].push_back(static_cast<int64_t>(i));
+    for (size_t s = 0; s < batch.size(); ++s) {
+      auto& r = seq_rows[s];
+      std::sort(r.begin(), r.end(), [&](int64_t a, int64_t b) { return rows[a].pos < rows[b].pos; });
+      for (size_t j = 0; j < r.size(); ++j)
+        if (batch[s].all_logits || (batch[s].logits && j + 1 == r.size())) out_rows.push_back(r[j]);
     }
   }
   const int64_t N = static_cast<int64_t>(rows.size());
@@ -38,20 +59,18 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     logits.clear();
     return;
   }
+  // y = x W^T for all rows: integer kernels for generated-token rows, panel GEMM for prompt rows.
+  auto linear = [&](const cpu::linear& w, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    if (n_decode > 0) w.forward_gemv(x, ldx, n_decode, y, ldy, pool_);
+    if (N > n_decode) w.forward_gemm(x + n_decode * ldx, ldx, N - n_decode, y + n_decode * ldy, ldy, pool_);
+  };
   x_.resize(N * E); xn_.resize(N * E); q_.resize(N * E); attn_.resize(N * E); tmp_.resize(N * E);
   k_.resize(N * KV); v_.resize(N * KV); gate_.resize(N * F); up_.resize(N * F);
   int64_t max_keys = 0;
   for (const auto& b : batch) max_keys = std::max<int64_t>(max_keys, b.pos0 + static_cast<int64_t>(b.tokens.size()));
   scores_.resize(static_cast<size_t>(pool_.size() * max_keys));
 
-  {
-    int64_t i = 0;
-    for (const auto& b : batch)
-      for (token_id t : b.tokens) {
-        if (t < 0 || t >= hp.n_vocab) throw std::invalid_argument("cpu_forward: token id outside the vocabulary");
-        model_.embed(t, x_.data() + (i++) * E);
-      }
-  }
+  for (int64_t i = 0; i < N; ++i) model_.embed(rows[i].token, x_.data() + i * E);
 
   // Per sequence, this layer's block pointers (rebuilt per layer; a few per sequence).
   std::vector<std::vector<const float*>> kb(batch.size()), vb(batch.size());
@@ -62,9 +81,9 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
     for (int64_t i = 0; i < N; ++i)
       cpu::rms_norm(x_.data() + i * E, L.attn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
-    L.wq.forward(xn_.data(), E, N, q_.data(), E, pool_);
-    L.wk.forward(xn_.data(), E, N, k_.data(), KV, pool_);
-    L.wv.forward(xn_.data(), E, N, v_.data(), KV, pool_);
+    linear(L.wq, xn_.data(), E, q_.data(), E);
+    linear(L.wk, xn_.data(), E, k_.data(), KV);
+    linear(L.wv, xn_.data(), E, v_.data(), KV);
     for (int64_t i = 0; i < N; ++i) {
       const int64_t pos = rows[i].pos;
       cpu::rope_norm(q_.data() + i * E, hp.n_head, HD, hp.n_rot, pos, hp.rope_base);
@@ -94,15 +113,15 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
                          scores, attn_.data() + i * E + h * HD);
       }
     });
-    L.wo.forward(attn_.data(), E, N, tmp_.data(), E, pool_);
+    linear(L.wo, attn_.data(), E, tmp_.data(), E);
     cpu::add_inplace(x_.data(), tmp_.data(), N * E);
 
     for (int64_t i = 0; i < N; ++i)
       cpu::rms_norm(x_.data() + i * E, L.ffn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
-    L.w_gate.forward(xn_.data(), E, N, gate_.data(), F, pool_);
-    L.w_up.forward(xn_.data(), E, N, up_.data(), F, pool_);
+    linear(L.w_gate, xn_.data(), E, gate_.data(), F);
+    linear(L.w_up, xn_.data(), E, up_.data(), F);
     cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), N * F);
-    L.w_down.forward(gate_.data(), F, N, tmp_.data(), E, pool_);
+    linear(L.w_down, gate_.data(), F, tmp_.data(), E);
     cpu::add_inplace(x_.data(), tmp_.data(), N * E);
   }
 
@@ -110,7 +129,9 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   for (int64_t j = 0; j < n_out; ++j)
     cpu::rms_norm(x_.data() + out_rows[j] * E, model_.output_norm().data(), xn_.data() + j * E, E, hp.rms_eps);
   logits.resize(static_cast<size_t>(n_out * hp.n_vocab));
-  model_.output().forward(xn_.data(), E, n_out, logits.data(), hp.n_vocab, pool_);
+  // The output head always takes the integer path, whatever the number of rows: a row's logits
+  // must not depend on how many other rows share the step.
+  if (n_out > 0) model_.output().forward_gemv(xn_.data(), E, n_out, logits.data(), hp.n_vocab, pool_);
 }
 
 }  // namespace sy

@@ -55,6 +55,7 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
   }
   auto t0 = std::chrono::steady_clock::now();
   batch_seq b{prompt, 0, block_ids_, false};
+  b.n_prompt = n_prompt;
   fwd_.run(std::span<const batch_seq>(&b, 1), kv_, logits);
   res.prompt_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
@@ -79,6 +80,7 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
     if (i + 1 == max_new) break;
     batch_seq d{std::span<const token_id>(&history.back(), 1),
                 static_cast<int64_t>(history.size()) - 1, block_ids_, false};
+    d.n_prompt = n_prompt;
     fwd_.run(std::span<const batch_seq>(&d, 1), kv_, logits);
   }
   if (!stops.stopped()) {
@@ -98,6 +100,7 @@ std::vector<float> generator::score(std::span<const token_id> tokens, int64_t ch
   for (int64_t p = 0; p < n; p += chunk) {
     const int64_t m = std::min(chunk, n - p);
     batch_seq b{tokens.subspan(p, m), p, block_ids_, true};
+    b.n_prompt = n;  // scored as prompt tokens
     fwd_.run(std::span<const batch_seq>(&b, 1), kv_, part);
     all.insert(all.end(), part.begin(), part.end());
   }

@@ -118,12 +118,13 @@ int cmd_bench(const sy::cli_args& a) {
   for (int r = 0; r <= reps; ++r) {
     double t0 = now_ms();
     sy::batch_seq b{ids, 0, blocks, false};
+    b.n_prompt = n_pp;
     fwd.run(std::span<const sy::batch_seq>(&b, 1), kv, logits);
     const double pp_ms = now_ms() - t0;
     t0 = now_ms();
     sy::token_id tok = ids[0];
     for (int64_t i = 0; i < n_tg; ++i) {
-      sy::batch_seq d{std::span<const sy::token_id>(&tok, 1), i, blocks, false};
+      sy::batch_seq d{std::span<const sy::token_id>(&tok, 1), i, blocks, false};  // n_prompt 0: decode
       fwd.run(std::span<const sy::batch_seq>(&d, 1), kv, logits);
       tok = sy::argmax(logits);
     }

@@ -1,0 +1,239 @@
+// The engine on the real model: continuous batching must not change results, prefix-cache hits
+// must not change results, and every way a request ends returns its KV blocks.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "worker/engine.hpp"
+#include "worker/generator.hpp"
+
+using namespace sy;
+
+namespace {
+
+struct env_t {
+  cpu::thread_pool pool{2};
+  std::unique_ptr<llama_model> model;
+};
+
+env_t* env() {
+  static std::unique_ptr<env_t> e = [] {
+    auto r = std::make_unique<env_t>();
+    if (std::ifstream(SY_MODEL_PATH).good()) r->model = llama_model::load(SY_MODEL_PATH, r->pool);
+    return r;
+  }();
+  return e.get();
+}
+
+#define REQUIRE_MODEL()                                                  \
+  if (!env()->model) {                                                   \
+    WARN("model not found at " SY_MODEL_PATH "; run deploy/setup.sh"); \
+    return;                                                              \
+  }
+
+struct outcome {
+  std::vector<token_id> tokens;
+  std::string text;
+  finish_reason finish = finish_reason::none;
+  request_usage usage;
+};
+
+// Steps until nothing is live; collects every request's tokens, text and end.
+std::map<std::string, outcome> run_all(engine& e, int64_t now_ms = 0, int max_steps = 100000) {
+  std::map<std::string, outcome> out;
+  std::vector<request_event> ev;
+  for (int i = 0; i < max_steps && e.has_work(); ++i) {
+    ev.clear();
+    e.step(now_ms, ev);
+    for (auto& x : ev) {
+      auto& o = out[x.id];
+      o.tokens.insert(o.tokens.end(), x.tokens.begin(), x.tokens.end());
+      o.text += x.text;
+      if (x.finish != finish_reason::none) {
+        REQUIRE(o.finish == finish_reason::none);  // a request ends exactly once
+        o.finish = x.finish;
+        o.usage = x.usage;
+      }
+    }
+  }
+  REQUIRE_FALSE(e.has_work());
+  return out;
+}
+
+std::vector<token_id> chat_ids(const std::string& q) {
+  const auto& m = *env()->model;
+  return m.vocab().encode(m.chat().apply({{"user", q}}), true, true);
+}
+
+sampling_params greedy(int max_tokens) {
+  sampling_params p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+void require_idle(const engine& e) {
+  std::string why;
+  CHECK(e.pool().check_invariants(&why));
+  INFO(why);
+  CHECK(e.pool().stats().in_use == 0);
+  CHECK(e.stats().running == 0);
+  CHECK(e.stats().waiting == 0);
+}
+
+const std::vector<std::string> questions = {
+    "What is the capital of France?", "Write a haiku about the sea.", "How do I register an account?",
+    "List three prime numbers.", "Explain what a CPU cache is.", "Translate 'good morning' to Spanish.",
+    "Why is the sky blue?", "Give me a short motivational quote."};
+
+}  // namespace
+
+TEST_CASE("concurrent greedy requests produce the same tokens as each run alone") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 256;
+  cfg.sched.max_tokens_per_step = 64;  // forces chunked prefill of the ~40-token prompts
+  std::map<std::string, outcome> alone;
+  {
+    engine e(*env()->model, env()->pool, cfg);
+    for (size_t i = 0; i < questions.size(); ++i) {
+      REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
+      auto r = run_all(e);
+      alone.insert(r.begin(), r.end());
+    }
+    require_idle(e);
+  }
+  // The generator (single sequence, no scheduler) agrees with the engine run alone.
+  generator gen(*env()->model, env()->pool, 512);
+  for (size_t i = 0; i < 2; ++i)
+    CHECK(gen.generate(chat_ids(questions[i]), greedy(20)).tokens == alone["q" + std::to_string(i)].tokens);
+
+  engine e(*env()->model, env()->pool, cfg);
+  for (size_t i = 0; i < questions.size(); ++i)
+    REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
+  auto together = run_all(e);
+  for (size_t i = 0; i < questions.size(); ++i) {
+    const std::string id = "q" + std::to_string(i);
+    INFO(id << ": " << questions[i]);
+    CHECK(together[id].tokens == alone[id].tokens);
+    CHECK(together[id].text == alone[id].text);
+    CHECK(together[id].finish == finish_reason::length);
+    CHECK(together[id].usage.n_completion == 20);
+  }
+  CHECK(e.stats().steps < 8 * 21);  // they really shared steps
+  require_idle(e);
+}
+
+TEST_CASE("a prefix-cache hit produces the same tokens as a cold run") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 128;
+  engine e(*env()->model, env()->pool, cfg);
+  const auto ids = chat_ids("Describe a sunrise over the mountains in two sentences.");
+  REQUIRE(ids.size() > 32);
+  REQUIRE_FALSE(e.submit("cold", ids, greedy(24), 0));
+  auto cold = run_all(e);
+  const auto hits_before = e.stats().prefix_hit_tokens;
+  REQUIRE_FALSE(e.submit("warm", ids, greedy(24), 0));
+  auto warm = run_all(e);
+  CHECK(e.stats().prefix_hit_tokens - hits_before >= 32);
+  CHECK(warm["warm"].usage.n_cached_prompt >= 32);
+  CHECK(cold["cold"].usage.n_cached_prompt == 0);
+  CHECK(warm["warm"].tokens == cold["cold"].tokens);
+  require_idle(e);
+}
+
+TEST_CASE("preemption under KV pressure recomputes and still gives the same tokens") {
+  REQUIRE_MODEL();
+  std::map<std::string, outcome> alone;
+  {
+    engine_config big;
+    big.n_kv_blocks = 256;
+    engine e(*env()->model, env()->pool, big);
+    for (size_t i = 0; i < 4; ++i) {
+      REQUIRE_FALSE(e.submit("p" + std::to_string(i), chat_ids(questions[i]), greedy(40), 0));
+      auto r = run_all(e);
+      alone.insert(r.begin(), r.end());
+    }
+  }
+  engine_config tiny;
+  tiny.n_kv_blocks = 14;  // 224 tokens: not enough for 4 x (~40 prompt + 40 output)
+  engine e(*env()->model, env()->pool, tiny);
+  for (size_t i = 0; i < 4; ++i)
+    REQUIRE_FALSE(e.submit("p" + std::to_string(i), chat_ids(questions[i]), greedy(40), 0));
+  auto r = run_all(e);
+  CHECK(e.stats().preemptions > 0);
+  for (size_t i = 0; i < 4; ++i) {
+    const std::string id = "p" + std::to_string(i);
+    INFO(id);
+    CHECK(r[id].finish == finish_reason::length);
+    CHECK(r[id].tokens == alone[id].tokens);
+  }
+  require_idle(e);
+}
+
+TEST_CASE("cancel and deadline end requests and free their blocks in that step") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 64;
+  engine e(*env()->model, env()->pool, cfg);
+  REQUIRE_FALSE(e.submit("c", chat_ids(questions[0]), greedy(200), 0));
+  REQUIRE_FALSE(e.submit("d", chat_ids(questions[1]), greedy(200), 0, /*deadline_ms=*/1000));
+  std::vector<request_event> ev;
+  for (int i = 0; i < 5; ++i) e.step(0, ev);
+  CHECK(e.pool().stats().in_use > 0);
+  CHECK(e.cancel("c"));
+  CHECK_FALSE(e.cancel("nope"));
+  ev.clear();
+  e.step(2000, ev);  // also past d's deadline
+  std::map<std::string, finish_reason> ends;
+  for (auto& x : ev) ends[x.id] = x.finish;
+  CHECK(ends["c"] == finish_reason::cancelled);
+  CHECK(ends["d"] == finish_reason::deadline);
+  CHECK_FALSE(e.has_work());
+  require_idle(e);
+}
+
+TEST_CASE("invalid submissions get a specific error and change nothing") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 8;
+  cfg.max_context = 256;
+  engine e(*env()->model, env()->pool, cfg);
+  REQUIRE_FALSE(e.submit("a", {1, 2, 3}, greedy(4), 0));
+  auto dup = e.submit("a", {1, 2, 3}, greedy(4), 0);
+  REQUIRE(dup);
+  CHECK(dup->code == "duplicate_request");
+  CHECK(e.submit("b", {}, greedy(4), 0)->message.find("empty") != std::string::npos);
+  CHECK(e.submit("b", {1, 999999}, greedy(4), 0)->message.find("prompt[1]") != std::string::npos);
+  CHECK(e.submit("b", std::vector<token_id>(250, 5), greedy(10), 0)->message.find("context") != std::string::npos);
+  CHECK(e.submit("b", std::vector<token_id>(150, 5), greedy(10), 0)->code == "exceeds_kv_capacity");
+  sampling_params bad = greedy(4);
+  bad.top_p = 0;
+  CHECK(e.submit("b", {1}, bad, 0)->code == "invalid_request");
+  auto r = run_all(e);
+  CHECK(r.size() == 1);
+  CHECK(r["a"].finish == finish_reason::length);
+  require_idle(e);
+}
+
+TEST_CASE("a chat answer ends at EOS with stop and its text; stop strings cut the text") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  engine e(*env()->model, env()->pool, cfg);
+  sampling_params p;
+  p.max_tokens = 60;
+  REQUIRE_FALSE(e.submit("paris", chat_ids("What is the capital of France?"), p, 0));
+  auto r = run_all(e);
+  CHECK(r["paris"].finish == finish_reason::stop);
+  CHECK(r["paris"].text.find("Paris") != std::string::npos);
+  p.stop = {"Paris"};
+  REQUIRE_FALSE(e.submit("cut", chat_ids("What is the capital of France?"), p, 0));
+  auto c = run_all(e);
+  CHECK(c["cut"].finish == finish_reason::stop);
+  CHECK(c["cut"].text == r["paris"].text.substr(0, r["paris"].text.find("Paris")));
+  require_idle(e);
+}

@@ -1,0 +1,159 @@
+#include "worker/engine.hpp"
+
+#include <chrono>
+#include <functional>
+
+namespace sy {
+namespace {
+
+// Prefix-cache salt: blocks are only shared between requests of the same model.
+uint64_t model_salt(const llama_model& m) {
+  return std::hash<std::string>{}(m.hparams().name + "/" + m.file().path()) | 1;
+}
+
+}  // namespace
+
+engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
+    : model_(model),
+      config_(config),
+      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim()),
+      pool_(config.n_kv_blocks, config.block_size, model_salt(model)),
+      sched_(pool_, config.sched),
+      forward_(model, pool) {
+  stats_.total_blocks = config.n_kv_blocks;
+}
+
+std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
+                                           const sampling_params& params, int32_t priority,
+                                           int64_t deadline_ms) {
+  if (id.empty()) return submit_error{"invalid_request", "request_id is empty"};
+  if (by_name_.count(id)) return submit_error{"duplicate_request", "request_id '" + id + "' is already live"};
+  if (prompt.empty()) return submit_error{"invalid_request", "prompt is empty"};
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= n_vocab)
+      return submit_error{"invalid_request", "prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
+                                                 " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
+  if (params.max_tokens < 1) return submit_error{"invalid_request", "max_tokens must be at least 1"};
+  const int64_t need = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (need > config_.max_context)
+    return submit_error{"invalid_request", "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                                               std::to_string(params.max_tokens) + ") exceeds the context length (" +
+                                               std::to_string(config_.max_context) + ")"};
+  if (params.temperature < 0 || !(params.top_p > 0 && params.top_p <= 1) || params.top_k < 0 ||
+      params.min_p < 0 || params.min_p > 1 || !(params.repetition_penalty > 0))
+    return submit_error{"invalid_request", "sampling parameters out of range"};
+  const request_id rid = next_id_++;
+  request_spec spec;
+  spec.id = rid;
+  spec.prompt = std::move(prompt);
+  spec.max_tokens = params.max_tokens;
+  spec.priority = priority;
+  if (deadline_ms > 0) spec.deadline_ms = deadline_ms;
+  if (sched_.add(std::move(spec)) != add_status::ok)
+    return submit_error{"exceeds_kv_capacity", "prompt + max_tokens needs more KV blocks than this worker has (" +
+                                                   std::to_string(config_.n_kv_blocks) + " blocks of " +
+                                                   std::to_string(config_.block_size) + " tokens)"};
+  live_.emplace(rid, std::make_unique<live_request>(id, params, model_.vocab()));
+  by_name_.emplace(id, rid);
+  return std::nullopt;
+}
+
+bool engine::cancel(const std::string& id) {
+  auto it = by_name_.find(id);
+  if (it == by_name_.end()) return false;
+  return sched_.cancel(it->second, finish_reason::cancelled);
+}
+
+request_event& engine::event_for(request_id id, std::vector<request_event>& events) {
+  auto [it, fresh] = event_index_.emplace(id, events.size());
+  if (fresh) {
+    events.emplace_back();
+    events.back().id = live_.at(id)->name;
+  }
+  return events[it->second];
+}
+
+void engine::finish_event(request_id id, finish_reason reason, const request_usage& usage,
+                          std::vector<request_event>& events) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  live_request& lr = *it->second;
+  request_event& ev = event_for(id, events);
+  // A natural end releases text held back for a possible stop string or UTF-8 completion.
+  if ((reason == finish_reason::length || reason == finish_reason::stop) && !lr.stops.stopped()) {
+    std::string tail = lr.stops.push(lr.decoder.flush());
+    if (!lr.stops.stopped()) tail += lr.stops.flush();
+    ev.text += tail;
+  }
+  ev.finish = reason;
+  ev.usage = usage;
+  by_name_.erase(lr.name);
+  live_.erase(it);
+}
+
+void engine::step(int64_t now_ms, std::vector<request_event>& events) {
+  const auto t0 = std::chrono::steady_clock::now();
+  event_index_.clear();
+  const step_plan plan = sched_.schedule(now_ms);
+  for (const auto& f : plan.finished) finish_event(f.id, f.reason, f.usage, events);
+  if (plan.seqs.empty()) return;
+
+  batch_.clear();
+  for (const auto& s : plan.seqs) {
+    batch_seq b;
+    b.tokens = s.tokens;
+    b.pos0 = s.pos0;
+    b.block_ids = s.block_table;
+    b.logits = s.sample;
+    b.n_prompt = sched_.usage(s.id)->n_prompt;
+    batch_.push_back(b);
+    if (!s.sample) stats_.prompt_tokens += s.tokens.size();
+    else if (s.tokens.size() > 1) stats_.prompt_tokens += s.tokens.size() - 1;
+  }
+  forward_.run(batch_, arena_, logits_);
+
+  const tokenizer& vocab = model_.vocab();
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  sampled_.clear();
+  size_t row = 0;
+  for (const auto& s : plan.seqs) {
+    if (!s.sample) continue;
+    live_request& lr = *live_.at(s.id);
+    std::span<float> l(logits_.data() + (row++) * n_vocab, static_cast<size_t>(n_vocab));
+    const token_id tok = lr.smp.sample(l, sched_.tokens(s.id));
+    bool stop = false;
+    request_event& ev = event_for(s.id, events);
+    if (!lr.params.ignore_eos && vocab.is_eog(tok)) {
+      stop = true;
+    } else {
+      ev.tokens.push_back(tok);
+      ev.text += lr.stops.push(lr.decoder.push(tok));
+      stop = lr.stops.stopped();
+    }
+    sampled_.push_back({s.id, tok, stop});
+  }
+  stats_.decode_tokens += sampled_.size();
+  for (const auto& f : sched_.update(plan, sampled_)) finish_event(f.id, f.reason, f.usage, events);
+
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.steps++;
+  stats_.last_step_ms = ms;
+  stats_.mean_step_ms = stats_.steps == 1 ? ms : 0.9 * stats_.mean_step_ms + 0.1 * ms;
+  stats_.last_batch_tokens = plan.n_tokens;
+  stats_.last_batch_seqs = static_cast<int32_t>(plan.seqs.size());
+}
+
+engine_stats engine::stats() const {
+  engine_stats s = stats_;
+  s.running = sched_.n_running();
+  s.waiting = sched_.n_waiting();
+  s.free_blocks = pool_.n_available();
+  s.preemptions = sched_.n_preemptions();
+  const auto ps = pool_.stats();
+  s.prefix_query_tokens = ps.prefix_query_tokens;
+  s.prefix_hit_tokens = ps.prefix_hit_tokens;
+  return s;
+}
+
+}  // namespace sy

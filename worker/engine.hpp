@@ -1,0 +1,123 @@
+// The worker's engine: continuous batching over the paged KV cache, one step at a time.
+//
+// A plain state class (the engine actor is a thin shell around it): submit() and cancel()
+// between steps, step() runs one scheduler iteration — one batched forward over every scheduled
+// token — and reports what each request produced. Owned by one thread (the engine actor's).
+//
+// Per step: scheduler.schedule(now) -> cpu_forward over the plan (decodes + prefill chunks,
+// K/V written through block tables) -> per sampled sequence: sampler, UTF-8-safe detokenizer,
+// stop strings, EOS -> scheduler.update(). Finished requests (stop, length, cancelled,
+// deadline) release their blocks in the step that finishes them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "worker/cpu_forward.hpp"
+#include "worker/kv_arena.hpp"
+#include "worker/kv_block_pool.hpp"
+#include "worker/sampler.hpp"
+#include "worker/scheduler.hpp"
+#include "worker/stop_matcher.hpp"
+
+namespace sy {
+
+struct engine_config {
+  int32_t n_kv_blocks = 1024;       // KV arena size in blocks
+  int32_t block_size = 16;          // tokens per block
+  int64_t max_context = 2048;       // prompt + max_tokens per request
+  scheduler_config sched;
+};
+
+// Why submit() refused a request (the caller turns it into an error message).
+struct submit_error {
+  std::string code;     // "duplicate_request", "invalid_request", "exceeds_kv_capacity"
+  std::string message;  // names the field or the limit
+};
+
+// What one request produced in a step: new tokens and text, and the end when finished.
+struct request_event {
+  std::string id;
+  std::vector<token_id> tokens;
+  std::string text;                        // UTF-8-complete delta, stop strings excluded
+  finish_reason finish = finish_reason::none;
+  request_usage usage;                     // filled on finish
+};
+
+struct engine_stats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t free_blocks = 0;                 // available: free + evictable cached
+  int32_t total_blocks = 0;
+  uint64_t steps = 0;
+  uint64_t preemptions = 0;
+  uint64_t prompt_tokens = 0;              // tokens run through the forward as prefill
+  uint64_t decode_tokens = 0;              // tokens sampled
+  uint64_t prefix_query_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  double last_step_ms = 0;
+  double mean_step_ms = 0;                 // exponential moving average
+  int32_t last_batch_tokens = 0;
+  int32_t last_batch_seqs = 0;
+};
+
+class engine {
+ public:
+  engine(const llama_model& model, cpu::thread_pool& pool, engine_config config);
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Validates and queues a request. `deadline_ms` is on the clock step() is given (0: none).
+  std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt,
+                                     const sampling_params& params, int32_t priority,
+                                     int64_t deadline_ms = 0);
+  // Cancels a live request; it is reported finished (cancelled) by the next step().
+  bool cancel(const std::string& id);
+  bool has_work() const { return !live_.empty(); }
+  bool is_live(const std::string& id) const { return by_name_.count(id) != 0; }
+
+  // One iteration. Appends one event per request that produced something or finished.
+  void step(int64_t now_ms, std::vector<request_event>& events);
+
+  engine_stats stats() const;
+  const kv_block_pool& pool() const { return pool_; }
+  const engine_config& config() const { return config_; }
+  const llama_model& model() const { return model_; }
+
+ private:
+  struct live_request {
+    std::string name;
+    sampling_params params;
+    sampler smp;
+    stop_matcher stops;
+    stream_decoder decoder;
+    live_request(std::string n, const sampling_params& p, const tokenizer& tok)
+        : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
+  };
+
+  void finish_event(request_id id, finish_reason reason, const request_usage& usage,
+                    std::vector<request_event>& events);
+  request_event& event_for(request_id id, std::vector<request_event>& events);
+
+  const llama_model& model_;
+  engine_config config_;
+  kv_arena arena_;
+  kv_block_pool pool_;
+  scheduler sched_;
+  cpu_forward forward_;
+  std::unordered_map<request_id, std::unique_ptr<live_request>> live_;
+  std::unordered_map<std::string, request_id> by_name_;
+  request_id next_id_ = 1;
+  engine_stats stats_;
+  // Step scratch.
+  std::vector<batch_seq> batch_;
+  std::vector<float> logits_;
+  std::vector<sampled_token> sampled_;
+  std::unordered_map<request_id, size_t> event_index_;
+};
+
+}  // namespace sy
