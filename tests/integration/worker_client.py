@@ -1,0 +1,129 @@
+"""A small client for the router <-> worker protocol (ZeroMQ DEALER + MessagePack), used by the
+integration tests to drive a real switchyard-worker process the way a router does."""
+import json
+import os
+import socket
+import subprocess
+import time
+
+import msgpack
+import zmq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("SY_BUILD_DIR", os.path.join(ROOT, "build"))
+WORKER = os.path.join(BUILD, "worker", "switchyard-worker")
+MODEL = os.environ.get("SY_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tokenize(prompt, chat=True):
+    cmd = [WORKER, "tokenize", "--model", MODEL, "--prompt", prompt] + (["--chat"] if chat else [])
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+class Worker:
+    """A switchyard-worker process on free loopback ports."""
+
+    def __init__(self, *extra):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
+             "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:  # ready when /metrics answers
+            if self.proc.poll() is not None:
+                raise RuntimeError("worker exited: " + self.proc.stderr.read())
+            try:
+                self.metrics()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("worker did not come up")
+
+    def metrics(self):
+        with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=2) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        head, _, body = data.decode().partition("\r\n\r\n")
+        values = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                values[k] = float(v)
+        return values
+
+    def stop(self, sig=15, timeout=40):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+class Client:
+    """A DEALER socket speaking to one worker, like a router does."""
+
+    def __init__(self, endpoint, identity=None):
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        if identity:
+            self.sock.setsockopt(zmq.IDENTITY, identity)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+
+    def close(self):
+        self.sock.close(0)
+
+    def send(self, typ, body):
+        raw = body if isinstance(body, bytes) else msgpack.packb(body, use_bin_type=True)
+        self.sock.send_multipart([typ.encode(), raw])
+
+    def send_raw(self, frames):
+        self.sock.send_multipart(frames)
+
+    def recv(self, timeout=30.0):
+        if not self.sock.poll(int(timeout * 1000)):
+            raise TimeoutError("no message from the worker")
+        frames = self.sock.recv_multipart()
+        return frames[0].decode(), msgpack.unpackb(frames[1], raw=False)
+
+    def hello(self, version=1):
+        self.send("hello", {"version": version, "router_id": "test-router"})
+        return self.recv()
+
+    def submit(self, request_id, prompt, max_tokens=16, stream=True, **sampling):
+        s = {"max_tokens": max_tokens, **sampling}
+        self.send("submit", {"request_id": request_id, "prompt": prompt, "sampling": s, "stream": stream,
+                             **{k: v for k, v in sampling.items() if k in ("priority", "deadline_unix_ms")}})
+
+    def collect(self, ids, timeout=120.0):
+        """Reads until every id in `ids` has ended; returns {id: {"tokens", "text", "finish", "usage",
+        "messages", "errors"}} (heartbeats skipped)."""
+        out = {i: {"tokens": [], "text": "", "finish": None, "usage": None, "messages": 0, "error": None} for i in ids}
+        pending = set(ids)
+        end = time.time() + timeout
+        while pending:
+            typ, body = self.recv(max(0.1, end - time.time()))
+            if typ == "tokens":
+                r = out[body["request_id"]]
+                r["tokens"] += body.get("token_ids", [])
+                r["text"] += body.get("text", "")
+                r["messages"] += 1
+                if body.get("finish_reason"):
+                    r["finish"], r["usage"] = body["finish_reason"], body.get("usage")
+                    pending.discard(body["request_id"])
+            elif typ == "error" and body.get("request_id") in out:
+                out[body["request_id"]]["error"] = body
+                pending.discard(body["request_id"])
+        return out

@@ -1,0 +1,36 @@
+// The link actor: owns the worker's ZeroMQ ROUTER socket (routers connect to it) and the
+// inproc PULL end of the engine's outbox. A blocking actor on its own thread — zmq::poll never
+// runs inside a scheduled actor. Pure transport: frames in go to the engine actor as they are;
+// frames out come from the outbox.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/blocking_actor.hpp>
+
+namespace zmq { class context_t; }
+
+namespace sy {
+
+struct link_config {
+  std::string listen;          // e.g. tcp://*:5555
+  int high_water_mark = 10000;  // messages queued per peer, each direction
+};
+
+struct link_counters {
+  std::atomic<uint64_t> frames_in{0};
+  std::atomic<uint64_t> frames_out{0};
+  std::atomic<uint64_t> malformed_envelopes{0};  // not [identity][type][body]
+  std::atomic<uint64_t> unreachable{0};          // sends to a peer that is gone
+  std::atomic<uint64_t> hwm_blocked{0};          // sends refused by a full queue (retried)
+  std::atomic<uint64_t> dropped{0};              // given up after retries
+};
+
+// Runs until *stop becomes true. Throws (ending the actor) if the socket cannot bind.
+void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg, caf::actor engine,
+                std::shared_ptr<std::atomic<bool>> stop, std::shared_ptr<link_counters> counters);
+
+}  // namespace sy

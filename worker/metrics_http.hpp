@@ -1,0 +1,29 @@
+// A minimal HTTP/1.1 endpoint for Prometheus scrapes: GET /metrics (and GET /health) on its own
+// thread, one short connection at a time. `render` is called on that thread and must be
+// thread-safe. Everything else gets 404; a client has 2 s to send its request line.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace sy {
+
+class metrics_http {
+ public:
+  // Binds host:port (port 0 picks a free one); throws std::runtime_error when it cannot.
+  metrics_http(const std::string& host, int port, std::function<std::string()> render);
+  ~metrics_http();
+  int port() const { return port_; }
+
+ private:
+  void serve();
+  int fd_ = -1;
+  int port_ = 0;
+  std::function<std::string()> render_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace sy

@@ -1,0 +1,230 @@
+// Iteration-level (continuous batching) scheduler: decides, step by step, which tokens of which
+// requests go into the next batched forward, and keeps each request's KV block table in the
+// kv_block_pool.
+//
+// A plain state machine with explicit inputs and outputs (vLLM v1's schedule() /
+// update_from_output()): no threads, no model, no clock — time comes in as `now_ms`.
+//   add(request_spec)           a request arrives;
+//   schedule(now_ms) -> plan    what to run this step (tokens, positions, block tables);
+//   update(plan, sampled)       what the forward produced: one token per sampled sequence.
+// cancel() may be called between any two of these calls.
+//
+// One step, in order:
+//   1. expire   requests whose deadline < now_ms finish with finish_reason::deadline;
+//   2. decode   one token for every running sequence whose (re)computed prefill is done;
+//   3. prefill  the rest of the token budget goes to running sequences still in prefill, as
+//               chunks (chunked prefill), best priority first;
+//   4. admit    waiting requests, strictly in queue order (priority, then arrival), while
+//               blocks, budget and max_running last. The head is never skipped: if it cannot be
+//               admitted, nothing behind it is. Skipped in a step that had to preempt in 2-3.
+// Ordering key everywhere: lower `priority` value = more urgent (as vLLM); ties by arrival.
+//
+// KV blocks: a running request holds blocks covering positions [0, n_computed + n_scheduled);
+// blocks[i] holds positions [i * block_size, (i + 1) * block_size). Full blocks are registered
+// in the pool's prefix cache after the step that filled them; a request only ever writes into
+// blocks it allocated itself and that are not yet full, never into shared or registered ones.
+// When a running sequence cannot get the blocks it needs, the running request with the worst
+// priority (ties: the most recently admitted) is preempted — possibly the one asking: all its
+// blocks are released and it goes back to the queue at its original place, to recompute prompt
+// + output so far (mostly from the prefix cache) when readmitted.
+//
+// Owned by one thread (the engine's step loop), like the pool it drives; not thread-safe.
+// Nothing here throws on the step path (besides std::bad_alloc); misuse is an assert.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/tokenizer.hpp"
+#include "worker/kv_block_pool.hpp"
+
+namespace sy {
+
+using request_id = uint64_t;
+
+// Lifecycle of a request inside the scheduler:
+//   waiting   -> running     admitted: blocks allocated, prefix cache consulted;
+//   running   -> preempted   out of blocks: blocks released, requeued at its arrival place;
+//   preempted -> running     readmitted: recomputes prompt + output so far;
+//   any       -> finished    terminal: blocks released in the same call, then forgotten.
+enum class request_state : uint8_t { waiting, running, preempted, finished };
+
+enum class finish_reason : uint8_t {
+  none,       // not finished
+  stop,       // the engine saw EOS or a stop string (update(): sampled_token::stop)
+  length,     // max_tokens output tokens generated
+  cancelled,  // cancel(): the client went away
+  deadline,   // its deadline passed before it completed
+  error,      // the engine gave up on it (cancel(id, finish_reason::error))
+};
+
+const char* to_string(request_state s);
+const char* to_string(finish_reason r);
+
+struct request_spec {
+  request_id id = 0;                   // unique among live requests
+  std::vector<token_id> prompt;        // not empty
+  int32_t max_tokens = 16;             // output tokens, >= 1
+  int32_t priority = 0;                // lower = more urgent
+  std::optional<int64_t> deadline_ms;  // finished with `deadline` once deadline < now_ms
+};
+
+struct scheduler_config {
+  int32_t max_tokens_per_step = 256;  // token budget of one forward (decodes + chunks)
+  int32_t max_running = 32;           // requests holding KV blocks at once
+  // A waiting request strictly more urgent than the worst running one preempts it when it
+  // cannot otherwise be admitted.
+  bool preempt_for_priority = true;
+};
+
+// Token counts of a request, as billed (OpenAI `usage`).
+struct request_usage {
+  int32_t n_prompt = 0;
+  int32_t n_cached_prompt = 0;  // prompt tokens found in the prefix cache at first admission
+  int32_t n_completion = 0;     // output tokens sampled
+  int32_t n_preemptions = 0;    // times it was preempted and recomputed
+};
+
+struct finished_request {
+  request_id id = 0;
+  finish_reason reason = finish_reason::none;
+  request_usage usage;
+};
+
+// One sequence of a step: feed `tokens` at positions [pos0, pos0 + tokens.size()).
+struct scheduled_seq {
+  request_id id = 0;
+  int64_t pos0 = 0;                   // K/V of [0, pos0) already in the blocks
+  std::vector<token_id> tokens;       // prompt chunk, recompute chunk, or last sampled token
+  std::vector<block_id> block_table;  // covers [0, pos0 + tokens.size())
+  bool sample = false;                // the chunk ends the known tokens: sample one after it
+};
+
+struct step_plan {
+  uint64_t step = 0;                       // 1, 2, ... (schedule() calls)
+  std::vector<scheduled_seq> seqs;         // decodes, then prefill chunks, then admissions
+  std::vector<request_id> preempted;       // preempted in this schedule() (requeued)
+  std::vector<finished_request> finished;  // cancelled since the last schedule(), or expired
+  int32_t n_tokens = 0;                    // sum of seqs[i].tokens.size() <= max_tokens_per_step
+};
+
+// What the forward produced for one sampled sequence, in the order of the plan's sampled seqs.
+struct sampled_token {
+  request_id id = 0;
+  token_id token = 0;
+  bool stop = false;  // the engine decided it is finished (EOS, stop string)
+};
+
+enum class add_status : uint8_t {
+  ok,
+  exceeds_kv_capacity,  // prompt + max_tokens needs more blocks than the whole pool holds
+};
+
+class scheduler {
+ public:
+  // `pool` must outlive the scheduler, and the scheduler must be its only user.
+  explicit scheduler(kv_block_pool& pool, scheduler_config config = {});
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  add_status add(request_spec spec);
+  // Finishes a live request now (`reason`: cancelled or error): a waiting one just leaves the
+  // queue, a running one releases its blocks at once. Reported in the next plan's `finished`.
+  // False when `id` is not live (unknown or already finished).
+  bool cancel(request_id id, finish_reason reason = finish_reason::cancelled);
+
+  step_plan schedule(int64_t now_ms);
+  // `sampled`: one entry per plan seq with sample == true, in plan order. Advances every
+  // scheduled sequence, registers blocks that became full, appends sampled tokens and finishes
+  // requests on stop or max_tokens (releasing their blocks). Returns those finished. Sequences
+  // cancelled between schedule() and update() are skipped.
+  std::vector<finished_request> update(const step_plan& plan,
+                                       std::span<const sampled_token> sampled);
+
+  int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }  // incl. preempted
+  uint64_t n_preemptions() const { return n_preemptions_; }
+  // Live requests only (finished ones are reported once, by schedule() or update()).
+  std::optional<request_state> state(request_id id) const;
+  std::optional<request_usage> usage(request_id id) const;
+  // Prompt + output tokens of a live request.
+  std::span<const token_id> tokens(request_id id) const;
+
+  // Block tables agree with the pool's ref counts (the scheduler as its only user), waiting
+  // requests hold no blocks, queues agree with states; plus the pool's own invariants.
+  bool check_invariants(std::string* why = nullptr) const;
+
+ private:
+  struct request {
+    request_id id = 0;
+    int32_t priority = 0;
+    uint64_t arrival = 0;    // add() order: its queue place, kept across preemptions
+    uint64_t admission = 0;  // order of its latest admission: larger = more recent
+    std::optional<int64_t> deadline_ms;
+    int32_t max_tokens = 0;
+    int32_t n_prompt = 0;
+    std::vector<token_id> tokens;  // prompt, then the output tokens sampled so far
+    request_state state = request_state::waiting;
+    // Leading tokens whose K/V are in `blocks`. While live, n_computed < tokens.size(): the
+    // last sampled token is always still to be fed.
+    int32_t n_computed = 0;
+    // tokens.size() at the latest admission: in prefill (or recompute) while n_computed < this.
+    int32_t n_prefill_end = 0;
+    std::vector<block_id> blocks;        // block table; empty unless running
+    std::vector<uint64_t> block_hashes;  // chain hashes of blocks[0, size()), all full
+    int32_t n_cached_prompt = -1;        // -1 until first admission
+    int32_t n_preemptions = 0;
+  };
+  struct queue_key {
+    int32_t priority;
+    uint64_t arrival;
+    auto operator<=>(const queue_key&) const = default;
+  };
+  struct slot {
+    request* req;
+    int32_t n_tokens;
+  };
+  enum class admit_result : uint8_t { admitted, no_slot, no_blocks };
+
+  void expire(int64_t now_ms, step_plan& plan);
+  void schedule_decodes(step_plan& plan);
+  void schedule_prefill_chunks(step_plan& plan);
+  void admit_waiting(step_plan& plan);
+  admit_result try_admit(request& r);
+  bool reserve_blocks(request& r, int32_t n_tokens, step_plan& plan);
+  request* pick_victim() const;
+  void preempt(request& r, step_plan& plan);
+  void unschedule(const request& r);
+  void finish(request& r, finish_reason reason, std::vector<finished_request>& out);
+  void release_blocks(request& r);
+  void register_full_blocks(request& r);
+  std::vector<request*> running_by_priority() const;
+  void build_plan(step_plan& plan) const;
+
+  kv_block_pool& pool_;
+  scheduler_config config_;
+  int32_t block_size_;
+  std::unordered_map<request_id, request> requests_;    // live: waiting, preempted, running
+  std::set<std::pair<queue_key, request_id>> waiting_;  // waiting + preempted, admission order
+  std::vector<request*> running_;                       // admission order
+  std::set<std::pair<int64_t, request_id>> deadlines_;  // live requests with a deadline
+  std::vector<finished_request> cancelled_;             // since the last schedule()
+  uint64_t n_arrivals_ = 0;                             // add() calls: the next arrival number
+  uint64_t n_admissions_ = 0;                           // admissions, readmissions included
+  uint64_t n_preemptions_ = 0;
+  uint64_t n_steps_ = 0;
+  // The step being built: what is scheduled so far and the budget left.
+  std::vector<slot> slots_;
+  int32_t budget_left_ = 0;
+  // The head that last failed to get blocks and the pool's availability then: it is not tried
+  // again (acquire_prefix + release) until blocks free up, so a blocked head does not inflate
+  // the prefix-cache query statistics every step.
+  std::optional<std::pair<request_id, int32_t>> blocked_head_;
+};
+
+}  // namespace sy

@@ -1,0 +1,119 @@
+#include "worker/serve.hpp"
+
+#include <caf/all.hpp>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+#include <unistd.h>
+#include <zmq.hpp>
+
+#include "common/cli_args.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "worker/actor_protocol.hpp"
+#include "worker/engine_actor.hpp"
+#include "worker/link_actor.hpp"
+#include "worker/metrics_http.hpp"
+
+namespace sy {
+
+int run_serve(const cli_args& a, const char* default_model) {
+  a.check_known({"model", "listen", "metrics-host", "metrics-port", "kv-blocks", "kv-memory-mb", "block-size",
+                 "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm"});
+  // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  const std::string model_path = a.get("model", default_model);
+  auto model = llama_model::load(model_path, pool);
+  const auto& hp = model->hparams();
+
+  engine_config ec;
+  ec.block_size = static_cast<int32_t>(a.get_int("block-size", 16));
+  ec.max_context = std::min<int64_t>(a.get_int("max-context", 2048), hp.n_ctx_train);
+  ec.sched.max_running = static_cast<int32_t>(a.get_int("max-running", 32));
+  ec.sched.max_tokens_per_step = static_cast<int32_t>(a.get_int("max-batch-tokens", 256));
+  const int64_t block_bytes = 2 * hp.n_layer * ec.block_size * hp.kv_dim() * static_cast<int64_t>(sizeof(float));
+  if (a.has("kv-blocks")) {
+    ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-blocks", 1024));
+  } else {
+    ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-memory-mb", 512) * (1 << 20) / block_bytes);
+  }
+  if (ec.block_size < 1 || ec.block_size > 256 || ec.n_kv_blocks < 1 || ec.sched.max_running < 1 ||
+      ec.sched.max_tokens_per_step < 1 || ec.max_context < 2)
+    throw std::invalid_argument("serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
+                                "--max-batch-tokens and --max-context must be positive");
+  engine eng(*model, pool, ec);
+
+  service_config sc;
+  sc.worker_id = a.get("worker-id", "worker-" + std::to_string(::getpid()));
+  sc.model_id = model_path.substr(model_path.find_last_of('/') + 1);
+  if (sc.model_id.size() > 5 && sc.model_id.substr(sc.model_id.size() - 5) == ".gguf")
+    sc.model_id.resize(sc.model_id.size() - 5);
+
+  auto metrics = std::make_shared<shared_metrics>();
+  std::unique_ptr<metrics_http> http;
+  const int metrics_port = static_cast<int>(a.get_int("metrics-port", 9100));
+  if (metrics_port >= 0)
+    http = std::make_unique<metrics_http>(a.get("metrics-host", "127.0.0.1"), metrics_port, [metrics] {
+      metrics_snapshot copy;
+      {
+        std::lock_guard<std::mutex> lk(metrics->mu);
+        copy = metrics->snap;
+      }
+      return render_metrics(copy);
+    });
+
+  zmq::context_t ctx(1);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto engine_act = sys.spawn<caf::detached>(engine_actor, &ctx, &eng, sc, metrics);
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto link_counts = std::make_shared<link_counters>();
+  link_config lc;
+  lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
+  lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
+  auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
+
+  std::fprintf(stderr,
+               "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB), "
+               "max context %lld, max running %d, %s kernels, %d threads\n",
+               sc.model_id.c_str(), lc.listen.c_str(),
+               http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str() : "off",
+               ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20),
+               static_cast<long long>(ec.max_context), ec.sched.max_running, cpu::kernel_isa_name(), pool.size());
+
+  // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: accept nothing
+  // new, finish what is running (at most 30 s), stop.
+  auto link_alive = std::make_shared<std::atomic<bool>>(true);
+  sys.spawn([link_act, link_alive](caf::event_based_actor* self) {
+    self->monitor(link_act);
+    self->set_down_handler([link_alive, self](caf::down_msg& dm) {
+      link_alive->store(false);
+      if (dm.reason && dm.reason != caf::exit_reason::normal)
+        std::fprintf(stderr, "switchyard-worker: link stopped: %s\n", caf::to_string(dm.reason).c_str());
+      ::kill(::getpid(), SIGTERM);  // process-directed: main's sigwait takes it
+      self->quit();
+    });
+  });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "switchyard-worker: %s, draining\n", link_alive->load() ? "signal received" : "link failed");
+  caf::anon_send(engine_act, drain_atom::value);
+  for (int i = 0; i < 300; ++i) {
+    {
+      std::lock_guard<std::mutex> lk(metrics->mu);
+      if (metrics->snap.draining && metrics->snap.engine.running == 0 && metrics->snap.engine.waiting == 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop->store(true);
+  caf::anon_send_exit(engine_act, caf::exit_reason::user_shutdown);
+  return link_alive->load() ? 0 : 1;
+}
+
+}  // namespace sy

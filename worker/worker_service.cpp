@@ -1,0 +1,230 @@
+#include "worker/worker_service.hpp"
+
+namespace sy {
+namespace {
+
+const char* finish_name(finish_reason r) {
+  switch (r) {
+    case finish_reason::none: return "";
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::cancelled: return "cancelled";
+    case finish_reason::deadline: return "deadline";
+    case finish_reason::error: return "error";
+  }
+  return "error";
+}
+
+sampling_params from_wire(const proto::wire_sampling& w) {
+  sampling_params p;
+  p.temperature = w.temperature;
+  p.top_k = w.top_k;
+  p.top_p = w.top_p;
+  p.min_p = w.min_p;
+  p.repetition_penalty = w.repetition_penalty;
+  p.repeat_last_n = w.repeat_last_n;
+  p.seed = w.seed;
+  p.has_seed = w.has_seed;
+  p.max_tokens = w.max_tokens;
+  p.stop = w.stop;
+  p.ignore_eos = w.ignore_eos;
+  return p;
+}
+
+// Engine-side id, unique across routers: the identity's length, the identity, the request id.
+std::string engine_id(const std::string& peer, const std::string& request_id) {
+  return std::to_string(peer.size()) + ":" + peer + request_id;
+}
+
+}  // namespace
+
+proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f) {
+  proto::tokenizer_spec t;
+  t.model = f.get_string("tokenizer.ggml.model");
+  if (const auto* v = f.find("tokenizer.ggml.pre"); v && v->type == gguf::value_type::string) t.pre = std::string(v->str);
+  for (auto s : f.get_strings("tokenizer.ggml.tokens")) t.tokens.emplace_back(s);
+  if (const auto* v = f.find("tokenizer.ggml.token_type"); v && v->type == gguf::value_type::array)
+    for (const auto& x : v->items) t.token_types.push_back(static_cast<int32_t>(x.as_int()));
+  if (f.find("tokenizer.ggml.merges"))
+    for (auto s : f.get_strings("tokenizer.ggml.merges")) t.merges.emplace_back(s);
+  auto id = [&](const char* key) {
+    const auto* v = f.find(key);
+    return v && v->is_integer() ? static_cast<int32_t>(v->as_int()) : -1;
+  };
+  t.bos_id = id("tokenizer.ggml.bos_token_id");
+  t.eos_id = id("tokenizer.ggml.eos_token_id");
+  t.unk_id = id("tokenizer.ggml.unknown_token_id");
+  t.pad_id = id("tokenizer.ggml.padding_token_id");
+  t.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  if (const auto* v = f.find("tokenizer.chat_template"); v && v->type == gguf::value_type::string)
+    t.chat_template = std::string(v->str);
+  return t;
+}
+
+worker_service::worker_service(engine& eng, service_config config) : eng_(eng), config_(std::move(config)) {
+  welcome_.worker_id = config_.worker_id;
+  welcome_.model_id = config_.model_id;
+  const auto& ec = eng_.config();
+  welcome_.context_length = static_cast<uint32_t>(ec.max_context);
+  welcome_.kv_capacity_tokens = static_cast<uint32_t>(ec.n_kv_blocks * ec.block_size);
+  welcome_.kv_block_size = static_cast<uint32_t>(ec.block_size);
+  welcome_.max_running = static_cast<uint32_t>(ec.sched.max_running);
+  welcome_.tokenizer = tokenizer_spec_from(eng_.model().file());
+}
+
+template <class T>
+void worker_service::send(const std::string& peer, const T& m, std::vector<out_frame>& out) {
+  out.push_back({peer, std::string(proto::name(proto::type_of<T>)), proto::encode(m)});
+}
+
+void worker_service::send_error(const std::string& peer, const std::string& request_id, std::string_view code,
+                                const std::string& message, std::vector<out_frame>& out) {
+  proto::error e;
+  e.request_id = request_id;
+  e.code = std::string(code);
+  e.message = message;
+  send(peer, e, out);
+  counters_.errors_sent++;
+}
+
+void worker_service::on_frame(const std::string& peer, const std::string& type, const std::string& body,
+                              int64_t now_unix_ms, std::vector<out_frame>& out) {
+  counters_.frames_in++;
+  proto::decode_result r = proto::decode(type, body);
+  if (!r) {
+    counters_.bad_messages++;
+    if (type != proto::name(proto::msg_type::error)) {  // never answer an error with an error
+      send(peer, proto::to_wire(r.failure()), out);
+      counters_.errors_sent++;
+    }
+    return;
+  }
+  if (const auto* h = r.get_if<proto::hello>()) {
+    if (auto refuse = proto::check_version(h->version)) {
+      send(peer, *refuse, out);
+      counters_.errors_sent++;
+      return;
+    }
+    peers_[peer] = h->router_id;
+    send(peer, welcome_, out);
+    heartbeat(now_unix_ms, out);  // load right away, so a router can dispatch at once
+  } else if (const auto* s = r.get_if<proto::submit>()) {
+    handle_submit(peer, *s, now_unix_ms, out);
+  } else if (const auto* c = r.get_if<proto::cancel>()) {
+    counters_.cancels++;
+    eng_.cancel(engine_id(peer, c->request_id));  // unknown or finished: nothing to do
+  } else if (r.get_if<proto::drain>()) {
+    draining_ = true;
+  } else if (r.get_if<proto::error>()) {
+    // A router's complaint about something we sent: counted, never answered.
+    counters_.bad_messages++;
+  } else {
+    counters_.bad_messages++;
+    send_error(peer, "", proto::error_code::bad_message,
+               "message type '" + type + "' is not accepted by a worker", out);
+  }
+}
+
+void worker_service::handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms,
+                                   std::vector<out_frame>& out) {
+  counters_.submits++;
+  if (draining_) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, proto::error_code::overloaded, "worker is draining", out);
+  }
+  if (m.sampling.logprobs > 0) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, proto::error_code::invalid_request, "logprobs are not supported yet", out);
+  }
+  const std::string id = engine_id(peer, m.request_id);
+  if (m.deadline_unix_ms != 0 && static_cast<int64_t>(m.deadline_unix_ms) <= now_unix_ms) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, proto::error_code::invalid_request, "deadline already passed", out);
+  }
+  std::vector<token_id> prompt(m.prompt.begin(), m.prompt.end());
+  auto err = eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority,
+                         static_cast<int64_t>(m.deadline_unix_ms));
+  if (err) {
+    counters_.rejected++;
+    // The engine's message names its internal id; routers know theirs.
+    if (err->code == "duplicate_request")
+      return send_error(peer, m.request_id, proto::error_code::duplicate_request,
+                        "request_id '" + m.request_id + "' is already live", out);
+    return send_error(peer, m.request_id, proto::error_code::invalid_request, err->message, out);
+  }
+  owner o;
+  o.peer = peer;
+  o.request_id = m.request_id;
+  o.stream = m.stream;
+  o.pending.request_id = m.request_id;
+  owners_[id] = std::move(o);
+}
+
+bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
+  if (!eng_.has_work()) return false;
+  events_.clear();
+  eng_.step(now_unix_ms, events_);
+  for (auto& ev : events_) {
+    auto it = owners_.find(ev.id);
+    if (it == owners_.end()) continue;
+    owner& o = it->second;
+    proto::tokens& t = o.pending;
+    t.token_ids.insert(t.token_ids.end(), ev.tokens.begin(), ev.tokens.end());
+    t.text += ev.text;
+    counters_.generated_tokens += ev.tokens.size();
+    const bool done = ev.finish != finish_reason::none;
+    if (done) {
+      t.finish_reason = finish_name(ev.finish);
+      t.usage.prompt_tokens = static_cast<uint32_t>(ev.usage.n_prompt);
+      t.usage.cached_prompt_tokens = static_cast<uint32_t>(std::max(0, ev.usage.n_cached_prompt));
+      t.usage.completion_tokens = static_cast<uint32_t>(ev.usage.n_completion);
+      counters_.finished[static_cast<int>(ev.finish)]++;
+      counters_.prompt_tokens += t.usage.prompt_tokens;
+      counters_.cached_prompt_tokens += t.usage.cached_prompt_tokens;
+    }
+    if (o.stream || done) {
+      // Split long accumulations so every body stays under the protocol's limits.
+      while (t.token_ids.size() > proto::k_max_tokens_per_message) {
+        proto::tokens part;
+        part.request_id = t.request_id;
+        part.token_ids.assign(t.token_ids.begin(), t.token_ids.begin() + proto::k_max_tokens_per_message);
+        t.token_ids.erase(t.token_ids.begin(), t.token_ids.begin() + proto::k_max_tokens_per_message);
+        send(o.peer, part, out);  // text travels with the final part
+      }
+      if (!t.token_ids.empty() || !t.text.empty() || done) send(o.peer, t, out);
+      t.token_ids.clear();
+      t.text.clear();
+    }
+    if (done) owners_.erase(it);
+  }
+  return eng_.has_work();
+}
+
+void worker_service::heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out) {
+  const engine_stats s = eng_.stats();
+  proto::heartbeat hb;
+  hb.running = static_cast<uint32_t>(s.running);
+  hb.waiting = static_cast<uint32_t>(s.waiting);
+  hb.free_kv_blocks = static_cast<uint32_t>(s.free_blocks);
+  hb.total_kv_blocks = static_cast<uint32_t>(s.total_blocks);
+  hb.step_time_ms = s.mean_step_ms;
+  hb.steps = s.steps;
+  hb.draining = draining_;
+  hb.unix_ms = static_cast<uint64_t>(now_unix_ms);
+  for (const auto& [peer, router_id] : peers_) send(peer, hb, out);
+}
+
+void worker_service::on_peer_gone(const std::string& peer) {
+  counters_.peers_gone++;
+  peers_.erase(peer);
+  for (auto it = owners_.begin(); it != owners_.end();) {
+    if (it->second.peer == peer) {
+      eng_.cancel(it->first);
+      it = owners_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace sy

@@ -1,0 +1,93 @@
+// The worker's protocol logic over the engine: decodes frames from routers, answers hello with
+// welcome, turns submit/cancel/drain into engine calls, and engine events into tokens messages;
+// heartbeats to every router that said hello. No sockets and no actors: the engine actor is a
+// thin shell that feeds frames in and ships `out_frame`s out (so this is unit-testable).
+//
+// Request ids are per router: a router's "r1" and another router's "r1" are different requests;
+// a router reusing a live id gets duplicate_request. Owned by one thread (the engine actor's).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/protocol.hpp"
+#include "worker/engine.hpp"
+
+namespace sy {
+
+// One outgoing message: [peer identity][type][body].
+struct out_frame {
+  std::string peer;
+  std::string type;
+  std::string body;
+};
+
+struct service_config {
+  std::string worker_id = "worker";
+  std::string model_id = "model";
+};
+
+// Counters for /metrics (monotonic unless noted).
+struct service_counters {
+  uint64_t frames_in = 0;
+  uint64_t bad_messages = 0;           // undecodable or unexpected frames
+  uint64_t errors_sent = 0;
+  uint64_t submits = 0;
+  uint64_t rejected = 0;               // submits answered with an error
+  uint64_t cancels = 0;
+  uint64_t finished[6] = {};           // by finish_reason (index = enum value)
+  uint64_t generated_tokens = 0;
+  uint64_t prompt_tokens = 0;          // of finished requests
+  uint64_t cached_prompt_tokens = 0;   // of finished requests
+  uint64_t peers_gone = 0;
+};
+
+proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f);
+
+class worker_service {
+ public:
+  worker_service(engine& eng, service_config config);
+
+  void on_frame(const std::string& peer, const std::string& type, const std::string& body,
+                int64_t now_unix_ms, std::vector<out_frame>& out);
+  // Runs one engine step when there is work; returns whether work remains.
+  bool step(int64_t now_unix_ms, std::vector<out_frame>& out);
+  void heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out);
+  // The socket reports a router unreachable: its requests are cancelled.
+  void on_peer_gone(const std::string& peer);
+  void drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  bool has_work() const { return eng_.has_work(); }
+
+  const service_counters& counters() const { return counters_; }
+  const engine& eng() const { return eng_; }
+  size_t n_peers() const { return peers_.size(); }
+
+ private:
+  struct owner {
+    std::string peer;
+    std::string request_id;
+    bool stream = true;
+    proto::tokens pending;  // non-streaming: accumulated until the end
+  };
+  void send_error(const std::string& peer, const std::string& request_id, std::string_view code,
+                  const std::string& message, std::vector<out_frame>& out);
+  void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms,
+                     std::vector<out_frame>& out);
+  template <class T>
+  void send(const std::string& peer, const T& m, std::vector<out_frame>& out);
+
+  engine& eng_;
+  service_config config_;
+  proto::welcome welcome_;  // built once; carries the tokenizer
+  std::map<std::string, std::string> peers_;             // identity -> router_id (said hello)
+  std::unordered_map<std::string, owner> owners_;        // engine id -> who asked
+  bool draining_ = false;
+  service_counters counters_;
+  std::vector<request_event> events_;
+};
+
+}  // namespace sy
