@@ -1,0 +1,308 @@
+// The router <-> worker wire protocol, declared once (DESIGN.md §3).
+//
+// Every ZeroMQ message is a multipart [type frame, body frame]:
+//   type frame  the message name, e.g. "submit" — readable in packet captures;
+//   body frame  a msgpack MAP keyed by field name (see protocol.cpp).
+// The ROUTER socket's identity frame is added and stripped by the socket owner, not here.
+//
+// Compatibility: unknown keys are ignored and missing keys keep the struct defaults, so a field
+// can be added without a version bump. Anything that changes the meaning of an existing field
+// bumps k_protocol_version; hello/welcome carry it and a peer speaking another version is
+// refused (check_version).
+//
+// Decoding treats the body as untrusted: decode() never throws and never crashes; every
+// problem (unknown type, over-size body, malformed msgpack, wrong value types, limits below
+// exceeded) comes back as a decode_error whose message names the field. msgpack itself is an
+// implementation detail of protocol.cpp; this header stays free of it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace sy::proto {
+
+inline constexpr uint32_t k_protocol_version = 1;
+
+// Order matches the alternatives of `message` below.
+enum class msg_type : uint8_t { hello, welcome, heartbeat, submit, cancel, tokens, error, drain };
+inline constexpr size_t k_n_msg_types = 8;
+
+// The type frame: "hello", "welcome", ... ("unknown" for an out-of-range value).
+std::string_view name(msg_type t);
+// Inverse of name(); std::nullopt for anything else (exact, case-sensitive match).
+std::optional<msg_type> parse_msg_type(std::string_view type_frame);
+
+// ---- Limits, checked by decode() -------------------------------------------------------------
+
+// Body frame size, per type: welcome carries the tokenizer (~1 MB for a 49k vocabulary),
+// submit a prompt (128k tokens x 5 bytes = 640 KB), everything else is small.
+inline constexpr size_t k_max_welcome_body_bytes = 16u << 20;
+inline constexpr size_t k_max_submit_body_bytes = 4u << 20;
+inline constexpr size_t k_max_other_body_bytes = 256u << 10;
+size_t max_body_bytes(msg_type t);
+
+inline constexpr size_t k_max_id_bytes = 128;            // request_id, router_id, worker_id
+inline constexpr size_t k_max_model_id_bytes = 256;
+inline constexpr size_t k_max_prompt_tokens = 1u << 19;  // submit.prompt
+inline constexpr size_t k_max_stop_strings = 32;         // submit.sampling.stop
+inline constexpr size_t k_max_stop_bytes = 1024;         // each stop string
+inline constexpr int32_t k_max_top_logprobs = 20;        // submit.sampling.logprobs
+inline constexpr size_t k_max_tokens_per_message = 1024; // tokens.token_ids (senders split)
+inline constexpr size_t k_max_text_delta_bytes = 128u << 10;
+inline constexpr size_t k_max_error_code_bytes = 64;
+inline constexpr size_t k_max_error_message_bytes = 4096;
+inline constexpr size_t k_max_reason_bytes = 1024;       // drain.reason
+inline constexpr size_t k_max_vocab = 1u << 20;          // tokenizer tokens, token_types, merges
+inline constexpr size_t k_max_token_bytes = 4096;        // one vocabulary entry or merge
+inline constexpr size_t k_max_chat_template_bytes = 1u << 20;
+inline constexpr size_t k_max_name_bytes = 64;           // tokenizer model / pre names
+
+// ---- Messages ----------------------------------------------------------------------------------
+// Plain structs; every field has a default, and a field missing from a body keeps it.
+// Counts are in tokens / blocks / requests as named; times are milliseconds.
+
+// The tokenizer as GGUF describes it (tokenizer.ggml.*), so a router can tokenize and apply the
+// chat template without the model file.
+struct tokenizer_spec {
+  std::string model;                // tokenizer.ggml.model, e.g. "gpt2"
+  std::string pre;                  // tokenizer.ggml.pre, e.g. "smollm"
+  std::vector<std::string> tokens;  // byte strings, indexed by token id
+  std::vector<int32_t> token_types; // empty or one per token (GGUF token type enum)
+  std::vector<std::string> merges;  // "left right", highest priority first
+  int32_t bos_id = -1;              // -1: absent
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = false;
+  std::string chat_template;        // Jinja source; empty when the model has none
+
+  bool operator==(const tokenizer_spec&) const = default;
+};
+
+// router -> worker, first message on a connection.
+struct hello {
+  static constexpr msg_type k_type = msg_type::hello;
+  uint32_t version = k_protocol_version;  // required on the wire
+  std::string router_id;                  // <= k_max_id_bytes
+
+  bool operator==(const hello&) const = default;
+};
+
+// worker -> router, answer to hello.
+struct welcome {
+  static constexpr msg_type k_type = msg_type::welcome;
+  uint32_t version = k_protocol_version;  // required on the wire
+  std::string worker_id;                  // <= k_max_id_bytes
+  std::string model_id;                   // <= k_max_model_id_bytes
+  uint32_t context_length = 0;            // tokens per sequence (prompt + completion)
+  uint32_t kv_capacity_tokens = 0;        // tokens the whole KV cache holds
+  uint32_t kv_block_size = 0;             // tokens per KV block
+  uint32_t max_running = 0;               // sequences per step, at most
+  tokenizer_spec tokenizer;
+
+  bool operator==(const welcome&) const = default;
+};
+
+// worker -> router, periodically; a worker that misses heartbeats is declared dead.
+struct heartbeat {
+  static constexpr msg_type k_type = msg_type::heartbeat;
+  uint32_t running = 0;          // requests in the running batch
+  uint32_t waiting = 0;          // requests queued, not yet scheduled
+  uint32_t free_kv_blocks = 0;   // free + evictable cached blocks; <= total_kv_blocks
+  uint32_t total_kv_blocks = 0;
+  double step_time_ms = 0.0;     // recent mean duration of one engine step
+  uint64_t steps = 0;            // engine steps since start
+  bool draining = false;         // accepts no new submits
+  uint64_t unix_ms = 0;          // worker wall clock when sent, ms since the Unix epoch
+
+  bool operator==(const heartbeat&) const = default;
+};
+
+// Mirrors the worker's sampling_params without depending on worker/ headers.
+struct wire_sampling {
+  float temperature = 0.f;         // >= 0; 0: greedy
+  int32_t top_k = 0;               // >= 0; 0: off
+  float top_p = 1.f;               // [0, 1]; 1: off
+  float min_p = 0.f;               // [0, 1]; 0: off
+  float repetition_penalty = 1.f;  // > 0; 1: off
+  int32_t repeat_last_n = 64;      // >= 0; tokens the penalty looks back over
+  uint64_t seed = 0;               // used only when has_seed
+  bool has_seed = false;
+  int32_t max_tokens = 256;        // >= 0; completion tokens at most
+  std::vector<std::string> stop;   // <= k_max_stop_strings, each non-empty, <= k_max_stop_bytes
+  bool ignore_eos = false;
+  int32_t logprobs = 0;            // top logprobs per token, [0, k_max_top_logprobs]; 0: off
+
+  bool operator==(const wire_sampling&) const = default;
+};
+
+// router -> worker.
+struct submit {
+  static constexpr msg_type k_type = msg_type::submit;
+  std::string request_id;          // non-empty, <= k_max_id_bytes; unique per router
+  std::vector<int32_t> prompt;     // token ids (>= 0; the worker checks the vocabulary)
+  wire_sampling sampling;
+  int32_t priority = 0;            // lower = more urgent
+  uint64_t deadline_unix_ms = 0;   // ms since the Unix epoch; 0: none
+  bool stream = true;              // send tokens as they come (else one final tokens message)
+
+  bool operator==(const submit&) const = default;
+};
+
+// router -> worker: stop generating `request_id` and free its blocks (answered by a final
+// tokens message with finish_reason "cancelled").
+struct cancel {
+  static constexpr msg_type k_type = msg_type::cancel;
+  std::string request_id;          // non-empty, <= k_max_id_bytes
+
+  bool operator==(const cancel&) const = default;
+};
+
+struct token_usage {
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;  // of prompt_tokens, served from the prefix cache
+  uint32_t completion_tokens = 0;
+
+  bool operator==(const token_usage&) const = default;
+};
+
+struct top_logprob {
+  int32_t token = 0;
+  float logprob = 0.f;  // natural log
+
+  bool operator==(const top_logprob&) const = default;
+};
+
+struct token_logprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+  std::vector<top_logprob> top;  // <= k_max_top_logprobs, most likely first
+
+  bool operator==(const token_logprob&) const = default;
+};
+
+// Valid tokens.finish_reason values; "" means the request is still running.
+inline constexpr std::string_view k_finish_reasons[] = {"",         "stop",  "length", "cancelled",
+                                                        "deadline", "error"};
+
+// worker -> router: new tokens of one request; the message with a non-empty finish_reason is
+// the request's last. Senders keep a body under max_body_bytes(msg_type::tokens) by splitting.
+struct tokens {
+  static constexpr msg_type k_type = msg_type::tokens;
+  std::string request_id;              // non-empty, <= k_max_id_bytes
+  std::vector<int32_t> token_ids;      // <= k_max_tokens_per_message
+  std::string text;                    // UTF-8 delta for token_ids (never half a character)
+  std::string finish_reason;           // one of k_finish_reasons
+  token_usage usage;                   // totals so far
+  std::vector<token_logprob> logprobs; // empty, or one per token_ids entry
+
+  bool operator==(const tokens&) const = default;
+};
+
+// Error codes carried by `error`.
+namespace error_code {
+inline constexpr std::string_view bad_message = "bad_message";
+inline constexpr std::string_view duplicate_request = "duplicate_request";
+inline constexpr std::string_view unknown_version = "unknown_version";
+inline constexpr std::string_view invalid_request = "invalid_request";
+inline constexpr std::string_view overloaded = "overloaded";
+}  // namespace error_code
+
+// Either direction. With a request_id it ends that request; without one it is about the
+// connection (a refused hello, an undecodable message).
+struct error {
+  static constexpr msg_type k_type = msg_type::error;
+  std::string request_id;  // may be empty; <= k_max_id_bytes
+  std::string code;        // error_code::*, <= k_max_error_code_bytes
+  std::string message;     // human readable, <= k_max_error_message_bytes
+
+  bool operator==(const error&) const = default;
+};
+
+// router (or operator) -> worker: finish what is running, accept nothing new.
+struct drain {
+  static constexpr msg_type k_type = msg_type::drain;
+  std::string reason;  // optional, <= k_max_reason_bytes
+
+  bool operator==(const drain&) const = default;
+};
+
+using message = std::variant<hello, welcome, heartbeat, submit, cancel, tokens, error, drain>;
+
+template <class T>
+inline constexpr msg_type type_of = T::k_type;
+
+inline msg_type type_of_message(const message& m) { return static_cast<msg_type>(m.index()); }
+
+// ---- Encoding ----------------------------------------------------------------------------------
+// The body frame; the type frame is name(type_of<T>). Does not validate: a sender that breaks
+// the limits above gets its message refused by the peer's decode().
+std::string encode(const hello& m);
+std::string encode(const welcome& m);
+std::string encode(const heartbeat& m);
+std::string encode(const submit& m);
+std::string encode(const cancel& m);
+std::string encode(const tokens& m);
+std::string encode(const error& m);
+std::string encode(const drain& m);
+std::string encode(const message& m);
+
+// ---- Decoding ----------------------------------------------------------------------------------
+
+enum class decode_errc : uint8_t {
+  unknown_type,   // the type frame names no message
+  too_large,      // body over max_body_bytes(type)
+  malformed,      // not one complete msgpack map (garbage, truncated, trailing bytes, nesting
+                  // or container sizes over the limits)
+  invalid_field,  // a field of the wrong type or outside its bounds
+};
+std::string_view name(decode_errc c);  // "unknown_type", ... (a metric label)
+
+struct decode_error {
+  decode_errc code = decode_errc::malformed;
+  std::string message;     // names the type and field; never echoes body bytes
+  std::string request_id;  // set when the body carried a valid request_id despite the error,
+                           // so the reply can end that request
+};
+
+// The `error` message a receiver sends back for a message it could not decode: code
+// invalid_request when the request is known, else bad_message. (An undecodable `error` is
+// logged and counted, not answered, so two peers cannot ping-pong errors.)
+error to_wire(const decode_error& e);
+
+class decode_result {
+ public:
+  decode_result(message m) : v_(std::move(m)) {}
+  decode_result(decode_error e) : v_(std::move(e)) {}
+
+  bool ok() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return ok(); }
+  // Preconditions: ok() for value(), !ok() for failure() (std::bad_variant_access otherwise).
+  const message& value() const { return std::get<0>(v_); }
+  message& value() { return std::get<0>(v_); }
+  const decode_error& failure() const { return std::get<1>(v_); }
+  // The message if it decoded to a T, else nullptr.
+  template <class T>
+  const T* get_if() const noexcept {
+    const message* m = std::get_if<0>(&v_);
+    return m ? std::get_if<T>(m) : nullptr;
+  }
+
+ private:
+  std::variant<message, decode_error> v_;
+};
+
+// Never throws and never reads past `body`; out of memory while decoding is reported as an
+// error (out of memory while reporting it terminates).
+decode_result decode(std::string_view type_frame, std::string_view body) noexcept;
+
+// nullopt when `peer_version` (from hello/welcome) is ours; else the error to send back before
+// closing: code unknown_version, message naming both versions.
+std::optional<error> check_version(uint32_t peer_version);
+
+}  // namespace sy::proto

@@ -1,0 +1,609 @@
+// The continuous-batching scheduler, driven by a fake forward (no model) over the real
+// kv_block_pool. The fake keeps the token each KV slot holds, so every step also checks that a
+// sequence reads exactly its own tokens through its block table and only writes into blocks it
+// owns alone (ref 1, unregistered).
+#define CATCH_CONFIG_ENABLE_PAIR_STRINGMAKER
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/kv_block_pool.hpp"
+#include "worker/scheduler.hpp"
+
+using namespace sy;
+
+namespace {
+
+constexpr token_id k_eos = 2;
+using ran_step = std::vector<std::pair<request_id, int32_t>>;  // (id, tokens fed), plan order
+
+// Tokens [base, base + n).
+std::vector<token_id> prompt_of(int32_t n, token_id base) {
+  std::vector<token_id> p(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = base + i;
+  return p;
+}
+
+std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The token the fake model samples as output number `n_out` of request `id`.
+token_id token_for(request_id id, size_t n_out) {
+  return static_cast<token_id>(id * 1000 + n_out + 10);
+}
+
+struct fake_engine {
+  kv_block_pool pool;
+  scheduler sched;
+  scheduler_config cfg;
+  int32_t bs;
+  std::vector<std::vector<token_id>> kv;            // [block][slot]: token held, -1 none
+  std::map<request_id, std::vector<token_id>> seq;  // expected prompt + outputs
+  std::map<request_id, int32_t> n_prompt, max_tokens, stop_at;
+  std::map<request_id, finished_request> finished;
+  std::vector<ran_step> ran;
+  std::vector<std::vector<bool>> decode;           // per step, per seq: feeds a sampled token
+  std::vector<std::vector<request_id>> preempted;  // per step
+  int64_t now = 0;
+
+  fake_engine(int32_t n_blocks, int32_t block_size, scheduler_config c = {})
+      : pool(n_blocks, block_size),
+        sched(pool, c),
+        cfg(c),
+        bs(block_size),
+        kv(static_cast<size_t>(n_blocks),
+           std::vector<token_id>(static_cast<size_t>(block_size), -1)) {}
+
+  // The simulated KV slot of position `p` in a sequence with block table `table`.
+  token_id& slot(const std::vector<block_id>& table, size_t p) {
+    const auto b = static_cast<size_t>(bs);
+    return kv[static_cast<size_t>(table[p / b])][p % b];
+  }
+
+  // `stop_after`: the engine reports stop (EOS) with output number stop_after (1-based).
+  add_status add(request_id id, std::vector<token_id> prompt, int32_t max_tok, int32_t priority = 0,
+                 std::optional<int64_t> deadline = {}, int32_t stop_after = 0) {
+    seq[id] = prompt;
+    n_prompt[id] = static_cast<int32_t>(prompt.size());
+    max_tokens[id] = max_tok;
+    if (stop_after > 0) stop_at[id] = stop_after;
+    return sched.add(request_spec{id, std::move(prompt), max_tok, priority, deadline});
+  }
+
+  void record_finished(const std::vector<finished_request>& done) {
+    for (const auto& f : done) {
+      INFO("request " << f.id << " reason " << to_string(f.reason));
+      REQUIRE(finished.count(f.id) == 0);  // reported exactly once
+      REQUIRE_FALSE(sched.state(f.id).has_value());
+      CHECK(f.usage.n_prompt == n_prompt[f.id]);
+      CHECK(f.usage.n_completion == static_cast<int32_t>(seq[f.id].size()) - n_prompt[f.id]);
+      if (f.reason == finish_reason::length) CHECK(f.usage.n_completion == max_tokens[f.id]);
+      if (f.reason == finish_reason::stop) CHECK(seq[f.id].back() == k_eos);
+      finished[f.id] = f;
+    }
+  }
+
+  step_plan schedule() {
+    step_plan plan = sched.schedule(now);
+    record_finished(plan.finished);
+    preempted.push_back(plan.preempted);
+    ran_step r;
+    std::vector<bool> d;
+    int32_t n_total = 0;
+    std::set<request_id> ids;
+    for (const auto& q : plan.seqs) {
+      r.push_back({q.id, static_cast<int32_t>(q.tokens.size())});
+      d.push_back(q.pos0 >= n_prompt[q.id]);
+      n_total += static_cast<int32_t>(q.tokens.size());
+      REQUIRE(ids.insert(q.id).second);
+    }
+    ran.push_back(r);
+    decode.push_back(d);
+    REQUIRE(plan.n_tokens == n_total);
+    REQUIRE(n_total <= cfg.max_tokens_per_step);
+    REQUIRE(sched.n_running() <= cfg.max_running);
+    return plan;
+  }
+
+  // The fake forward: checks reads and writes against the simulated KV, then samples.
+  std::vector<sampled_token> forward(const step_plan& plan) {
+    for (const auto& q : plan.seqs) {  // all reads before any write, as one batched forward
+      INFO("step " << plan.step << " request " << q.id << " pos0 " << q.pos0);
+      const auto& want = seq.at(q.id);
+      const size_t end = static_cast<size_t>(q.pos0) + q.tokens.size();
+      REQUIRE(!q.tokens.empty());
+      REQUIRE(end <= want.size());
+      REQUIRE(q.sample == (end == want.size()));
+      REQUIRE(std::equal(q.tokens.begin(), q.tokens.end(), want.begin() + q.pos0));
+      const auto b_size = static_cast<size_t>(bs);
+      REQUIRE(q.block_table.size() == (end + b_size - 1) / b_size);
+      for (size_t p = 0; p < static_cast<size_t>(q.pos0); ++p)
+        REQUIRE(slot(q.block_table, p) == want[p]);  // reads its own tokens, nothing stale
+      for (size_t p = static_cast<size_t>(q.pos0); p < end; ++p) {
+        const block_id b = q.block_table[p / b_size];
+        REQUIRE(pool.ref_count(b) == 1);
+        REQUIRE_FALSE(pool.is_cached(b));
+      }
+    }
+    std::vector<sampled_token> out;
+    for (const auto& q : plan.seqs) {
+      for (size_t i = 0; i < q.tokens.size(); ++i)
+        slot(q.block_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
+      if (!q.sample) continue;
+      const size_t n_out = seq[q.id].size() - static_cast<size_t>(n_prompt[q.id]);
+      const bool stop = stop_at.count(q.id) && static_cast<int32_t>(n_out) + 1 == stop_at[q.id];
+      out.push_back({q.id, stop ? k_eos : token_for(q.id, n_out), stop});
+    }
+    return out;
+  }
+
+  void update(const step_plan& plan, const std::vector<sampled_token>& sampled) {
+    for (const auto& t : sampled)
+      if (sched.state(t.id) == request_state::running) seq[t.id].push_back(t.token);
+    record_finished(sched.update(plan, sampled));
+    std::string why;
+    if (!sched.check_invariants(&why)) FAIL("step " << plan.step << ": " << why);
+  }
+
+  step_plan step() {
+    step_plan plan = schedule();
+    update(plan, forward(plan));
+    ++now;
+    return plan;
+  }
+
+  bool idle() const { return sched.n_running() == 0 && sched.n_waiting() == 0; }
+
+  int run_until_idle(int max_steps) {
+    int n = 0;
+    while (!idle() && n < max_steps) {
+      step();
+      ++n;
+    }
+    REQUIRE(idle());
+    return n;
+  }
+
+  // First step (0-based) in which `id` ran, and its place in that step's plan.
+  std::pair<size_t, size_t> first_run(request_id id) const {
+    for (size_t s = 0; s < ran.size(); ++s)
+      for (size_t i = 0; i < ran[s].size(); ++i)
+        if (ran[s][i].first == id) return {s, i};
+    return {ran.size(), 0};
+  }
+
+  int32_t tokens_fed(request_id id) const {
+    int32_t n = 0;
+    for (const auto& s : ran)
+      for (const auto& [rid, k] : s)
+        if (rid == id) n += k;
+    return n;
+  }
+
+  void require_baseline() {
+    std::string why;
+    if (!pool.check_invariants(&why)) FAIL(why);
+    REQUIRE(pool.stats().in_use == 0);
+    REQUIRE(pool.stats().free + pool.stats().cached == pool.n_blocks());
+  }
+};
+
+ran_step rs(std::initializer_list<std::pair<request_id, int32_t>> l) { return ran_step(l); }
+
+}  // namespace
+
+TEST_CASE("admission follows priority, then arrival, within max_running") {
+  scheduler_config cfg;
+  cfg.max_running = 2;
+  fake_engine e(64, 4, cfg);
+  e.add(1, prompt_of(4, 100), 3, 5);
+  e.add(2, prompt_of(4, 200), 3, 1);
+  e.add(3, prompt_of(4, 300), 3, 1);
+  e.add(4, prompt_of(4, 400), 3, 0);
+  CHECK(e.sched.n_waiting() == 4);
+  e.run_until_idle(20);
+  const std::vector<ran_step> want = {
+      rs({{4, 4}, {2, 4}}), rs({{4, 1}, {2, 1}}), rs({{4, 1}, {2, 1}}),
+      rs({{3, 4}, {1, 4}}), rs({{3, 1}, {1, 1}}), rs({{3, 1}, {1, 1}}),
+  };
+  CHECK(e.ran == want);
+  for (request_id id : {1, 2, 3, 4}) {
+    CHECK(e.finished[id].reason == finish_reason::length);
+    CHECK(e.seq[id].back() == token_for(id, 2));
+  }
+  e.require_baseline();
+}
+
+TEST_CASE("add refuses a request the whole pool cannot hold") {
+  kv_block_pool pool(4, 4);
+  scheduler s(pool);
+  CHECK(s.add({1, prompt_of(10, 100), 7, 0, {}}) == add_status::ok);  // 16 positions: 4 blocks
+  CHECK(s.add({2, prompt_of(10, 100), 8, 0, {}}) == add_status::exceeds_kv_capacity);
+  CHECK(s.n_waiting() == 1);
+}
+
+TEST_CASE("a head that does not fit blocks the requests behind it") {
+  fake_engine e(8, 4);
+  e.add(1, prompt_of(20, 100), 8);  // 5 blocks, growing to 7
+  e.step();                         // only 1 is admitted before 2 and 3 arrive
+  e.add(2, prompt_of(16, 200), 2);  // needs 4 blocks at once
+  e.add(3, prompt_of(2, 300), 2);   // would fit in one, but must not pass 2
+  e.run_until_idle(40);
+  for (size_t s = 0; s <= 7; ++s)  // 1 alone until it finishes (8 outputs, one per step)
+    for (const auto& [id, n] : e.ran[s]) CHECK(id == 1);
+  CHECK(e.finished[1].reason == finish_reason::length);
+  CHECK(e.first_run(2) == std::pair<size_t, size_t>{8, 0});
+  CHECK(e.first_run(3) == std::pair<size_t, size_t>{8, 1});
+  e.require_baseline();
+}
+
+TEST_CASE("chunked prefill: a long prompt goes in budget-sized chunks and samples after the last") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 32;
+
+  SECTION("alone: 32/32/32/4") {
+    fake_engine e(64, 4, cfg);
+    e.add(1, prompt_of(100, 1000), 2);
+    std::vector<int64_t> pos0;
+    std::vector<bool> sampled;
+    for (int i = 0; i < 4; ++i) {
+      const step_plan p = e.step();
+      REQUIRE(p.seqs.size() == 1);
+      pos0.push_back(p.seqs[0].pos0);
+      sampled.push_back(p.seqs[0].sample);
+    }
+    CHECK(e.ran ==
+          std::vector<ran_step>{rs({{1, 32}}), rs({{1, 32}}), rs({{1, 32}}), rs({{1, 4}})});
+    CHECK(pos0 == std::vector<int64_t>{0, 32, 64, 96});
+    CHECK(sampled == std::vector<bool>{false, false, false, true});
+    e.run_until_idle(4);
+    CHECK(e.ran.back() == rs({{1, 1}}));
+    e.require_baseline();
+  }
+
+  SECTION("sharing the budget with a decode, which goes first") {
+    fake_engine e(64, 4, cfg);
+    e.add(1, prompt_of(4, 100), 10);
+    e.add(2, prompt_of(100, 1000), 2);
+    for (int i = 0; i < 4; ++i) e.step();
+    CHECK(e.ran == std::vector<ran_step>{rs({{1, 4}, {2, 28}}), rs({{1, 1}, {2, 31}}),
+                                         rs({{1, 1}, {2, 31}}), rs({{1, 1}, {2, 10}})});
+    CHECK(e.seq[2].size() == 101);  // sampled once, after its last chunk
+    e.run_until_idle(20);
+    e.require_baseline();
+  }
+}
+
+TEST_CASE("decodes of running sequences are scheduled before prefill chunks") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 8;
+  fake_engine e(64, 4, cfg);
+  for (request_id id = 1; id <= 4; ++id)
+    e.add(id, prompt_of(1, static_cast<token_id>(100 * id)), 30);
+  e.add(9, prompt_of(40, 5000), 2, /*priority*/ 1);
+  for (int i = 0; i < 3; ++i) e.step();
+  const ran_step decodes_then_chunk = rs({{1, 1}, {2, 1}, {3, 1}, {4, 1}, {9, 4}});
+  CHECK(e.ran == std::vector<ran_step>(3, decodes_then_chunk));
+  // A more urgent prompt arriving now waits for budget, but once admitted its chunks still go
+  // after every decode.
+  e.add(10, prompt_of(40, 6000), 2, /*priority*/ -1);
+  e.run_until_idle(100);
+  int n_mixed = 0;
+  for (size_t s = 0; s < e.ran.size(); ++s) {
+    INFO("step " << s);
+    bool seen_chunk = false, seen_decode = false;
+    for (size_t i = 0; i < e.ran[s].size(); ++i) {
+      if (e.decode[s][i]) {
+        CHECK_FALSE(seen_chunk);
+        seen_decode = true;
+      } else {
+        seen_chunk = true;
+      }
+    }
+    n_mixed += seen_decode && seen_chunk;
+  }
+  CHECK(n_mixed >= 15);
+  // Running prefills keep the budget (as vLLM): 10 starts once 9's 40 tokens are in (4 a step).
+  CHECK(e.first_run(10).first == 10);
+  e.require_baseline();
+}
+
+TEST_CASE("prefix caching: a shared 3-block prefix is reused, a whole-prompt hit still computes") {
+  fake_engine e(64, 4);
+  const auto prefix = prompt_of(12, 7000);  // 3 blocks of 4
+  e.add(1, concat(prefix, prompt_of(5, 100)), 3);
+  e.run_until_idle(10);
+  CHECK(e.finished[1].usage.n_cached_prompt == 0);
+
+  e.add(2, concat(prefix, prompt_of(6, 200)), 3);
+  const step_plan p2 = e.step();
+  REQUIRE(p2.seqs.size() == 1);
+  CHECK(p2.seqs[0].pos0 == 12);
+  CHECK(p2.seqs[0].tokens.size() == 6);
+  CHECK(e.sched.usage(2)->n_cached_prompt == 12);
+  e.run_until_idle(10);
+  CHECK(e.finished[2].usage.n_cached_prompt == 12);
+  CHECK(e.tokens_fed(2) == 6 + 2);  // prefill 6, then 2 decodes
+
+  SECTION("whole prompt cached: the last block is recomputed in a fresh block") {
+    e.add(3, prefix, 2);
+    const step_plan p3 = e.step();
+    REQUIRE(p3.seqs.size() == 1);
+    CHECK(p3.seqs[0].pos0 == 8);
+    CHECK(p3.seqs[0].tokens.size() == 4);
+    CHECK(p3.seqs[0].sample);
+    e.run_until_idle(10);
+    CHECK(e.finished[3].usage.n_cached_prompt == 8);
+  }
+
+  SECTION("two running requests share the prefix blocks") {
+    e.add(4, concat(prefix, prompt_of(3, 300)), 4);
+    e.add(5, concat(prefix, prompt_of(7, 400)), 4);
+    const step_plan p = e.step();
+    REQUIRE(p.seqs.size() == 2);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(p.seqs[0].block_table[static_cast<size_t>(i)] ==
+            p.seqs[1].block_table[static_cast<size_t>(i)]);
+      CHECK(e.pool.ref_count(p.seqs[0].block_table[static_cast<size_t>(i)]) == 2);
+    }
+    e.run_until_idle(10);
+    CHECK(e.finished[4].usage.n_cached_prompt == 12);
+    CHECK(e.finished[5].usage.n_cached_prompt == 12);
+  }
+  e.require_baseline();
+  CHECK(e.pool.stats().cached > 0);
+}
+
+TEST_CASE("out of blocks: the most recent sequence is preempted, requeued in place, and finishes") {
+  fake_engine e(8, 4);  // 32 token slots; each request grows to 23 positions (6 blocks)
+  for (request_id id = 1; id <= 3; ++id)
+    e.add(id, prompt_of(4, static_cast<token_id>(100 * id)), 20);
+  size_t first_preemption = 0;
+  while (e.sched.n_preemptions() == 0) {
+    e.step();
+    REQUIRE(e.ran.size() < 20);
+  }
+  first_preemption = e.ran.size() - 1;
+  CHECK(e.preempted[first_preemption] == std::vector<request_id>{3});
+  CHECK(e.sched.state(3) == request_state::preempted);
+  // A later arrival of the same priority does not pass the preempted request.
+  e.add(4, prompt_of(4, 400), 3);
+  e.run_until_idle(200);
+  for (request_id id = 1; id <= 4; ++id) {
+    INFO("request " << id);
+    CHECK(e.finished[id].reason == finish_reason::length);
+    CHECK(e.finished[id].usage.n_completion == e.max_tokens[id]);
+    for (size_t i = 0; i < static_cast<size_t>(e.max_tokens[id]); ++i)
+      CHECK(e.seq[id][4 + i] == token_for(id, i));
+  }
+  CHECK(e.finished[3].usage.n_preemptions >= 1);
+  // 3 resumes (recompute) before 4 first runs.
+  size_t resumed = 0;
+  for (size_t s = first_preemption + 1; s < e.ran.size() && resumed == 0; ++s)
+    for (const auto& [id, n] : e.ran[s])
+      if (id == 3) resumed = s;
+  CHECK(resumed > 0);
+  const auto [s4, i4] = e.first_run(4);
+  CHECK((resumed < s4 || (resumed == s4 && e.ran[s4][0].first == 3)));
+  e.require_baseline();
+}
+
+TEST_CASE("the lowest priority sequence is the one preempted") {
+  fake_engine e(8, 4);
+  e.add(1, prompt_of(4, 100), 20, 0);
+  e.add(2, prompt_of(4, 200), 20, 7);  // admitted before 3 but less urgent
+  e.add(3, prompt_of(4, 300), 20, 1);
+  while (e.sched.n_preemptions() == 0) {
+    e.step();
+    REQUIRE(e.ran.size() < 20);
+  }
+  CHECK(e.preempted.back() == std::vector<request_id>{2});
+  e.run_until_idle(200);
+  for (request_id id = 1; id <= 3; ++id) CHECK(e.finished[id].usage.n_completion == 20);
+  e.require_baseline();
+}
+
+TEST_CASE("a more urgent later arrival goes before less urgent waiting requests") {
+  scheduler_config cfg;
+  cfg.max_running = 1;
+
+  SECTION("without priority preemption it waits for the slot, then passes the queue") {
+    cfg.preempt_for_priority = false;
+    fake_engine e(64, 4, cfg);
+    e.add(1, prompt_of(4, 100), 4, 5);
+    e.add(2, prompt_of(4, 200), 4, 5);
+    e.step();
+    e.add(3, prompt_of(4, 300), 4, 0);
+    e.run_until_idle(30);
+    CHECK(e.first_run(1).first == 0);
+    CHECK(e.first_run(3).first == 4);
+    CHECK(e.first_run(2).first == 8);
+    CHECK(e.sched.n_preemptions() == 0);
+    e.require_baseline();
+  }
+
+  SECTION("with priority preemption it takes the slot of the less urgent running one") {
+    fake_engine e(64, 4, cfg);
+    e.add(1, prompt_of(4, 100), 4, 5);
+    e.add(2, prompt_of(4, 200), 4, 5);
+    e.step();
+    e.add(3, prompt_of(4, 300), 4, 0);
+    const step_plan p = e.step();
+    CHECK(p.preempted == std::vector<request_id>{1});
+    CHECK(e.ran[1] == rs({{3, 4}}));
+    e.run_until_idle(30);
+    // 1 keeps its place ahead of 2. Its prompt block is in the prefix cache, so the recompute
+    // of prompt + first output token only feeds that token.
+    CHECK(e.ran[5] == rs({{1, 1}}));
+    CHECK(e.first_run(2).first == 8);
+    CHECK(e.finished[1].usage.n_completion == 4);
+    CHECK(e.finished[1].usage.n_preemptions == 1);
+    e.require_baseline();
+  }
+}
+
+TEST_CASE("no starvation: a long prompt behind and before a stream of short ones finishes") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 32;
+  cfg.max_running = 8;
+  fake_engine e(64, 4, cfg);  // 256 slots: the long one needs 51 blocks, shorts 4 each
+  request_id next = 1;
+  auto add_short = [&] {
+    e.add(next, prompt_of(8, static_cast<token_id>(100 * next)), 8);
+    ++next;
+  };
+  for (int i = 0; i < 5; ++i) add_short();
+  const request_id long_id = next++;
+  e.add(long_id, prompt_of(200, 20000), 4);
+  int steps = 0;
+  while (!e.finished.count(long_id)) {
+    add_short();  // one more every step
+    e.step();
+    REQUIRE(++steps <= 20);  // 200 tokens at <= 32 a step, less the decodes: ~12
+  }
+  CHECK(e.finished[long_id].reason == finish_reason::length);
+  // The shorts keep flowing meanwhile: none waits unboundedly either.
+  e.run_until_idle(1000);
+  for (request_id id = 1; id < next; ++id) CHECK(e.finished[id].reason == finish_reason::length);
+  e.require_baseline();
+}
+
+TEST_CASE("cancel frees blocks at once: waiting, mid-prefill, mid-decode, between steps") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 32;
+  cfg.max_running = 2;
+  fake_engine e(64, 4, cfg);
+  e.add(2, prompt_of(4, 100), 50);     // decodes
+  e.add(1, prompt_of(100, 1000), 10);  // long prefill: 28 + 31 tokens after two steps
+  e.add(3, prompt_of(4, 200), 5);      // waits: max_running 2
+  e.step();
+  e.step();
+  REQUIRE(e.sched.state(3) == request_state::waiting);
+  const int32_t used = e.pool.stats().in_use;
+
+  CHECK(e.sched.cancel(3));
+  CHECK_FALSE(e.sched.cancel(3));
+  CHECK(e.pool.stats().in_use == used);
+
+  REQUIRE(e.sched.state(1) == request_state::running);
+  REQUIRE(e.seq[1].size() == 100);  // still in prefill
+  CHECK(e.sched.cancel(1));
+  CHECK(e.pool.stats().in_use == used - 15);  // 59 tokens of 1: 15 blocks
+
+  const step_plan p = e.schedule();
+  std::set<request_id> ids;
+  for (const auto& f : p.finished) {
+    CHECK(f.reason == finish_reason::cancelled);
+    ids.insert(f.id);
+  }
+  CHECK(ids == std::set<request_id>{1, 3});
+  CHECK(e.finished[1].usage.n_completion == 0);
+  REQUIRE(p.seqs.size() == 1);  // only 2 decodes: nothing left to admit
+  CHECK(p.seqs[0].id == 2);
+  // Cancelled after schedule() and before update(): its result is ignored.
+  const auto sampled = e.forward(p);
+  CHECK(e.sched.cancel(2));
+  CHECK(e.pool.stats().in_use == 0);
+  e.update(p, sampled);
+  CHECK(e.schedule().finished.size() == 1);
+  CHECK(e.finished[2].reason == finish_reason::cancelled);
+  CHECK(e.finished[2].usage.n_completion == 2);
+  e.require_baseline();
+}
+
+TEST_CASE("deadlines: expired requests finish at the start of schedule() and free their blocks") {
+  fake_engine e(64, 4);
+  e.add(1, prompt_of(10, 100), 50, 0, /*deadline*/ 5);
+  e.add(2, prompt_of(10, 200), 3, 0, /*deadline*/ 100);
+  e.step();  // now 0
+  e.add(3, prompt_of(10, 300), 3, 5, /*deadline*/ 3);
+  e.now = 4;  // 3 expires while waiting: never admitted
+  auto p = e.schedule();
+  REQUIRE(p.finished.size() == 1);
+  CHECK(p.finished[0].id == 3);
+  CHECK(p.finished[0].reason == finish_reason::deadline);
+  e.update(p, e.forward(p));
+  e.now = 5;  // not yet past 5
+  e.step();
+  CHECK(e.sched.state(1) == request_state::running);
+  const int32_t used = e.pool.stats().in_use;
+  e.now = 6;
+  p = e.schedule();
+  CHECK(e.finished[1].reason == finish_reason::deadline);
+  CHECK(e.pool.stats().in_use < used);
+  CHECK(e.finished[2].reason == finish_reason::length);  // finished in the step before
+  CHECK(p.seqs.empty());
+  e.update(p, e.forward(p));
+  e.require_baseline();
+}
+
+TEST_CASE("the engine's stop ends a request before max_tokens") {
+  fake_engine e(64, 4);
+  e.add(1, prompt_of(6, 100), 10, 0, {}, /*stop_after*/ 3);
+  e.run_until_idle(10);
+  CHECK(e.finished[1].reason == finish_reason::stop);
+  CHECK(e.finished[1].usage.n_completion == 3);
+  e.require_baseline();
+}
+
+TEST_CASE(
+    "soak: thousands of random requests with cancels, deadlines and stops keep every invariant") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 24;
+  cfg.max_running = 6;
+  fake_engine e(40, 4, cfg);
+  std::mt19937 rng(1234);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  // A few shared prefixes so the prefix cache, sharing and eviction all get exercised.
+  std::vector<std::vector<token_id>> prefixes;
+  for (int i = 0; i < 4; ++i) prefixes.push_back(prompt_of(uniform(1, 4) * 4, 50000 + 1000 * i));
+
+  const request_id n_requests = 3000;
+  request_id next = 1;
+  std::set<request_id> added;
+  int steps = 0;
+  while (next <= n_requests || !e.idle()) {
+    for (int k = uniform(0, 2); k > 0 && next <= n_requests; --k, ++next) {
+      auto prompt =
+          uniform(0, 1) ? prefixes[static_cast<size_t>(uniform(0, 3))] : std::vector<token_id>{};
+      prompt =
+          concat(prompt, prompt_of(uniform(1, 30), static_cast<token_id>(100 + 10 * (next % 7))));
+      const int32_t max_tok = uniform(1, 30);
+      std::optional<int64_t> deadline;
+      if (uniform(0, 9) == 0) deadline = e.now + uniform(0, 40);
+      const int32_t stop_after = uniform(0, 3) == 0 ? uniform(1, max_tok) : 0;
+      if (e.add(next, std::move(prompt), max_tok, uniform(0, 3), deadline, stop_after) ==
+          add_status::ok)
+        added.insert(next);
+    }
+    step_plan p = e.schedule();
+    auto sampled = e.forward(p);
+    if (uniform(0, 4) == 0 && !added.empty()) {  // a client goes away, maybe mid-step
+      const request_id victim = static_cast<request_id>(uniform(1, static_cast<int>(next - 1)));
+      e.sched.cancel(victim);
+    }
+    e.update(p, sampled);
+    ++e.now;
+    REQUIRE(++steps < 100000);
+  }
+  e.schedule();  // collects the last cancellations
+  CHECK(e.finished.size() == added.size());
+  for (request_id id : added) CHECK(e.finished.count(id) == 1);
+  std::map<finish_reason, int> by_reason;
+  for (const auto& [id, f] : e.finished) ++by_reason[f.reason];
+  for (auto r : {finish_reason::length, finish_reason::stop, finish_reason::cancelled,
+                 finish_reason::deadline})
+    CHECK(by_reason[r] > 0);
+  CHECK(e.sched.n_preemptions() > 0);
+  CHECK(e.pool.stats().prefix_hit_tokens > 0);
+  e.require_baseline();
+}
