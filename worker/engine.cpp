@@ -21,6 +21,13 @@ engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config c
       sched_(pool_, config.sched),
       forward_(model, pool) {
   stats_.total_blocks = config.n_kv_blocks;
+  pool_.set_prefix_caching(config.prefix_caching);
+}
+
+int64_t engine::live_kv_tokens() const {
+  int64_t n = 0;
+  for (const auto& [id, lr] : live_) n += sched_.n_computed(id);
+  return n;
 }
 
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,

@@ -30,6 +30,7 @@ struct engine_config {
   int32_t n_kv_blocks = 1024;       // KV arena size in blocks
   int32_t block_size = 16;          // tokens per block
   int64_t max_context = 2048;       // prompt + max_tokens per request
+  bool prefix_caching = true;       // reuse cached KV blocks of identical prompt prefixes
   scheduler_config sched;
 };
 
@@ -85,6 +86,8 @@ class engine {
 
   engine_stats stats() const;
   const kv_block_pool& pool() const { return pool_; }
+  // Tokens whose K/V live in the cache for running requests (KV slots holding live tokens).
+  int64_t live_kv_tokens() const;
   const engine_config& config() const { return config_; }
   const llama_model& model() const { return model_; }
 

@@ -61,13 +61,18 @@ class kv_block_pool {
   // Registers in-use block `b`, now full with `tokens` (block_size ids) after the prefix whose
   // last block hash is `parent_hash` (0 for the first block), so later sequences can reuse it.
   // Returns the block's hash. If an identical block is already registered, `b` stays
-  // unregistered (it is freed normally on release) and the existing hash is returned.
+  // unregistered (it is freed normally on release) and the existing hash is returned;
+  // registering `b` again with the same content is a no-op returning its hash.
   uint64_t register_full(block_id b, uint64_t parent_hash, std::span<const token_id> tokens);
 
   // Drops one reference from each block. A block reaching zero becomes cached (if registered)
   // or free. Pass a sequence's blocks in order: they are released tail first, so a shared
   // prefix outlives its suffixes in the LRU order.
   void release(std::span<const block_id> blocks);
+
+  // With prefix caching off, acquire_prefix() finds nothing (queries are still counted); for
+  // comparisons and for operators who want it off.
+  void set_prefix_caching(bool on) { prefix_caching_ = on; }
 
   int32_t ref_count(block_id b) const;
   bool is_cached(block_id b) const;  // registered under a hash (whatever its ref count)
@@ -99,6 +104,7 @@ class kv_block_pool {
   std::list<block_id> lru_;                             // cached, ref 0; front = evict first
   std::unordered_map<uint64_t, block_id> by_hash_;
   kv_pool_stats stats_;
+  bool prefix_caching_ = true;
 };
 
 }  // namespace sy

@@ -16,6 +16,7 @@
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
 #include "worker/serve.hpp"
+#include "worker/bench_engine.hpp"
 
 #ifdef SY_HAVE_CUDA
 #include "kernels/cuda/device_info.cuh"
@@ -40,6 +41,7 @@ void usage() {
       "           [--threads N] [--json FILE]\n"
       "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
       "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
+      "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
       "  info     [--model PATH]\n"
       "The model defaults to $SY_MODEL or %s.\n", default_model());
 }
@@ -223,6 +225,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "bench-engine") return sy::run_bench_engine(sy::cli_args(argc, argv, 2, {}), default_model());
     if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {}), default_model());
     if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));

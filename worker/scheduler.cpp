@@ -342,6 +342,11 @@ std::span<const token_id> scheduler::tokens(request_id id) const {
   return it->second.tokens;
 }
 
+int32_t scheduler::n_computed(request_id id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.n_computed;
+}
+
 bool scheduler::check_invariants(std::string* why) const {
   auto fail = [&](std::string msg) {
     if (why) *why = std::move(msg);

@@ -154,6 +154,8 @@ class scheduler {
   std::optional<request_usage> usage(request_id id) const;
   // Prompt + output tokens of a live request.
   std::span<const token_id> tokens(request_id id) const;
+  // Leading tokens of a live request whose K/V are in its blocks (0 when not live).
+  int32_t n_computed(request_id id) const;
 
   // Block tables agree with the pool's ref counts (the scheduler as its only user), waiting
   // requests hold no blocks, queues agree with states; plus the pool's own invariants.

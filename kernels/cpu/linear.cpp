@@ -16,6 +16,8 @@ namespace {
 // pool workers only read it during the call).
 struct scratch {
   std::vector<block_q8_act> q8;
+  std::vector<int8_t> q8_qs;
+  std::vector<float> q8_dexp, q8_s;
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
 };
@@ -50,7 +52,8 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
 }
 
 bool linear::has_integer_path() const {
-  return type_ == weight_type::q4_0 || type_ == weight_type::q4_1 || type_ == weight_type::q8_0;
+  return (type_ == weight_type::q4_0 || type_ == weight_type::q4_1 || type_ == weight_type::q8_0) &&
+         cols_ <= k_max_int_cols;
 }
 
 int64_t linear::gemm_min_tokens() {
@@ -73,10 +76,31 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
                           thread_pool& pool) const {
   if (!has_integer_path()) return forward_gemm(x, ldx, n_tok, y, ldy, pool);
   const int64_t nb = cols_ / qk;
+  if (use_avx512_kernels()) {
+    q8_act_batch a;
+    a.n_tok = n_tok;
+    a.k = cols_;
+    a.k_pad = (cols_ + 63) / 64 * 64;
+    a.nb = nb;
+    a.nb_pad = (nb + 15) / 16 * 16;
+    auto& sc = tls_scratch;
+    sc.q8_qs.resize(static_cast<size_t>(n_tok * a.k_pad));
+    sc.q8_dexp.resize(static_cast<size_t>(n_tok * a.k_pad / 4));
+    sc.q8_s.resize(static_cast<size_t>(n_tok * a.nb_pad));
+    a.qs = sc.q8_qs.data();
+    a.dexp = sc.q8_dexp.data();
+    a.s = sc.q8_s.data();
+    for (int64_t t = 0; t < n_tok; ++t) quantize_q8_act_avx512(x + t * ldx, a, t);
+    pool.run([&](int ith, int nth) {
+      int64_t r0, r1;
+      thread_pool::split(rows_, 16, ith, nth, r0, r1);
+      gemv_q8act_avx512(type_, data_, row_bytes_, r0, r1, a, y, ldy);
+    });
+    return;
+  }
   auto& q8 = tls_scratch.q8;
   q8.resize(static_cast<size_t>(n_tok * nb));
   for (int64_t t = 0; t < n_tok; ++t) quantize_row_q8_act(x + t * ldx, q8.data() + t * nb, cols_);
-  const bool wide = use_avx512_kernels();
   const block_q8_act* a = q8.data();
   pool.run([&](int ith, int nth) {
     int64_t r0, r1;
@@ -84,12 +108,7 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
     // Rows in chunks that stay in L1 while every token passes over them.
     for (int64_t c = r0; c < r1; c += 32) {
       const int64_t c1 = std::min(c + 32, r1);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        if (wide)
-          gemv_q8act_avx512(type_, data_, row_bytes_, c, c1, a + t * nb, cols_, y + t * ldy);
-        else
-          gemv_q8act_avx2(type_, data_, row_bytes_, c, c1, a + t * nb, cols_, y + t * ldy);
-      }
+      for (int64_t t = 0; t < n_tok; ++t) gemv_q8act_avx2(type_, data_, row_bytes_, c, c1, a + t * nb, cols_, y + t * ldy);
     }
   });
 }
