@@ -73,7 +73,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   for (int64_t i = 0; i < N; ++i) model_.embed(rows[i].token, x_.data() + i * E);
 
   // Per sequence, this layer's block pointers (rebuilt per layer; a few per sequence).
-  std::vector<std::vector<const float*>> kb(batch.size()), vb(batch.size());
+  std::vector<std::vector<const void*>> kb(batch.size()), vb(batch.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
   const int64_t group = hp.n_head / hp.n_head_kv;
 
@@ -90,8 +90,9 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
       cpu::rope_norm(k_.data() + i * KV, hp.n_head_kv, HD, hp.n_rot, pos, hp.rope_base);
       const batch_seq& b = batch[rows[i].seq];
       const int32_t block = b.block_ids[pos / bs];
-      std::memcpy(kv.k_block(l, block) + (pos % bs) * KV, k_.data() + i * KV, KV * sizeof(float));
-      std::memcpy(kv.v_block(l, block) + (pos % bs) * KV, v_.data() + i * KV, KV * sizeof(float));
+      const int64_t at = (pos % bs) * KV * static_cast<int64_t>(cpu::kv_elem_bytes(kv.type()));
+      cpu::store_kv_row(k_.data() + i * KV, static_cast<uint8_t*>(kv.k_block(l, block)) + at, KV, kv.type());
+      cpu::store_kv_row(v_.data() + i * KV, static_cast<uint8_t*>(kv.v_block(l, block)) + at, KV, kv.type());
     }
     for (size_t s = 0; s < batch.size(); ++s) {
       kb[s].resize(batch[s].block_ids.size());
@@ -108,7 +109,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
       for (int64_t task = ith; task < N * hp.n_head; task += nth) {
         const int64_t i = task / hp.n_head, h = task % hp.n_head;
         const int32_t s = rows[i].seq;
-        cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV};
+        cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
         cpu::attend_head(q_.data() + i * E + h * HD, rows[i].pos + 1, view, h / group, HD, scale,
                          scores, attn_.data() + i * E + h * HD);
       }

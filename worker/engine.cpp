@@ -16,7 +16,7 @@ uint64_t model_salt(const llama_model& m) {
 engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
     : model_(model),
       config_(config),
-      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim()),
+      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim(), config.kv_type),
       pool_(config.n_kv_blocks, config.block_size, model_salt(model)),
       sched_(pool_, config.sched),
       forward_(model, pool) {

@@ -31,6 +31,7 @@ struct engine_config {
   int32_t block_size = 16;          // tokens per block
   int64_t max_context = 2048;       // prompt + max_tokens per request
   bool prefix_caching = true;       // reuse cached KV blocks of identical prompt prefixes
+  cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type
   scheduler_config sched;
 };
 

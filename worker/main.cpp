@@ -33,6 +33,7 @@ void usage() {
   std::fprintf(stderr,
       "usage: switchyard-worker <command> [options]\n"
       "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
+      "           [--kv-type f16|f32] [--no-prefix-cache]\n"
       "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "bench-engine") return sy::run_bench_engine(sy::cli_args(argc, argv, 2, {}), default_model());
-    if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {}), default_model());
+    if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}), default_model());
     if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "info") return cmd_info(sy::cli_args(argc, argv, 2, {}));

@@ -19,7 +19,8 @@ namespace sy {
 
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known({"model", "listen", "metrics-host", "metrics-port", "kv-blocks", "kv-memory-mb", "block-size",
-                 "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm"});
+                 "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm", "kv-type",
+                 "no-prefix-cache"});
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -37,7 +38,11 @@ int run_serve(const cli_args& a, const char* default_model) {
   ec.max_context = std::min<int64_t>(a.get_int("max-context", 2048), hp.n_ctx_train);
   ec.sched.max_running = static_cast<int32_t>(a.get_int("max-running", 32));
   ec.sched.max_tokens_per_step = static_cast<int32_t>(a.get_int("max-batch-tokens", 256));
-  const int64_t block_bytes = 2 * hp.n_layer * ec.block_size * hp.kv_dim() * static_cast<int64_t>(sizeof(float));
+  const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"));
+  if (!kvt) throw std::invalid_argument("--kv-type must be f16 or f32");
+  ec.kv_type = *kvt;
+  ec.prefix_caching = !a.has("no-prefix-cache");
+  const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);
   if (a.has("kv-blocks")) {
     ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-blocks", 1024));
   } else {
@@ -80,11 +85,11 @@ int run_serve(const cli_args& a, const char* default_model) {
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
 
   std::fprintf(stderr,
-               "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB), "
+               "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB %s), "
                "max context %lld, max running %d, %s kernels, %d threads\n",
                sc.model_id.c_str(), lc.listen.c_str(),
                http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str() : "off",
-               ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20),
+               ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20), cpu::kv_type_name(ec.kv_type),
                static_cast<long long>(ec.max_context), ec.sched.max_running, cpu::kernel_isa_name(), pool.size());
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: accept nothing

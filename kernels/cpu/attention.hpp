@@ -1,20 +1,36 @@
 // Attention of one query head over a sequence's cached keys and values.
 //
 // K and V are read through a block table: logical block b of the sequence holds positions
-// [b * block_size, (b + 1) * block_size); each row (one position) is row_stride floats,
-// n_kv_heads * head_dim of them. A contiguous cache is the one-block case.
+// [b * block_size, (b + 1) * block_size); each row (one position) is row_stride elements,
+// n_kv_heads * head_dim of them, stored as `type`. A contiguous cache is the one-block case.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace sy::cpu {
 
+enum class kv_type : uint8_t { f32, f16 };
+inline size_t kv_elem_bytes(kv_type t) { return t == kv_type::f32 ? 4 : 2; }
+inline const char* kv_type_name(kv_type t) { return t == kv_type::f32 ? "f32" : "f16"; }
+inline std::optional<kv_type> parse_kv_type(const std::string& s) {
+  if (s == "f32") return kv_type::f32;
+  if (s == "f16") return kv_type::f16;
+  return std::nullopt;
+}
+
 struct kv_layer_view {
-  const float* const* k_blocks = nullptr;
-  const float* const* v_blocks = nullptr;
+  const void* const* k_blocks = nullptr;
+  const void* const* v_blocks = nullptr;
   int64_t block_size = 0;   // positions per block
-  int64_t row_stride = 0;   // floats per position
+  int64_t row_stride = 0;   // elements per position
+  kv_type type = kv_type::f32;
 };
+
+// Stores one position's K or V row (n floats) as `type` at `dst`.
+void store_kv_row(const float* src, void* dst, int64_t n, kv_type type);
 
 // out[0, head_dim) = softmax(scale * q . K[0..n_keys)) V[0..n_keys) for kv head `kv_head`.
 // `scores` is scratch of at least n_keys floats.

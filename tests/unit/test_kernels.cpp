@@ -230,14 +230,29 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
     std::copy_n(keys.begin() + p * stride, stride, karena.begin() + (table[p / bs] * bs + p % bs) * stride);
     std::copy_n(vals.begin() + p * stride, stride, varena.begin() + (table[p / bs] * bs + p % bs) * stride);
   }
-  const float* kb[3];
-  const float* vb[3];
+  const void* kb[3];
+  const void* vb[3];
   for (int b = 0; b < 3; ++b) {
     kb[b] = karena.data() + table[b] * bs * stride;
     vb[b] = varena.data() + table[b] * bs * stride;
   }
   std::vector<float> scores(n_keys), out(hd);
-  attend_head(q.data(), n_keys, kv_layer_view{kb, vb, bs, stride}, 1, hd, 0.125f, scores.data(), out.data());
+  attend_head(q.data(), n_keys, kv_layer_view{kb, vb, bs, stride, kv_type::f32}, 1, hd, 0.125f, scores.data(), out.data());
+  // The same cache stored as f16: close to the f32 result (f16 keeps 11 bits).
+  std::vector<uint16_t> k16(karena.size()), v16(varena.size());
+  for (size_t i = 0; i < karena.size(); i += stride) {
+    store_kv_row(karena.data() + i, k16.data() + i, stride, kv_type::f16);
+    store_kv_row(varena.data() + i, v16.data() + i, stride, kv_type::f16);
+  }
+  const void* kb16[3];
+  const void* vb16[3];
+  for (int b = 0; b < 3; ++b) {
+    kb16[b] = k16.data() + table[b] * bs * stride;
+    vb16[b] = v16.data() + table[b] * bs * stride;
+  }
+  std::vector<float> out16(hd);
+  attend_head(q.data(), n_keys, kv_layer_view{kb16, vb16, bs, stride, kv_type::f16}, 1, hd, 0.125f, scores.data(), out16.data());
+  for (int64_t i = 0; i < hd; ++i) REQUIRE(out16[i] == Approx(out[i]).margin(2e-3));
   std::vector<double> w(n_keys);
   double mx = -1e30, z = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
