@@ -13,12 +13,12 @@
 // Every exception (msgpack's, std::bad_alloc, ours) stops in decode().
 #include "common/protocol.hpp"
 
-#include <msgpack.hpp>
-
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <limits>
+#include <msgpack.hpp>
 #include <type_traits>
 
 namespace sy::proto {
@@ -28,26 +28,29 @@ namespace {
 constexpr std::string_view k_type_names[k_n_msg_types] = {
     "hello", "welcome", "heartbeat", "submit", "cancel", "tokens", "error", "drain"};
 
+// msg_type values index `message`, and each struct's k_type names its own slot.
+template <class T>
+constexpr bool in_its_slot =
+    std::is_same_v<std::variant_alternative_t<size_t(type_of<T>), message>, T>;
 static_assert(std::variant_size_v<message> == k_n_msg_types);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::hello), message>, hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::welcome), message>, welcome>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::heartbeat), message>, heartbeat>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::submit), message>, submit>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::cancel), message>, cancel>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::tokens), message>, tokens>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::error), message>, error>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(msg_type::drain), message>, drain>);
+static_assert(in_its_slot<hello> && in_its_slot<welcome> && in_its_slot<heartbeat> &&
+              in_its_slot<submit> && in_its_slot<cancel> && in_its_slot<tokens> &&
+              in_its_slot<error> && in_its_slot<drain>);
 
 // Deepest legitimate nesting is 5 (tokens > logprobs > entry > top > entry).
 constexpr size_t k_max_depth = 8;
 
 // Shape-pass budget: container elements (array items + 2 per map pair) in one body. Each
-// decoded element costs sizeof(msgpack::object) (24 bytes), so this bounds pass 2's memory.
+// decoded element costs sizeof(msgpack::object) (24 bytes), so this bounds pass 2's memory:
+// ~76 MB for a welcome, ~13 MB for a submit, ~6 MB for anything else.
 size_t element_budget(msg_type t) {
   switch (t) {
-    case msg_type::welcome: return 3 * k_max_vocab + 4096;  // tokens + token_types + merges
-    case msg_type::submit: return k_max_prompt_tokens + 4096;
-    default: return k_max_other_body_bytes;  // never more elements than bytes
+    case msg_type::welcome:
+      return 3 * k_max_vocab + 4096;  // tokens + token_types + merges
+    case msg_type::submit:
+      return k_max_prompt_tokens + 4096;
+    default:
+      return k_max_other_body_bytes;  // never more elements than bytes
   }
 }
 
@@ -182,7 +185,9 @@ void fields(V& v, S& m) {
 }
 
 template <class T>
-concept record = requires(T& t, int& v) { fields(v, t); };
+concept record = requires(T& t, int& v) {
+  fields(v, t);
+};
 
 // ---- Encoding ----------------------------------------------------------------------------------
 
@@ -194,7 +199,9 @@ struct string_sink {
 struct field_counter {
   uint32_t n = 0;
   template <class T>
-  void operator()(std::string_view, const T&, spec = {}) { ++n; }
+  void operator()(std::string_view, const T&, spec = {}) {
+    ++n;
+  }
 };
 
 class writer {
@@ -208,7 +215,7 @@ class writer {
   }
 
   template <class T>
-    requires record<T>
+  requires record<T>
   void put(const T& r) {
     field_counter c;
     fields(c, r);
@@ -229,10 +236,23 @@ class writer {
   void put(int32_t x) { pk_.pack_int32(x); }
   void put(uint32_t x) { pk_.pack_uint32(x); }
   void put(uint64_t x) { pk_.pack_uint64(x); }
-  void put(float x) { pk_.pack_float(x); }
-  void put(double x) { pk_.pack_double(x); }
+  // Floats are written by hand: msgpack-c 4.1.3's pack_float/pack_double turn integral values
+  // into integers and do so with undefined behaviour at 2^64 (uint64_t(1.8446744e19)).
+  void put(float x) { put_be(0xca, std::bit_cast<uint32_t>(x)); }
+  void put(double x) { put_be(0xcb, std::bit_cast<uint64_t>(x)); }
 
  private:
+  // A type byte then `bits` big-endian (the packer writes straight through to sink_, so raw
+  // bytes interleave correctly with its output).
+  template <class U>
+  void put_be(uint8_t type, U bits) {
+    char buf[1 + sizeof(U)];
+    buf[0] = static_cast<char>(type);
+    for (size_t i = 0; i < sizeof(U); ++i)
+      buf[1 + i] = static_cast<char>(bits >> (8 * (sizeof(U) - 1 - i)));
+    sink_.write(buf, sizeof buf);
+  }
+
   string_sink sink_;
   msgpack::packer<string_sink> pk_;
 };
@@ -268,7 +288,7 @@ class reader {
   }
 
   template <class T>
-    requires record<T>
+  requires record<T>
   void read_record(const msgpack::object& o, T& r) {
     if (o.type != msgpack::type::MAP) fail("expected a map");
     const msgpack::object* saved = map_;
@@ -318,10 +338,8 @@ class reader {
   }
 
   template <class T>
-    requires record<T>
-  void get(const msgpack::object& o, T& r, spec) {
-    read_record(o, r);
-  }
+  requires record<T>
+  void get(const msgpack::object& o, T& r, spec) { read_record(o, r); }
 
   template <class T>
   void get(const msgpack::object& o, std::vector<T>& v, spec s) {
@@ -360,8 +378,7 @@ class reader {
   }
 
   template <std::integral T>
-    requires(!std::is_same_v<T, bool>)
-  void get(const msgpack::object& o, T& x, spec) {
+  requires(!std::is_same_v<T, bool>) void get(const msgpack::object& o, T& x, spec) {
     using lim = std::numeric_limits<T>;
     if (o.type == msgpack::type::POSITIVE_INTEGER && o.via.u64 <= uint64_t(lim::max())) {
       x = static_cast<T>(o.via.u64);
@@ -378,10 +395,17 @@ class reader {
   void get(const msgpack::object& o, T& x, spec) {
     switch (o.type) {
       case msgpack::type::FLOAT32:
-      case msgpack::type::FLOAT64: x = static_cast<T>(o.via.f64); break;
-      case msgpack::type::POSITIVE_INTEGER: x = static_cast<T>(o.via.u64); break;
-      case msgpack::type::NEGATIVE_INTEGER: x = static_cast<T>(o.via.i64); break;
-      default: fail("expected a number");
+      case msgpack::type::FLOAT64:
+        x = static_cast<T>(o.via.f64);
+        break;
+      case msgpack::type::POSITIVE_INTEGER:
+        x = static_cast<T>(o.via.u64);
+        break;
+      case msgpack::type::NEGATIVE_INTEGER:
+        x = static_cast<T>(o.via.i64);
+        break;
+      default:
+        fail("expected a number");
     }
   }
 
@@ -423,14 +447,16 @@ void check(const welcome& m) {
 
 void check(const heartbeat& m) {
   if (m.free_kv_blocks > m.total_kv_blocks) bad("free_kv_blocks", "greater than total_kv_blocks");
-  if (!std::isfinite(m.step_time_ms) || m.step_time_ms < 0) bad("step_time_ms", "not a finite value >= 0");
+  if (!std::isfinite(m.step_time_ms) || m.step_time_ms < 0)
+    bad("step_time_ms", "not a finite value >= 0");
 }
 
 void check(const submit& m) {
   check_request_id(m.request_id);
   check_token_ids(m.prompt, "prompt");
   const wire_sampling& s = m.sampling;
-  if (!std::isfinite(s.temperature) || s.temperature < 0) bad("sampling.temperature", "not a finite value >= 0");
+  if (!std::isfinite(s.temperature) || s.temperature < 0)
+    bad("sampling.temperature", "not a finite value >= 0");
   if (s.top_k < 0) bad("sampling.top_k", "negative");
   if (!(s.top_p >= 0 && s.top_p <= 1)) bad("sampling.top_p", "outside [0, 1]");
   if (!(s.min_p >= 0 && s.min_p <= 1)) bad("sampling.min_p", "outside [0, 1]");
@@ -462,7 +488,8 @@ void check(const tokens& m) {
     if (e.token < 0) bad(at + ".token", "negative token id");
     if (std::isnan(e.logprob) || e.logprob > 0) bad(at + ".logprob", "not a log probability");
     for (size_t j = 0; j < e.top.size(); ++j) {
-      if (e.top[j].token < 0) bad(at + ".top[" + std::to_string(j) + "].token", "negative token id");
+      if (e.top[j].token < 0)
+        bad(at + ".top[" + std::to_string(j) + "].token", "negative token id");
       if (std::isnan(e.top[j].logprob) || e.top[j].logprob > 0)
         bad(at + ".top[" + std::to_string(j) + "].logprob", "not a log probability");
     }
@@ -482,7 +509,9 @@ class shape_visitor : public msgpack::null_visitor {
   bool end_array() { return close(); }
   bool start_map(uint32_t n) { return open(2 * uint64_t(n)); }
   bool end_map() { return close(); }
-  void parse_error(size_t, size_t error_offset) { why_ = "invalid msgpack at byte " + std::to_string(error_offset); }
+  void parse_error(size_t, size_t error_offset) {
+    why_ = "invalid msgpack at byte " + std::to_string(error_offset);
+  }
   void insufficient_bytes(size_t, size_t) { why_ = "truncated msgpack"; }
 
   const std::string& why() const { return why_; }
@@ -580,17 +609,26 @@ decode_result decode_body(msg_type t, std::string_view body) {
   msgpack::object_handle h =
       msgpack::unpack(body.data(), body.size(), off, reference_body, nullptr, limit);
   const msgpack::object& root = h.get();
-  if (root.type != msgpack::type::MAP) return failed(decode_errc::malformed, t, "body is not a map");
+  if (root.type != msgpack::type::MAP)
+    return failed(decode_errc::malformed, t, "body is not a map");
 
   switch (t) {
-    case msg_type::hello: return read_message<hello>(root, t);
-    case msg_type::welcome: return read_message<welcome>(root, t);
-    case msg_type::heartbeat: return read_message<heartbeat>(root, t);
-    case msg_type::submit: return read_message<submit>(root, t);
-    case msg_type::cancel: return read_message<cancel>(root, t);
-    case msg_type::tokens: return read_message<tokens>(root, t);
-    case msg_type::error: return read_message<error>(root, t);
-    case msg_type::drain: return read_message<drain>(root, t);
+    case msg_type::hello:
+      return read_message<hello>(root, t);
+    case msg_type::welcome:
+      return read_message<welcome>(root, t);
+    case msg_type::heartbeat:
+      return read_message<heartbeat>(root, t);
+    case msg_type::submit:
+      return read_message<submit>(root, t);
+    case msg_type::cancel:
+      return read_message<cancel>(root, t);
+    case msg_type::tokens:
+      return read_message<tokens>(root, t);
+    case msg_type::error:
+      return read_message<error>(root, t);
+    case msg_type::drain:
+      return read_message<drain>(root, t);
   }
   return failed(decode_errc::unknown_type, t, "unhandled message type");
 }
@@ -610,9 +648,12 @@ std::optional<msg_type> parse_msg_type(std::string_view type_frame) {
 
 size_t max_body_bytes(msg_type t) {
   switch (t) {
-    case msg_type::welcome: return k_max_welcome_body_bytes;
-    case msg_type::submit: return k_max_submit_body_bytes;
-    default: return k_max_other_body_bytes;
+    case msg_type::welcome:
+      return k_max_welcome_body_bytes;
+    case msg_type::submit:
+      return k_max_submit_body_bytes;
+    default:
+      return k_max_other_body_bytes;
   }
 }
 
@@ -630,10 +671,14 @@ std::string encode(const message& m) {
 
 std::string_view name(decode_errc c) {
   switch (c) {
-    case decode_errc::unknown_type: return "unknown_type";
-    case decode_errc::too_large: return "too_large";
-    case decode_errc::malformed: return "malformed";
-    case decode_errc::invalid_field: return "invalid_field";
+    case decode_errc::unknown_type:
+      return "unknown_type";
+    case decode_errc::too_large:
+      return "too_large";
+    case decode_errc::malformed:
+      return "malformed";
+    case decode_errc::invalid_field:
+      return "invalid_field";
   }
   return "unknown";
 }
@@ -648,8 +693,8 @@ error to_wire(const decode_error& e) {
 decode_result decode(std::string_view type_frame, std::string_view body) noexcept {
   const std::optional<msg_type> t = parse_msg_type(type_frame);
   if (!t)
-    return decode_error{decode_errc::unknown_type,
-                        "unknown message type \"" + printable(type_frame) + "\"", {}};
+    return decode_error{
+        decode_errc::unknown_type, "unknown message type \"" + printable(type_frame) + "\"", {}};
   try {
     return decode_body(*t, body);
   } catch (const msgpack::unpack_error& e) {  // shape pass should have caught these

@@ -46,21 +46,21 @@ inline constexpr size_t k_max_submit_body_bytes = 4u << 20;
 inline constexpr size_t k_max_other_body_bytes = 256u << 10;
 size_t max_body_bytes(msg_type t);
 
-inline constexpr size_t k_max_id_bytes = 128;            // request_id, router_id, worker_id
+inline constexpr size_t k_max_id_bytes = 128;  // request_id, router_id, worker_id
 inline constexpr size_t k_max_model_id_bytes = 256;
-inline constexpr size_t k_max_prompt_tokens = 1u << 19;  // submit.prompt
-inline constexpr size_t k_max_stop_strings = 32;         // submit.sampling.stop
-inline constexpr size_t k_max_stop_bytes = 1024;         // each stop string
-inline constexpr int32_t k_max_top_logprobs = 20;        // submit.sampling.logprobs
-inline constexpr size_t k_max_tokens_per_message = 1024; // tokens.token_ids (senders split)
+inline constexpr size_t k_max_prompt_tokens = 1u << 19;   // submit.prompt
+inline constexpr size_t k_max_stop_strings = 32;          // submit.sampling.stop
+inline constexpr size_t k_max_stop_bytes = 1024;          // each stop string
+inline constexpr int32_t k_max_top_logprobs = 20;         // submit.sampling.logprobs
+inline constexpr size_t k_max_tokens_per_message = 1024;  // tokens.token_ids (senders split)
 inline constexpr size_t k_max_text_delta_bytes = 128u << 10;
 inline constexpr size_t k_max_error_code_bytes = 64;
 inline constexpr size_t k_max_error_message_bytes = 4096;
-inline constexpr size_t k_max_reason_bytes = 1024;       // drain.reason
-inline constexpr size_t k_max_vocab = 1u << 20;          // tokenizer tokens, token_types, merges
-inline constexpr size_t k_max_token_bytes = 4096;        // one vocabulary entry or merge
+inline constexpr size_t k_max_reason_bytes = 1024;  // drain.reason
+inline constexpr size_t k_max_vocab = 1u << 20;     // tokenizer tokens, token_types, merges
+inline constexpr size_t k_max_token_bytes = 4096;   // one vocabulary entry or merge
 inline constexpr size_t k_max_chat_template_bytes = 1u << 20;
-inline constexpr size_t k_max_name_bytes = 64;           // tokenizer model / pre names
+inline constexpr size_t k_max_name_bytes = 64;  // tokenizer model / pre names
 
 // ---- Messages ----------------------------------------------------------------------------------
 // Plain structs; every field has a default, and a field missing from a body keeps it.
@@ -69,17 +69,17 @@ inline constexpr size_t k_max_name_bytes = 64;           // tokenizer model / pr
 // The tokenizer as GGUF describes it (tokenizer.ggml.*), so a router can tokenize and apply the
 // chat template without the model file.
 struct tokenizer_spec {
-  std::string model;                // tokenizer.ggml.model, e.g. "gpt2"
-  std::string pre;                  // tokenizer.ggml.pre, e.g. "smollm"
-  std::vector<std::string> tokens;  // byte strings, indexed by token id
-  std::vector<int32_t> token_types; // empty or one per token (GGUF token type enum)
-  std::vector<std::string> merges;  // "left right", highest priority first
-  int32_t bos_id = -1;              // -1: absent
+  std::string model;                 // tokenizer.ggml.model, e.g. "gpt2"
+  std::string pre;                   // tokenizer.ggml.pre, e.g. "smollm"
+  std::vector<std::string> tokens;   // byte strings, indexed by token id
+  std::vector<int32_t> token_types;  // empty or one per token (GGUF token type enum)
+  std::vector<std::string> merges;   // "left right", highest priority first
+  int32_t bos_id = -1;               // -1: absent
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
   bool add_bos = false;
-  std::string chat_template;        // Jinja source; empty when the model has none
+  std::string chat_template;  // Jinja source; empty when the model has none
 
   bool operator==(const tokenizer_spec&) const = default;
 };
@@ -111,14 +111,14 @@ struct welcome {
 // worker -> router, periodically; a worker that misses heartbeats is declared dead.
 struct heartbeat {
   static constexpr msg_type k_type = msg_type::heartbeat;
-  uint32_t running = 0;          // requests in the running batch
-  uint32_t waiting = 0;          // requests queued, not yet scheduled
-  uint32_t free_kv_blocks = 0;   // free + evictable cached blocks; <= total_kv_blocks
+  uint32_t running = 0;         // requests in the running batch
+  uint32_t waiting = 0;         // requests queued, not yet scheduled
+  uint32_t free_kv_blocks = 0;  // free + evictable cached blocks; <= total_kv_blocks
   uint32_t total_kv_blocks = 0;
-  double step_time_ms = 0.0;     // recent mean duration of one engine step
-  uint64_t steps = 0;            // engine steps since start
-  bool draining = false;         // accepts no new submits
-  uint64_t unix_ms = 0;          // worker wall clock when sent, ms since the Unix epoch
+  double step_time_ms = 0.0;  // recent mean duration of one engine step
+  uint64_t steps = 0;         // engine steps since start
+  bool draining = false;      // accepts no new submits
+  uint64_t unix_ms = 0;       // worker wall clock when sent, ms since the Unix epoch
 
   bool operator==(const heartbeat&) const = default;
 };
@@ -133,10 +133,10 @@ struct wire_sampling {
   int32_t repeat_last_n = 64;      // >= 0; tokens the penalty looks back over
   uint64_t seed = 0;               // used only when has_seed
   bool has_seed = false;
-  int32_t max_tokens = 256;        // >= 0; completion tokens at most
-  std::vector<std::string> stop;   // <= k_max_stop_strings, each non-empty, <= k_max_stop_bytes
+  int32_t max_tokens = 256;       // >= 0; completion tokens at most
+  std::vector<std::string> stop;  // <= k_max_stop_strings, each non-empty, <= k_max_stop_bytes
   bool ignore_eos = false;
-  int32_t logprobs = 0;            // top logprobs per token, [0, k_max_top_logprobs]; 0: off
+  int32_t logprobs = 0;  // top logprobs per token, [0, k_max_top_logprobs]; 0: off
 
   bool operator==(const wire_sampling&) const = default;
 };
@@ -144,12 +144,12 @@ struct wire_sampling {
 // router -> worker.
 struct submit {
   static constexpr msg_type k_type = msg_type::submit;
-  std::string request_id;          // non-empty, <= k_max_id_bytes; unique per router
-  std::vector<int32_t> prompt;     // token ids (>= 0; the worker checks the vocabulary)
+  std::string request_id;       // non-empty, <= k_max_id_bytes; unique per router
+  std::vector<int32_t> prompt;  // token ids (>= 0; the worker checks the vocabulary)
   wire_sampling sampling;
-  int32_t priority = 0;            // lower = more urgent
-  uint64_t deadline_unix_ms = 0;   // ms since the Unix epoch; 0: none
-  bool stream = true;              // send tokens as they come (else one final tokens message)
+  int32_t priority = 0;           // lower = more urgent
+  uint64_t deadline_unix_ms = 0;  // ms since the Unix epoch; 0: none
+  bool stream = true;             // send tokens as they come (else one final tokens message)
 
   bool operator==(const submit&) const = default;
 };
@@ -158,7 +158,7 @@ struct submit {
 // tokens message with finish_reason "cancelled").
 struct cancel {
   static constexpr msg_type k_type = msg_type::cancel;
-  std::string request_id;          // non-empty, <= k_max_id_bytes
+  std::string request_id;  // non-empty, <= k_max_id_bytes
 
   bool operator==(const cancel&) const = default;
 };
@@ -187,19 +187,19 @@ struct token_logprob {
 };
 
 // Valid tokens.finish_reason values; "" means the request is still running.
-inline constexpr std::string_view k_finish_reasons[] = {"",         "stop",  "length", "cancelled",
-                                                        "deadline", "error"};
+inline constexpr std::string_view k_finish_reasons[] = {"",          "stop",     "length",
+                                                        "cancelled", "deadline", "error"};
 
 // worker -> router: new tokens of one request; the message with a non-empty finish_reason is
 // the request's last. Senders keep a body under max_body_bytes(msg_type::tokens) by splitting.
 struct tokens {
   static constexpr msg_type k_type = msg_type::tokens;
-  std::string request_id;              // non-empty, <= k_max_id_bytes
-  std::vector<int32_t> token_ids;      // <= k_max_tokens_per_message
-  std::string text;                    // UTF-8 delta for token_ids (never half a character)
-  std::string finish_reason;           // one of k_finish_reasons
-  token_usage usage;                   // totals so far
-  std::vector<token_logprob> logprobs; // empty, or one per token_ids entry
+  std::string request_id;               // non-empty, <= k_max_id_bytes
+  std::vector<int32_t> token_ids;       // <= k_max_tokens_per_message
+  std::string text;                     // UTF-8 delta for token_ids (never half a character)
+  std::string finish_reason;            // one of k_finish_reasons
+  token_usage usage;                    // totals so far
+  std::vector<token_logprob> logprobs;  // empty, or one per token_ids entry
 
   bool operator==(const tokens&) const = default;
 };

@@ -3,11 +3,10 @@
 // random mutations) only ever yields a message or an error — never a throw or a crash.
 // Bodies that the encoder cannot produce are crafted with msgpack's packer directly.
 #include <catch2/catch.hpp>
-#include <msgpack.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <msgpack.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,7 +60,8 @@ proto::tokenizer_spec make_tokenizer(size_t n_vocab) {
   t.unk_id = 0;
   t.pad_id = 2;
   t.add_bos = true;
-  t.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  t.chat_template =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
   return t;
 }
 
@@ -112,8 +112,14 @@ std::vector<std::pair<msg_type, std::string>> valid_bodies() {
   w.kv_block_size = 16;
   w.max_running = 64;
   w.tokenizer = make_tokenizer(40);
-  proto::heartbeat hb{.running = 3, .waiting = 4, .free_kv_blocks = 10, .total_kv_blocks = 20,
-                      .step_time_ms = 12.5, .steps = 99, .draining = true, .unix_ms = 1234};
+  proto::heartbeat hb{.running = 3,
+                      .waiting = 4,
+                      .free_kv_blocks = 10,
+                      .total_kv_blocks = 20,
+                      .step_time_ms = 12.5,
+                      .steps = 99,
+                      .draining = true,
+                      .unix_ms = 1234};
   return {
       {msg_type::hello, proto::encode(proto::hello{.router_id = "router-a"})},
       {msg_type::welcome, proto::encode(w)},
@@ -121,7 +127,8 @@ std::vector<std::pair<msg_type, std::string>> valid_bodies() {
       {msg_type::submit, proto::encode(make_submit())},
       {msg_type::cancel, proto::encode(proto::cancel{.request_id = "r1"})},
       {msg_type::tokens, proto::encode(make_tokens())},
-      {msg_type::error, proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
+      {msg_type::error,
+       proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
       {msg_type::drain, proto::encode(proto::drain{.reason = "deploy"})},
   };
 }
@@ -170,7 +177,8 @@ proto::decode_error expect_error(msg_type t, const std::string& body, decode_err
 }  // namespace
 
 TEST_CASE("protocol: type frames are the message names", "[protocol]") {
-  const char* names[] = {"hello", "welcome", "heartbeat", "submit", "cancel", "tokens", "error", "drain"};
+  const char* names[] = {"hello",  "welcome", "heartbeat", "submit",
+                         "cancel", "tokens",  "error",     "drain"};
   for (size_t i = 0; i < proto::k_n_msg_types; ++i) {
     const auto t = static_cast<msg_type>(i);
     CHECK(proto::name(t) == names[i]);
@@ -207,11 +215,23 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     CHECK(round_trip(m) == m);
   }
   SECTION("heartbeat") {
-    const proto::heartbeat m{.running = 5, .waiting = 70000, .free_kv_blocks = 4000000000u,
-                             .total_kv_blocks = 4294967295u, .step_time_ms = 23.456789,
-                             .steps = 0xffffffffffffffffull, .draining = true,
+    const proto::heartbeat m{.running = 5,
+                             .waiting = 70000,
+                             .free_kv_blocks = 4000000000u,
+                             .total_kv_blocks = 4294967295u,
+                             .step_time_ms = 23.456789,
+                             .steps = 0xffffffffffffffffull,
+                             .draining = true,
                              .unix_ms = 1'700'000'000'000ull};
     CHECK(round_trip(m) == m);
+    // Integral and huge floating values stay floats on the wire (msgpack-c's own pack_double
+    // would turn 2^64 into an integer, with undefined behaviour).
+    for (double v : {0.0, 2.0, 18446744073709551616.0, 1e300}) {
+      proto::heartbeat h = m;
+      h.step_time_ms = v;
+      CHECK(round_trip(h) == h);
+      CHECK(proto::encode(h).find("step_time_ms\xcb") != std::string::npos);
+    }
   }
   SECTION("submit") {
     const proto::submit m = make_submit();
@@ -226,7 +246,9 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     m.sampling.max_tokens = 0;
     m.sampling.logprobs = proto::k_max_top_logprobs;
     m.sampling.top_p = 0.f;
+    m.sampling.temperature = 2.f;
     CHECK(round_trip(m) == m);
+    CHECK(proto::encode(m).find("temperature\xca\x40\x00\x00\x00") != std::string::npos);
   }
   SECTION("cancel") {
     const proto::cancel m{.request_id = "\x7f\x80\xfe"};
@@ -235,8 +257,12 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
   SECTION("tokens") {
     const proto::tokens m = make_tokens();
     CHECK(round_trip(m) == m);
-    proto::tokens running{.request_id = "r2", .token_ids = {}, .text = "", .finish_reason = "",
-                          .usage = {}, .logprobs = {}};
+    proto::tokens running{.request_id = "r2",
+                          .token_ids = {},
+                          .text = "",
+                          .finish_reason = "",
+                          .usage = {},
+                          .logprobs = {}};
     CHECK(round_trip(running) == running);
     for (std::string_view reason : proto::k_finish_reasons) {
       proto::tokens t = make_tokens();
@@ -286,13 +312,15 @@ TEST_CASE("protocol: an unknown type frame is an error", "[protocol]") {
 TEST_CASE("protocol: garbage bytes are malformed", "[protocol]") {
   const std::vector<std::string> garbage = {
       "",
-      std::string("\xc1", 1),             // never-used byte
-      std::string("\x00", 1),             // a lone integer
-      "hello world",                      // fixstr header then junk
-      std::string("\x91\x01", 2),         // an array, not a map
-      std::string("\xa3" "abc", 4),       // a string
-      std::string("\x80\x80", 2),         // two maps: trailing bytes
-      std::string("\x81\x01\x02", 3),     // a map, but with an integer key (checked below)
+      std::string("\xc1", 1),      // never-used byte
+      std::string("\x00", 1),      // a lone integer
+      "hello world",               // fixstr header then junk
+      std::string("\x91\x01", 2),  // an array, not a map
+      std::string("\xa3"
+                  "abc",
+                  4),                  // a string
+      std::string("\x80\x80", 2),      // two maps: trailing bytes
+      std::string("\x81\x01\x02", 3),  // a map, but with an integer key (checked below)
   };
   for (size_t i = 0; i + 1 < garbage.size(); ++i) {
     INFO("garbage #" << i);
@@ -318,8 +346,7 @@ TEST_CASE("protocol: every prefix of a valid submit body is an error", "[protoco
 }
 
 TEST_CASE("protocol: wrong value types name the field", "[protocol]") {
-  expect_error(msg_type::submit,
-               map_body().add("request_id", "r").add("prompt", "1 2 3").str(),
+  expect_error(msg_type::submit, map_body().add("request_id", "r").add("prompt", "1 2 3").str(),
                decode_errc::invalid_field, "submit: prompt: expected an array");
   expect_error(msg_type::submit,
                map_body().add("request_id", "r").add("prompt", std::vector<std::string>{"a"}).str(),
@@ -328,20 +355,24 @@ TEST_CASE("protocol: wrong value types name the field", "[protocol]") {
                "request_id: expected a string");
   {
     const std::string sampling = map_body().add("top_k", "forty").str();
-    expect_error(msg_type::submit, map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
+    expect_error(msg_type::submit,
+                 map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
                  decode_errc::invalid_field, "sampling.top_k: expected an integer");
   }
   {
     const std::string sampling = map_body().add_raw("stop", "\x92\xa2ok\x03").str();  // ["ok", 3]
-    expect_error(msg_type::submit, map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
+    expect_error(msg_type::submit,
+                 map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
                  decode_errc::invalid_field, "sampling.stop[1]: expected a string");
   }
   expect_error(msg_type::submit, map_body().add("request_id", "r").add("sampling", 5).str(),
                decode_errc::invalid_field, "sampling: expected a map");
   expect_error(msg_type::submit, map_body().add("request_id", "r").add("stream", 1).str(),
                decode_errc::invalid_field, "stream: expected a boolean");
-  expect_error(msg_type::submit, map_body().add("request_id", "r").add("prompt", std::vector<int64_t>{1, 1ll << 31}).str(),
-               decode_errc::invalid_field, "prompt[1]: expected an integer in [-2147483648, 2147483647]");
+  expect_error(
+      msg_type::submit,
+      map_body().add("request_id", "r").add("prompt", std::vector<int64_t>{1, 1ll << 31}).str(),
+      decode_errc::invalid_field, "prompt[1]: expected an integer in [-2147483648, 2147483647]");
   expect_error(msg_type::heartbeat, map_body().add("running", -1).str(), decode_errc::invalid_field,
                "running: expected an integer in [0, 4294967295]");
   expect_error(msg_type::heartbeat, map_body().add("step_time_ms", "fast").str(),
@@ -353,7 +384,11 @@ TEST_CASE("protocol: wrong value types name the field", "[protocol]") {
     const std::string entry = map_body().add("token", 1).add("logprob", -0.5).add("top", 7).str();
     std::string logprobs = "\x91" + entry;
     expect_error(msg_type::tokens,
-                 map_body().add("request_id", "r").add("token_ids", std::vector<int>{1}).add_raw("logprobs", logprobs).str(),
+                 map_body()
+                     .add("request_id", "r")
+                     .add("token_ids", std::vector<int>{1})
+                     .add_raw("logprobs", logprobs)
+                     .str(),
                  decode_errc::invalid_field, "logprobs[0].top: expected an array");
   }
   // Numbers where a float is wanted may be integers; strings may come as bin.
@@ -361,8 +396,11 @@ TEST_CASE("protocol: wrong value types name the field", "[protocol]") {
     const std::string sampling = map_body().add("temperature", 1).str();
     msgpack::sbuffer bin;
     msgpack::packer<msgpack::sbuffer>(bin).pack_bin(3).pack_bin_body("r\0x", 3);
-    const proto::decode_result r = decode(
-        "submit", map_body().add_raw("request_id", std::string(bin.data(), bin.size())).add_raw("sampling", sampling).str());
+    const proto::decode_result r =
+        decode("submit", map_body()
+                             .add_raw("request_id", std::string(bin.data(), bin.size()))
+                             .add_raw("sampling", sampling)
+                             .str());
     REQUIRE(r.ok());
     CHECK(r.get_if<proto::submit>()->request_id == std::string("r\0x", 3));
     CHECK(r.get_if<proto::submit>()->sampling.temperature == 1.f);
@@ -417,9 +455,15 @@ TEST_CASE("protocol: length headers larger than the body are refused", "[protoco
                decode_errc::malformed, "elements in all");
   expect_error(msg_type::submit, with_value(std::string("\xdf\xff\xff\xff\xff\x01", 6)),
                decode_errc::malformed, "elements in all");
-  expect_error(msg_type::submit, with_value(std::string("\xdb\xff\xff\xff\xff" "abc", 8)),
+  expect_error(msg_type::submit,
+               with_value(std::string("\xdb\xff\xff\xff\xff"
+                                      "abc",
+                                      8)),
                decode_errc::malformed, "truncated");
-  expect_error(msg_type::submit, with_value(std::string("\xc6\xff\xff\xff\xff" "abc", 8)),
+  expect_error(msg_type::submit,
+               with_value(std::string("\xc6\xff\xff\xff\xff"
+                                      "abc",
+                                      8)),
                decode_errc::malformed, "truncated");
   // Within the element budget but longer than the body: truncated.
   expect_error(msg_type::submit, with_value(std::string("\xdd\x00\x07\xff\xff\x01\x02", 7)),
@@ -430,8 +474,8 @@ TEST_CASE("protocol: length headers larger than the body are refused", "[protoco
   // Many headers each declaring a large array, in a welcome (largest budget).
   std::string nested;
   for (int i = 0; i < 6; ++i) nested += std::string("\xdd\x00\x0f\xff\xff", 5);
-  expect_error(msg_type::welcome, map_body().add_raw("tokenizer", nested).str(), decode_errc::malformed,
-               "elements in all");
+  expect_error(msg_type::welcome, map_body().add_raw("tokenizer", nested).str(),
+               decode_errc::malformed, "elements in all");
 }
 
 TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]") {
@@ -491,7 +535,8 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
            {"sampling.top_k", [](proto::wire_sampling& p) { p.top_k = -5; }},
            {"sampling.top_p", [](proto::wire_sampling& p) { p.top_p = 1.5f; }},
            {"sampling.min_p", [](proto::wire_sampling& p) { p.min_p = NAN; }},
-           {"sampling.repetition_penalty", [](proto::wire_sampling& p) { p.repetition_penalty = 0; }},
+           {"sampling.repetition_penalty",
+            [](proto::wire_sampling& p) { p.repetition_penalty = 0; }},
            {"sampling.repeat_last_n", [](proto::wire_sampling& p) { p.repeat_last_n = -1; }},
            {"sampling.max_tokens", [](proto::wire_sampling& p) { p.max_tokens = -1; }},
        }) {
@@ -523,28 +568,35 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
   }
   {
     proto::heartbeat hb{.free_kv_blocks = 11, .total_kv_blocks = 10};
-    expect_error(msg_type::heartbeat, proto::encode(hb), decode_errc::invalid_field, "free_kv_blocks");
+    expect_error(msg_type::heartbeat, proto::encode(hb), decode_errc::invalid_field,
+                 "free_kv_blocks");
   }
   {
     proto::welcome w;
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.token_types.pop_back();
-    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.token_types");
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
+                 "tokenizer.token_types");
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.eos_id = 10;
-    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.eos_id");
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
+                 "tokenizer.eos_id");
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.tokens[4] = std::string(proto::k_max_token_bytes + 1, 't');
     expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
                  "tokenizer.tokens[4]: longer than 4096 bytes");
   }
-  expect_error(msg_type::cancel, proto::encode(proto::cancel{}), decode_errc::invalid_field, "request_id");
-  expect_error(msg_type::error, proto::encode(proto::error{.request_id = "", .code = std::string(65, 'c'), .message = ""}),
-               decode_errc::invalid_field, "code: longer than 64 bytes");
+  expect_error(msg_type::cancel, proto::encode(proto::cancel{}), decode_errc::invalid_field,
+               "request_id");
+  expect_error(
+      msg_type::error,
+      proto::encode(proto::error{.request_id = "", .code = std::string(65, 'c'), .message = ""}),
+      decode_errc::invalid_field, "code: longer than 64 bytes");
   expect_error(msg_type::drain, proto::encode(proto::drain{.reason = std::string(1025, 'r')}),
                decode_errc::invalid_field, "reason");
   // A decode error without a request becomes a connection-level bad_message.
-  const proto::error w = proto::to_wire(expect_error(msg_type::cancel, "\xc1", decode_errc::malformed));
+  const proto::error w =
+      proto::to_wire(expect_error(msg_type::cancel, "\xc1", decode_errc::malformed));
   CHECK(w.request_id.empty());
   CHECK(w.code == proto::error_code::bad_message);
 }
@@ -559,13 +611,14 @@ TEST_CASE("protocol: protocol versions", "[protocol]") {
   REQUIRE(proto::check_version(0).has_value());
 
   // The version travels in hello and welcome and must be present there.
-  const proto::decode_result r = decode("hello", proto::encode(proto::hello{.version = 9, .router_id = "r"}));
+  const proto::decode_result r =
+      decode("hello", proto::encode(proto::hello{.version = 9, .router_id = "r"}));
   REQUIRE(r.ok());
   CHECK(proto::check_version(r.get_if<proto::hello>()->version).has_value());
   expect_error(msg_type::hello, map_body().add("router_id", "r").str(), decode_errc::invalid_field,
                "hello: version: missing");
-  expect_error(msg_type::welcome, map_body().add("worker_id", "w").str(), decode_errc::invalid_field,
-               "welcome: version: missing");
+  expect_error(msg_type::welcome, map_body().add("worker_id", "w").str(),
+               decode_errc::invalid_field, "welcome: version: missing");
   expect_error(msg_type::hello, map_body().add("version", -1).str(), decode_errc::invalid_field,
                "version: expected an integer");
 }
@@ -574,10 +627,8 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
   SECTION("unknown keys are ignored, at the top and nested") {
     msgpack::sbuffer ext;
     msgpack::packer<msgpack::sbuffer>(ext).pack_ext(2, 5).pack_ext_body("ab", 2);
-    const std::string sampling = map_body()
-                                     .add("top_k", 7)
-                                     .add("future_knob", std::vector<double>{1.5, 2.5})
-                                     .str();
+    const std::string sampling =
+        map_body().add("top_k", 7).add("future_knob", std::vector<double>{1.5, 2.5}).str();
     const std::string body = map_body()
                                  .add("request_id", "r9")
                                  .add("prompt", std::vector<int>{1, 2, 3})
@@ -595,8 +646,8 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
     CHECK(s.sampling.top_k == 7);
   }
   SECTION("missing keys keep the defaults") {
-    const proto::decode_result r =
-        decode("submit", map_body().add("request_id", "r").add("prompt", std::vector<int>{4}).str());
+    const proto::decode_result r = decode(
+        "submit", map_body().add("request_id", "r").add("prompt", std::vector<int>{4}).str());
     REQUIRE(r.ok());
     proto::submit expected;
     expected.request_id = "r";
@@ -640,7 +691,9 @@ TEST_CASE("protocol: randomly mutated bodies decode to a value or an error", "[p
         case 1:
           if (!b.empty()) b[pos] = static_cast<char>(rng());  // replace a byte
           break;
-        case 2: b.insert(b.begin() + pos, static_cast<char>(rng())); break;
+        case 2:
+          b.insert(b.begin() + pos, static_cast<char>(rng()));
+          break;
         case 3:
           if (!b.empty()) b.erase(pos, 1 + rng() % 3);
           break;
