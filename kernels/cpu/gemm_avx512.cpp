@@ -57,69 +57,44 @@ inline float hsum_ps_256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// A weight row prepared for the multi-token integer kernel: unsigned 8-bit values u (k_pad,
-// zero tail), per pair of blocks the expanded scales dw (16 floats), and per block the offset
-// term mw such that w = dw * u + mw (q4_1: m; q4_0: -8 dw; q8_0 stored as u = q + 128: -128 dw).
-struct prepared_row {
-  alignas(64) uint8_t u[8192];
-  alignas(64) float dwexp[8192 / 4];
-  alignas(64) float mw[8192 / 32 + 16];
-};
-
 inline __m256i unpack_q4(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i m = _mm_set1_epi8(0x0f);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
-void prepare_row(weight_type t, const uint8_t* row, int64_t nb, int64_t k_pad, prepared_row& pr) {
-  for (int64_t i = 0; i < nb; ++i) {
-    __m256i u;
-    float dw, mw;
-    switch (t) {
-      case weight_type::q4_0: {
-        const auto& b = reinterpret_cast<const block_q4_0*>(row)[i];
-        u = unpack_q4(b.qs);
-        dw = _cvtsh_ss(b.d);
-        mw = -8.f * dw;
-        break;
-      }
-      case weight_type::q4_1: {
-        const auto& b = reinterpret_cast<const block_q4_1*>(row)[i];
-        u = unpack_q4(b.qs);
-        dw = _cvtsh_ss(b.d);
-        mw = _cvtsh_ss(b.m);
-        break;
-      }
-      default: {  // q8_0
-        const auto& b = reinterpret_cast<const block_q8_0*>(row)[i];
-        u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(-128));
-        dw = _cvtsh_ss(b.d);
-        mw = -128.f * dw;
-        break;
-      }
-    }
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pr.u + 32 * i), u);
-    _mm256_store_ps(pr.dwexp + 8 * i, _mm256_set1_ps(dw));
-    pr.mw[i] = mw;
+// Block i of a weight row as 32 unsigned bytes u with w = dw * u + mw
+// (q4_1: m; q4_0: -8 dw; q8_0 read as u = q + 128: -128 dw).
+template <weight_type t>
+inline __m256i load_block(const uint8_t* row, int64_t i, float& dw, float& mw) {
+  if constexpr (t == weight_type::q4_0) {
+    const auto& b = reinterpret_cast<const block_q4_0*>(row)[i];
+    dw = _cvtsh_ss(b.d);
+    mw = -8.f * dw;
+    return unpack_q4(b.qs);
+  } else if constexpr (t == weight_type::q4_1) {
+    const auto& b = reinterpret_cast<const block_q4_1*>(row)[i];
+    dw = _cvtsh_ss(b.d);
+    mw = _cvtsh_ss(b.m);
+    return unpack_q4(b.qs);
+  } else {
+    const auto& b = reinterpret_cast<const block_q8_0*>(row)[i];
+    dw = _cvtsh_ss(b.d);
+    mw = -128.f * dw;
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(-128));
   }
-  for (int64_t i = nb; i < k_pad / 32; ++i) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pr.u + 32 * i), _mm256_setzero_si256());
-    _mm256_store_ps(pr.dwexp + 8 * i, _mm256_setzero_ps());
-  }
-  const int64_t nb_pad = (nb + 15) / 16 * 16;
-  for (int64_t i = nb; i < nb_pad; ++i) pr.mw[i] = 0.f;
 }
 
-// One prepared row against T tokens (T <= 8), pairs of blocks per step.
-template <int T>
-void row_tokens(const prepared_row& pr, const q8_act_batch& a, int64_t t0, float* y, int64_t ldy, int64_t r) {
+// One weight row against tokens [t0, t0 + T), two blocks per 512-bit step; the weights are
+// unpacked once into registers and shared by the T tokens. The instruction sequence for one
+// (row, token) pair is the same for every T.
+template <weight_type wt, int T>
+void row_tokens(const uint8_t* row, const q8_act_batch& a, int64_t t0, float* y, int64_t ldy, int64_t r) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const int64_t n_pairs = a.k_pad / 64;
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    const __m512i w = _mm512_load_si512(pr.u + 64 * p);
-    const __m512 dw = _mm512_load_ps(pr.dwexp + 16 * p);
+  alignas(64) float mw[k_max_int_cols / qk + 16];
+  const int64_t nb = a.nb;
+  auto step = [&](__m512i w, __m512 dw, int64_t p) {
     for (int t = 0; t < T; ++t) {
       const int64_t tt = t0 + t;
       const __m512i x = _mm512_loadu_si512(a.qs + tt * a.k_pad + 64 * p);
@@ -127,12 +102,27 @@ void row_tokens(const prepared_row& pr, const q8_act_batch& a, int64_t t0, float
       const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[t]);
     }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    float d0, d1;
+    const __m256i u0 = load_block<wt>(row, i, d0, mw[i]);
+    const __m256i u1 = load_block<wt>(row, i + 1, d1, mw[i + 1]);
+    step(_mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1),
+         _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1), i / 2);
   }
+  if (i < nb) {  // odd block count: the upper half is zero (activations are zero-padded too)
+    float d0;
+    const __m256i u0 = load_block<wt>(row, i, d0, mw[i]);
+    step(_mm512_inserti64x4(_mm512_setzero_si512(), u0, 0),
+         _mm512_insertf32x8(_mm512_setzero_ps(), _mm256_set1_ps(d0), 0), i / 2);
+  }
+  for (int64_t j = nb; j < a.nb_pad; ++j) mw[j] = 0.f;
   for (int t = 0; t < T; ++t) {
     const int64_t tt = t0 + t;
     __m512 m = _mm512_setzero_ps();
-    for (int64_t i = 0; i < a.nb_pad; i += 16)
-      m = _mm512_fmadd_ps(_mm512_load_ps(pr.mw + i), _mm512_loadu_ps(a.s + tt * a.nb_pad + i), m);
+    for (int64_t j = 0; j < a.nb_pad; j += 16)
+      m = _mm512_fmadd_ps(_mm512_load_ps(mw + j), _mm512_loadu_ps(a.s + tt * a.nb_pad + j), m);
     y[tt * ldy + r] = _mm512_reduce_add_ps(acc[t]) + _mm512_reduce_add_ps(m);
   }
 }
@@ -191,23 +181,33 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
   for (int64_t i = a.nb; i < a.nb_pad; ++i) s[i] = 0.f;
 }
 
-void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                       const q8_act_batch& a, float* y, int64_t ldy) {
-  static thread_local prepared_row pr;  // 43 KB per thread; rows up to 8192 wide
+template <weight_type wt>
+void gemv_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const q8_act_batch& a, float* y,
+               int64_t ldy) {
   for (int64_t r = r0; r < r1; ++r) {
-    prepare_row(t, w + r * row_bytes, a.nb, a.k_pad, pr);
+    const uint8_t* row = w + r * row_bytes;
     int64_t t0 = 0;
-    for (; t0 + 8 <= a.n_tok; t0 += 8) row_tokens<8>(pr, a, t0, y, ldy, r);
+    for (; t0 + 8 <= a.n_tok; t0 += 8) row_tokens<wt, 8>(row, a, t0, y, ldy, r);
     switch (a.n_tok - t0) {
-      case 1: row_tokens<1>(pr, a, t0, y, ldy, r); break;
-      case 2: row_tokens<2>(pr, a, t0, y, ldy, r); break;
-      case 3: row_tokens<3>(pr, a, t0, y, ldy, r); break;
-      case 4: row_tokens<4>(pr, a, t0, y, ldy, r); break;
-      case 5: row_tokens<5>(pr, a, t0, y, ldy, r); break;
-      case 6: row_tokens<6>(pr, a, t0, y, ldy, r); break;
-      case 7: row_tokens<7>(pr, a, t0, y, ldy, r); break;
+      case 1: row_tokens<wt, 1>(row, a, t0, y, ldy, r); break;
+      case 2: row_tokens<wt, 2>(row, a, t0, y, ldy, r); break;
+      case 3: row_tokens<wt, 3>(row, a, t0, y, ldy, r); break;
+      case 4: row_tokens<wt, 4>(row, a, t0, y, ldy, r); break;
+      case 5: row_tokens<wt, 5>(row, a, t0, y, ldy, r); break;
+      case 6: row_tokens<wt, 6>(row, a, t0, y, ldy, r); break;
+      case 7: row_tokens<wt, 7>(row, a, t0, y, ldy, r); break;
       default: break;
     }
+  }
+}
+
+void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                       const q8_act_batch& a, float* y, int64_t ldy) {
+  switch (t) {
+    case weight_type::q4_0: return gemv_rows<weight_type::q4_0>(w, row_bytes, r0, r1, a, y, ldy);
+    case weight_type::q4_1: return gemv_rows<weight_type::q4_1>(w, row_bytes, r0, r1, a, y, ldy);
+    case weight_type::q8_0: return gemv_rows<weight_type::q8_0>(w, row_bytes, r0, r1, a, y, ldy);
+    default: return;
   }
 }
 
