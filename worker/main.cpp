@@ -47,6 +47,18 @@ void usage() {
       "The model defaults to $SY_MODEL or %s.\n", default_model());
 }
 
+// --prompt as token ids; with --chat through the model's chat template (and --system).
+std::vector<sy::token_id> prompt_ids(const sy::llama_model& model, const sy::cli_args& a) {
+  std::string prompt = a.get("prompt");
+  if (a.has("chat")) {
+    std::vector<sy::chat_message> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.get("system")});
+    msgs.push_back({"user", prompt});
+    prompt = model.chat().apply(msgs, true);
+  }
+  return model.vocab().encode(prompt, true, a.has("chat"));
+}
+
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -57,15 +69,7 @@ int cmd_generate(const sy::cli_args& a) {
   if (!a.has("prompt")) throw std::invalid_argument("generate needs --prompt");
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
-  const auto& vocab = model->vocab();
-  std::string prompt = a.get("prompt");
-  if (a.has("chat")) {
-    std::vector<sy::chat_message> msgs;
-    if (a.has("system")) msgs.push_back({"system", a.get("system")});
-    msgs.push_back({"user", prompt});
-    prompt = model->chat().apply(msgs, true);
-  }
-  const auto ids = vocab.encode(prompt, true, a.has("chat"));
+  const auto ids = prompt_ids(*model, a);
   sy::sampling_params sp;
   sp.max_tokens = static_cast<int32_t>(a.get_int("max-tokens", 256));
   sp.temperature = static_cast<float>(a.get_float("temperature", 0.0));
@@ -160,14 +164,7 @@ int cmd_tokenize(const sy::cli_args& a) {
   a.check_known({"model", "prompt", "chat", "system", "threads"});
   sy::cpu::thread_pool pool(1);
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
-  std::string prompt = a.get("prompt");
-  if (a.has("chat")) {
-    std::vector<sy::chat_message> msgs;
-    if (a.has("system")) msgs.push_back({"system", a.get("system")});
-    msgs.push_back({"user", prompt});
-    prompt = model->chat().apply(msgs, true);
-  }
-  const auto ids = model->vocab().encode(prompt, true, a.has("chat"));
+  const auto ids = prompt_ids(*model, a);
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
   std::printf("%s]\n", out.c_str());

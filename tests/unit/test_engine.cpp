@@ -7,32 +7,14 @@
 #include <memory>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "tests/unit/model_env.hpp"
 #include "worker/engine.hpp"
 #include "worker/generator.hpp"
 
 using namespace sy;
+using sy::test::env;
 
 namespace {
-
-struct env_t {
-  cpu::thread_pool pool{2};
-  std::unique_ptr<llama_model> model;
-};
-
-env_t* env() {
-  static std::unique_ptr<env_t> e = [] {
-    auto r = std::make_unique<env_t>();
-    if (std::ifstream(SY_MODEL_PATH).good()) r->model = llama_model::load(SY_MODEL_PATH, r->pool);
-    return r;
-  }();
-  return e.get();
-}
-
-#define REQUIRE_MODEL()                                                  \
-  if (!env()->model) {                                                   \
-    WARN("model not found at " SY_MODEL_PATH "; run deploy/setup.sh"); \
-    return;                                                              \
-  }
 
 struct outcome {
   std::vector<token_id> tokens;

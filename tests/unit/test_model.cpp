@@ -10,32 +10,14 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "tests/unit/model_env.hpp"
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
 
 using namespace sy;
+using sy::test::env;
 
 namespace {
-
-struct fixture_env {
-  cpu::thread_pool pool{2};
-  std::unique_ptr<llama_model> model;
-};
-
-fixture_env* env() {
-  static std::unique_ptr<fixture_env> e = [] {
-    auto r = std::make_unique<fixture_env>();
-    if (std::ifstream(SY_MODEL_PATH).good()) r->model = llama_model::load(SY_MODEL_PATH, r->pool);
-    return r;
-  }();
-  return e.get();
-}
-
-#define REQUIRE_MODEL()                                                   \
-  if (!env()->model) {                                                    \
-    WARN("model not found at " SY_MODEL_PATH "; run deploy/setup.sh"); \
-    return;                                                               \
-  }
 
 nlohmann::json load_fixture(const char* name) {
   std::ifstream f(std::string(SY_FIXTURES_DIR) + "/" + name);
