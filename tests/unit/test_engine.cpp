@@ -202,7 +202,7 @@ TEST_CASE("invalid submissions get a specific error and change nothing") {
   require_idle(e);
 }
 
-TEST_CASE("a chat answer ends at EOS with stop and its text; stop strings cut the text") {
+TEST_CASE("a chat answer ends at EOS with stop and its text and stop strings cut the text") {
   REQUIRE_MODEL();
   engine_config cfg;
   engine e(*env()->model, env()->pool, cfg);
