@@ -56,22 +56,6 @@ bool linear::has_integer_path() const {
          cols_ <= k_max_int_cols;
 }
 
-int64_t linear::gemm_min_tokens() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("SY_GEMM_MIN_TOKENS");
-    return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{4};
-  }();
-  return v;
-}
-
-void linear::forward(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                     thread_pool& pool) const {
-  if (has_integer_path() && n_tok < gemm_min_tokens())
-    forward_gemv(x, ldx, n_tok, y, ldy, pool);
-  else
-    forward_gemm(x, ldx, n_tok, y, ldy, pool);
-}
-
 void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
                           thread_pool& pool) const {
   if (!has_integer_path()) return forward_gemm(x, ldx, n_tok, y, ldy, pool);

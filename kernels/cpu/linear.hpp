@@ -1,10 +1,12 @@
 // A linear layer's weight (rows = output features, cols = input features) and y = x W^T over a
 // batch of tokens.
 //
-// Two representations, chosen per call by the token count:
-//  * few tokens (decode): integer GEMV straight from the GGUF blocks (q4_0/q4_1/q8_0) against
-//    activations quantized to 8 bits per 32 (as llama.cpp does) — reads the fewest bytes;
-//  * many tokens (prefill, large batches): a bf16 copy repacked into 16-row panels at load
+// Two representations; the caller picks one per token by its role (cpu_forward.hpp), never by
+// the batch size, so a token's result does not depend on what else is in the step:
+//  * forward_gemv (generated tokens, output head): integer kernels straight on the GGUF blocks
+//    (q4_0/q4_1/q8_0) against activations quantized to 8 bits per 32 (as llama.cpp does) —
+//    reads the fewest bytes;
+//  * forward_gemm (prompt tokens): a bf16 copy repacked into 16-row panels at load
 //    (gemm_kernels.hpp), run as a register-tiled GEMM (AVX-512 BF16 dot products, or f32 FMA).
 // Float weight types (f32/f16/bf16) always take the panel path.
 #pragma once
@@ -30,17 +32,11 @@ class linear {
   bool has_integer_path() const;
   size_t panel_bytes() const { return panels_.size() * sizeof(uint16_t); }
 
-  // y[t * ldy + r] = sum_k W[r][k] x[t * ldx + k], t < n_tok, r < rows.
-  void forward(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-               thread_pool& pool) const;
-  // The two paths, callable directly (tests compare them).
+  // y[t * ldy + r] = sum_k W[r][k] x[t * ldx + k], t < n_tok, r < rows, by either path.
   void forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
                     thread_pool& pool) const;
   void forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
                     thread_pool& pool) const;
-
-  // Token count from which the panel GEMM is used (SY_GEMM_MIN_TOKENS overrides).
-  static int64_t gemm_min_tokens();
 
  private:
   weight_type type_ = weight_type::f32;
