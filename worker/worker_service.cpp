@@ -165,20 +165,21 @@ bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
   events_.clear();
   eng_.step(now_unix_ms, events_);
   for (auto& ev : events_) {
+    // Counted whether or not the router is still there to hear about it.
+    if (ev.finish != finish_reason::none) counters_.finished[static_cast<int>(ev.finish)]++;
+    counters_.generated_tokens += ev.tokens.size();
     auto it = owners_.find(ev.id);
-    if (it == owners_.end()) continue;
+    if (it == owners_.end()) continue;  // its router is gone
     owner& o = it->second;
     proto::tokens& t = o.pending;
     t.token_ids.insert(t.token_ids.end(), ev.tokens.begin(), ev.tokens.end());
     t.text += ev.text;
-    counters_.generated_tokens += ev.tokens.size();
     const bool done = ev.finish != finish_reason::none;
     if (done) {
       t.finish_reason = finish_name(ev.finish);
       t.usage.prompt_tokens = static_cast<uint32_t>(ev.usage.n_prompt);
       t.usage.cached_prompt_tokens = static_cast<uint32_t>(std::max(0, ev.usage.n_cached_prompt));
       t.usage.completion_tokens = static_cast<uint32_t>(ev.usage.n_completion);
-      counters_.finished[static_cast<int>(ev.finish)]++;
       counters_.prompt_tokens += t.usage.prompt_tokens;
       counters_.cached_prompt_tokens += t.usage.cached_prompt_tokens;
     }

@@ -184,3 +184,24 @@ def test_drain_finishes_running_work_and_refuses_new(prompts):
     assert r["late"]["error"]["code"] == "overloaded"
     c.close()
     assert w.stop() == 0
+
+
+def test_a_vanished_router_has_its_requests_cancelled(worker, prompts):
+    """A router that disappears mid-stream: the worker's next send to it fails (ROUTER_MANDATORY),
+    its requests are cancelled and their KV blocks return to the pool."""
+    c = Client(worker.endpoint, b"router-gone")
+    c.hello()
+    c.submit("orphan", prompts[QUESTIONS[4]], max_tokens=1500, ignore_eos=True)
+    typ, body = c.recv()
+    while typ != "tokens":
+        typ, body = c.recv()
+    before = worker.metrics()['switchyard_worker_requests_finished_total{reason="cancelled"}']
+    c.close()
+    end = time.time() + 20
+    while time.time() < end:
+        m = worker.metrics()
+        if m['switchyard_worker_requests_finished_total{reason="cancelled"}'] > before:
+            break
+        time.sleep(0.2)
+    assert m['switchyard_worker_requests_finished_total{reason="cancelled"}'] == before + 1
+    wait_idle(worker)

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <random>
 #include <memory>
 
 #include "kernels/cpu/thread_pool.hpp"
@@ -217,5 +218,45 @@ TEST_CASE("a chat answer ends at EOS with stop and its text and stop strings cut
   auto c = run_all(e);
   CHECK(c["cut"].finish == finish_reason::stop);
   CHECK(c["cut"].text == r["paris"].text.substr(0, r["paris"].text.find("Paris")));
+  require_idle(e);
+}
+
+TEST_CASE("a soak of mixed requests with cancels and deadlines returns the pool to idle") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 40;  // tight: preemptions happen
+  cfg.sched.max_running = 12;
+  cfg.sched.max_tokens_per_step = 96;
+  engine e(*env()->model, env()->pool, cfg);
+  std::mt19937 rng(2024);
+  std::uniform_int_distribution<int> plen(1, 60), glen(1, 12), tok(200, 40000), dice(0, 99);
+  int submitted = 0, ended = 0;
+  std::map<std::string, int> ends_per_id;
+  std::vector<request_event> ev;
+  int64_t now = 0;
+  std::vector<std::string> live;
+  for (int step = 0; step < 3000 && (submitted < 400 || e.has_work()); ++step, now += 10) {
+    for (int k = 0; k < 2 && submitted < 400; ++k) {
+      std::vector<token_id> p(static_cast<size_t>(plen(rng)));
+      for (auto& t : p) t = tok(rng);
+      const std::string id = "s" + std::to_string(submitted++);
+      const int64_t deadline = dice(rng) < 10 ? now + 30 : 0;
+      if (!e.submit(id, p, greedy(glen(rng)), dice(rng) % 3, deadline)) live.push_back(id);
+    }
+    if (!live.empty() && dice(rng) < 15) e.cancel(live[static_cast<size_t>(dice(rng)) % live.size()]);
+    ev.clear();
+    e.step(now, ev);
+    for (auto& x : ev)
+      if (x.finish != finish_reason::none) {
+        ++ended;
+        ++ends_per_id[x.id];
+      }
+    std::string why;
+    REQUIRE(e.pool().check_invariants(&why));
+  }
+  CHECK(submitted == 400);
+  CHECK(ended == static_cast<int>(live.size()));  // every accepted request ended...
+  for (const auto& [id, n] : ends_per_id) CHECK(n == 1);  // ...exactly once
+  CHECK(e.stats().preemptions > 0);
   require_idle(e);
 }
