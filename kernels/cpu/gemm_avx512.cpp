@@ -2,6 +2,7 @@
 // Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}; only called when cpu_features() says so.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/gemm_kernels.hpp"
@@ -184,19 +185,27 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
 template <weight_type wt>
 void gemv_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const q8_act_batch& a, float* y,
                int64_t ldy) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w + r * row_bytes;
+  // Rows in chunks whose weights stay in L1 while every group of 8 tokens (whose activations
+  // also fit in L1) passes over them: neither side is re-read from L2 per (row, token).
+  constexpr int64_t chunk = 32;
+  for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+    const int64_t c1 = std::min(c0 + chunk, r1);
     int64_t t0 = 0;
-    for (; t0 + 8 <= a.n_tok; t0 += 8) row_tokens<wt, 8>(row, a, t0, y, ldy, r);
-    switch (a.n_tok - t0) {
-      case 1: row_tokens<wt, 1>(row, a, t0, y, ldy, r); break;
-      case 2: row_tokens<wt, 2>(row, a, t0, y, ldy, r); break;
-      case 3: row_tokens<wt, 3>(row, a, t0, y, ldy, r); break;
-      case 4: row_tokens<wt, 4>(row, a, t0, y, ldy, r); break;
-      case 5: row_tokens<wt, 5>(row, a, t0, y, ldy, r); break;
-      case 6: row_tokens<wt, 6>(row, a, t0, y, ldy, r); break;
-      case 7: row_tokens<wt, 7>(row, a, t0, y, ldy, r); break;
-      default: break;
+    for (; t0 + 8 <= a.n_tok; t0 += 8)
+      for (int64_t r = c0; r < c1; ++r) row_tokens<wt, 8>(w + r * row_bytes, a, t0, y, ldy, r);
+    const int64_t rest = a.n_tok - t0;
+    for (int64_t r = c0; r < c1 && rest > 0; ++r) {
+      const uint8_t* row = w + r * row_bytes;
+      switch (rest) {
+        case 1: row_tokens<wt, 1>(row, a, t0, y, ldy, r); break;
+        case 2: row_tokens<wt, 2>(row, a, t0, y, ldy, r); break;
+        case 3: row_tokens<wt, 3>(row, a, t0, y, ldy, r); break;
+        case 4: row_tokens<wt, 4>(row, a, t0, y, ldy, r); break;
+        case 5: row_tokens<wt, 5>(row, a, t0, y, ldy, r); break;
+        case 6: row_tokens<wt, 6>(row, a, t0, y, ldy, r); break;
+        case 7: row_tokens<wt, 7>(row, a, t0, y, ldy, r); break;
+        default: break;
+      }
     }
   }
 }
