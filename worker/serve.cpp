@@ -16,11 +16,26 @@
 #include "worker/metrics_http.hpp"
 
 namespace sy {
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes (what can be allocated without swapping), or -1.
+int64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+}  // namespace
 
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known({"model", "listen", "metrics-host", "metrics-port", "kv-blocks", "kv-memory-mb", "block-size",
                  "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm", "kv-type",
-                 "no-prefix-cache"});
+                 "no-prefix-cache", "kv-memory-fraction"});
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -45,6 +60,12 @@ int run_serve(const cli_args& a, const char* default_model) {
   const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);
   if (a.has("kv-blocks")) {
     ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-blocks", 1024));
+  } else if (a.has("kv-memory-fraction")) {
+    const double f = a.get_float("kv-memory-fraction", 0.5);
+    if (!(f > 0 && f <= 0.95)) throw std::invalid_argument("--kv-memory-fraction must be in (0, 0.95]");
+    const int64_t avail = available_memory_bytes();
+    if (avail <= 0) throw std::runtime_error("--kv-memory-fraction: cannot read MemAvailable from /proc/meminfo");
+    ec.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(f * avail) / block_bytes, 1 << 30));
   } else {
     ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-memory-mb", 512) * (1 << 20) / block_bytes);
   }
@@ -61,16 +82,25 @@ int run_serve(const cli_args& a, const char* default_model) {
     sc.model_id.resize(sc.model_id.size() - 5);
 
   auto metrics = std::make_shared<shared_metrics>();
+  auto link_counts = std::make_shared<link_counters>();
   std::unique_ptr<metrics_http> http;
   const int metrics_port = static_cast<int>(a.get_int("metrics-port", 9100));
   if (metrics_port >= 0)
-    http = std::make_unique<metrics_http>(a.get("metrics-host", "127.0.0.1"), metrics_port, [metrics] {
+    http = std::make_unique<metrics_http>(a.get("metrics-host", "127.0.0.1"), metrics_port, [metrics, link_counts] {
       metrics_snapshot copy;
       {
         std::lock_guard<std::mutex> lk(metrics->mu);
         copy = metrics->snap;
       }
-      return render_metrics(copy);
+      std::string out = render_metrics(copy);
+      const link_counters& l = *link_counts;
+      metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.", static_cast<double>(l.frames_in.load()));
+      metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.", static_cast<double>(l.frames_out.load()));
+      metric(out, "switchyard_worker_link_unreachable_total", "counter", "Sends to a router that is gone (its requests are cancelled).", static_cast<double>(l.unreachable.load()));
+      metric(out, "switchyard_worker_link_hwm_blocked_total", "counter", "Sends refused by a full peer queue (high-water mark), retried.", static_cast<double>(l.hwm_blocked.load()));
+      metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.", static_cast<double>(l.dropped.load()));
+      metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter", "Frames that were not [type][body].", static_cast<double>(l.malformed_envelopes.load()));
+      return out;
     });
 
   zmq::context_t ctx(1);
@@ -78,7 +108,6 @@ int run_serve(const cli_args& a, const char* default_model) {
   caf::actor_system sys{cfg};
   auto engine_act = sys.spawn<caf::detached>(engine_actor, &ctx, &eng, sc, metrics);
   auto stop = std::make_shared<std::atomic<bool>>(false);
-  auto link_counts = std::make_shared<link_counters>();
   link_config lc;
   lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));

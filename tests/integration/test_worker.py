@@ -151,6 +151,7 @@ def test_bad_requests_get_specific_errors_and_the_worker_keeps_serving(client, p
     assert client.collect(["after"])["after"]["finish"] in ("stop", "length")
     m = worker.metrics()
     assert m["switchyard_worker_messages_bad_total"] >= 3
+    assert m["switchyard_worker_link_malformed_envelopes_total"] >= 1  # the one-frame message
 
 
 def test_deadline_ends_a_long_generation(client, prompts, worker):
@@ -204,4 +205,22 @@ def test_a_vanished_router_has_its_requests_cancelled(worker, prompts):
             break
         time.sleep(0.2)
     assert m['switchyard_worker_requests_finished_total{reason="cancelled"}'] == before + 1
+    assert m["switchyard_worker_link_unreachable_total"] >= 1
     wait_idle(worker)
+
+
+def test_kv_cache_sized_by_a_fraction_of_free_memory_and_bad_flags_refused():
+    w = Worker("--kv-memory-fraction", "0.01")
+    c = Client(w.endpoint)
+    typ, body = c.hello()
+    c.close()
+    assert w.stop() == 0
+    # 1 % of this machine's free memory at 46 KiB per 16-token f16 block: thousands of tokens.
+    assert typ == "welcome" and body["kv_capacity_tokens"] >= 16 * 100
+    import subprocess
+    from worker_client import WORKER
+    for bad in (["--kv-memory-fraction", "2"], ["--kv-type", "q3"], ["--bogus", "1"]):
+        p = subprocess.run([WORKER, "serve", "--model", MODEL, "--metrics-port", "-1", *bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert "error" in p.stderr and bad[0].lstrip("-") in p.stderr
