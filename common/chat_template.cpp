@@ -23,10 +23,18 @@ std::string unescape_jinja(std::string_view s) {
     }
     const char e = s[++i];
     switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      default: out += e; break;  // \\, \', \" and anything else: the character itself
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      default:
+        out += e;
+        break;  // \\, \', \" and anything else: the character itself
     }
   }
   return out;
@@ -85,8 +93,7 @@ chat_template chat_template::from_gguf(const gguf::file& f) {
   return from_jinja(f.get_string("tokenizer.chat_template"));
 }
 
-std::string chat_template::apply(const std::vector<chat_message>& messages,
-                                 bool add_generation_prompt) const {
+std::string chat_template::apply(const std::vector<chat_message>& messages, bool add_generation_prompt) const {
   std::string out;
   auto turn = [&](std::string_view role, std::string_view content) {
     out.append(k_im_start).append(role).append("\n").append(content).append(k_im_end).append("\n");

@@ -6,12 +6,14 @@
 #include <string_view>
 #include <vector>
 
-namespace sy::gguf { class file; }
+namespace sy::gguf {
+class file;
+}
 
 namespace sy {
 
 struct chat_message {
-  std::string role;     // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant"
   std::string content;
 };
 

@@ -50,8 +50,13 @@ class cli_args {
     const std::string v = get(name);
     size_t used = 0;
     long long r = 0;
-    try { r = std::stoll(v, &used); } catch (...) { used = 0; }
-    if (used != v.size() || v.empty()) throw std::invalid_argument("option --" + name + ": '" + v + "' is not an integer");
+    try {
+      r = std::stoll(v, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty())
+      throw std::invalid_argument("option --" + name + ": '" + v + "' is not an integer");
     return r;
   }
   double get_float(const std::string& name, double fallback) const {
@@ -59,8 +64,13 @@ class cli_args {
     const std::string v = get(name);
     size_t used = 0;
     double r = 0;
-    try { r = std::stod(v, &used); } catch (...) { used = 0; }
-    if (used != v.size() || v.empty()) throw std::invalid_argument("option --" + name + ": '" + v + "' is not a number");
+    try {
+      r = std::stod(v, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty())
+      throw std::invalid_argument("option --" + name + ": '" + v + "' is not a number");
     return r;
   }
   // Throws naming the first option not in `known`.

@@ -21,15 +21,39 @@ class error : public std::runtime_error {
 };
 
 enum class value_type : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
-  string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 
 // ggml tensor types (the numbering is the file format's). Only these are accepted; any other
 // id is reported as "unknown tensor type".
 enum class tensor_type : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
-  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, bf16 = 30,
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+  q8_1 = 9,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  q8_k = 15,
+  bf16 = 30,
 };
 
 const char* type_name(tensor_type t);
@@ -41,13 +65,13 @@ size_t block_bytes(tensor_type t);
 // One metadata value. Scalars live in the union-like fields; arrays hold their elements.
 struct value {
   value_type type = value_type::u8;
-  uint64_t u = 0;          // u8..u64 and boolean
-  int64_t i = 0;           // i8..i64
-  double f = 0;            // f32, f64
-  std::string_view str;    // string (points into the mapping)
+  uint64_t u = 0;                         // u8..u64 and boolean
+  int64_t i = 0;                          // i8..i64
+  double f = 0;                           // f32, f64
+  std::string_view str;                   // string (points into the mapping)
   value_type elem_type = value_type::u8;  // array element type
   std::vector<value> items;               // array elements
-  uint64_t offset = 0;     // byte offset of the value in the file (for error messages)
+  uint64_t offset = 0;                    // byte offset of the value in the file (for error messages)
 
   bool is_integer() const;
   // Any integer type as uint64/int64; throws gguf::error when negative or not an integer.
@@ -60,7 +84,7 @@ struct tensor_info {
   std::string name;
   std::vector<uint64_t> shape;  // ggml order: shape[0] is the contiguous (row) dimension
   tensor_type type = tensor_type::f32;
-  uint64_t offset = 0;          // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // into the mapping

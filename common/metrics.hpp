@@ -11,7 +11,8 @@ namespace sy {
 
 class histogram {
  public:
-  explicit histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
+  explicit histogram(std::vector<double> upper_bounds)
+      : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
   void observe(double v) {
     size_t i = 0;
     while (i < bounds_.size() && v > bounds_[i]) ++i;

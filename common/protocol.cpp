@@ -25,17 +25,15 @@ namespace sy::proto {
 
 namespace {
 
-constexpr std::string_view k_type_names[k_n_msg_types] = {
-    "hello", "welcome", "heartbeat", "submit", "cancel", "tokens", "error", "drain"};
+constexpr std::string_view k_type_names[k_n_msg_types] = {"hello",  "welcome", "heartbeat", "submit",
+                                                          "cancel", "tokens",  "error",     "drain"};
 
 // msg_type values index `message`, and each struct's k_type names its own slot.
 template <class T>
-constexpr bool in_its_slot =
-    std::is_same_v<std::variant_alternative_t<size_t(type_of<T>), message>, T>;
+constexpr bool in_its_slot = std::is_same_v<std::variant_alternative_t<size_t(type_of<T>), message>, T>;
 static_assert(std::variant_size_v<message> == k_n_msg_types);
-static_assert(in_its_slot<hello> && in_its_slot<welcome> && in_its_slot<heartbeat> &&
-              in_its_slot<submit> && in_its_slot<cancel> && in_its_slot<tokens> &&
-              in_its_slot<error> && in_its_slot<drain>);
+static_assert(in_its_slot<hello> && in_its_slot<welcome> && in_its_slot<heartbeat> && in_its_slot<submit> &&
+              in_its_slot<cancel> && in_its_slot<tokens> && in_its_slot<error> && in_its_slot<drain>);
 
 // Deepest legitimate nesting is 5 (tokens > logprobs > entry > top > entry).
 constexpr size_t k_max_depth = 8;
@@ -248,8 +246,7 @@ class writer {
   void put_be(uint8_t type, U bits) {
     char buf[1 + sizeof(U)];
     buf[0] = static_cast<char>(type);
-    for (size_t i = 0; i < sizeof(U); ++i)
-      buf[1 + i] = static_cast<char>(bits >> (8 * (sizeof(U) - 1 - i)));
+    for (size_t i = 0; i < sizeof(U); ++i) buf[1 + i] = static_cast<char>(bits >> (8 * (sizeof(U) - 1 - i)));
     sink_.write(buf, sizeof buf);
   }
 
@@ -302,8 +299,7 @@ class reader {
     const msgpack::object_kv* kv = m.via.map.ptr;
     for (uint32_t i = 0; i < m.via.map.size; ++i) {
       const msgpack::object& k = kv[i].key;
-      if (k.type == msgpack::type::STR && std::string_view(k.via.str.ptr, k.via.str.size) == key)
-        return &kv[i].val;
+      if (k.type == msgpack::type::STR && std::string_view(k.via.str.ptr, k.via.str.size) == key) return &kv[i].val;
     }
     return nullptr;
   }
@@ -382,12 +378,11 @@ class reader {
     using lim = std::numeric_limits<T>;
     if (o.type == msgpack::type::POSITIVE_INTEGER && o.via.u64 <= uint64_t(lim::max())) {
       x = static_cast<T>(o.via.u64);
-    } else if (lim::is_signed && o.type == msgpack::type::NEGATIVE_INTEGER &&
-               o.via.i64 >= int64_t(lim::min())) {
+    } else if (lim::is_signed && o.type == msgpack::type::NEGATIVE_INTEGER && o.via.i64 >= int64_t(lim::min())) {
       x = static_cast<T>(o.via.i64);
     } else {
-      fail(std::string("expected an integer in [") + std::to_string(lim::min()) + ", " +
-           std::to_string(lim::max()) + "]");
+      fail(std::string("expected an integer in [") + std::to_string(lim::min()) + ", " + std::to_string(lim::max()) +
+           "]");
     }
   }
 
@@ -415,9 +410,7 @@ class reader {
 
 // ---- Value checks after reading (field names as on the wire) ----
 
-[[noreturn]] void bad(std::string path, std::string what) {
-  throw field_error{std::move(path), std::move(what)};
-}
+[[noreturn]] void bad(std::string path, std::string what) { throw field_error{std::move(path), std::move(what)}; }
 
 void check_request_id(const std::string& id) {
   if (id.empty()) bad("request_id", "missing or empty");
@@ -447,16 +440,14 @@ void check(const welcome& m) {
 
 void check(const heartbeat& m) {
   if (m.free_kv_blocks > m.total_kv_blocks) bad("free_kv_blocks", "greater than total_kv_blocks");
-  if (!std::isfinite(m.step_time_ms) || m.step_time_ms < 0)
-    bad("step_time_ms", "not a finite value >= 0");
+  if (!std::isfinite(m.step_time_ms) || m.step_time_ms < 0) bad("step_time_ms", "not a finite value >= 0");
 }
 
 void check(const submit& m) {
   check_request_id(m.request_id);
   check_token_ids(m.prompt, "prompt");
   const wire_sampling& s = m.sampling;
-  if (!std::isfinite(s.temperature) || s.temperature < 0)
-    bad("sampling.temperature", "not a finite value >= 0");
+  if (!std::isfinite(s.temperature) || s.temperature < 0) bad("sampling.temperature", "not a finite value >= 0");
   if (s.top_k < 0) bad("sampling.top_k", "negative");
   if (!(s.top_p >= 0 && s.top_p <= 1)) bad("sampling.top_p", "outside [0, 1]");
   if (!(s.min_p >= 0 && s.min_p <= 1)) bad("sampling.min_p", "outside [0, 1]");
@@ -488,8 +479,7 @@ void check(const tokens& m) {
     if (e.token < 0) bad(at + ".token", "negative token id");
     if (std::isnan(e.logprob) || e.logprob > 0) bad(at + ".logprob", "not a log probability");
     for (size_t j = 0; j < e.top.size(); ++j) {
-      if (e.top[j].token < 0)
-        bad(at + ".top[" + std::to_string(j) + "].token", "negative token id");
+      if (e.top[j].token < 0) bad(at + ".top[" + std::to_string(j) + "].token", "negative token id");
       if (std::isnan(e.top[j].logprob) || e.top[j].logprob > 0)
         bad(at + ".top[" + std::to_string(j) + "].logprob", "not a log probability");
     }
@@ -509,9 +499,7 @@ class shape_visitor : public msgpack::null_visitor {
   bool end_array() { return close(); }
   bool start_map(uint32_t n) { return open(2 * uint64_t(n)); }
   bool end_map() { return close(); }
-  void parse_error(size_t, size_t error_offset) {
-    why_ = "invalid msgpack at byte " + std::to_string(error_offset);
-  }
+  void parse_error(size_t, size_t error_offset) { why_ = "invalid msgpack at byte " + std::to_string(error_offset); }
   void insufficient_bytes(size_t, size_t) { why_ = "truncated msgpack"; }
 
   const std::string& why() const { return why_; }
@@ -572,13 +560,11 @@ decode_result read_message(const msgpack::object& root, msg_type t) {
     r.read_record(root, m);
     check(m);
   } catch (const field_error& e) {
-    decode_error err = failed(decode_errc::invalid_field, t,
-                              (e.path.empty() ? std::string() : e.path + ": ") + e.what);
+    decode_error err = failed(decode_errc::invalid_field, t, (e.path.empty() ? std::string() : e.path + ": ") + e.what);
     if constexpr (requires { m.request_id; }) {
       // Name the request when its id itself is fine, so the reply can end it.
       const msgpack::object* id = reader::find(root, "request_id");
-      if (id != nullptr && id->type == msgpack::type::STR && id->via.str.size > 0 &&
-          id->via.str.size <= k_max_id_bytes)
+      if (id != nullptr && id->type == msgpack::type::STR && id->via.str.size > 0 && id->via.str.size <= k_max_id_bytes)
         err.request_id.assign(id->via.str.ptr, id->via.str.size);
     }
     return err;
@@ -588,9 +574,9 @@ decode_result read_message(const msgpack::object& root, msg_type t) {
 
 decode_result decode_body(msg_type t, std::string_view body) {
   if (body.size() > max_body_bytes(t))
-    return failed(decode_errc::too_large, t,
-                  "body of " + std::to_string(body.size()) + " bytes over the limit of " +
-                      std::to_string(max_body_bytes(t)));
+    return failed(
+        decode_errc::too_large, t,
+        "body of " + std::to_string(body.size()) + " bytes over the limit of " + std::to_string(max_body_bytes(t)));
 
   const size_t budget = element_budget(t);
   shape_visitor shape(budget);
@@ -598,19 +584,15 @@ decode_result decode_body(msg_type t, std::string_view body) {
   if (!msgpack::parse(body.data(), body.size(), off, shape))
     return failed(decode_errc::malformed, t, shape.why().empty() ? "invalid msgpack" : shape.why());
   if (off != body.size())
-    return failed(decode_errc::malformed, t,
-                  std::to_string(body.size() - off) + " trailing bytes after the body");
+    return failed(decode_errc::malformed, t, std::to_string(body.size() - off) + " trailing bytes after the body");
 
   // Container sizes can never exceed the body's byte count (each element takes >= 1 byte).
   const size_t n_max = std::min(budget, body.size());
-  const msgpack::unpack_limit limit(n_max, n_max, body.size(), body.size(), body.size(),
-                                    k_max_depth);
+  const msgpack::unpack_limit limit(n_max, n_max, body.size(), body.size(), body.size(), k_max_depth);
   off = 0;
-  msgpack::object_handle h =
-      msgpack::unpack(body.data(), body.size(), off, reference_body, nullptr, limit);
+  msgpack::object_handle h = msgpack::unpack(body.data(), body.size(), off, reference_body, nullptr, limit);
   const msgpack::object& root = h.get();
-  if (root.type != msgpack::type::MAP)
-    return failed(decode_errc::malformed, t, "body is not a map");
+  if (root.type != msgpack::type::MAP) return failed(decode_errc::malformed, t, "body is not a map");
 
   switch (t) {
     case msg_type::hello:
@@ -685,16 +667,13 @@ std::string_view name(decode_errc c) {
 
 error to_wire(const decode_error& e) {
   const bool about_request = !e.request_id.empty();
-  return error{e.request_id,
-               std::string(about_request ? error_code::invalid_request : error_code::bad_message),
+  return error{e.request_id, std::string(about_request ? error_code::invalid_request : error_code::bad_message),
                e.message.substr(0, k_max_error_message_bytes)};
 }
 
 decode_result decode(std::string_view type_frame, std::string_view body) noexcept {
   const std::optional<msg_type> t = parse_msg_type(type_frame);
-  if (!t)
-    return decode_error{
-        decode_errc::unknown_type, "unknown message type \"" + printable(type_frame) + "\"", {}};
+  if (!t) return decode_error{decode_errc::unknown_type, "unknown message type \"" + printable(type_frame) + "\"", {}};
   try {
     return decode_body(*t, body);
   } catch (const msgpack::unpack_error& e) {  // shape pass should have caught these
@@ -712,8 +691,8 @@ std::optional<error> check_version(uint32_t peer_version) {
   if (peer_version == k_protocol_version) return std::nullopt;
   return error{{},
                std::string(error_code::unknown_version),
-               "peer speaks protocol version " + std::to_string(peer_version) +
-                   ", this build speaks version " + std::to_string(k_protocol_version)};
+               "peer speaks protocol version " + std::to_string(peer_version) + ", this build speaks version " +
+                   std::to_string(k_protocol_version)};
 }
 
 }  // namespace sy::proto

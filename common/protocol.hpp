@@ -187,8 +187,7 @@ struct token_logprob {
 };
 
 // Valid tokens.finish_reason values; "" means the request is still running.
-inline constexpr std::string_view k_finish_reasons[] = {"",          "stop",     "length",
-                                                        "cancelled", "deadline", "error"};
+inline constexpr std::string_view k_finish_reasons[] = {"", "stop", "length", "cancelled", "deadline", "error"};
 
 // worker -> router: new tokens of one request; the message with a non-empty finish_reason is
 // the request's last. Senders keep a body under max_body_bytes(msg_type::tokens) by splitting.

@@ -99,8 +99,7 @@ std::string utf8_sanitize(std::string_view s) {
   size_t i = 0;
   while (i < n) {
     const unsigned char b0 = p[i];
-    size_t len = b0 < 0x80 ? 1 : (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3
-               : (b0 & 0xF8) == 0xF0 ? 4 : 0;
+    size_t len = b0 < 0x80 ? 1 : (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3 : (b0 & 0xF8) == 0xF0 ? 4 : 0;
     bool ok = len != 0 && i + len <= n;
     for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
     if (!ok) {
@@ -286,8 +285,7 @@ struct pcre2_match_data_deleter {
 // One match-data block per thread, shared by all tokenizers: compiled patterns are read-only
 // and may be matched from any number of threads at once.
 pcre2_match_data* thread_match_data() {
-  thread_local std::unique_ptr<pcre2_match_data, pcre2_match_data_deleter> md(
-      pcre2_match_data_create(16, nullptr));
+  thread_local std::unique_ptr<pcre2_match_data, pcre2_match_data_deleter> md(pcre2_match_data_create(16, nullptr));
   return md.get();
 }
 
@@ -300,9 +298,8 @@ pcre2_code_ptr compile_regex(std::string_view pattern) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    throw std::runtime_error("tokenizer: cannot compile pre-tokenizer regex '" + std::string(pattern) +
-                             "' at " + std::to_string(err_off) + ": " +
-                             reinterpret_cast<const char*>(msg));
+    throw std::runtime_error("tokenizer: cannot compile pre-tokenizer regex '" + std::string(pattern) + "' at " +
+                             std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: interpreted matching otherwise
   return pcre2_code_ptr(code);
@@ -350,8 +347,8 @@ void regex_split(const pcre2_code* code, std::string_view text, const std::vecto
 // BPE
 
 struct merge_rule {
-  int32_t rank;      // position in tokenizer.ggml.merges; lower merges first
-  token_id result;   // token of the concatenation
+  int32_t rank;     // position in tokenizer.ggml.merges; lower merges first
+  token_id result;  // token of the concatenation
 };
 
 uint64_t pair_key(token_id a, token_id b) {
@@ -366,14 +363,14 @@ struct string_hash {
 }  // namespace
 
 struct tokenizer::impl {
-  std::vector<std::string> text_;    // token text as stored (byte-mapped for normal tokens)
-  std::vector<std::string> bytes_;   // what the token decodes to (see token_bytes)
-  std::vector<uint8_t> kind_;        // token_kind per id
-  std::vector<uint8_t> eog_;         // 1 for end-of-generation tokens
+  std::vector<std::string> text_;   // token text as stored (byte-mapped for normal tokens)
+  std::vector<std::string> bytes_;  // what the token decodes to (see token_bytes)
+  std::vector<uint8_t> kind_;       // token_kind per id
+  std::vector<uint8_t> eog_;        // 1 for end-of-generation tokens
   std::unordered_map<std::string, token_id, string_hash, std::equal_to<>> id_of_;
   std::unordered_map<uint64_t, merge_rule> merges_;  // pair_key(left, right) -> rule
   std::array<token_id, 256> byte_token_{};           // token of each single byte; -1 if none
-  std::vector<token_id> special_;    // control/user-defined/unknown ids, longest text first
+  std::vector<token_id> special_;                    // control/user-defined/unknown ids, longest text first
   std::vector<pcre2_code_ptr> regexes_;
   std::string pre_;
   bool ignore_merges_ = false;
@@ -396,12 +393,10 @@ struct bpe_symbol {
 
 struct bpe_candidate {
   int32_t rank;
-  int32_t left, right;       // symbol indices
+  int32_t left, right;         // symbol indices
   token_id left_id, right_id;  // the symbols' ids when queued: a changed symbol makes it stale
   token_id result;
-  bool operator>(const bpe_candidate& o) const {
-    return rank != o.rank ? rank > o.rank : left > o.left;
-  }
+  bool operator>(const bpe_candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
 };
 
 }  // namespace
@@ -487,8 +482,7 @@ void tokenizer::impl::encode_fragment(std::string_view raw, std::vector<token_id
   for (const span_t p : pieces) bpe_piece(text.substr(p.begin, p.size), out);
 }
 
-void tokenizer::impl::split_special(std::string_view text, bool parse_special,
-                                    std::vector<token_id>& out) const {
+void tokenizer::impl::split_special(std::string_view text, bool parse_special, std::vector<token_id>& out) const {
   // A fragment is either raw text [begin, begin + size) or a special token (id >= 0).
   struct fragment {
     token_id id;
@@ -565,8 +559,8 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
   p->kind_.assign(n_vocab, kind_normal);
   if (const gguf::value* types = f.find("tokenizer.ggml.token_type")) {
     if (types->type != gguf::value_type::array || types->items.size() != n_vocab) {
-      throw std::runtime_error("tokenizer: tokenizer.ggml.token_type must be an array of " +
-                               std::to_string(n_vocab) + " integers");
+      throw std::runtime_error("tokenizer: tokenizer.ggml.token_type must be an array of " + std::to_string(n_vocab) +
+                               " integers");
     }
     for (size_t i = 0; i < n_vocab; ++i) {
       const int64_t t = types->items[i].as_int();
@@ -626,8 +620,8 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
   for (const token_id id : {p->eos_, eot, eom}) {
     if (id >= 0) p->eog_[id] = 1;
   }
-  for (const std::string_view t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                   "<|endoftext|>", "<|eom_id|>", "<EOT>", "<|end_of_text|>"}) {
+  for (const std::string_view t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                   "<|eom_id|>", "<EOT>", "<|end_of_text|>"}) {
     const auto it = p->id_of_.find(t);
     if (it == p->id_of_.end()) continue;
     p->eog_[it->second] = 1;
@@ -657,14 +651,12 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
       default:  // unused / undefined tokens render as nothing, as in llama.cpp
         break;
     }
-    if (p->kind_[i] == kind_control || p->kind_[i] == kind_user_defined ||
-        p->kind_[i] == kind_unknown) {
+    if (p->kind_[i] == kind_control || p->kind_[i] == kind_user_defined || p->kind_[i] == kind_unknown) {
       p->special_.push_back(static_cast<token_id>(i));
     }
   }
-  std::stable_sort(p->special_.begin(), p->special_.end(), [&](token_id a, token_id b) {
-    return p->text_[a].size() > p->text_[b].size();
-  });
+  std::stable_sort(p->special_.begin(), p->special_.end(),
+                   [&](token_id a, token_id b) { return p->text_[a].size() > p->text_[b].size(); });
 
   return tokenizer(std::move(p));
 }

@@ -11,7 +11,9 @@
 #include <string_view>
 #include <vector>
 
-namespace sy::gguf { class file; }
+namespace sy::gguf {
+class file;
+}
 
 namespace sy {
 
@@ -30,8 +32,7 @@ class tokenizer {
   // `parse_special`: text like "<|im_start|>" becomes its special token id; otherwise it is
   // tokenized as plain text. `add_bos`: prepend BOS when the model asks for it
   // (tokenizer.ggml.add_bos_token) — llama.cpp's `add_special`.
-  std::vector<token_id> encode(std::string_view text, bool add_bos = true,
-                               bool parse_special = true) const;
+  std::vector<token_id> encode(std::string_view text, bool add_bos = true, bool parse_special = true) const;
   // Concatenated bytes of the tokens (may end in the middle of a UTF-8 character).
   // Control tokens (BOS/EOS, <|im_start|>, ...) are rendered as their text only when
   // `render_special` is set.

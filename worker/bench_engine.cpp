@@ -17,9 +17,7 @@
 namespace sy {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<token_id> random_prompt(std::mt19937& rng, int n) {
   std::uniform_int_distribution<token_id> d(200, 40000);
@@ -78,8 +76,9 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   // 1. Continuous batching vs one at a time, same requests, same engine settings.
   if (skip.find("batching") == std::string::npos) {
     std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
-    std::printf("  output tok/s = generated tokens / wall time from submission (prefill included);\n"
-                "  decode tok/s = tokens sampled in pure-decode steps / the time of those steps\n");
+    std::printf(
+        "  output tok/s = generated tokens / wall time from submission (prefill included);\n"
+        "  decode tok/s = tokens sampled in pure-decode steps / the time of those steps\n");
     std::printf("%12s %18s %18s %8s %18s %18s %8s\n", "concurrency", "continuous output", "sequential output", "ratio",
                 "continuous decode", "sequential decode", "ratio");
     js << ",\"batching\":[";
@@ -184,7 +183,8 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
     cfg.sched.max_tokens_per_step = 512;
     cfg.prefix_caching = false;
     engine e(*model, pool, cfg);
-    for (int i = 0; i < 96; ++i) e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
+    for (int i = 0; i < 96; ++i)
+      e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
     double util_sum = 0;
     int steps = 0, peak = 0;
     const double secs = drain(e, [&](const std::vector<request_event>&) {

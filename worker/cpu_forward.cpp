@@ -19,7 +19,11 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   // Rows of the activations: every token of the step, generated-token rows first, then
   // prompt-token rows. A token's role (position < n_prompt or not) picks its kernels, so its
   // numerics never depend on what else is in the batch (batching-invariant results).
-  struct row_info { int32_t seq; int64_t pos; token_id token; };
+  struct row_info {
+    int32_t seq;
+    int64_t pos;
+    token_id token;
+  };
   std::vector<row_info> rows;
   std::vector<int64_t> out_rows;  // rows whose logits are wanted, in batch order
   int64_t n_decode = 0;
@@ -64,8 +68,15 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     if (n_decode > 0) w.forward_gemv(x, ldx, n_decode, y, ldy, pool_);
     if (N > n_decode) w.forward_gemm(x + n_decode * ldx, ldx, N - n_decode, y + n_decode * ldy, ldy, pool_);
   };
-  x_.resize(N * E); xn_.resize(N * E); q_.resize(N * E); attn_.resize(N * E); tmp_.resize(N * E);
-  k_.resize(N * KV); v_.resize(N * KV); gate_.resize(N * F); up_.resize(N * F);
+  x_.resize(N * E);
+  xn_.resize(N * E);
+  q_.resize(N * E);
+  attn_.resize(N * E);
+  tmp_.resize(N * E);
+  k_.resize(N * KV);
+  v_.resize(N * KV);
+  gate_.resize(N * F);
+  up_.resize(N * F);
   int64_t max_keys = 0;
   for (const auto& b : batch) max_keys = std::max<int64_t>(max_keys, b.pos0 + static_cast<int64_t>(b.tokens.size()));
   scores_.resize(static_cast<size_t>(pool_.size() * max_keys));
@@ -110,8 +121,8 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
         const int64_t i = task / hp.n_head, h = task % hp.n_head;
         const int32_t s = rows[i].seq;
         cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
-        cpu::attend_head(q_.data() + i * E + h * HD, rows[i].pos + 1, view, h / group, HD, scale,
-                         scores, attn_.data() + i * E + h * HD);
+        cpu::attend_head(q_.data() + i * E + h * HD, rows[i].pos + 1, view, h / group, HD, scale, scores,
+                         attn_.data() + i * E + h * HD);
       }
     });
     linear(L.wo, attn_.data(), E, tmp_.data(), E);

@@ -14,11 +14,11 @@
 namespace sy {
 
 struct batch_seq {
-  std::span<const token_id> tokens;     // new tokens of this step
-  int64_t pos0 = 0;                     // position of tokens[0]; K/V for [0, pos0) are cached
-  std::span<const int32_t> block_ids;   // block table covering [0, pos0 + tokens.size())
-  bool all_logits = false;              // logits for every token, else only the last
-  bool logits = true;                   // false: no logits at all (a mid-prompt chunk)
+  std::span<const token_id> tokens;    // new tokens of this step
+  int64_t pos0 = 0;                    // position of tokens[0]; K/V for [0, pos0) are cached
+  std::span<const int32_t> block_ids;  // block table covering [0, pos0 + tokens.size())
+  bool all_logits = false;             // logits for every token, else only the last
+  bool logits = true;                  // false: no logits at all (a mid-prompt chunk)
   // Positions < n_prompt are prompt tokens (prefill kernels: bf16 panel GEMM), the rest are
   // generated tokens (integer GEMV on the quantized weights) — fixed per position, so a
   // token's numerics are the same alone, batched, chunked, cached or recomputed.

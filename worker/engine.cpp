@@ -31,8 +31,7 @@ int64_t engine::live_kv_tokens() const {
 }
 
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
-                                           const sampling_params& params, int32_t priority,
-                                           int64_t deadline_ms) {
+                                           const sampling_params& params, int32_t priority, int64_t deadline_ms) {
   if (id.empty()) return submit_error{"invalid_request", "request_id is empty"};
   if (by_name_.count(id)) return submit_error{"duplicate_request", "request_id '" + id + "' is already live"};
   if (prompt.empty()) return submit_error{"invalid_request", "prompt is empty"};
@@ -47,8 +46,8 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
     return submit_error{"invalid_request", "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
                                                std::to_string(params.max_tokens) + ") exceeds the context length (" +
                                                std::to_string(config_.max_context) + ")"};
-  if (params.temperature < 0 || !(params.top_p > 0 && params.top_p <= 1) || params.top_k < 0 ||
-      params.min_p < 0 || params.min_p > 1 || !(params.repetition_penalty > 0))
+  if (params.temperature < 0 || !(params.top_p > 0 && params.top_p <= 1) || params.top_k < 0 || params.min_p < 0 ||
+      params.min_p > 1 || !(params.repetition_penalty > 0))
     return submit_error{"invalid_request", "sampling parameters out of range"};
   const request_id rid = next_id_++;
   request_spec spec;
@@ -115,8 +114,10 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     b.logits = s.sample;
     b.n_prompt = sched_.usage(s.id)->n_prompt;
     batch_.push_back(b);
-    if (!s.sample) stats_.prompt_tokens += s.tokens.size();
-    else if (s.tokens.size() > 1) stats_.prompt_tokens += s.tokens.size() - 1;
+    if (!s.sample)
+      stats_.prompt_tokens += s.tokens.size();
+    else if (s.tokens.size() > 1)
+      stats_.prompt_tokens += s.tokens.size() - 1;
   }
   forward_.run(batch_, arena_, logits_);
 

@@ -27,10 +27,10 @@
 namespace sy {
 
 struct engine_config {
-  int32_t n_kv_blocks = 1024;       // KV arena size in blocks
-  int32_t block_size = 16;          // tokens per block
-  int64_t max_context = 2048;       // prompt + max_tokens per request
-  bool prefix_caching = true;       // reuse cached KV blocks of identical prompt prefixes
+  int32_t n_kv_blocks = 1024;                // KV arena size in blocks
+  int32_t block_size = 16;                   // tokens per block
+  int64_t max_context = 2048;                // prompt + max_tokens per request
+  bool prefix_caching = true;                // reuse cached KV blocks of identical prompt prefixes
   cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type
   scheduler_config sched;
 };
@@ -45,24 +45,24 @@ struct submit_error {
 struct request_event {
   std::string id;
   std::vector<token_id> tokens;
-  std::string text;                        // UTF-8-complete delta, stop strings excluded
+  std::string text;  // UTF-8-complete delta, stop strings excluded
   finish_reason finish = finish_reason::none;
-  request_usage usage;                     // filled on finish
+  request_usage usage;  // filled on finish
 };
 
 struct engine_stats {
   int32_t running = 0;
   int32_t waiting = 0;
-  int32_t free_blocks = 0;                 // available: free + evictable cached
+  int32_t free_blocks = 0;  // available: free + evictable cached
   int32_t total_blocks = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
-  uint64_t prompt_tokens = 0;              // tokens run through the forward as prefill
-  uint64_t decode_tokens = 0;              // tokens sampled
+  uint64_t prompt_tokens = 0;  // tokens run through the forward as prefill
+  uint64_t decode_tokens = 0;  // tokens sampled
   uint64_t prefix_query_tokens = 0;
   uint64_t prefix_hit_tokens = 0;
   double last_step_ms = 0;
-  double mean_step_ms = 0;                 // exponential moving average
+  double mean_step_ms = 0;  // exponential moving average
   int32_t last_batch_tokens = 0;
   int32_t last_batch_seqs = 0;
 };
@@ -74,9 +74,8 @@ class engine {
   engine& operator=(const engine&) = delete;
 
   // Validates and queues a request. `deadline_ms` is on the clock step() is given (0: none).
-  std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt,
-                                     const sampling_params& params, int32_t priority,
-                                     int64_t deadline_ms = 0);
+  std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt, const sampling_params& params,
+                                     int32_t priority, int64_t deadline_ms = 0);
   // Cancels a live request; it is reported finished (cancelled) by the next step().
   bool cancel(const std::string& id);
   bool has_work() const { return !live_.empty(); }

@@ -99,14 +99,16 @@ std::string render_metrics(const metrics_snapshot& m) {
   std::string o;
   const auto& e = m.engine;
   const auto& c = m.service;
-  metric(o, "switchyard_worker_requests_running", "gauge", "Requests holding KV blocks in the running batch.", e.running);
+  metric(o, "switchyard_worker_requests_running", "gauge", "Requests holding KV blocks in the running batch.",
+         e.running);
   metric(o, "switchyard_worker_requests_waiting", "gauge", "Requests queued on the worker.", e.waiting);
   metric(o, "switchyard_worker_kv_blocks_total", "gauge", "KV cache blocks in the arena.", e.total_blocks);
-  metric(o, "switchyard_worker_kv_blocks_free", "gauge", "KV blocks free or evictable (cached prefixes).", e.free_blocks);
+  metric(o, "switchyard_worker_kv_blocks_free", "gauge", "KV blocks free or evictable (cached prefixes).",
+         e.free_blocks);
   metric(o, "switchyard_worker_kv_usage_ratio", "gauge", "Fraction of KV blocks in use by live sequences.",
          e.total_blocks ? 1.0 - static_cast<double>(e.free_blocks) / e.total_blocks : 0.0);
-  metric(o, "switchyard_worker_prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
-         static_cast<double>(e.prefix_query_tokens));
+  metric(o, "switchyard_worker_prefix_cache_query_tokens_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", static_cast<double>(e.prefix_query_tokens));
   metric(o, "switchyard_worker_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
          static_cast<double>(e.prefix_hit_tokens));
   metric(o, "switchyard_worker_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.",
@@ -114,16 +116,20 @@ std::string render_metrics(const metrics_snapshot& m) {
   metric(o, "switchyard_worker_steps_total", "counter", "Engine steps run.", static_cast<double>(e.steps));
   metric(o, "switchyard_worker_prompt_tokens_processed_total", "counter", "Prompt tokens run through the model.",
          static_cast<double>(e.prompt_tokens));
-  metric(o, "switchyard_worker_generation_tokens_total", "counter", "Tokens sampled.", static_cast<double>(e.decode_tokens));
+  metric(o, "switchyard_worker_generation_tokens_total", "counter", "Tokens sampled.",
+         static_cast<double>(e.decode_tokens));
   o += "# HELP switchyard_worker_requests_finished_total Requests finished, by reason.\n"
        "# TYPE switchyard_worker_requests_finished_total counter\n";
   const char* reasons[] = {"none", "stop", "length", "cancelled", "deadline", "error"};
   for (int i = 1; i < 6; ++i)
     o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(reasons[i]) + "\"} " +
          std::to_string(c.finished[i]) + "\n";
-  metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.", static_cast<double>(c.rejected));
-  metric(o, "switchyard_worker_messages_bad_total", "counter", "Undecodable or unexpected messages.", static_cast<double>(c.bad_messages));
-  metric(o, "switchyard_worker_errors_sent_total", "counter", "Error messages sent to routers.", static_cast<double>(c.errors_sent));
+  metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.",
+         static_cast<double>(c.rejected));
+  metric(o, "switchyard_worker_messages_bad_total", "counter", "Undecodable or unexpected messages.",
+         static_cast<double>(c.bad_messages));
+  metric(o, "switchyard_worker_errors_sent_total", "counter", "Error messages sent to routers.",
+         static_cast<double>(c.errors_sent));
   metric(o, "switchyard_worker_draining", "gauge", "1 while the worker accepts no new requests.", m.draining ? 1 : 0);
   m.step_seconds.render(o, "switchyard_worker_step_seconds", "Duration of one engine step.");
   m.batch_tokens.render(o, "switchyard_worker_batch_tokens", "Tokens in one engine step.");

@@ -15,7 +15,10 @@
 #include "common/metrics.hpp"
 #include "worker/worker_service.hpp"
 
-namespace zmq { class context_t; class socket_t; }
+namespace zmq {
+class context_t;
+class socket_t;
+}  // namespace zmq
 
 namespace sy {
 
@@ -39,13 +42,13 @@ struct engine_actor_state {
   std::unique_ptr<zmq::socket_t> outbox;  // created on the actor's own thread
   bool stepping = false;                  // a step_atom is in the mailbox
   std::vector<out_frame> out;
-  metrics_snapshot local;                 // histograms live here; copied to `shared`
+  metrics_snapshot local;  // histograms live here; copied to `shared`
   std::shared_ptr<shared_metrics> shared;
   static inline const char* name = "engine";
 };
 
-caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::context_t* ctx,
-                           engine* eng, service_config cfg, std::shared_ptr<shared_metrics> metrics);
+caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::context_t* ctx, engine* eng,
+                           service_config cfg, std::shared_ptr<shared_metrics> metrics);
 
 std::string render_metrics(const metrics_snapshot& m);
 

@@ -27,8 +27,8 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt == 0) throw std::invalid_argument("the prompt is empty");
   if (n_prompt >= n_ctx_)
-    throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) +
-                                " tokens; the context holds " + std::to_string(n_ctx_));
+    throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+                                std::to_string(n_ctx_));
   for (token_id t : prompt)
     if (t < 0 || t >= model_.hparams().n_vocab)
       throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
@@ -78,8 +78,8 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
       break;
     }
     if (i + 1 == max_new) break;
-    batch_seq d{std::span<const token_id>(&history.back(), 1),
-                static_cast<int64_t>(history.size()) - 1, block_ids_, false};
+    batch_seq d{std::span<const token_id>(&history.back(), 1), static_cast<int64_t>(history.size()) - 1, block_ids_,
+                false};
     d.n_prompt = n_prompt;
     fwd_.run(std::span<const batch_seq>(&d, 1), kv_, logits);
   }

@@ -21,8 +21,8 @@ struct generation_result {
   std::string text;              // generated text, stop string excluded
   std::string finish_reason;     // "stop" (EOS or stop string) or "length"
   int64_t n_prompt = 0;
-  double prompt_ms = 0;          // prefill time
-  double decode_ms = 0;          // time for all tokens after the first
+  double prompt_ms = 0;  // prefill time
+  double decode_ms = 0;  // time for all tokens after the first
 };
 
 class generator {

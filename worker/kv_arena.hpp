@@ -16,9 +16,12 @@ namespace sy {
 class kv_arena {
  public:
   kv_arena() = default;
-  kv_arena(int64_t n_layer, int64_t n_blocks, int64_t block_size, int64_t kv_dim,
-           cpu::kv_type type = cpu::kv_type::f16)
-      : n_layer_(n_layer), n_blocks_(n_blocks), block_size_(block_size), kv_dim_(kv_dim), type_(type),
+  kv_arena(int64_t n_layer, int64_t n_blocks, int64_t block_size, int64_t kv_dim, cpu::kv_type type = cpu::kv_type::f16)
+      : n_layer_(n_layer),
+        n_blocks_(n_blocks),
+        block_size_(block_size),
+        kv_dim_(kv_dim),
+        type_(type),
         elem_(cpu::kv_elem_bytes(type)),
         k_(static_cast<size_t>(n_layer * n_blocks * block_size * kv_dim) * elem_),
         v_(k_.size()) {}

@@ -30,8 +30,7 @@ uint64_t collision_hash(uint64_t h) {
 
 }  // namespace
 
-uint64_t kv_block_pool::chain_hash(uint64_t parent_hash, std::span<const token_id> tokens,
-                                   uint64_t salt) {
+uint64_t kv_block_pool::chain_hash(uint64_t parent_hash, std::span<const token_id> tokens, uint64_t salt) {
   uint64_t h = mix64(salt + k_golden);
   h = mix64(h ^ parent_hash);
   for (token_id t : tokens) h = mix64(h + k_golden + static_cast<uint32_t>(t));
@@ -69,9 +68,7 @@ std::vector<block_id> kv_block_pool::acquire_prefix(std::span<const token_id> to
     block_meta& m = meta_[static_cast<size_t>(it->second)];
     // Same hash is not proof: the parent link and the tokens must match too, so a collision
     // ends the walk instead of handing out another prefix's KV.
-    if (m.parent_hash != parent ||
-        !std::equal(content.begin(), content.end(), m.tokens.begin(), m.tokens.end()))
-      break;
+    if (m.parent_hash != parent || !std::equal(content.begin(), content.end(), m.tokens.begin(), m.tokens.end())) break;
     if (m.ref == 0) {
       assert(m.in_lru);
       lru_.erase(m.lru_pos);
@@ -121,16 +118,14 @@ std::optional<std::vector<block_id>> kv_block_pool::allocate(int32_t n) {
   return out;
 }
 
-uint64_t kv_block_pool::register_full(block_id b, uint64_t parent_hash,
-                                      std::span<const token_id> tokens) {
+uint64_t kv_block_pool::register_full(block_id b, uint64_t parent_hash, std::span<const token_id> tokens) {
   assert(b >= 0 && b < n_blocks());
   assert(tokens.size() == static_cast<size_t>(block_size_));
   block_meta& m = meta_[static_cast<size_t>(b)];
   assert(m.ref > 0);
   const uint64_t h = chain_hash(parent_hash, tokens, salt_);
   auto same_content = [&](const block_meta& o) {
-    return o.parent_hash == parent_hash &&
-           std::equal(tokens.begin(), tokens.end(), o.tokens.begin(), o.tokens.end());
+    return o.parent_hash == parent_hash && std::equal(tokens.begin(), tokens.end(), o.tokens.begin(), o.tokens.end());
   };
   if (m.registered) {
     // Re-registering a block (e.g. one that came from acquire_prefix) is a no-op; giving a
@@ -198,21 +193,17 @@ bool kv_block_pool::check_invariants(std::string* why) const {
   std::vector<uint8_t> seen(static_cast<size_t>(total), 0);
   for (block_id b : free_) {
     if (b < 0 || b >= total) return fail("free list holds out-of-range id " + std::to_string(b));
-    if (seen[static_cast<size_t>(b)])
-      return fail("block " + std::to_string(b) + " twice on free list");
+    if (seen[static_cast<size_t>(b)]) return fail("block " + std::to_string(b) + " twice on free list");
     seen[static_cast<size_t>(b)] = 1;
   }
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     const block_id b = *it;
     if (b < 0 || b >= total) return fail("LRU holds out-of-range id " + std::to_string(b));
-    if (seen[static_cast<size_t>(b)] == 1)
-      return fail("block " + std::to_string(b) + " both free and on the LRU");
-    if (seen[static_cast<size_t>(b)] == 2)
-      return fail("block " + std::to_string(b) + " twice on LRU");
+    if (seen[static_cast<size_t>(b)] == 1) return fail("block " + std::to_string(b) + " both free and on the LRU");
+    if (seen[static_cast<size_t>(b)] == 2) return fail("block " + std::to_string(b) + " twice on LRU");
     seen[static_cast<size_t>(b)] = 2;
     const block_meta& m = meta_[static_cast<size_t>(b)];
-    if (!m.in_lru || m.lru_pos != it)
-      return fail("block " + std::to_string(b) + " LRU position out of date");
+    if (!m.in_lru || m.lru_pos != it) return fail("block " + std::to_string(b) + " LRU position out of date");
   }
 
   int32_t n_in_use = 0, n_registered = 0;
@@ -233,8 +224,7 @@ bool kv_block_pool::check_invariants(std::string* why) const {
       if (m.hash == 0 || m.hash != chain_hash(m.parent_hash, m.tokens, salt_))
         return fail(id + " hash does not match its content");
       const auto it = by_hash_.find(m.hash);
-      if (it == by_hash_.end() || it->second != b)
-        return fail(id + " registered but not in hash map");
+      if (it == by_hash_.end() || it->second != b) return fail(id + " registered but not in hash map");
     } else if (!m.tokens.empty() || m.hash != 0) {
       return fail(id + " unregistered but keeps content");
     }
@@ -242,20 +232,15 @@ bool kv_block_pool::check_invariants(std::string* why) const {
   for (const auto& [h, b] : by_hash_) {
     if (b < 0 || b >= total) return fail("hash map points to out-of-range id " + std::to_string(b));
     const block_meta& m = meta_[static_cast<size_t>(b)];
-    if (!m.registered || m.hash != h)
-      return fail("hash map entry for block " + std::to_string(b) + " is stale");
+    if (!m.registered || m.hash != h) return fail("hash map entry for block " + std::to_string(b) + " is stale");
   }
-  if (static_cast<int32_t>(by_hash_.size()) != n_registered)
-    return fail("hash map size != registered blocks");
+  if (static_cast<int32_t>(by_hash_.size()) != n_registered) return fail("hash map size != registered blocks");
 
-  if (stats_.free != static_cast<int32_t>(free_.size()))
-    return fail("stats.free != free list size");
+  if (stats_.free != static_cast<int32_t>(free_.size())) return fail("stats.free != free list size");
   if (stats_.cached != static_cast<int32_t>(lru_.size())) return fail("stats.cached != LRU size");
   if (stats_.in_use != n_in_use) return fail("stats.in_use != blocks with ref > 0");
-  if (stats_.free + stats_.cached + stats_.in_use != total)
-    return fail("free + cached + in_use != total");
-  if (stats_.prefix_hit_tokens > stats_.prefix_query_tokens)
-    return fail("more prefix hit tokens than query tokens");
+  if (stats_.free + stats_.cached + stats_.in_use != total) return fail("free + cached + in_use != total");
+  if (stats_.prefix_hit_tokens > stats_.prefix_query_tokens) return fail("more prefix hit tokens than query tokens");
   return true;
 }
 

@@ -92,16 +92,16 @@ class kv_block_pool {
     bool registered = false;
     uint64_t hash = 0;
     uint64_t parent_hash = 0;
-    std::vector<token_id> tokens;                       // content when registered
-    std::list<block_id>::iterator lru_pos;              // valid when cached with ref 0
+    std::vector<token_id> tokens;           // content when registered
+    std::list<block_id>::iterator lru_pos;  // valid when cached with ref 0
     bool in_lru = false;
   };
 
   int32_t block_size_;
   uint64_t salt_;
   std::vector<block_meta> meta_;
-  std::vector<block_id> free_;                          // stack of free block ids
-  std::list<block_id> lru_;                             // cached, ref 0; front = evict first
+  std::vector<block_id> free_;  // stack of free block ids
+  std::list<block_id> lru_;     // cached, ref 0; front = evict first
   std::unordered_map<uint64_t, block_id> by_hash_;
   kv_pool_stats stats_;
   bool prefix_caching_ = true;

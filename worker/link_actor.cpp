@@ -60,9 +60,9 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
           // A valid msgpack error body, built by hand so the link needs no protocol code:
           // {"code": "bad_message", "message": "expected [type][body] frames"}
           static const unsigned char body[] = {
-              0x82, 0xa4, 'c', 'o', 'd', 'e', 0xab, 'b', 'a', 'd', '_', 'm', 'e', 's', 's', 'a', 'g', 'e',
-              0xa7, 'm', 'e', 's', 's', 'a', 'g', 'e', 0xbc, 'e', 'x', 'p', 'e', 'c', 't', 'e', 'd', ' ',
-              '[', 't', 'y', 'p', 'e', ']', '[', 'b', 'o', 'd', 'y', ']', ' ', 'f', 'r', 'a', 'm', 'e', 's'};
+              0x82, 0xa4, 'c', 'o', 'd', 'e', 0xab, 'b',  'a', 'd', '_', 'm', 'e', 's', 's', 'a', 'g', 'e', 0xa7,
+              'm',  'e',  's', 's', 'a', 'g', 'e',  0xbc, 'e', 'x', 'p', 'e', 'c', 't', 'e', 'd', ' ', '[', 't',
+              'y',  'p',  'e', ']', '[', 'b', 'o',  'd',  'y', ']', ' ', 'f', 'r', 'a', 'm', 'e', 's'};
           reply.emplace_back(body, sizeof body);
           try_send(reply);
           continue;

@@ -11,12 +11,14 @@
 #include <caf/actor.hpp>
 #include <caf/blocking_actor.hpp>
 
-namespace zmq { class context_t; }
+namespace zmq {
+class context_t;
+}
 
 namespace sy {
 
 struct link_config {
-  std::string listen;          // e.g. tcp://*:5555
+  std::string listen;           // e.g. tcp://*:5555
   int high_water_mark = 10000;  // messages queued per peer, each direction
 };
 

@@ -10,12 +10,18 @@ namespace {
 
 cpu::weight_type to_weight_type(const gguf::tensor_info& t) {
   switch (t.type) {
-    case gguf::tensor_type::f32: return cpu::weight_type::f32;
-    case gguf::tensor_type::f16: return cpu::weight_type::f16;
-    case gguf::tensor_type::bf16: return cpu::weight_type::bf16;
-    case gguf::tensor_type::q4_0: return cpu::weight_type::q4_0;
-    case gguf::tensor_type::q4_1: return cpu::weight_type::q4_1;
-    case gguf::tensor_type::q8_0: return cpu::weight_type::q8_0;
+    case gguf::tensor_type::f32:
+      return cpu::weight_type::f32;
+    case gguf::tensor_type::f16:
+      return cpu::weight_type::f16;
+    case gguf::tensor_type::bf16:
+      return cpu::weight_type::bf16;
+    case gguf::tensor_type::q4_0:
+      return cpu::weight_type::q4_0;
+    case gguf::tensor_type::q4_1:
+      return cpu::weight_type::q4_1;
+    case gguf::tensor_type::q8_0:
+      return cpu::weight_type::q8_0;
     default:
       throw std::runtime_error("tensor '" + t.name + "' has type " + gguf::type_name(t.type) +
                                ", which the CPU backend does not support (f32, f16, bf16, q4_0, "
@@ -37,8 +43,7 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   const gguf::file& f = m->file_;
   llama_hparams& hp = m->hp_;
   hp.arch = f.get_string("general.architecture");
-  if (hp.arch != "llama")
-    throw std::runtime_error(path + ": architecture '" + hp.arch + "' is not supported (llama)");
+  if (hp.arch != "llama") throw std::runtime_error(path + ": architecture '" + hp.arch + "' is not supported (llama)");
   const std::string a = hp.arch + ".";
   if (const auto* v = f.find("general.name"); v && v->type == gguf::value_type::string) hp.name = std::string(v->str);
   hp.n_ctx_train = static_cast<int64_t>(f.get_uint(a + "context_length"));
@@ -66,8 +71,8 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   hp.n_vocab = static_cast<int64_t>(embd->shape[1]);
   if (hp.n_vocab != static_cast<int64_t>(m->tok_->vocab_size()))
     throw std::runtime_error(path + ": embedding rows (" + std::to_string(hp.n_vocab) +
-                             ") differ from the tokenizer's vocabulary (" +
-                             std::to_string(m->tok_->vocab_size()) + ")");
+                             ") differ from the tokenizer's vocabulary (" + std::to_string(m->tok_->vocab_size()) +
+                             ")");
   m->embd_type_ = to_weight_type(*embd);
   m->embd_data_ = embd->data;
   m->embd_row_bytes_ = cpu::row_bytes(m->embd_type_, hp.n_embd);

@@ -12,13 +12,15 @@
 #include "common/tokenizer.hpp"
 #include "kernels/cpu/linear.hpp"
 
-namespace sy::cpu { class thread_pool; }
+namespace sy::cpu {
+class thread_pool;
+}
 
 namespace sy {
 
 struct llama_hparams {
-  std::string arch;      // general.architecture
-  std::string name;      // general.name
+  std::string arch;  // general.architecture
+  std::string name;  // general.name
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   int64_t n_embd = 0;

@@ -13,10 +13,10 @@
 #include "common/cli_args.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "worker/bench_engine.hpp"
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
 #include "worker/serve.hpp"
-#include "worker/bench_engine.hpp"
 
 #ifdef SY_HAVE_CUDA
 #include "kernels/cuda/device_info.cuh"
@@ -31,20 +31,21 @@ const char* default_model() {
 
 void usage() {
   std::fprintf(stderr,
-      "usage: switchyard-worker <command> [options]\n"
-      "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
-      "           [--kv-memory-fraction F] [--kv-type f16|f32] [--no-prefix-cache]\n"
-      "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
-      "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
-      "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-      "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
-      "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
-      "           [--threads N] [--json FILE]\n"
-      "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
-      "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
-      "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
-      "  info     [--model PATH]\n"
-      "The model defaults to $SY_MODEL or %s.\n", default_model());
+               "usage: switchyard-worker <command> [options]\n"
+               "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
+               "           [--kv-memory-fraction F] [--kv-type f16|f32] [--no-prefix-cache]\n"
+               "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
+               "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
+               "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+               "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
+               "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
+               "           [--threads N] [--json FILE]\n"
+               "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
+               "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
+               "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
+               "  info     [--model PATH]\n"
+               "The model defaults to $SY_MODEL or %s.\n",
+               default_model());
 }
 
 // --prompt as token ids; with --chat through the model's chat template (and --system).
@@ -64,8 +65,8 @@ double now_ms() {
 }
 
 int cmd_generate(const sy::cli_args& a) {
-  a.check_known({"model", "prompt", "chat", "system", "max-tokens", "temperature", "top-k", "top-p",
-                 "min-p", "repeat-penalty", "seed", "stop", "ignore-eos", "ctx", "threads", "stats"});
+  a.check_known({"model", "prompt", "chat", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                 "repeat-penalty", "seed", "stop", "ignore-eos", "ctx", "threads", "stats"});
   if (!a.has("prompt")) throw std::invalid_argument("generate needs --prompt");
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
@@ -77,7 +78,10 @@ int cmd_generate(const sy::cli_args& a) {
   sp.top_p = static_cast<float>(a.get_float("top-p", 1.0));
   sp.min_p = static_cast<float>(a.get_float("min-p", 0.0));
   sp.repetition_penalty = static_cast<float>(a.get_float("repeat-penalty", 1.0));
-  if (a.has("seed")) { sp.seed = static_cast<uint64_t>(a.get_int("seed", 0)); sp.has_seed = true; }
+  if (a.has("seed")) {
+    sp.seed = static_cast<uint64_t>(a.get_int("seed", 0));
+    sp.has_seed = true;
+  }
   sp.stop = a.all("stop");
   sp.ignore_eos = a.has("ignore-eos");
   if (sp.max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
@@ -96,7 +100,9 @@ int cmd_generate(const sy::cli_args& a) {
   std::fputc('\n', stdout);
   if (a.has("stats")) {
     const double n_dec = std::max<double>(1, static_cast<double>(res.tokens.size()) - 1);
-    std::fprintf(stderr, "[prompt %lld tokens in %.1f ms (%.1f tok/s); %zu tokens generated, %.1f tok/s; finish: %s; kernels: %s, %d threads]\n",
+    std::fprintf(stderr,
+                 "[prompt %lld tokens in %.1f ms (%.1f tok/s); %zu tokens generated, %.1f tok/s; finish: %s; kernels: "
+                 "%s, %d threads]\n",
                  static_cast<long long>(res.n_prompt), res.prompt_ms, res.n_prompt * 1000.0 / res.prompt_ms,
                  res.tokens.size(), n_dec * 1000.0 / std::max(res.decode_ms, 1e-3), res.finish_reason.c_str(),
                  sy::cpu::kernel_isa_name(), pool.size());
@@ -144,7 +150,10 @@ int cmd_bench(const sy::cli_args& a) {
     pp.push_back(n_pp * 1000.0 / pp_ms);
     tg.push_back(n_tg * 1000.0 / tg_ms);
   }
-  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   const double pp_s = median(pp), tg_s = median(tg);
   std::printf("switchyard  model=%s  kernels=%s  threads=%d  load=%.0f ms\n", model->hparams().name.c_str(),
               sy::cpu::kernel_isa_name(), pool.size(), load_ms);
@@ -152,8 +161,8 @@ int cmd_bench(const sy::cli_args& a) {
               static_cast<long long>(n_tg), tg_s);
   if (a.has("json")) {
     std::ofstream out(a.get("json"));
-    out << "{\"engine\":\"switchyard\",\"kernels\":\"" << sy::cpu::kernel_isa_name() << "\",\"threads\":"
-        << pool.size() << ",\"pp_tokens\":" << n_pp << ",\"pp_tok_s\":" << pp_s << ",\"tg_tokens\":" << n_tg
+    out << "{\"engine\":\"switchyard\",\"kernels\":\"" << sy::cpu::kernel_isa_name() << "\",\"threads\":" << pool.size()
+        << ",\"pp_tokens\":" << n_pp << ",\"pp_tok_s\":" << pp_s << ",\"tg_tokens\":" << n_tg
         << ",\"tg_tok_s\":" << tg_s << ",\"load_ms\":" << load_ms << "}\n";
   }
   return 0;
@@ -198,9 +207,8 @@ int cmd_info(const sy::cli_args& a) {
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
   const auto& hp = model->hparams();
   std::printf("model: %s (%s), %lld layers, n_embd %lld, heads %lld/%lld, ff %lld, vocab %lld, ctx %lld\n",
-              hp.name.c_str(), hp.arch.c_str(), (long long)hp.n_layer, (long long)hp.n_embd,
-              (long long)hp.n_head, (long long)hp.n_head_kv, (long long)hp.n_ff, (long long)hp.n_vocab,
-              (long long)hp.n_ctx_train);
+              hp.name.c_str(), hp.arch.c_str(), (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_head,
+              (long long)hp.n_head_kv, (long long)hp.n_ff, (long long)hp.n_vocab, (long long)hp.n_ctx_train);
   std::printf("weights: %.1f MiB in file, %.1f MiB repacked (bf16 panels)\n", model->weight_bytes() / 1048576.0,
               model->repacked_bytes() / 1048576.0);
   std::printf("cpu kernels: %s, %d threads\n", sy::cpu::kernel_isa_name(), pool.size());

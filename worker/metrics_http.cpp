@@ -71,8 +71,8 @@ void metrics_http::serve() {
       body = "ok\n";
     }
     const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                             "\r\nContent-Length: " + std::to_string(body.size()) +
-                             "\r\nConnection: close\r\n\r\n" + body;
+                             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+                             body;
     size_t off = 0;
     while (off < resp.size()) {
       const ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);

@@ -13,16 +13,13 @@ token_id argmax(std::span<const float> logits) {
   return static_cast<token_id>(best);
 }
 
-sampler::sampler(const sampling_params& p) : p_(p) {
-  rng_.seed(p.has_seed ? p.seed : std::random_device{}());
-}
+sampler::sampler(const sampling_params& p) : p_(p) { rng_.seed(p.has_seed ? p.seed : std::random_device{}()); }
 
 token_id sampler::sample(std::span<float> logits, std::span<const token_id> history) {
   const int64_t n_vocab = static_cast<int64_t>(logits.size());
   if (n_vocab == 0) return 0;
   if (p_.repetition_penalty != 1.f && p_.repetition_penalty > 0.f && p_.repeat_last_n != 0) {
-    const size_t window = p_.repeat_last_n < 0 ? history.size()
-                                               : std::min<size_t>(history.size(), p_.repeat_last_n);
+    const size_t window = p_.repeat_last_n < 0 ? history.size() : std::min<size_t>(history.size(), p_.repeat_last_n);
     recent_.assign(history.end() - window, history.end());
     std::sort(recent_.begin(), recent_.end());
     recent_.erase(std::unique(recent_.begin(), recent_.end()), recent_.end());
@@ -40,7 +37,9 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
   cand_.clear();
   for (int64_t i = 0; i < n_vocab; ++i)
     if (logits[i] > -INFINITY) cand_.emplace_back(logits[i], static_cast<token_id>(i));  // drops NaN too
-  auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_value = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < cand_.size()) {
     std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_value);
     cand_.resize(static_cast<size_t>(p_.top_k));

@@ -18,14 +18,14 @@
 namespace sy {
 
 struct sampling_params {
-  float temperature = 0.f;        // 0: greedy
-  int32_t top_k = 0;              // 0: off
-  float top_p = 1.f;              // 1: off
-  float min_p = 0.f;              // 0: off
-  float repetition_penalty = 1.f; // 1: off (llama.cpp/HF style: divide positive logits)
-  int32_t repeat_last_n = 64;     // window the penalty looks at
+  float temperature = 0.f;         // 0: greedy
+  int32_t top_k = 0;               // 0: off
+  float top_p = 1.f;               // 1: off
+  float min_p = 0.f;               // 0: off
+  float repetition_penalty = 1.f;  // 1: off (llama.cpp/HF style: divide positive logits)
+  int32_t repeat_last_n = 64;      // window the penalty looks at
   uint64_t seed = 0;
-  bool has_seed = false;          // without a seed, one is drawn from random_device
+  bool has_seed = false;  // without a seed, one is drawn from random_device
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;

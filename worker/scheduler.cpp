@@ -8,22 +8,32 @@ namespace sy {
 
 const char* to_string(request_state s) {
   switch (s) {
-    case request_state::waiting: return "waiting";
-    case request_state::running: return "running";
-    case request_state::preempted: return "preempted";
-    case request_state::finished: return "finished";
+    case request_state::waiting:
+      return "waiting";
+    case request_state::running:
+      return "running";
+    case request_state::preempted:
+      return "preempted";
+    case request_state::finished:
+      return "finished";
   }
   return "?";
 }
 
 const char* to_string(finish_reason r) {
   switch (r) {
-    case finish_reason::none: return "none";
-    case finish_reason::stop: return "stop";
-    case finish_reason::length: return "length";
-    case finish_reason::cancelled: return "cancelled";
-    case finish_reason::deadline: return "deadline";
-    case finish_reason::error: return "error";
+    case finish_reason::none:
+      return "none";
+    case finish_reason::stop:
+      return "stop";
+    case finish_reason::length:
+      return "length";
+    case finish_reason::cancelled:
+      return "cancelled";
+    case finish_reason::deadline:
+      return "deadline";
+    case finish_reason::error:
+      return "error";
   }
   return "?";
 }
@@ -48,8 +58,7 @@ add_status scheduler::add(request_spec spec) {
   // The longest a live request gets: prompt + max_tokens - 1 tokens fed (the last sampled token
   // never is). It must fit the pool alone, or preemption could not save it.
   const int64_t n_positions = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens - 1;
-  if ((n_positions + block_size_ - 1) / block_size_ > pool_.n_blocks())
-    return add_status::exceeds_kv_capacity;
+  if ((n_positions + block_size_ - 1) / block_size_ > pool_.n_blocks()) return add_status::exceeds_kv_capacity;
 
   request r;
   r.id = spec.id;
@@ -185,8 +194,7 @@ scheduler::admit_result scheduler::try_admit(request& r) {
 // request (possibly `r`) until the pool can. False when `r` itself was preempted.
 bool scheduler::reserve_blocks(request& r, int32_t n_tokens, step_plan& plan) {
   for (;;) {
-    const int32_t n_need =
-        (r.n_computed + n_tokens + block_size_ - 1) / block_size_ - size32(r.blocks);
+    const int32_t n_need = (r.n_computed + n_tokens + block_size_ - 1) / block_size_ - size32(r.blocks);
     if (n_need <= 0) return true;
     if (auto fresh = pool_.allocate(n_need)) {
       r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
@@ -224,8 +232,7 @@ void scheduler::preempt(request& r, step_plan& plan) {
 
 // Takes `r` out of the step being built, giving its tokens back to the budget.
 void scheduler::unschedule(const request& r) {
-  const auto it =
-      std::find_if(slots_.begin(), slots_.end(), [&](const slot& s) { return s.req == &r; });
+  const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const slot& s) { return s.req == &r; });
   if (it == slots_.end()) return;
   budget_left_ += it->n_tokens;
   slots_.erase(it);
@@ -239,9 +246,9 @@ void scheduler::finish(request& r, finish_reason reason, std::vector<finished_re
     waiting_.erase({queue_key{r.priority, r.arrival}, r.id});
   }
   if (r.deadline_ms) deadlines_.erase({*r.deadline_ms, r.id});
-  out.push_back({r.id, reason,
-                 request_usage{r.n_prompt, std::max(r.n_cached_prompt, 0),
-                               size32(r.tokens) - r.n_prompt, r.n_preemptions}});
+  out.push_back(
+      {r.id, reason,
+       request_usage{r.n_prompt, std::max(r.n_cached_prompt, 0), size32(r.tokens) - r.n_prompt, r.n_preemptions}});
   requests_.erase(r.id);  // `r` dangles from here on
 }
 
@@ -260,8 +267,7 @@ void scheduler::register_full_blocks(request& r) {
   while (r.block_hashes.size() < n_full) {
     const size_t i = r.block_hashes.size();
     const uint64_t parent = i == 0 ? 0 : r.block_hashes[i - 1];
-    const auto content =
-        tokens.subspan(i * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
+    const auto content = tokens.subspan(i * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     r.block_hashes.push_back(pool_.register_full(r.blocks[i], parent, content));
   }
 }
@@ -293,8 +299,7 @@ void scheduler::build_plan(step_plan& plan) const {
 
 // ---- results of a step ------------------------------------------------------------------------
 
-std::vector<finished_request> scheduler::update(const step_plan& plan,
-                                                std::span<const sampled_token> sampled) {
+std::vector<finished_request> scheduler::update(const step_plan& plan, std::span<const sampled_token> sampled) {
   std::vector<finished_request> finished;
   size_t k = 0;
   for (const scheduled_seq& q : plan.seqs) {
@@ -332,8 +337,7 @@ std::optional<request_usage> scheduler::usage(request_id id) const {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return std::nullopt;
   const request& r = it->second;
-  return request_usage{r.n_prompt, std::max(r.n_cached_prompt, 0), size32(r.tokens) - r.n_prompt,
-                       r.n_preemptions};
+  return request_usage{r.n_prompt, std::max(r.n_cached_prompt, 0), size32(r.tokens) - r.n_prompt, r.n_preemptions};
 }
 
 std::span<const token_id> scheduler::tokens(request_id id) const {
@@ -353,8 +357,7 @@ bool scheduler::check_invariants(std::string* why) const {
     return false;
   };
   if (!pool_.check_invariants(why)) return false;
-  if (waiting_.size() + running_.size() != requests_.size())
-    return fail("waiting + running != live requests");
+  if (waiting_.size() + running_.size() != requests_.size()) return fail("waiting + running != live requests");
   if (n_running() > config_.max_running) return fail("more running than max_running");
 
   std::map<block_id, int32_t> refs;  // block -> running requests holding it
@@ -372,12 +375,10 @@ bool scheduler::check_invariants(std::string* why) const {
       const int32_t n_max = (size32(r.tokens) + block_size_ - 1) / block_size_;
       if (size32(r.blocks) < n_min || size32(r.blocks) > n_max)
         return fail(name + " block table does not cover its computed tokens");
-      if (size32(r.block_hashes) != r.n_computed / block_size_)
-        return fail(name + " has full blocks not registered");
+      if (size32(r.block_hashes) != r.n_computed / block_size_) return fail(name + " has full blocks not registered");
       for (block_id b : r.blocks) ++refs[b];
     } else if (r.state == request_state::waiting || r.state == request_state::preempted) {
-      if (!waiting_.contains({queue_key{r.priority, r.arrival}, r.id}))
-        return fail(name + " waiting but not queued");
+      if (!waiting_.contains({queue_key{r.priority, r.arrival}, r.id})) return fail(name + " waiting but not queued");
       if (!r.blocks.empty() || r.n_computed != 0) return fail(name + " waiting but holds blocks");
     } else {
       return fail(name + " finished but still live");
@@ -386,11 +387,9 @@ bool scheduler::check_invariants(std::string* why) const {
   if (n_running_seen != n_running()) return fail("running list holds non-running requests");
   for (const auto& [b, n] : refs)
     if (pool_.ref_count(b) != n)
-      return fail("block " + std::to_string(b) + " ref count " +
-                  std::to_string(pool_.ref_count(b)) + " but held by " + std::to_string(n) +
-                  " running requests");
-  if (pool_.stats().in_use != size32(refs))
-    return fail("pool has in-use blocks no running request holds");
+      return fail("block " + std::to_string(b) + " ref count " + std::to_string(pool_.ref_count(b)) + " but held by " +
+                  std::to_string(n) + " running requests");
+  if (pool_.stats().in_use != size32(refs)) return fail("pool has in-use blocks no running request holds");
   return true;
 }
 

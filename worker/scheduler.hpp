@@ -143,8 +143,7 @@ class scheduler {
   // scheduled sequence, registers blocks that became full, appends sampled tokens and finishes
   // requests on stop or max_tokens (releasing their blocks). Returns those finished. Sequences
   // cancelled between schedule() and update() are skipped.
-  std::vector<finished_request> update(const step_plan& plan,
-                                       std::span<const sampled_token> sampled);
+  std::vector<finished_request> update(const step_plan& plan, std::span<const sampled_token> sampled);
 
   int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }  // incl. preempted

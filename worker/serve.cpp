@@ -1,10 +1,10 @@
 #include "worker/serve.hpp"
 
+#include <unistd.h>
 #include <caf/all.hpp>
 #include <csignal>
 #include <cstdio>
 #include <thread>
-#include <unistd.h>
 #include <zmq.hpp>
 
 #include "common/cli_args.hpp"
@@ -71,8 +71,9 @@ int run_serve(const cli_args& a, const char* default_model) {
   }
   if (ec.block_size < 1 || ec.block_size > 256 || ec.n_kv_blocks < 1 || ec.sched.max_running < 1 ||
       ec.sched.max_tokens_per_step < 1 || ec.max_context < 2)
-    throw std::invalid_argument("serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
-                                "--max-batch-tokens and --max-context must be positive");
+    throw std::invalid_argument(
+        "serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
+        "--max-batch-tokens and --max-context must be positive");
   engine eng(*model, pool, ec);
 
   service_config sc;
@@ -94,12 +95,19 @@ int run_serve(const cli_args& a, const char* default_model) {
       }
       std::string out = render_metrics(copy);
       const link_counters& l = *link_counts;
-      metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.", static_cast<double>(l.frames_in.load()));
-      metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.", static_cast<double>(l.frames_out.load()));
-      metric(out, "switchyard_worker_link_unreachable_total", "counter", "Sends to a router that is gone (its requests are cancelled).", static_cast<double>(l.unreachable.load()));
-      metric(out, "switchyard_worker_link_hwm_blocked_total", "counter", "Sends refused by a full peer queue (high-water mark), retried.", static_cast<double>(l.hwm_blocked.load()));
-      metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.", static_cast<double>(l.dropped.load()));
-      metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter", "Frames that were not [type][body].", static_cast<double>(l.malformed_envelopes.load()));
+      metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.",
+             static_cast<double>(l.frames_in.load()));
+      metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.",
+             static_cast<double>(l.frames_out.load()));
+      metric(out, "switchyard_worker_link_unreachable_total", "counter",
+             "Sends to a router that is gone (its requests are cancelled).", static_cast<double>(l.unreachable.load()));
+      metric(out, "switchyard_worker_link_hwm_blocked_total", "counter",
+             "Sends refused by a full peer queue (high-water mark), retried.",
+             static_cast<double>(l.hwm_blocked.load()));
+      metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.",
+             static_cast<double>(l.dropped.load()));
+      metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter", "Frames that were not [type][body].",
+             static_cast<double>(l.malformed_envelopes.load()));
       return out;
     });
 
@@ -113,13 +121,16 @@ int run_serve(const cli_args& a, const char* default_model) {
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
 
-  std::fprintf(stderr,
-               "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB %s), "
-               "max context %lld, max running %d, %s kernels, %d threads\n",
-               sc.model_id.c_str(), lc.listen.c_str(),
-               http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str() : "off",
-               ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20), cpu::kv_type_name(ec.kv_type),
-               static_cast<long long>(ec.max_context), ec.sched.max_running, cpu::kernel_isa_name(), pool.size());
+  std::fprintf(
+      stderr,
+      "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB %s), "
+      "max context %lld, max running %d, %s kernels, %d threads\n",
+      sc.model_id.c_str(), lc.listen.c_str(),
+      http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str()
+           : "off",
+      ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20),
+      cpu::kv_type_name(ec.kv_type), static_cast<long long>(ec.max_context), ec.sched.max_running,
+      cpu::kernel_isa_name(), pool.size());
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: accept nothing
   // new, finish what is running (at most 30 s), stop.

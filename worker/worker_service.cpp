@@ -5,12 +5,18 @@ namespace {
 
 const char* finish_name(finish_reason r) {
   switch (r) {
-    case finish_reason::none: return "";
-    case finish_reason::stop: return "stop";
-    case finish_reason::length: return "length";
-    case finish_reason::cancelled: return "cancelled";
-    case finish_reason::deadline: return "deadline";
-    case finish_reason::error: return "error";
+    case finish_reason::none:
+      return "";
+    case finish_reason::stop:
+      return "stop";
+    case finish_reason::length:
+      return "length";
+    case finish_reason::cancelled:
+      return "cancelled";
+    case finish_reason::deadline:
+      return "deadline";
+    case finish_reason::error:
+      return "error";
   }
   return "error";
 }
@@ -41,7 +47,8 @@ std::string engine_id(const std::string& peer, const std::string& request_id) {
 proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f) {
   proto::tokenizer_spec t;
   t.model = f.get_string("tokenizer.ggml.model");
-  if (const auto* v = f.find("tokenizer.ggml.pre"); v && v->type == gguf::value_type::string) t.pre = std::string(v->str);
+  if (const auto* v = f.find("tokenizer.ggml.pre"); v && v->type == gguf::value_type::string)
+    t.pre = std::string(v->str);
   for (auto s : f.get_strings("tokenizer.ggml.tokens")) t.tokens.emplace_back(s);
   if (const auto* v = f.find("tokenizer.ggml.token_type"); v && v->type == gguf::value_type::array)
     for (const auto& x : v->items) t.token_types.push_back(static_cast<int32_t>(x.as_int()));
@@ -120,8 +127,8 @@ void worker_service::on_frame(const std::string& peer, const std::string& type, 
     counters_.bad_messages++;
   } else {
     counters_.bad_messages++;
-    send_error(peer, "", proto::error_code::bad_message,
-               "message type '" + type + "' is not accepted by a worker", out);
+    send_error(peer, "", proto::error_code::bad_message, "message type '" + type + "' is not accepted by a worker",
+               out);
   }
 }
 
@@ -142,8 +149,8 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
     return send_error(peer, m.request_id, proto::error_code::invalid_request, "deadline already passed", out);
   }
   std::vector<token_id> prompt(m.prompt.begin(), m.prompt.end());
-  auto err = eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority,
-                         static_cast<int64_t>(m.deadline_unix_ms));
+  auto err =
+      eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority, static_cast<int64_t>(m.deadline_unix_ms));
   if (err) {
     counters_.rejected++;
     // The engine's message names its internal id; routers know theirs.

@@ -33,15 +33,15 @@ struct service_config {
 // Counters for /metrics (monotonic unless noted).
 struct service_counters {
   uint64_t frames_in = 0;
-  uint64_t bad_messages = 0;           // undecodable or unexpected frames
+  uint64_t bad_messages = 0;  // undecodable or unexpected frames
   uint64_t errors_sent = 0;
   uint64_t submits = 0;
-  uint64_t rejected = 0;               // submits answered with an error
+  uint64_t rejected = 0;  // submits answered with an error
   uint64_t cancels = 0;
-  uint64_t finished[6] = {};           // by finish_reason (index = enum value)
+  uint64_t finished[6] = {};  // by finish_reason (index = enum value)
   uint64_t generated_tokens = 0;
-  uint64_t prompt_tokens = 0;          // of finished requests
-  uint64_t cached_prompt_tokens = 0;   // of finished requests
+  uint64_t prompt_tokens = 0;         // of finished requests
+  uint64_t cached_prompt_tokens = 0;  // of finished requests
   uint64_t peers_gone = 0;
 };
 
@@ -51,8 +51,8 @@ class worker_service {
  public:
   worker_service(engine& eng, service_config config);
 
-  void on_frame(const std::string& peer, const std::string& type, const std::string& body,
-                int64_t now_unix_ms, std::vector<out_frame>& out);
+  void on_frame(const std::string& peer, const std::string& type, const std::string& body, int64_t now_unix_ms,
+                std::vector<out_frame>& out);
   // Runs one engine step when there is work; returns whether work remains.
   bool step(int64_t now_unix_ms, std::vector<out_frame>& out);
   void heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out);
@@ -75,16 +75,15 @@ class worker_service {
   };
   void send_error(const std::string& peer, const std::string& request_id, std::string_view code,
                   const std::string& message, std::vector<out_frame>& out);
-  void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms,
-                     std::vector<out_frame>& out);
+  void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms, std::vector<out_frame>& out);
   template <class T>
   void send(const std::string& peer, const T& m, std::vector<out_frame>& out);
 
   engine& eng_;
   service_config config_;
-  proto::welcome welcome_;  // built once; carries the tokenizer
-  std::map<std::string, std::string> peers_;             // identity -> router_id (said hello)
-  std::unordered_map<std::string, owner> owners_;        // engine id -> who asked
+  proto::welcome welcome_;                         // built once; carries the tokenizer
+  std::map<std::string, std::string> peers_;       // identity -> router_id (said hello)
+  std::unordered_map<std::string, owner> owners_;  // engine id -> who asked
   bool draining_ = false;
   service_counters counters_;
   std::vector<request_event> events_;

@@ -22,8 +22,10 @@ inline __m256 load8(const void* row, int64_t d) {
 
 template <kv_type T>
 inline float load1(const void* row, int64_t d) {
-  if constexpr (T == kv_type::f32) return static_cast<const float*>(row)[d];
-  else return fp16_to_fp32(static_cast<const uint16_t*>(row)[d]);
+  if constexpr (T == kv_type::f32)
+    return static_cast<const float*>(row)[d];
+  else
+    return fp16_to_fp32(static_cast<const uint16_t*>(row)[d]);
 }
 
 template <kv_type T>
@@ -74,7 +76,8 @@ void store_kv_row(const float* src, void* dst, int64_t n, kv_type type) {
   auto* h = static_cast<uint16_t*>(dst);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
 }
 

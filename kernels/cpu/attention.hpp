@@ -24,8 +24,8 @@ inline std::optional<kv_type> parse_kv_type(const std::string& s) {
 struct kv_layer_view {
   const void* const* k_blocks = nullptr;
   const void* const* v_blocks = nullptr;
-  int64_t block_size = 0;   // positions per block
-  int64_t row_stride = 0;   // elements per position
+  int64_t block_size = 0;  // positions per block
+  int64_t row_stride = 0;  // elements per position
   kv_type type = kv_type::f32;
 };
 
@@ -34,7 +34,7 @@ void store_kv_row(const float* src, void* dst, int64_t n, kv_type type);
 
 // out[0, head_dim) = softmax(scale * q . K[0..n_keys)) V[0..n_keys) for kv head `kv_head`.
 // `scores` is scratch of at least n_keys floats.
-void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
-                 int64_t head_dim, float scale, float* scores, float* out);
+void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,
+                 float scale, float* scores, float* out);
 
 }  // namespace sy::cpu

@@ -7,7 +7,7 @@ struct features {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
-  bool avx512 = false;       // F + BW + VL + DQ
+  bool avx512 = false;  // F + BW + VL + DQ
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
 };

@@ -17,8 +17,7 @@ inline float hsum_ps_256(__m256 v) {
 // One panel (16 rows) x T tokens. Each 32-bit lane of a panel load holds one row's pair
 // (k even in the low half, k odd in the high half); bf16 -> f32 is a 16-bit shift.
 template <int T>
-void panel_tile(const uint16_t* panel, int64_t k, const float* x, int64_t ldx, float* y,
-                int64_t ldy, int64_t row0) {
+void panel_tile(const uint16_t* panel, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t row0) {
   __m256 lo[T], hi[T];
   for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
   const __m256i mask_hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
@@ -55,8 +54,7 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 }
 
 template <class Block>
-void gemv_q4(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
-             int64_t nb, float* y) {
+void gemv_q4(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a, int64_t nb, float* y) {
   for (int64_t r = r0; r < r1; ++r) {
     const Block* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     __m256 acc = _mm256_setzero_ps();
@@ -76,8 +74,7 @@ void gemv_q4(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const 
   }
 }
 
-void gemv_q8(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
-             int64_t nb, float* y) {
+void gemv_q8(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a, int64_t nb, float* y) {
   for (int64_t r = r0; r < r1; ++r) {
     const block_q8_0* b = reinterpret_cast<const block_q8_0*>(w + r * row_bytes);
     __m256 acc = _mm256_setzero_ps();
@@ -93,8 +90,8 @@ void gemv_q8(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const 
 
 }  // namespace
 
-void gemm_panels_avx2(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1, const float* x,
-                      int64_t ldx, int64_t n_tok, float* y, int64_t ldy) {
+void gemm_panels_avx2(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1, const float* x, int64_t ldx,
+                      int64_t n_tok, float* y, int64_t ldy) {
   constexpr int tt = 4;
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* panel = panels + p * panel_rows * k;
@@ -102,22 +99,36 @@ void gemm_panels_avx2(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1,
     int64_t t = 0;
     for (; t + tt <= n_tok; t += tt) panel_tile<tt>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
     switch (n_tok - t) {
-      case 1: panel_tile<1>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-      case 2: panel_tile<2>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-      case 3: panel_tile<3>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-      default: break;
+      case 1:
+        panel_tile<1>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+        break;
+      case 2:
+        panel_tile<2>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+        break;
+      case 3:
+        panel_tile<3>(panel, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+        break;
+      default:
+        break;
     }
   }
 }
 
-void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                     const block_q8_act* a, int64_t k, float* y) {
+void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
+                     int64_t k, float* y) {
   const int64_t nb = k / qk;
   switch (t) {
-    case weight_type::q4_0: gemv_q4<block_q4_0>(w, row_bytes, r0, r1, a, nb, y); break;
-    case weight_type::q4_1: gemv_q4<block_q4_1>(w, row_bytes, r0, r1, a, nb, y); break;
-    case weight_type::q8_0: gemv_q8(w, row_bytes, r0, r1, a, nb, y); break;
-    default: break;
+    case weight_type::q4_0:
+      gemv_q4<block_q4_0>(w, row_bytes, r0, r1, a, nb, y);
+      break;
+    case weight_type::q4_1:
+      gemv_q4<block_q4_1>(w, row_bytes, r0, r1, a, nb, y);
+      break;
+    case weight_type::q8_0:
+      gemv_q8(w, row_bytes, r0, r1, a, nb, y);
+      break;
+    default:
+      break;
   }
 }
 

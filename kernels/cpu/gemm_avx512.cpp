@@ -12,8 +12,8 @@ namespace {
 
 // P panels (16 rows each) x T tokens of accumulators, walking all of K.
 template <int P, int T>
-void panel_tile(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ldx, float* y,
-                int64_t ldy, int64_t row0) {
+void panel_tile(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ldx, float* y, int64_t ldy,
+                int64_t row0) {
   __m512 acc[P][T];
   for (int p = 0; p < P; ++p)
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
@@ -21,14 +21,12 @@ void panel_tile(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ld
   const int64_t panel_stride = panel_rows * k;
   for (int64_t kp = 0; kp < kp_n; ++kp) {
     __m512i w[P];
-    for (int p = 0; p < P; ++p)
-      w[p] = _mm512_loadu_si512(panels + p * panel_stride + kp * 32);
+    for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_si512(panels + p * panel_stride + kp * 32);
     for (int t = 0; t < T; ++t) {
       int32_t pair;
       __builtin_memcpy(&pair, x + t * ldx + 2 * kp, 4);
       const __m512i b = _mm512_set1_epi32(pair);
-      for (int p = 0; p < P; ++p)
-        acc[p][t] = _mm512_dpbf16_ps(acc[p][t], (__m512bh)w[p], (__m512bh)b);
+      for (int p = 0; p < P; ++p) acc[p][t] = _mm512_dpbf16_ps(acc[p][t], (__m512bh)w[p], (__m512bh)b);
     }
   }
   for (int p = 0; p < P; ++p)
@@ -36,18 +34,29 @@ void panel_tile(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ld
 }
 
 template <int P>
-void panel_tile_tokens(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ldx,
-                       int64_t n_tok, float* y, int64_t ldy, int64_t row0) {
+void panel_tile_tokens(const uint16_t* panels, int64_t k, const uint16_t* x, int64_t ldx, int64_t n_tok, float* y,
+                       int64_t ldy, int64_t row0) {
   constexpr int tt = 6;
   int64_t t = 0;
   for (; t + tt <= n_tok; t += tt) panel_tile<P, tt>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
   switch (n_tok - t) {
-    case 1: panel_tile<P, 1>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-    case 2: panel_tile<P, 2>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-    case 3: panel_tile<P, 3>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-    case 4: panel_tile<P, 4>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-    case 5: panel_tile<P, 5>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0); break;
-    default: break;
+    case 1:
+      panel_tile<P, 1>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+      break;
+    case 2:
+      panel_tile<P, 2>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+      break;
+    case 3:
+      panel_tile<P, 3>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+      break;
+    case 4:
+      panel_tile<P, 4>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+      break;
+    case 5:
+      panel_tile<P, 5>(panels, k, x + t * ldx, ldx, y + t * ldy, ldy, row0);
+      break;
+    default:
+      break;
   }
 }
 
@@ -130,18 +139,25 @@ void row_tokens(const uint8_t* row, const q8_act_batch& a, int64_t t0, float* y,
 
 }  // namespace
 
-void gemm_panels_avx512(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1,
-                        const uint16_t* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) {
+void gemm_panels_avx512(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1, const uint16_t* x, int64_t ldx,
+                        int64_t n_tok, float* y, int64_t ldy) {
   constexpr int pp = 4;
   int64_t p = p0;
   for (; p + pp <= p1; p += pp)
     panel_tile_tokens<pp>(panels + p * panel_rows * k, k, x, ldx, n_tok, y, ldy, p * panel_rows);
   const uint16_t* rest = panels + p * panel_rows * k;
   switch (p1 - p) {
-    case 1: panel_tile_tokens<1>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows); break;
-    case 2: panel_tile_tokens<2>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows); break;
-    case 3: panel_tile_tokens<3>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows); break;
-    default: break;
+    case 1:
+      panel_tile_tokens<1>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows);
+      break;
+    case 2:
+      panel_tile_tokens<2>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows);
+      break;
+    case 3:
+      panel_tile_tokens<3>(rest, k, x, ldx, n_tok, y, ldy, p * panel_rows);
+      break;
+    default:
+      break;
   }
 }
 
@@ -166,7 +182,8 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
     const float id = d > 0 && d < INFINITY ? 1.f / d : 0.f;
     // Clamped before conversion (also maps NaN into range), rounded half to even.
     auto q = [&](__m512 v) {
-      v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, _mm512_set1_ps(id)), _mm512_set1_ps(-127.f)), _mm512_set1_ps(127.f));
+      v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, _mm512_set1_ps(id)), _mm512_set1_ps(-127.f)),
+                        _mm512_set1_ps(127.f));
       return _mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     };
     const __m512i q0 = q(x0), q1 = q(x1);
@@ -197,14 +214,29 @@ void gemv_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, cons
     for (int64_t r = c0; r < c1 && rest > 0; ++r) {
       const uint8_t* row = w + r * row_bytes;
       switch (rest) {
-        case 1: row_tokens<wt, 1>(row, a, t0, y, ldy, r); break;
-        case 2: row_tokens<wt, 2>(row, a, t0, y, ldy, r); break;
-        case 3: row_tokens<wt, 3>(row, a, t0, y, ldy, r); break;
-        case 4: row_tokens<wt, 4>(row, a, t0, y, ldy, r); break;
-        case 5: row_tokens<wt, 5>(row, a, t0, y, ldy, r); break;
-        case 6: row_tokens<wt, 6>(row, a, t0, y, ldy, r); break;
-        case 7: row_tokens<wt, 7>(row, a, t0, y, ldy, r); break;
-        default: break;
+        case 1:
+          row_tokens<wt, 1>(row, a, t0, y, ldy, r);
+          break;
+        case 2:
+          row_tokens<wt, 2>(row, a, t0, y, ldy, r);
+          break;
+        case 3:
+          row_tokens<wt, 3>(row, a, t0, y, ldy, r);
+          break;
+        case 4:
+          row_tokens<wt, 4>(row, a, t0, y, ldy, r);
+          break;
+        case 5:
+          row_tokens<wt, 5>(row, a, t0, y, ldy, r);
+          break;
+        case 6:
+          row_tokens<wt, 6>(row, a, t0, y, ldy, r);
+          break;
+        case 7:
+          row_tokens<wt, 7>(row, a, t0, y, ldy, r);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -213,10 +245,14 @@ void gemv_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, cons
 void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                        const q8_act_batch& a, float* y, int64_t ldy) {
   switch (t) {
-    case weight_type::q4_0: return gemv_rows<weight_type::q4_0>(w, row_bytes, r0, r1, a, y, ldy);
-    case weight_type::q4_1: return gemv_rows<weight_type::q4_1>(w, row_bytes, r0, r1, a, y, ldy);
-    case weight_type::q8_0: return gemv_rows<weight_type::q8_0>(w, row_bytes, r0, r1, a, y, ldy);
-    default: return;
+    case weight_type::q4_0:
+      return gemv_rows<weight_type::q4_0>(w, row_bytes, r0, r1, a, y, ldy);
+    case weight_type::q4_1:
+      return gemv_rows<weight_type::q4_1>(w, row_bytes, r0, r1, a, y, ldy);
+    case weight_type::q8_0:
+      return gemv_rows<weight_type::q8_0>(w, row_bytes, r0, r1, a, y, ldy);
+    default:
+      return;
   }
 }
 

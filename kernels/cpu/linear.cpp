@@ -56,8 +56,7 @@ bool linear::has_integer_path() const {
          cols_ <= k_max_int_cols;
 }
 
-void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                          thread_pool& pool) const {
+void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const {
   if (!has_integer_path()) return forward_gemm(x, ldx, n_tok, y, ldy, pool);
   const int64_t nb = cols_ / qk;
   if (use_avx512_kernels()) {
@@ -92,13 +91,13 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
     // Rows in chunks that stay in L1 while every token passes over them.
     for (int64_t c = r0; c < r1; c += 32) {
       const int64_t c1 = std::min(c + 32, r1);
-      for (int64_t t = 0; t < n_tok; ++t) gemv_q8act_avx2(type_, data_, row_bytes_, c, c1, a + t * nb, cols_, y + t * ldy);
+      for (int64_t t = 0; t < n_tok; ++t)
+        gemv_q8act_avx2(type_, data_, row_bytes_, c, c1, a + t * nb, cols_, y + t * ldy);
     }
   });
 }
 
-void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                          thread_pool& pool) const {
+void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const {
   // Panels cover whole 16-row groups: when rows_ is not a multiple of 16 the tail is computed
   // into a scratch and copied.
   const bool ragged = rows_ % panel_rows != 0;
@@ -127,8 +126,7 @@ void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, 
     });
   }
   if (ragged)
-    for (int64_t t = 0; t < n_tok; ++t)
-      std::copy(out + t * ldo, out + t * ldo + rows_, y + t * ldy);
+    for (int64_t t = 0; t < n_tok; ++t) std::copy(out + t * ldo, out + t * ldo + rows_, y + t * ldy);
 }
 
 }  // namespace sy::cpu

@@ -33,10 +33,8 @@ class linear {
   size_t panel_bytes() const { return panels_.size() * sizeof(uint16_t); }
 
   // y[t * ldy + r] = sum_k W[r][k] x[t * ldx + k], t < n_tok, r < rows, by either path.
-  void forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                    thread_pool& pool) const;
-  void forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                    thread_pool& pool) const;
+  void forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const;
+  void forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const;
 
  private:
   weight_type type_ = weight_type::f32;

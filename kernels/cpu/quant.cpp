@@ -9,24 +9,35 @@ namespace sy::cpu {
 
 const char* weight_type_name(weight_type t) {
   switch (t) {
-    case weight_type::f32: return "f32";
-    case weight_type::f16: return "f16";
-    case weight_type::bf16: return "bf16";
-    case weight_type::q4_0: return "q4_0";
-    case weight_type::q4_1: return "q4_1";
-    case weight_type::q8_0: return "q8_0";
+    case weight_type::f32:
+      return "f32";
+    case weight_type::f16:
+      return "f16";
+    case weight_type::bf16:
+      return "bf16";
+    case weight_type::q4_0:
+      return "q4_0";
+    case weight_type::q4_1:
+      return "q4_1";
+    case weight_type::q8_0:
+      return "q8_0";
   }
   return "?";
 }
 
 size_t row_bytes(weight_type t, int64_t n) {
   switch (t) {
-    case weight_type::f32: return 4 * n;
+    case weight_type::f32:
+      return 4 * n;
     case weight_type::f16:
-    case weight_type::bf16: return 2 * n;
-    case weight_type::q4_0: return n / qk * sizeof(block_q4_0);
-    case weight_type::q4_1: return n / qk * sizeof(block_q4_1);
-    case weight_type::q8_0: return n / qk * sizeof(block_q8_0);
+    case weight_type::bf16:
+      return 2 * n;
+    case weight_type::q4_0:
+      return n / qk * sizeof(block_q4_0);
+    case weight_type::q4_1:
+      return n / qk * sizeof(block_q4_1);
+    case weight_type::q8_0:
+      return n / qk * sizeof(block_q8_0);
   }
   return 0;
 }

@@ -10,15 +10,29 @@ namespace sy::cpu {
 
 constexpr int qk = 32;  // elements per block for q4_0, q4_1, q8_0
 
-struct block_q4_0 { uint16_t d; uint8_t qs[16]; };            // x = d * (q - 8)
-struct block_q4_1 { uint16_t d; uint16_t m; uint8_t qs[16]; }; // x = d * q + m
-struct block_q8_0 { uint16_t d; int8_t qs[32]; };             // x = d * q
+struct block_q4_0 {
+  uint16_t d;
+  uint8_t qs[16];
+};  // x = d * (q - 8)
+struct block_q4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};  // x = d * q + m
+struct block_q8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};  // x = d * q
 static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q8_0) == 34);
 // In q4 blocks, byte j holds element j in its low nibble and element j + 16 in its high nibble.
 
 // Activations quantized for the integer dot products: per 32 elements an int8 vector, its
 // scale d and s = d * sum(q) (the term that q4_0/q4_1 offsets multiply).
-struct block_q8_act { float d; float s; int8_t qs[32]; };
+struct block_q8_act {
+  float d;
+  float s;
+  int8_t qs[32];
+};
 
 enum class weight_type { f32, f16, bf16, q4_0, q4_1, q8_0 };
 const char* weight_type_name(weight_type t);

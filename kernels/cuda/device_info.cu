@@ -36,8 +36,8 @@ std::string describe_devices() {
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
     cudaGetDeviceProperties(&p, i);
-    out += "cuda:" + std::to_string(i) + " " + p.name + " sm_" + std::to_string(p.major) +
-           std::to_string(p.minor) + " " + std::to_string(p.totalGlobalMem >> 20) + " MiB";
+    out += "cuda:" + std::to_string(i) + " " + p.name + " sm_" + std::to_string(p.major) + std::to_string(p.minor) +
+           " " + std::to_string(p.totalGlobalMem >> 20) + " MiB";
     if (i + 1 < n) out += "; ";
   }
   return out;
@@ -63,8 +63,8 @@ std::string self_test() {
   cublasHandle_t h = nullptr;
   if (err.empty() && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) err = "cublasCreate failed";
   const float one = 1.f, zero = 0.f;
-  if (err.empty() && cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dx, n, dy, n, &zero, dc, n) !=
-                         CUBLAS_STATUS_SUCCESS)
+  if (err.empty() &&
+      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dx, n, dy, n, &zero, dc, n) != CUBLAS_STATUS_SUCCESS)
     err = "cublasSgemm failed";
   if (err.empty()) err = check(cudaMemcpy(hc.data(), dc, n * n * 4, cudaMemcpyDeviceToHost), "copy back");
   if (err.empty()) {

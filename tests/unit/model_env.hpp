@@ -28,8 +28,8 @@ inline model_env* env() {
 
 }  // namespace sy::test
 
-#define REQUIRE_MODEL()                                                            \
-  if (!::sy::test::env()->model) {                                                 \
-    WARN("model not found at " SY_MODEL_PATH "; run deploy/setup.sh");            \
-    return;                                                                        \
+#define REQUIRE_MODEL()                                                \
+  if (!::sy::test::env()->model) {                                     \
+    WARN("model not found at " SY_MODEL_PATH "; run deploy/setup.sh"); \
+    return;                                                            \
   }

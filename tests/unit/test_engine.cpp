@@ -4,8 +4,8 @@
 
 #include <fstream>
 #include <map>
-#include <random>
 #include <memory>
+#include <random>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/model_env.hpp"
@@ -67,10 +67,10 @@ void require_idle(const engine& e) {
   CHECK(e.stats().waiting == 0);
 }
 
-const std::vector<std::string> questions = {
-    "What is the capital of France?", "Write a haiku about the sea.", "How do I register an account?",
-    "List three prime numbers.", "Explain what a CPU cache is.", "Translate 'good morning' to Spanish.",
-    "Why is the sky blue?", "Give me a short motivational quote."};
+const std::vector<std::string> questions = {"What is the capital of France?", "Write a haiku about the sea.",
+                                            "How do I register an account?",  "List three prime numbers.",
+                                            "Explain what a CPU cache is.",   "Translate 'good morning' to Spanish.",
+                                            "Why is the sky blue?",           "Give me a short motivational quote."};
 
 }  // namespace
 
@@ -255,7 +255,7 @@ TEST_CASE("a soak of mixed requests with cancels and deadlines returns the pool 
     REQUIRE(e.pool().check_invariants(&why));
   }
   CHECK(submitted == 400);
-  CHECK(ended == static_cast<int>(live.size()));  // every accepted request ended...
+  CHECK(ended == static_cast<int>(live.size()));          // every accepted request ended...
   for (const auto& [id, n] : ends_per_id) CHECK(n == 1);  // ...exactly once
   CHECK(e.stats().preemptions > 0);
   require_idle(e);

@@ -301,20 +301,15 @@ TEST_CASE("gguf: typed getters and their errors", "[gguf]") {
   const image img = make_image();
   const file f = parse(img.bytes, "getters.gguf");
 
-  REQUIRE_THROWS_WITH(f.get("t.nope"), Contains("getters.gguf") &&
-                                           Contains("missing required key 't.nope'"));
-  REQUIRE_THROWS_WITH(f.get_uint("llama.block_count"),
-                      Contains("missing required key 'llama.block_count'"));
-  REQUIRE_THROWS_WITH(f.get_string("t.u32"),
-                      Contains("getters.gguf") && Contains("byte offset") &&
-                          Contains("key 't.u32' has type u32; expected string"));
-  REQUIRE_THROWS_WITH(f.get_uint("general.architecture"),
-                      Contains("has type string; expected an unsigned integer"));
+  REQUIRE_THROWS_WITH(f.get("t.nope"), Contains("getters.gguf") && Contains("missing required key 't.nope'"));
+  REQUIRE_THROWS_WITH(f.get_uint("llama.block_count"), Contains("missing required key 'llama.block_count'"));
+  REQUIRE_THROWS_WITH(f.get_string("t.u32"), Contains("getters.gguf") && Contains("byte offset") &&
+                                                 Contains("key 't.u32' has type u32; expected string"));
+  REQUIRE_THROWS_WITH(f.get_uint("general.architecture"), Contains("has type string; expected an unsigned integer"));
   REQUIRE_THROWS_WITH(f.get_uint("t.i8"), Contains("has type i8; expected a non-negative"));
   REQUIRE_THROWS_WITH(f.get_bool("t.u8"), Contains("has type u8; expected bool"));
   REQUIRE_THROWS_WITH(f.get_float("t.strings"), Contains("has type array of string"));
-  REQUIRE_THROWS_WITH(f.get_strings("t.i32s"),
-                      Contains("has type array of i32; expected array of string"));
+  REQUIRE_THROWS_WITH(f.get_strings("t.i32s"), Contains("has type array of i32; expected array of string"));
   REQUIRE_THROWS_WITH(f.get_strings("t.u8"), Contains("expected array of string"));
 
   CHECK(f.get_float("t.u16") == 60000.0);  // integers convert
@@ -338,22 +333,19 @@ TEST_CASE("gguf: typed getters and their errors", "[gguf]") {
 TEST_CASE("gguf: tensor() checks presence and shape", "[gguf]") {
   const image img = make_image();
   const file f = parse(img.bytes, "shapes.gguf");
-  REQUIRE_THROWS_WITH(f.tensor("q80.weight", {2, 64}),
-                      Contains("shapes.gguf") && Contains("byte offset") &&
-                          Contains("'q80.weight' shape mismatch") &&
-                          Contains("expected {2, 64}, found {64, 2}"));
+  REQUIRE_THROWS_WITH(f.tensor("q80.weight", {2, 64}), Contains("shapes.gguf") && Contains("byte offset") &&
+                                                           Contains("'q80.weight' shape mismatch") &&
+                                                           Contains("expected {2, 64}, found {64, 2}"));
   REQUIRE_THROWS_WITH(f.tensor("f16.weight", {5, 1}), Contains("shape mismatch"));
-  REQUIRE_THROWS_WITH(f.tensor("output.weight", {5}),
-                      Contains("missing required tensor 'output.weight'"));
+  REQUIRE_THROWS_WITH(f.tensor("output.weight", {5}), Contains("missing required tensor 'output.weight'"));
 }
 
 TEST_CASE("gguf: wrong magic and unsupported versions", "[gguf]") {
   image img = make_image();
   SECTION("wrong magic") {
     img.bytes[3] = 'G';
-    REQUIRE_THROWS_WITH(parse(img.bytes, "magic.gguf"),
-                        Contains("magic.gguf") && Contains("byte offset 0") &&
-                            Contains("wrong magic") && Contains("found 47 47 55 47"));
+    REQUIRE_THROWS_WITH(parse(img.bytes, "magic.gguf"), Contains("magic.gguf") && Contains("byte offset 0") &&
+                                                            Contains("wrong magic") && Contains("found 47 47 55 47"));
   }
   for (uint32_t version : {0u, 1u, 4u, 99u, 0x03000000u}) {
     DYNAMIC_SECTION("version " << version) {
@@ -384,8 +376,7 @@ TEST_CASE("gguf: corrupt fields are reported", "[gguf]") {
   image img = make_image();
   std::vector<uint8_t>& b = img.bytes;
   const auto fails_with = [&](const std::string& words) {
-    REQUIRE_THROWS_WITH(parse(b, "bad.gguf"),
-                        Contains("bad.gguf") && Contains("byte offset") && Contains(words));
+    REQUIRE_THROWS_WITH(parse(b, "bad.gguf"), Contains("bad.gguf") && Contains("byte offset") && Contains(words));
   };
 
   SECTION("tensor data past end of file") {
@@ -456,8 +447,7 @@ TEST_CASE("gguf: corrupt fields are reported", "[gguf]") {
       const image odd = make_image({.alignment = alignment == 0 ? 64 : alignment});
       b = odd.bytes;
       if (alignment == 0) patch<uint32_t>(b, odd.alignment_value_at, 0);
-      fails_with("general.alignment is " + std::to_string(alignment) +
-                 "; expected a power of two");
+      fails_with("general.alignment is " + std::to_string(alignment) + "; expected a power of two");
     }
   }
 }
@@ -467,8 +457,7 @@ TEST_CASE("gguf: nested arrays are bounded in depth", "[gguf]") {
   const value* v = &ok.get("deep");
   for (int d = 1; d < 8; ++d) v = &v->items.at(0);
   CHECK(v->items.at(0).as_uint() == 42);
-  REQUIRE_THROWS_WITH(parse(nested_arrays(9), "deep.gguf"),
-                      Contains("deep.gguf") && Contains("nested deeper than 8"));
+  REQUIRE_THROWS_WITH(parse(nested_arrays(9), "deep.gguf"), Contains("deep.gguf") && Contains("nested deeper than 8"));
   REQUIRE_THROWS_WITH(parse(nested_arrays(100000)), Contains("nested deeper"));
 }
 
@@ -486,8 +475,7 @@ TEST_CASE("gguf: random corruption throws gguf::error or parses", "[gguf]") {
     if (rng() % 4 == 0) b.resize(rng() % b.size());
     try {
       const file f = parse(b);
-      for (const tensor_info& t : f.tensors())
-        REQUIRE(t.data + t.n_bytes <= f.bytes() + f.size());
+      for (const tensor_info& t : f.tensors()) REQUIRE(t.data + t.n_bytes <= f.bytes() + f.size());
       ++parsed;
     } catch (const error&) {
       ++rejected;

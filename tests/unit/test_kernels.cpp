@@ -134,7 +134,7 @@ TEST_CASE("activation quantization matches its definition") {
 
 TEST_CASE("linear layers match the scalar reference for every weight type and kernel family") {
   thread_pool pool(2);
-  const weight_type types[] = {weight_type::f32, weight_type::f16, weight_type::bf16,
+  const weight_type types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16,
                                weight_type::q4_0, weight_type::q4_1, weight_type::q8_0};
   for (auto [isa, portable] : isa_modes()) {
     force_portable_kernels(portable);
@@ -144,7 +144,8 @@ TEST_CASE("linear layers match the scalar reference for every weight type and ke
         auto w = random_weights(t, rows, cols);
         linear lin(t, w.data(), rows, cols, pool);
         std::vector<float> deq(static_cast<size_t>(rows * cols));
-        for (int64_t r = 0; r < rows; ++r) dequantize_row(t, w.data() + r * row_bytes(t, cols), deq.data() + r * cols, cols);
+        for (int64_t r = 0; r < rows; ++r)
+          dequantize_row(t, w.data() + r * row_bytes(t, cols), deq.data() + r * cols, cols);
         for (int64_t n_tok : {1, 3, 7, 13}) {
           INFO("isa " << isa << " type " << weight_type_name(t) << " rows " << rows << " tokens " << n_tok);
           auto x = random_floats(static_cast<size_t>(n_tok * cols));
@@ -237,7 +238,8 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
     vb[b] = varena.data() + table[b] * bs * stride;
   }
   std::vector<float> scores(n_keys), out(hd);
-  attend_head(q.data(), n_keys, kv_layer_view{kb, vb, bs, stride, kv_type::f32}, 1, hd, 0.125f, scores.data(), out.data());
+  attend_head(q.data(), n_keys, kv_layer_view{kb, vb, bs, stride, kv_type::f32}, 1, hd, 0.125f, scores.data(),
+              out.data());
   // The same cache stored as f16: close to the f32 result (f16 keeps 11 bits).
   std::vector<uint16_t> k16(karena.size()), v16(varena.size());
   for (size_t i = 0; i < karena.size(); i += stride) {
@@ -251,7 +253,8 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
     vb16[b] = v16.data() + table[b] * bs * stride;
   }
   std::vector<float> out16(hd);
-  attend_head(q.data(), n_keys, kv_layer_view{kb16, vb16, bs, stride, kv_type::f16}, 1, hd, 0.125f, scores.data(), out16.data());
+  attend_head(q.data(), n_keys, kv_layer_view{kb16, vb16, bs, stride, kv_type::f16}, 1, hd, 0.125f, scores.data(),
+              out16.data());
   for (int64_t i = 0; i < hd; ++i) REQUIRE(out16[i] == Approx(out[i]).margin(2e-3));
   std::vector<double> w(n_keys);
   double mx = -1e30, z = 0;
@@ -295,8 +298,8 @@ TEST_CASE("thread pool rethrows a job's exception on the caller and stays usable
   thread_pool pool(2);
   for (int thrower : {0, 1}) {
     CHECK_THROWS_WITH(pool.run([&](int ith, int) {
-                        if (ith == thrower) throw std::runtime_error("boom");
-                      }),
+      if (ith == thrower) throw std::runtime_error("boom");
+    }),
                       "boom");
     std::atomic<int> n{0};
     pool.run([&](int, int) { n.fetch_add(1); });

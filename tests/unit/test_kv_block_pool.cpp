@@ -275,8 +275,8 @@ TEST_CASE("a prefix shared by two live sequences stays in use until both release
   REQUIRE(tail);
   CHECK(*tail == ids{3});
   y.push_back(tail->front());
-  const uint64_t parent = kv_block_pool::chain_hash(
-      kv_block_pool::chain_hash(0, std::span(ty).first(4), 0), std::span(ty).subspan(4, 4), 0);
+  const uint64_t parent = kv_block_pool::chain_hash(kv_block_pool::chain_hash(0, std::span(ty).first(4), 0),
+                                                    std::span(ty).subspan(4, 4), 0);
   pool.register_full(3, parent, std::span(ty).subspan(8, 4));
   CHECK(pool.stats().in_use == 4);
   REQUIRE_INVARIANTS(pool);
@@ -405,8 +405,7 @@ TEST_CASE("a hash collision never hands out another prefix's blocks") {
   CHECK(h1 == kv_block_pool::chain_hash(h0, std::span(ty).subspan(4, 4), 0));
   CHECK(h1 != kv_block_pool::chain_hash(hy0, std::span(ty).subspan(4, 4), 0));
 
-  kv_block_pool_test_access::rekey(pool, 0,
-                                   kv_block_pool::chain_hash(0, std::span(tx).first(4), 0));
+  kv_block_pool_test_access::rekey(pool, 0, kv_block_pool::chain_hash(0, std::span(tx).first(4), 0));
   REQUIRE_INVARIANTS(pool);
   pool.release(*y);
   pool.release(x);
@@ -475,8 +474,7 @@ TEST_CASE("soak: random sequences keep every invariant and return to baseline") 
       for (size_t i = 0; i < s.blocks.size(); ++i) {
         const auto& w = written[static_cast<size_t>(s.blocks[i])];
         REQUIRE(w == std::vector<token_id>(s.tokens.begin(), s.tokens.begin() + (i + 1) * k_bs));
-        s.last_hash = kv_block_pool::chain_hash(
-            s.last_hash, std::span(s.tokens).subspan(i * k_bs, k_bs), 0x5eed);
+        s.last_hash = kv_block_pool::chain_hash(s.last_hash, std::span(s.tokens).subspan(i * k_bs, k_bs), 0x5eed);
       }
       s.n_registered = s.blocks.size();
       if (!grow_blocks(s)) {
@@ -510,17 +508,15 @@ TEST_CASE("soak: random sequences keep every invariant and return to baseline") 
     std::vector<int32_t> holders(n_blocks, 0);
     for (const auto& s : live)
       for (block_id b : s.blocks) ++holders[static_cast<size_t>(b)];
-    for (block_id b = 0; b < n_blocks; ++b)
-      REQUIRE(pool.ref_count(b) == holders[static_cast<size_t>(b)]);
+    for (block_id b = 0; b < n_blocks; ++b) REQUIRE(pool.ref_count(b) == holders[static_cast<size_t>(b)]);
   }
 
   while (!live.empty()) finish(live.size() - 1);
   REQUIRE_INVARIANTS(pool);
   const auto st = pool.stats();
-  INFO("started " << n_started << ", no room at start " << n_no_room << ", preempted "
-                  << n_preempted << ", at length limit " << n_at_limit << ", hit tokens "
-                  << st.prefix_hit_tokens << " of " << st.prefix_query_tokens << ", evictions "
-                  << st.evictions);
+  INFO("started " << n_started << ", no room at start " << n_no_room << ", preempted " << n_preempted
+                  << ", at length limit " << n_at_limit << ", hit tokens " << st.prefix_hit_tokens << " of "
+                  << st.prefix_query_tokens << ", evictions " << st.evictions);
   CHECK(st.in_use == 0);
   CHECK(st.free + st.cached == n_blocks);
   CHECK(pool.n_available() == n_blocks);

@@ -91,8 +91,9 @@ TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic"
   cpu::force_portable_kernels(false);
   const double agree = static_cast<double>(top1_agree) / positions;
   WARN(fixture << " (" << (portable ? "portable avx2" : cpu::kernel_isa_name()) << " kernels): top-1 agreement "
-       << top1_agree << "/" << positions << " = " << agree * 100 << "%, |logit difference| on the reference's top-10: max "
-       << max_diff << ", mean of per-position max " << sum_diff / positions);
+               << top1_agree << "/" << positions << " = " << agree * 100
+               << "%, |logit difference| on the reference's top-10: max " << max_diff << ", mean of per-position max "
+               << sum_diff / positions);
   CHECK(positions >= 6 * 64);
   CHECK(agree >= min_agree);
 }

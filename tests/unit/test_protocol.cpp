@@ -60,8 +60,7 @@ proto::tokenizer_spec make_tokenizer(size_t n_vocab) {
   t.unk_id = 0;
   t.pad_id = 2;
   t.add_bos = true;
-  t.chat_template =
-      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  t.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
   return t;
 }
 
@@ -127,8 +126,7 @@ std::vector<std::pair<msg_type, std::string>> valid_bodies() {
       {msg_type::submit, proto::encode(make_submit())},
       {msg_type::cancel, proto::encode(proto::cancel{.request_id = "r1"})},
       {msg_type::tokens, proto::encode(make_tokens())},
-      {msg_type::error,
-       proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
+      {msg_type::error, proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
       {msg_type::drain, proto::encode(proto::drain{.reason = "deploy"})},
   };
 }
@@ -177,8 +175,7 @@ proto::decode_error expect_error(msg_type t, const std::string& body, decode_err
 }  // namespace
 
 TEST_CASE("protocol: type frames are the message names", "[protocol]") {
-  const char* names[] = {"hello",  "welcome", "heartbeat", "submit",
-                         "cancel", "tokens",  "error",     "drain"};
+  const char* names[] = {"hello", "welcome", "heartbeat", "submit", "cancel", "tokens", "error", "drain"};
   for (size_t i = 0; i < proto::k_n_msg_types; ++i) {
     const auto t = static_cast<msg_type>(i);
     CHECK(proto::name(t) == names[i]);
@@ -257,12 +254,8 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
   SECTION("tokens") {
     const proto::tokens m = make_tokens();
     CHECK(round_trip(m) == m);
-    proto::tokens running{.request_id = "r2",
-                          .token_ids = {},
-                          .text = "",
-                          .finish_reason = "",
-                          .usage = {},
-                          .logprobs = {}};
+    proto::tokens running{
+        .request_id = "r2", .token_ids = {}, .text = "", .finish_reason = "", .usage = {}, .logprobs = {}};
     CHECK(round_trip(running) == running);
     for (std::string_view reason : proto::k_finish_reasons) {
       proto::tokens t = make_tokens();
@@ -297,8 +290,8 @@ TEST_CASE("protocol: a 49152-token tokenizer spec fits the welcome limit", "[pro
 
 TEST_CASE("protocol: an unknown type frame is an error", "[protocol]") {
   const std::string body = proto::encode(proto::cancel{.request_id = "r"});
-  for (std::string type : {std::string("bogus"), std::string(""), std::string("SUBMIT"),
-                           std::string("submit\0", 7), std::string(1000, '\xff')}) {
+  for (std::string type : {std::string("bogus"), std::string(""), std::string("SUBMIT"), std::string("submit\0", 7),
+                           std::string(1000, '\xff')}) {
     const proto::decode_result r = decode(type, body);
     REQUIRE_FALSE(r.ok());
     CHECK(r.failure().code == decode_errc::unknown_type);
@@ -348,59 +341,49 @@ TEST_CASE("protocol: every prefix of a valid submit body is an error", "[protoco
 TEST_CASE("protocol: wrong value types name the field", "[protocol]") {
   expect_error(msg_type::submit, map_body().add("request_id", "r").add("prompt", "1 2 3").str(),
                decode_errc::invalid_field, "submit: prompt: expected an array");
-  expect_error(msg_type::submit,
-               map_body().add("request_id", "r").add("prompt", std::vector<std::string>{"a"}).str(),
+  expect_error(msg_type::submit, map_body().add("request_id", "r").add("prompt", std::vector<std::string>{"a"}).str(),
                decode_errc::invalid_field, "prompt[0]: expected an integer");
   expect_error(msg_type::submit, map_body().add("request_id", 42).str(), decode_errc::invalid_field,
                "request_id: expected a string");
   {
     const std::string sampling = map_body().add("top_k", "forty").str();
-    expect_error(msg_type::submit,
-                 map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
+    expect_error(msg_type::submit, map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
                  decode_errc::invalid_field, "sampling.top_k: expected an integer");
   }
   {
     const std::string sampling = map_body().add_raw("stop", "\x92\xa2ok\x03").str();  // ["ok", 3]
-    expect_error(msg_type::submit,
-                 map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
+    expect_error(msg_type::submit, map_body().add("request_id", "r").add_raw("sampling", sampling).str(),
                  decode_errc::invalid_field, "sampling.stop[1]: expected a string");
   }
-  expect_error(msg_type::submit, map_body().add("request_id", "r").add("sampling", 5).str(),
-               decode_errc::invalid_field, "sampling: expected a map");
-  expect_error(msg_type::submit, map_body().add("request_id", "r").add("stream", 1).str(),
-               decode_errc::invalid_field, "stream: expected a boolean");
-  expect_error(
-      msg_type::submit,
-      map_body().add("request_id", "r").add("prompt", std::vector<int64_t>{1, 1ll << 31}).str(),
-      decode_errc::invalid_field, "prompt[1]: expected an integer in [-2147483648, 2147483647]");
+  expect_error(msg_type::submit, map_body().add("request_id", "r").add("sampling", 5).str(), decode_errc::invalid_field,
+               "sampling: expected a map");
+  expect_error(msg_type::submit, map_body().add("request_id", "r").add("stream", 1).str(), decode_errc::invalid_field,
+               "stream: expected a boolean");
+  expect_error(msg_type::submit,
+               map_body().add("request_id", "r").add("prompt", std::vector<int64_t>{1, 1ll << 31}).str(),
+               decode_errc::invalid_field, "prompt[1]: expected an integer in [-2147483648, 2147483647]");
   expect_error(msg_type::heartbeat, map_body().add("running", -1).str(), decode_errc::invalid_field,
                "running: expected an integer in [0, 4294967295]");
-  expect_error(msg_type::heartbeat, map_body().add("step_time_ms", "fast").str(),
-               decode_errc::invalid_field, "step_time_ms: expected a number");
-  expect_error(msg_type::tokens,
-               map_body().add("request_id", "r").add("usage", std::vector<int>{1, 2, 3}).str(),
+  expect_error(msg_type::heartbeat, map_body().add("step_time_ms", "fast").str(), decode_errc::invalid_field,
+               "step_time_ms: expected a number");
+  expect_error(msg_type::tokens, map_body().add("request_id", "r").add("usage", std::vector<int>{1, 2, 3}).str(),
                decode_errc::invalid_field, "usage: expected a map");
   {
     const std::string entry = map_body().add("token", 1).add("logprob", -0.5).add("top", 7).str();
     std::string logprobs = "\x91" + entry;
-    expect_error(msg_type::tokens,
-                 map_body()
-                     .add("request_id", "r")
-                     .add("token_ids", std::vector<int>{1})
-                     .add_raw("logprobs", logprobs)
-                     .str(),
-                 decode_errc::invalid_field, "logprobs[0].top: expected an array");
+    expect_error(
+        msg_type::tokens,
+        map_body().add("request_id", "r").add("token_ids", std::vector<int>{1}).add_raw("logprobs", logprobs).str(),
+        decode_errc::invalid_field, "logprobs[0].top: expected an array");
   }
   // Numbers where a float is wanted may be integers; strings may come as bin.
   {
     const std::string sampling = map_body().add("temperature", 1).str();
     msgpack::sbuffer bin;
     msgpack::packer<msgpack::sbuffer>(bin).pack_bin(3).pack_bin_body("r\0x", 3);
-    const proto::decode_result r =
-        decode("submit", map_body()
-                             .add_raw("request_id", std::string(bin.data(), bin.size()))
-                             .add_raw("sampling", sampling)
-                             .str());
+    const proto::decode_result r = decode(
+        "submit",
+        map_body().add_raw("request_id", std::string(bin.data(), bin.size())).add_raw("sampling", sampling).str());
     REQUIRE(r.ok());
     CHECK(r.get_if<proto::submit>()->request_id == std::string("r\0x", 3));
     CHECK(r.get_if<proto::submit>()->sampling.temperature == 1.f);
@@ -411,10 +394,8 @@ TEST_CASE("protocol: over-size bodies are refused before parsing", "[protocol]")
   // Valid msgpack, just too big: a cancel with a 300 KiB request id.
   const std::string big = proto::encode(proto::cancel{.request_id = std::string(300 << 10, 'x')});
   expect_error(msg_type::cancel, big, decode_errc::too_large, "over the limit of 262144");
-  expect_error(msg_type::submit, std::string(proto::k_max_submit_body_bytes + 1, '\x80'),
-               decode_errc::too_large);
-  expect_error(msg_type::welcome, std::string(proto::k_max_welcome_body_bytes + 1, '\x80'),
-               decode_errc::too_large);
+  expect_error(msg_type::submit, std::string(proto::k_max_submit_body_bytes + 1, '\x80'), decode_errc::too_large);
+  expect_error(msg_type::welcome, std::string(proto::k_max_welcome_body_bytes + 1, '\x80'), decode_errc::too_large);
   // A submit may be bigger than the other types: a 128k-token prompt.
   proto::submit s = make_submit();
   s.prompt.assign(128 * 1024, 49151);
@@ -432,8 +413,7 @@ TEST_CASE("protocol: deep nesting is refused", "[protocol]") {
     expect_error(msg_type::submit, body, decode_errc::malformed, "nested deeper than");
   }
   SECTION("at the top level") {
-    expect_error(msg_type::drain, std::string(depth, '\x91') + '\x00', decode_errc::malformed,
-                 "nested deeper than");
+    expect_error(msg_type::drain, std::string(depth, '\x91') + '\x00', decode_errc::malformed, "nested deeper than");
   }
   SECTION("maps of maps") {
     std::string body;
@@ -451,10 +431,10 @@ TEST_CASE("protocol: length headers larger than the body are refused", "[protoco
     return map_body().add("request_id", "r").add_raw("prompt", raw).str();
   };
   // array32 / map32 / str32 / bin32 declaring 4G entries, followed by next to nothing.
-  expect_error(msg_type::submit, with_value(std::string("\xdd\xff\xff\xff\xff\x01", 6)),
-               decode_errc::malformed, "elements in all");
-  expect_error(msg_type::submit, with_value(std::string("\xdf\xff\xff\xff\xff\x01", 6)),
-               decode_errc::malformed, "elements in all");
+  expect_error(msg_type::submit, with_value(std::string("\xdd\xff\xff\xff\xff\x01", 6)), decode_errc::malformed,
+               "elements in all");
+  expect_error(msg_type::submit, with_value(std::string("\xdf\xff\xff\xff\xff\x01", 6)), decode_errc::malformed,
+               "elements in all");
   expect_error(msg_type::submit,
                with_value(std::string("\xdb\xff\xff\xff\xff"
                                       "abc",
@@ -466,16 +446,16 @@ TEST_CASE("protocol: length headers larger than the body are refused", "[protoco
                                       8)),
                decode_errc::malformed, "truncated");
   // Within the element budget but longer than the body: truncated.
-  expect_error(msg_type::submit, with_value(std::string("\xdd\x00\x07\xff\xff\x01\x02", 7)),
-               decode_errc::malformed, "truncated");
+  expect_error(msg_type::submit, with_value(std::string("\xdd\x00\x07\xff\xff\x01\x02", 7)), decode_errc::malformed,
+               "truncated");
   // Top-level map declaring 4G pairs.
-  expect_error(msg_type::cancel, std::string("\xdf\xff\xff\xff\xff\xa1k\x01", 8),
-               decode_errc::malformed, "elements in all");
+  expect_error(msg_type::cancel, std::string("\xdf\xff\xff\xff\xff\xa1k\x01", 8), decode_errc::malformed,
+               "elements in all");
   // Many headers each declaring a large array, in a welcome (largest budget).
   std::string nested;
   for (int i = 0; i < 6; ++i) nested += std::string("\xdd\x00\x0f\xff\xff", 5);
-  expect_error(msg_type::welcome, map_body().add_raw("tokenizer", nested).str(),
-               decode_errc::malformed, "elements in all");
+  expect_error(msg_type::welcome, map_body().add_raw("tokenizer", nested).str(), decode_errc::malformed,
+               "elements in all");
 }
 
 TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]") {
@@ -535,8 +515,7 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
            {"sampling.top_k", [](proto::wire_sampling& p) { p.top_k = -5; }},
            {"sampling.top_p", [](proto::wire_sampling& p) { p.top_p = 1.5f; }},
            {"sampling.min_p", [](proto::wire_sampling& p) { p.min_p = NAN; }},
-           {"sampling.repetition_penalty",
-            [](proto::wire_sampling& p) { p.repetition_penalty = 0; }},
+           {"sampling.repetition_penalty", [](proto::wire_sampling& p) { p.repetition_penalty = 0; }},
            {"sampling.repeat_last_n", [](proto::wire_sampling& p) { p.repeat_last_n = -1; }},
            {"sampling.max_tokens", [](proto::wire_sampling& p) { p.max_tokens = -1; }},
        }) {
@@ -558,45 +537,37 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
                  "logprobs[1].top: more than 20 elements");
     t = make_tokens();
     t.usage.cached_prompt_tokens = t.usage.prompt_tokens + 1;
-    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field,
-                 "usage.cached_prompt_tokens");
+    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field, "usage.cached_prompt_tokens");
     t = make_tokens();
     t.token_ids.assign(proto::k_max_tokens_per_message + 1, 1);
     t.logprobs.clear();
-    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field,
-                 "token_ids: more than 1024 elements");
+    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field, "token_ids: more than 1024 elements");
   }
   {
     proto::heartbeat hb{.free_kv_blocks = 11, .total_kv_blocks = 10};
-    expect_error(msg_type::heartbeat, proto::encode(hb), decode_errc::invalid_field,
-                 "free_kv_blocks");
+    expect_error(msg_type::heartbeat, proto::encode(hb), decode_errc::invalid_field, "free_kv_blocks");
   }
   {
     proto::welcome w;
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.token_types.pop_back();
-    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
-                 "tokenizer.token_types");
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.token_types");
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.eos_id = 10;
-    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
-                 "tokenizer.eos_id");
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.eos_id");
     w.tokenizer = make_tokenizer(10);
     w.tokenizer.tokens[4] = std::string(proto::k_max_token_bytes + 1, 't');
     expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
                  "tokenizer.tokens[4]: longer than 4096 bytes");
   }
-  expect_error(msg_type::cancel, proto::encode(proto::cancel{}), decode_errc::invalid_field,
-               "request_id");
-  expect_error(
-      msg_type::error,
-      proto::encode(proto::error{.request_id = "", .code = std::string(65, 'c'), .message = ""}),
-      decode_errc::invalid_field, "code: longer than 64 bytes");
+  expect_error(msg_type::cancel, proto::encode(proto::cancel{}), decode_errc::invalid_field, "request_id");
+  expect_error(msg_type::error,
+               proto::encode(proto::error{.request_id = "", .code = std::string(65, 'c'), .message = ""}),
+               decode_errc::invalid_field, "code: longer than 64 bytes");
   expect_error(msg_type::drain, proto::encode(proto::drain{.reason = std::string(1025, 'r')}),
                decode_errc::invalid_field, "reason");
   // A decode error without a request becomes a connection-level bad_message.
-  const proto::error w =
-      proto::to_wire(expect_error(msg_type::cancel, "\xc1", decode_errc::malformed));
+  const proto::error w = proto::to_wire(expect_error(msg_type::cancel, "\xc1", decode_errc::malformed));
   CHECK(w.request_id.empty());
   CHECK(w.code == proto::error_code::bad_message);
 }
@@ -611,14 +582,13 @@ TEST_CASE("protocol: protocol versions", "[protocol]") {
   REQUIRE(proto::check_version(0).has_value());
 
   // The version travels in hello and welcome and must be present there.
-  const proto::decode_result r =
-      decode("hello", proto::encode(proto::hello{.version = 9, .router_id = "r"}));
+  const proto::decode_result r = decode("hello", proto::encode(proto::hello{.version = 9, .router_id = "r"}));
   REQUIRE(r.ok());
   CHECK(proto::check_version(r.get_if<proto::hello>()->version).has_value());
   expect_error(msg_type::hello, map_body().add("router_id", "r").str(), decode_errc::invalid_field,
                "hello: version: missing");
-  expect_error(msg_type::welcome, map_body().add("worker_id", "w").str(),
-               decode_errc::invalid_field, "welcome: version: missing");
+  expect_error(msg_type::welcome, map_body().add("worker_id", "w").str(), decode_errc::invalid_field,
+               "welcome: version: missing");
   expect_error(msg_type::hello, map_body().add("version", -1).str(), decode_errc::invalid_field,
                "version: expected an integer");
 }
@@ -627,8 +597,7 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
   SECTION("unknown keys are ignored, at the top and nested") {
     msgpack::sbuffer ext;
     msgpack::packer<msgpack::sbuffer>(ext).pack_ext(2, 5).pack_ext_body("ab", 2);
-    const std::string sampling =
-        map_body().add("top_k", 7).add("future_knob", std::vector<double>{1.5, 2.5}).str();
+    const std::string sampling = map_body().add("top_k", 7).add("future_knob", std::vector<double>{1.5, 2.5}).str();
     const std::string body = map_body()
                                  .add("request_id", "r9")
                                  .add("prompt", std::vector<int>{1, 2, 3})
@@ -646,8 +615,8 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
     CHECK(s.sampling.top_k == 7);
   }
   SECTION("missing keys keep the defaults") {
-    const proto::decode_result r = decode(
-        "submit", map_body().add("request_id", "r").add("prompt", std::vector<int>{4}).str());
+    const proto::decode_result r =
+        decode("submit", map_body().add("request_id", "r").add("prompt", std::vector<int>{4}).str());
     REQUIRE(r.ok());
     proto::submit expected;
     expected.request_id = "r";
@@ -664,8 +633,8 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
     CHECK(d.get_if<proto::drain>()->reason.empty());
   }
   SECTION("nil counts as missing") {
-    const proto::decode_result r = decode(
-        "submit", map_body().add("request_id", "r").add("priority", msgpack::type::nil_t()).str());
+    const proto::decode_result r =
+        decode("submit", map_body().add("request_id", "r").add("priority", msgpack::type::nil_t()).str());
     REQUIRE(r.ok());
     CHECK(r.get_if<proto::submit>()->priority == 0);
   }
@@ -714,8 +683,8 @@ TEST_CASE("protocol: randomly mutated bodies decode to a value or an error", "[p
       REQUIRE_FALSE(r.failure().message.empty());
     }
   }
-  INFO("ok " << n_ok << ", errors " << n_err << " (malformed " << by_code[2] << ", invalid_field "
-             << by_code[3] << ")");
+  INFO("ok " << n_ok << ", errors " << n_err << " (malformed " << by_code[2] << ", invalid_field " << by_code[3]
+             << ")");
   CHECK(n_ok + n_err == 20000);
   CHECK(n_err > 1000);
   CHECK(n_ok > 100);

@@ -37,9 +37,7 @@ std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id
 }
 
 // The token the fake model samples as output number `n_out` of request `id`.
-token_id token_for(request_id id, size_t n_out) {
-  return static_cast<token_id>(id * 1000 + n_out + 10);
-}
+token_id token_for(request_id id, size_t n_out) { return static_cast<token_id>(id * 1000 + n_out + 10); }
 
 struct fake_engine {
   kv_block_pool pool;
@@ -60,8 +58,7 @@ struct fake_engine {
         sched(pool, c),
         cfg(c),
         bs(block_size),
-        kv(static_cast<size_t>(n_blocks),
-           std::vector<token_id>(static_cast<size_t>(block_size), -1)) {}
+        kv(static_cast<size_t>(n_blocks), std::vector<token_id>(static_cast<size_t>(block_size), -1)) {}
 
   // The simulated KV slot of position `p` in a sequence with block table `table`.
   token_id& slot(const std::vector<block_id>& table, size_t p) {
@@ -136,8 +133,7 @@ struct fake_engine {
     }
     std::vector<sampled_token> out;
     for (const auto& q : plan.seqs) {
-      for (size_t i = 0; i < q.tokens.size(); ++i)
-        slot(q.block_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
+      for (size_t i = 0; i < q.tokens.size(); ++i) slot(q.block_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
       if (!q.sample) continue;
       const size_t n_out = seq[q.id].size() - static_cast<size_t>(n_prompt[q.id]);
       const bool stop = stop_at.count(q.id) && static_cast<int32_t>(n_out) + 1 == stop_at[q.id];
@@ -261,8 +257,7 @@ TEST_CASE("chunked prefill: a long prompt goes in budget-sized chunks and sample
       pos0.push_back(p.seqs[0].pos0);
       sampled.push_back(p.seqs[0].sample);
     }
-    CHECK(e.ran ==
-          std::vector<ran_step>{rs({{1, 32}}), rs({{1, 32}}), rs({{1, 32}}), rs({{1, 4}})});
+    CHECK(e.ran == std::vector<ran_step>{rs({{1, 32}}), rs({{1, 32}}), rs({{1, 32}}), rs({{1, 4}})});
     CHECK(pos0 == std::vector<int64_t>{0, 32, 64, 96});
     CHECK(sampled == std::vector<bool>{false, false, false, true});
     e.run_until_idle(4);
@@ -275,8 +270,8 @@ TEST_CASE("chunked prefill: a long prompt goes in budget-sized chunks and sample
     e.add(1, prompt_of(4, 100), 10);
     e.add(2, prompt_of(100, 1000), 2);
     for (int i = 0; i < 4; ++i) e.step();
-    CHECK(e.ran == std::vector<ran_step>{rs({{1, 4}, {2, 28}}), rs({{1, 1}, {2, 31}}),
-                                         rs({{1, 1}, {2, 31}}), rs({{1, 1}, {2, 10}})});
+    CHECK(e.ran == std::vector<ran_step>{rs({{1, 4}, {2, 28}}), rs({{1, 1}, {2, 31}}), rs({{1, 1}, {2, 31}}),
+                                         rs({{1, 1}, {2, 10}})});
     CHECK(e.seq[2].size() == 101);  // sampled once, after its last chunk
     e.run_until_idle(20);
     e.require_baseline();
@@ -287,8 +282,7 @@ TEST_CASE("decodes of running sequences are scheduled before prefill chunks") {
   scheduler_config cfg;
   cfg.max_tokens_per_step = 8;
   fake_engine e(64, 4, cfg);
-  for (request_id id = 1; id <= 4; ++id)
-    e.add(id, prompt_of(1, static_cast<token_id>(100 * id)), 30);
+  for (request_id id = 1; id <= 4; ++id) e.add(id, prompt_of(1, static_cast<token_id>(100 * id)), 30);
   e.add(9, prompt_of(40, 5000), 2, /*priority*/ 1);
   for (int i = 0; i < 3; ++i) e.step();
   const ran_step decodes_then_chunk = rs({{1, 1}, {2, 1}, {3, 1}, {4, 1}, {9, 4}});
@@ -351,8 +345,7 @@ TEST_CASE("prefix caching: a shared 3-block prefix is reused, a whole-prompt hit
     const step_plan p = e.step();
     REQUIRE(p.seqs.size() == 2);
     for (int i = 0; i < 3; ++i) {
-      CHECK(p.seqs[0].block_table[static_cast<size_t>(i)] ==
-            p.seqs[1].block_table[static_cast<size_t>(i)]);
+      CHECK(p.seqs[0].block_table[static_cast<size_t>(i)] == p.seqs[1].block_table[static_cast<size_t>(i)]);
       CHECK(e.pool.ref_count(p.seqs[0].block_table[static_cast<size_t>(i)]) == 2);
     }
     e.run_until_idle(10);
@@ -365,8 +358,7 @@ TEST_CASE("prefix caching: a shared 3-block prefix is reused, a whole-prompt hit
 
 TEST_CASE("out of blocks: the most recent sequence is preempted, requeued in place, and finishes") {
   fake_engine e(8, 4);  // 32 token slots; each request grows to 23 positions (6 blocks)
-  for (request_id id = 1; id <= 3; ++id)
-    e.add(id, prompt_of(4, static_cast<token_id>(100 * id)), 20);
+  for (request_id id = 1; id <= 3; ++id) e.add(id, prompt_of(4, static_cast<token_id>(100 * id)), 20);
   size_t first_preemption = 0;
   while (e.sched.n_preemptions() == 0) {
     e.step();
@@ -382,8 +374,7 @@ TEST_CASE("out of blocks: the most recent sequence is preempted, requeued in pla
     INFO("request " << id);
     CHECK(e.finished[id].reason == finish_reason::length);
     CHECK(e.finished[id].usage.n_completion == e.max_tokens[id]);
-    for (size_t i = 0; i < static_cast<size_t>(e.max_tokens[id]); ++i)
-      CHECK(e.seq[id][4 + i] == token_for(id, i));
+    for (size_t i = 0; i < static_cast<size_t>(e.max_tokens[id]); ++i) CHECK(e.seq[id][4 + i] == token_for(id, i));
   }
   CHECK(e.finished[3].usage.n_preemptions >= 1);
   // 3 resumes (recompute) before 4 first runs.
@@ -555,8 +546,7 @@ TEST_CASE("the engine's stop ends a request before max_tokens") {
   e.require_baseline();
 }
 
-TEST_CASE(
-    "soak: thousands of random requests with cancels, deadlines and stops keep every invariant") {
+TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops keep every invariant") {
   scheduler_config cfg;
   cfg.max_tokens_per_step = 24;
   cfg.max_running = 6;
@@ -573,16 +563,13 @@ TEST_CASE(
   int steps = 0;
   while (next <= n_requests || !e.idle()) {
     for (int k = uniform(0, 2); k > 0 && next <= n_requests; --k, ++next) {
-      auto prompt =
-          uniform(0, 1) ? prefixes[static_cast<size_t>(uniform(0, 3))] : std::vector<token_id>{};
-      prompt =
-          concat(prompt, prompt_of(uniform(1, 30), static_cast<token_id>(100 + 10 * (next % 7))));
+      auto prompt = uniform(0, 1) ? prefixes[static_cast<size_t>(uniform(0, 3))] : std::vector<token_id>{};
+      prompt = concat(prompt, prompt_of(uniform(1, 30), static_cast<token_id>(100 + 10 * (next % 7))));
       const int32_t max_tok = uniform(1, 30);
       std::optional<int64_t> deadline;
       if (uniform(0, 9) == 0) deadline = e.now + uniform(0, 40);
       const int32_t stop_after = uniform(0, 3) == 0 ? uniform(1, max_tok) : 0;
-      if (e.add(next, std::move(prompt), max_tok, uniform(0, 3), deadline, stop_after) ==
-          add_status::ok)
+      if (e.add(next, std::move(prompt), max_tok, uniform(0, 3), deadline, stop_after) == add_status::ok)
         added.insert(next);
     }
     step_plan p = e.schedule();
@@ -600,8 +587,7 @@ TEST_CASE(
   for (request_id id : added) CHECK(e.finished.count(id) == 1);
   std::map<finish_reason, int> by_reason;
   for (const auto& [id, f] : e.finished) ++by_reason[f.reason];
-  for (auto r : {finish_reason::length, finish_reason::stop, finish_reason::cancelled,
-                 finish_reason::deadline})
+  for (auto r : {finish_reason::length, finish_reason::stop, finish_reason::cancelled, finish_reason::deadline})
     CHECK(by_reason[r] > 0);
   CHECK(e.sched.n_preemptions() > 0);
   CHECK(e.pool.stats().prefix_hit_tokens > 0);

@@ -26,8 +26,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* k_default_system =
-    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+constexpr const char* k_default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 // The model's tokenizer and chat template, loaded once; null when the model file is absent.
 struct model_assets {
@@ -44,11 +43,11 @@ const model_assets* assets() {
   return a.get();
 }
 
-#define SY_REQUIRE_MODEL(var)                                                  \
-  const model_assets* var = assets();                                          \
-  if (var == nullptr) {                                                        \
-    WARN("model file " SY_MODEL_PATH " not found; skipping model test");       \
-    return;                                                                    \
+#define SY_REQUIRE_MODEL(var)                                            \
+  const model_assets* var = assets();                                    \
+  if (var == nullptr) {                                                  \
+    WARN("model file " SY_MODEL_PATH " not found; skipping model test"); \
+    return;                                                              \
   }
 
 json read_fixture(const char* name) {
@@ -66,11 +65,22 @@ bool valid_utf8(std::string_view s) {
     const unsigned char b = p[i];
     size_t n;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (b < 0x80) { ++i; continue; }
-    if (b >= 0xC2 && b <= 0xDF) n = 2;
-    else if (b >= 0xE0 && b <= 0xEF) { n = 3; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
-    else if (b >= 0xF0 && b <= 0xF4) { n = 4; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
-    else return false;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    if (b >= 0xC2 && b <= 0xDF)
+      n = 2;
+    else if (b >= 0xE0 && b <= 0xEF) {
+      n = 3;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      n = 4;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else
+      return false;
     if (i + n > s.size()) return false;
     if (p[i + 1] < lo || p[i + 1] > hi) return false;
     for (size_t k = 2; k < n; ++k) {
@@ -124,8 +134,7 @@ TEST_CASE("chat template: ChatML without a fixed system literal has no default")
 }
 
 TEST_CASE("chat template: non-ChatML templates are rejected") {
-  CHECK_THROWS_WITH(chat_template::from_jinja("{{ bos_token }}[INST] {{ m }} [/INST]"),
-                    "unsupported chat template");
+  CHECK_THROWS_WITH(chat_template::from_jinja("{{ bos_token }}[INST] {{ m }} [/INST]"), "unsupported chat template");
   CHECK_THROWS_AS(chat_template::from_jinja(""), std::runtime_error);
 }
 
@@ -221,15 +230,44 @@ TEST_CASE("tokenizer: end-of-generation and control tokens") {
 
 TEST_CASE("tokenizer: invalid UTF-8 input becomes U+FFFD / as in llama.cpp") {
   SY_REQUIRE_MODEL(m);
-  const auto ids = m->tok.encode("a\xff" "b\xe2\x82", false, false);
-  CHECK(m->tok.decode(ids) == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+  const auto ids = m->tok.encode(
+      "a\xff"
+      "b\xe2\x82",
+      false, false);
+  CHECK(m->tok.decode(ids) ==
+        "a\xEF\xBF\xBD"
+        "b\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST_CASE("tokenizer: random text round-trips - random bytes decode to valid UTF-8") {
   SY_REQUIRE_MODEL(m);
-  const std::vector<std::string> parts = {
-      "a", "Z", " ", "  ", "\n", "\t", "'s", "'", "don't", "7", "42", ".", "!?", "é", "ß", "中", "文",
-      "한", "🍕", "👩🏽‍💻", "\u00a0", "\u3000", "<|im_start|>", "<|im_end", "\u0085", "hello", " world"};
+  const std::vector<std::string> parts = {"a",
+                                          "Z",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\t",
+                                          "'s",
+                                          "'",
+                                          "don't",
+                                          "7",
+                                          "42",
+                                          ".",
+                                          "!?",
+                                          "é",
+                                          "ß",
+                                          "中",
+                                          "文",
+                                          "한",
+                                          "🍕",
+                                          "👩🏽‍💻",
+                                          "\u00a0",
+                                          "\u3000",
+                                          "<|im_start|>",
+                                          "<|im_end",
+                                          "\u0085",
+                                          "hello",
+                                          " world"};
   std::mt19937 rng(1234);
   for (int iter = 0; iter < 300; ++iter) {
     std::string text;
@@ -328,8 +366,7 @@ TEST_CASE("tokenizer: concurrent encoding from several threads") {
     threads.emplace_back([&, t] {
       for (int rep = 0; rep < 20; ++rep) {
         for (const json& c : fx.at("cases")) {
-          const auto got = m->tok.encode(c.at("text").get<std::string>(), false,
-                                         c.at("parse_special").get<bool>());
+          const auto got = m->tok.encode(c.at("text").get<std::string>(), false, c.at("parse_special").get<bool>());
           if (got != ids_of(c.at("ids"))) ++mismatches[t];
         }
       }
