@@ -120,10 +120,9 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(e.decode_tokens));
   o += "# HELP switchyard_worker_requests_finished_total Requests finished, by reason.\n"
        "# TYPE switchyard_worker_requests_finished_total counter\n";
-  const char* reasons[] = {"none", "stop", "length", "cancelled", "deadline", "error"};
   for (int i = 1; i < 6; ++i)
-    o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(reasons[i]) + "\"} " +
-         std::to_string(c.finished[i]) + "\n";
+    o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(to_string(static_cast<finish_reason>(i))) +
+         "\"} " + std::to_string(c.finished[i]) + "\n";
   metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.",
          static_cast<double>(c.rejected));
   metric(o, "switchyard_worker_messages_bad_total", "counter", "Undecodable or unexpected messages.",

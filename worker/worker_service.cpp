@@ -3,24 +3,6 @@
 namespace sy {
 namespace {
 
-const char* finish_name(finish_reason r) {
-  switch (r) {
-    case finish_reason::none:
-      return "";
-    case finish_reason::stop:
-      return "stop";
-    case finish_reason::length:
-      return "length";
-    case finish_reason::cancelled:
-      return "cancelled";
-    case finish_reason::deadline:
-      return "deadline";
-    case finish_reason::error:
-      return "error";
-  }
-  return "error";
-}
-
 sampling_params from_wire(const proto::wire_sampling& w) {
   sampling_params p;
   p.temperature = w.temperature;
@@ -183,7 +165,7 @@ bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
     t.text += ev.text;
     const bool done = ev.finish != finish_reason::none;
     if (done) {
-      t.finish_reason = finish_name(ev.finish);
+      t.finish_reason = to_string(ev.finish);  // the wire names are the enum's names
       t.usage.prompt_tokens = static_cast<uint32_t>(ev.usage.n_prompt);
       t.usage.cached_prompt_tokens = static_cast<uint32_t>(std::max(0, ev.usage.n_cached_prompt));
       t.usage.completion_tokens = static_cast<uint32_t>(ev.usage.n_completion);
