@@ -12,6 +12,7 @@
 #include "common/tokenizer.hpp"
 
 #include "common/gguf.hpp"
+#include "common/protocol.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -530,15 +531,90 @@ tokenizer::tokenizer(tokenizer&&) noexcept = default;
 tokenizer& tokenizer::operator=(tokenizer&&) noexcept = default;
 tokenizer::~tokenizer() = default;
 
-tokenizer tokenizer::from_gguf(const gguf::file& f) {
-  auto p = std::make_unique<impl>();
+// What a tokenizer is built from, whichever container it came in (a GGUF file, or the
+// tokenizer_spec a worker sends a router). Ids are -1 when absent.
+struct tokenizer::source {
+  std::string model;
+  std::string pre;  // empty: "default"
+  std::vector<std::string_view> tokens;
+  const std::vector<int64_t>* token_types = nullptr;  // null: all normal
+  bool has_merges = false;
+  std::vector<std::string_view> merges;
+  int64_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;
+  std::optional<bool> add_bos, add_eos;  // unset: the pre-tokenizer's default / false
+};
 
-  const std::string model = f.get_string("tokenizer.ggml.model");
-  if (model != "gpt2") {
-    throw std::runtime_error("tokenizer: unsupported tokenizer.ggml.model '" + model +
+tokenizer tokenizer::from_gguf(const gguf::file& f) {
+  source s;
+  s.model = f.get_string("tokenizer.ggml.model");
+  if (f.find("tokenizer.ggml.pre")) s.pre = f.get_string("tokenizer.ggml.pre");
+  s.tokens = f.get_strings("tokenizer.ggml.tokens");
+  std::vector<int64_t> types;
+  if (const gguf::value* v = f.find("tokenizer.ggml.token_type")) {
+    if (v->type != gguf::value_type::array || v->items.size() != s.tokens.size()) {
+      throw std::runtime_error("tokenizer: tokenizer.ggml.token_type must be an array of " +
+                               std::to_string(s.tokens.size()) + " integers");
+    }
+    for (const auto& x : v->items) types.push_back(x.as_int());
+    s.token_types = &types;
+  }
+  s.has_merges = f.find("tokenizer.ggml.merges") != nullptr;
+  if (s.has_merges) s.merges = f.get_strings("tokenizer.ggml.merges");
+  auto id_key = [&](std::string_view key) -> int64_t {
+    const uint64_t v = f.get_uint_or(key, UINT64_MAX);
+    if (v == UINT64_MAX) return -1;
+    if (v >= s.tokens.size()) {
+      throw std::runtime_error("tokenizer: " + std::string(key) + " = " + std::to_string(v) +
+                               " is outside the vocabulary of " + std::to_string(s.tokens.size()));
+    }
+    return static_cast<int64_t>(v);
+  };
+  s.bos = id_key("tokenizer.ggml.bos_token_id");
+  s.eos = id_key("tokenizer.ggml.eos_token_id");
+  s.unk = id_key("tokenizer.ggml.unknown_token_id");
+  s.eot = id_key("tokenizer.ggml.eot_token_id");
+  s.eom = id_key("tokenizer.ggml.eom_token_id");
+  if (f.find("tokenizer.ggml.add_bos_token")) s.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  if (f.find("tokenizer.ggml.add_eos_token")) s.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false);
+  return build(s);
+}
+
+tokenizer tokenizer::from_spec(const proto::tokenizer_spec& spec) {
+  source s;
+  s.model = spec.model;
+  s.pre = spec.pre;
+  s.tokens.assign(spec.tokens.begin(), spec.tokens.end());
+  std::vector<int64_t> types(spec.token_types.begin(), spec.token_types.end());
+  if (!types.empty()) {
+    if (types.size() != s.tokens.size()) {
+      throw std::runtime_error("tokenizer: token_types has " + std::to_string(types.size()) + " entries for " +
+                               std::to_string(s.tokens.size()) + " tokens");
+    }
+    s.token_types = &types;
+  }
+  s.has_merges = !spec.merges.empty();
+  s.merges.assign(spec.merges.begin(), spec.merges.end());
+  auto id = [&](const char* what, int32_t v) -> int64_t {
+    if (v < 0) return -1;
+    if (static_cast<size_t>(v) >= s.tokens.size())
+      throw std::runtime_error(std::string("tokenizer: ") + what + " id " + std::to_string(v) +
+                               " is outside the vocabulary");
+    return v;
+  };
+  s.bos = id("bos", spec.bos_id);
+  s.eos = id("eos", spec.eos_id);
+  s.unk = id("unk", spec.unk_id);
+  s.add_bos = spec.add_bos;
+  return build(s);
+}
+
+tokenizer tokenizer::build(const source& s) {
+  auto p = std::make_unique<impl>();
+  if (s.model != "gpt2") {
+    throw std::runtime_error("tokenizer: unsupported tokenizer.ggml.model '" + s.model +
                              "' (only byte-level BPE 'gpt2' is implemented)");
   }
-  p->pre_ = f.find("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "default";
+  p->pre_ = s.pre.empty() ? "default" : s.pre;
   const auto spec = pre_tokenizer_spec(p->pre_);
   if (!spec) {
     throw std::runtime_error("tokenizer: unsupported tokenizer.ggml.pre '" + p->pre_ + "'");
@@ -546,7 +622,7 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
   for (const std::string_view re : spec->regexes) p->regexes_.push_back(compile_regex(re));
   p->ignore_merges_ = spec->ignore_merges;
 
-  const std::vector<std::string_view> tokens = f.get_strings("tokenizer.ggml.tokens");
+  const std::vector<std::string_view>& tokens = s.tokens;
   if (tokens.empty()) throw std::runtime_error("tokenizer: tokenizer.ggml.tokens is empty");
   const size_t n_vocab = tokens.size();
   p->text_.reserve(n_vocab);
@@ -557,21 +633,17 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
   }
 
   p->kind_.assign(n_vocab, kind_normal);
-  if (const gguf::value* types = f.find("tokenizer.ggml.token_type")) {
-    if (types->type != gguf::value_type::array || types->items.size() != n_vocab) {
-      throw std::runtime_error("tokenizer: tokenizer.ggml.token_type must be an array of " + std::to_string(n_vocab) +
-                               " integers");
-    }
+  if (s.token_types) {
     for (size_t i = 0; i < n_vocab; ++i) {
-      const int64_t t = types->items[i].as_int();
+      const int64_t t = (*s.token_types)[i];
       p->kind_[i] = t >= kind_undefined && t <= kind_byte ? static_cast<uint8_t>(t) : uint8_t{kind_undefined};
     }
   }
 
-  if (!f.find("tokenizer.ggml.merges")) {
+  if (!s.has_merges) {
     throw std::runtime_error("tokenizer: missing required key tokenizer.ggml.merges");
   }
-  const std::vector<std::string_view> merges = f.get_strings("tokenizer.ggml.merges");
+  const std::vector<std::string_view>& merges = s.merges;
   p->merges_.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
     const std::string_view m = merges[r];
@@ -597,22 +669,13 @@ tokenizer tokenizer::from_gguf(const gguf::file& f) {
     p->byte_token_[b] = it != p->id_of_.end() ? it->second : -1;
   }
 
-  auto id_key = [&](std::string_view key) -> token_id {
-    const uint64_t v = f.get_uint_or(key, UINT64_MAX);
-    if (v == UINT64_MAX) return -1;
-    if (v >= n_vocab) {
-      throw std::runtime_error("tokenizer: " + std::string(key) + " = " + std::to_string(v) +
-                               " is outside the vocabulary of " + std::to_string(n_vocab));
-    }
-    return static_cast<token_id>(v);
-  };
-  p->bos_ = id_key("tokenizer.ggml.bos_token_id");
-  p->eos_ = id_key("tokenizer.ggml.eos_token_id");
-  p->unk_ = id_key("tokenizer.ggml.unknown_token_id");
-  const token_id eot = id_key("tokenizer.ggml.eot_token_id");
-  const token_id eom = id_key("tokenizer.ggml.eom_token_id");
-  p->add_bos_ = f.get_bool_or("tokenizer.ggml.add_bos_token", spec->add_bos) && p->bos_ >= 0;
-  p->add_eos_ = f.get_bool_or("tokenizer.ggml.add_eos_token", false) && p->eos_ >= 0;
+  p->bos_ = static_cast<token_id>(s.bos);
+  p->eos_ = static_cast<token_id>(s.eos);
+  p->unk_ = static_cast<token_id>(s.unk);
+  const token_id eot = static_cast<token_id>(s.eot);
+  const token_id eom = static_cast<token_id>(s.eom);
+  p->add_bos_ = s.add_bos.value_or(spec->add_bos) && p->bos_ >= 0;
+  p->add_eos_ = s.add_eos.value_or(false) && p->eos_ >= 0;
 
   // End of generation: the declared ids plus the usual turn terminators. Like llama.cpp, a
   // terminator that is not typed CONTROL is treated as one, so it never renders as text.
@@ -692,6 +755,7 @@ std::string tokenizer::decode(std::span<const token_id> ids, bool render_special
 size_t tokenizer::vocab_size() const { return impl_->text_.size(); }
 token_id tokenizer::bos() const { return impl_->bos_; }
 token_id tokenizer::eos() const { return impl_->eos_; }
+bool tokenizer::add_bos() const { return impl_->add_bos_; }
 
 bool tokenizer::is_eog(token_id id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->eog_.size() && impl_->eog_[id] != 0;

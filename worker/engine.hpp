@@ -45,7 +45,8 @@ struct submit_error {
 struct request_event {
   std::string id;
   std::vector<token_id> tokens;
-  std::string text;  // UTF-8-complete delta, stop strings excluded
+  std::string text;                           // UTF-8-complete delta, stop strings excluded
+  std::vector<token_logprobs_info> logprobs;  // one per token when the request asked for them
   finish_reason finish = finish_reason::none;
   request_usage usage;  // filled on finish
 };
@@ -98,6 +99,7 @@ class engine {
     sampler smp;
     stop_matcher stops;
     stream_decoder decoder;
+    std::vector<float> raw_logits;  // requests with logprobs: the row before sampling changed it
     live_request(std::string n, const sampling_params& p, const tokenizer& tok)
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };

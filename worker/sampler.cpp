@@ -13,6 +13,33 @@ token_id argmax(std::span<const float> logits) {
   return static_cast<token_id>(best);
 }
 
+token_logprobs_info logprobs_of(std::span<const float> logits, token_id chosen, int32_t n_top) {
+  token_logprobs_info out;
+  out.token = chosen;
+  if (logits.empty()) return out;
+  // log_softmax over the finite logits (NaN/inf-safe: non-finite entries get -inf).
+  float mx = -INFINITY;
+  for (const float v : logits)
+    if (std::isfinite(v)) mx = std::max(mx, v);
+  double sum = 0;
+  for (const float v : logits)
+    if (std::isfinite(v)) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum > 0 ? sum : 1.0));
+  auto lp = [&](token_id t) {
+    const float v = t >= 0 && static_cast<size_t>(t) < logits.size() ? logits[t] : -INFINITY;
+    return std::isfinite(v) ? v - lse : -INFINITY;
+  };
+  out.logprob = lp(chosen);
+  const size_t k = std::min(logits.size(), static_cast<size_t>(std::max(0, n_top)));
+  if (k == 0) return out;
+  std::vector<token_id> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<token_id>(i);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](token_id a, token_id b) { return lp(a) > lp(b) || (lp(a) == lp(b) && a < b); });
+  for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], lp(ids[i]));
+  return out;
+}
+
 sampler::sampler(const sampling_params& p) : p_(p) { rng_.seed(p.has_seed ? p.seed : std::random_device{}()); }
 
 token_id sampler::sample(std::span<float> logits, std::span<const token_id> history) {

@@ -29,7 +29,18 @@ struct sampling_params {
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
+  int32_t logprobs = 0;  // > 0: report each sampled token's log-probability and this many top alternatives
 };
+
+// Log-probabilities (natural log, of the model's distribution before any sampling transform,
+// as vLLM reports them) of one sampled token and the `n_top` most likely tokens.
+struct token_logprobs_info {
+  token_id token = 0;
+  float logprob = 0.f;
+  std::vector<std::pair<token_id, float>> top;  // most likely first
+};
+// `logits` must be the raw logits (before the sampler changes them).
+token_logprobs_info logprobs_of(std::span<const float> logits, token_id chosen, int32_t n_top);
 
 class sampler {
  public:

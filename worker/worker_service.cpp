@@ -16,6 +16,7 @@ sampling_params from_wire(const proto::wire_sampling& w) {
   p.max_tokens = w.max_tokens;
   p.stop = w.stop;
   p.ignore_eos = w.ignore_eos;
+  p.logprobs = w.logprobs;
   return p;
 }
 
@@ -59,6 +60,7 @@ worker_service::worker_service(engine& eng, service_config config) : eng_(eng), 
   welcome_.kv_block_size = static_cast<uint32_t>(ec.block_size);
   welcome_.max_running = static_cast<uint32_t>(ec.sched.max_running);
   welcome_.tokenizer = tokenizer_spec_from(eng_.model().file());
+  welcome_.tokenizer.add_bos = eng_.model().vocab().add_bos();  // the effective value, default included
 }
 
 template <class T>
@@ -121,10 +123,6 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
     counters_.rejected++;
     return send_error(peer, m.request_id, proto::error_code::overloaded, "worker is draining", out);
   }
-  if (m.sampling.logprobs > 0) {
-    counters_.rejected++;
-    return send_error(peer, m.request_id, proto::error_code::invalid_request, "logprobs are not supported yet", out);
-  }
   const std::string id = engine_id(peer, m.request_id);
   if (m.deadline_unix_ms != 0 && static_cast<int64_t>(m.deadline_unix_ms) <= now_unix_ms) {
     counters_.rejected++;
@@ -162,6 +160,11 @@ bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
     owner& o = it->second;
     proto::tokens& t = o.pending;
     t.token_ids.insert(t.token_ids.end(), ev.tokens.begin(), ev.tokens.end());
+    for (const auto& lp : ev.logprobs) {
+      proto::token_logprob w{lp.token, lp.logprob, {}};
+      for (const auto& [id, v] : lp.top) w.top.push_back({id, v});
+      t.logprobs.push_back(std::move(w));
+    }
     t.text += ev.text;
     const bool done = ev.finish != finish_reason::none;
     if (done) {
@@ -179,11 +182,16 @@ bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
         part.request_id = t.request_id;
         part.token_ids.assign(t.token_ids.begin(), t.token_ids.begin() + proto::k_max_tokens_per_message);
         t.token_ids.erase(t.token_ids.begin(), t.token_ids.begin() + proto::k_max_tokens_per_message);
+        if (!t.logprobs.empty()) {  // one per token: they split with the ids
+          part.logprobs.assign(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
+          t.logprobs.erase(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
+        }
         send(o.peer, part, out);  // text travels with the final part
       }
       if (!t.token_ids.empty() || !t.text.empty() || done) send(o.peer, t, out);
       t.token_ids.clear();
       t.text.clear();
+      t.logprobs.clear();
     }
     if (done) owners_.erase(it);
   }

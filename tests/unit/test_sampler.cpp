@@ -129,3 +129,22 @@ TEST_CASE("NaN and infinite logits give a defined token") {
   std::vector<float> empty;
   CHECK(s.sample(empty, {}) == 0);
 }
+
+TEST_CASE("logprobs: log-softmax of the raw logits, top alternatives most likely first") {
+  const std::vector<float> logits = {1.f, 3.f, 2.f, NAN, 0.f};
+  const auto r = sy::logprobs_of(logits, 2, 3);
+  double z = 0;
+  for (const float v : {1.f, 3.f, 2.f, 0.f}) z += std::exp(v);
+  CHECK(r.token == 2);
+  CHECK(r.logprob == Approx(2.0 - std::log(z)).margin(1e-5));
+  REQUIRE(r.top.size() == 3);
+  CHECK(r.top[0].first == 1);
+  CHECK(r.top[1].first == 2);
+  CHECK(r.top[2].first == 0);
+  CHECK(r.top[0].second == Approx(3.0 - std::log(z)).margin(1e-5));
+  double total = 0;  // probabilities of every finite token sum to one
+  for (int t : {0, 1, 2, 4}) total += std::exp(sy::logprobs_of(logits, t, 0).logprob);
+  CHECK(total == Approx(1.0).margin(1e-5));
+  CHECK(std::isinf(sy::logprobs_of(logits, 3, 0).logprob));  // the NaN logit has probability 0
+  CHECK(sy::logprobs_of(logits, 1, 0).top.empty());
+}

@@ -16,7 +16,9 @@
 
 #include "common/chat_template.hpp"
 #include "common/gguf.hpp"
+#include "common/protocol.hpp"
 #include "common/tokenizer.hpp"
+#include "worker/worker_service.hpp"
 
 using sy::chat_message;
 using sy::chat_template;
@@ -168,6 +170,36 @@ TEST_CASE("tokenizer: every fixture string encodes to llama.cpp's ids and decode
     CHECK(m->tok.encode(text, add_bos, parse_special) == want);
     CHECK(m->tok.decode(want, /*render_special=*/parse_special) == text);
   }
+}
+
+TEST_CASE("tokenizer: a router's copy built from the welcome message encodes like the worker's") {
+  SY_REQUIRE_MODEL(m);
+  // What a worker sends (tokenizer_spec in `welcome`), through the wire encoding and back.
+  const auto f = sy::gguf::file::open(SY_MODEL_PATH);
+  sy::proto::welcome w;
+  w.tokenizer = sy::tokenizer_spec_from(f);
+  const auto decoded = sy::proto::decode("welcome", sy::proto::encode(w));
+  REQUIRE(decoded.ok());
+  const tokenizer copy = tokenizer::from_spec(decoded.get_if<sy::proto::welcome>()->tokenizer);
+  CHECK(copy.vocab_size() == m->tok.vocab_size());
+  CHECK(copy.eos() == m->tok.eos());
+  CHECK(copy.add_bos() == m->tok.add_bos());
+  const json fx = read_fixture("tokenizer.json");
+  for (const json& c : fx.at("cases")) {
+    const std::string text = c.at("text");
+    const bool parse_special = c.at("parse_special");
+    const bool add_bos = c.at("add_bos");
+    INFO("text: \"" << text << "\"");
+    const auto ids = ids_of(c.at("ids"));
+    CHECK(copy.encode(text, add_bos, parse_special) == ids);
+    for (const token_id id : ids) CHECK(copy.is_eog(id) == m->tok.is_eog(id));
+  }
+  sy::proto::tokenizer_spec bad = w.tokenizer;
+  bad.model = "llama";
+  CHECK_THROWS_WITH(tokenizer::from_spec(bad), Catch::Contains("unsupported"));
+  bad = w.tokenizer;
+  bad.eos_id = static_cast<int32_t>(bad.tokens.size());
+  CHECK_THROWS_WITH(tokenizer::from_spec(bad), Catch::Contains("outside the vocabulary"));
 }
 
 TEST_CASE("tokenizer: reference prompts encode to the logits fixture's prompt ids") {

@@ -1,0 +1,74 @@
+// The router's HTTP routes (DESIGN.md §4 steps 1-3): authentication, validation into native
+// structs, tokenization and the context check — the stateless part of a request's path, run on
+// an HTTP I/O thread. Stateful steps (admission, queueing, dispatch) are the dispatcher's; a
+// validated request is handed over through `submit`.
+//
+//   GET  /health                liveness (always 200 while the process serves HTTP)
+//   GET  /ready                 200 when some worker is up and the router is not draining
+//   GET  /metrics               Prometheus text
+//   GET  /v1/models             the models workers serve (authenticated)
+//   POST /v1/completions        (authenticated)
+//   POST /v1/chat/completions   (authenticated)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/metrics.hpp"
+#include "router/http_server.hpp"
+#include "router/model_registry.hpp"
+#include "router/openai_api.hpp"
+#include "router/routed_request.hpp"
+#include "router/tenants.hpp"
+
+namespace sy::router {
+
+// What the dispatcher publishes for the HTTP threads (each tick), and what they add.
+struct router_status {
+  std::mutex mu;
+  std::string dispatcher_metrics;  // Prometheus text
+  bool ready = false;
+  bool draining = false;
+  size_t active = 0;
+  // Token frame received -> bytes written to the client (observed on I/O threads).
+  histogram write_overhead_s{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};
+  // Request read -> validated and tokenized (observed on I/O threads).
+  histogram parse_s{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};
+  std::map<std::string, uint64_t> edge_errors;  // 4xx answered by this layer, by code
+};
+
+struct api_config {
+  api_limits limits;
+  double default_timeout_s = 600;  // deadline for requests that give no "timeout"
+};
+
+class api_handler {
+ public:
+  api_handler(api_config cfg, const tenant_registry& tenants, model_registry& models,
+              std::function<void(std::shared_ptr<routed_request>)> submit, std::function<void(uint64_t)> client_gone,
+              std::shared_ptr<router_status> status, const http_counters* http);
+
+  void operator()(std::shared_ptr<http_exchange> ex, http_request&& req);
+
+ private:
+  void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
+                  const std::string& request_id);
+  void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
+  std::string metrics() const;
+
+  api_config cfg_;
+  const tenant_registry& tenants_;
+  model_registry& models_;
+  std::function<void(std::shared_ptr<routed_request>)> submit_;
+  std::function<void(uint64_t)> client_gone_;
+  std::shared_ptr<router_status> status_;
+  const http_counters* http_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace sy::router

@@ -1,0 +1,551 @@
+#include "router/dispatcher.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+
+namespace sy::router {
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string wire_id(uint64_t id, uint32_t attempt, uint32_t choice) {
+  return std::to_string(id) + "-" + std::to_string(attempt) + "." + std::to_string(choice);
+}
+
+api_error make_error(int status, std::string type, std::string code, std::string message) {
+  api_error e;
+  e.status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+
+}  // namespace
+
+dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models)
+    : cfg_(std::move(cfg)),
+      tenants_(tenants),
+      models_(models),
+      admission_(cfg_.admission, tenants),
+      queue_(cfg_.queue),
+      pool_(cfg_.pool) {}
+
+template <class T>
+void dispatcher::send(uint32_t worker, const T& m, std::vector<link_frame>& out) {
+  out.push_back({worker, std::string(proto::name(proto::type_of<T>)), proto::encode(m)});
+}
+
+void dispatcher::add_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out) {
+  const size_t before = pool_.size();
+  const size_t w = pool_.add(endpoint);
+  if (w == before) {
+    out.push_back({static_cast<uint32_t>(w), "_connect", endpoint});
+    hello_sent_s_.push_back(now_s);
+    proto::hello h;
+    h.router_id = cfg_.router_id;
+    send(static_cast<uint32_t>(w), h, out);
+  }
+}
+
+void dispatcher::retire_worker(const std::string& endpoint) {
+  for (size_t w = 0; w < pool_.size(); ++w)
+    if (pool_.at(w).endpoint == endpoint) pool_.retire(w);
+}
+
+void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
+  routed_request& req = *r;
+  auto reply_error = [&](const api_error& e, double retry_after_s) {
+    http_response resp;
+    resp.status = e.status;
+    resp.body = format_error(e);
+    resp.headers.emplace_back("X-Request-Id", req.request_id);
+    if (retry_after_s > 0)
+      resp.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(std::max(1.0, retry_after_s))));
+    count_status(e.status);
+    req.ex->respond(std::move(resp));
+  };
+  if (draining_) {
+    reply_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5);
+    return;
+  }
+  const int64_t tokens =
+      static_cast<int64_t>(req.prompt.size()) + static_cast<int64_t>(req.req.sampling.max_tokens) * req.req.n;
+  const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
+  queue_load load;
+  load.requests = queue_.size();
+  load.tokens = queue_.tokens();
+  load.est_wait_s = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 0;
+  auto verdict = admission_.admit(*req.who, req.priority, tokens, deadline_s, now_s, load);
+  if (auto* no = std::get_if<rejection>(&verdict)) {
+    const char* type = no->status == 429   ? "rate_limit_error"
+                       : no->status == 403 ? "permission_error"
+                                           : "overloaded_error";
+    reply_error(make_error(no->status, type, std::string(name(no->reason)), no->message), no->retry_after_s);
+    return;
+  }
+  auto a = std::make_unique<active_request>();
+  a->permit = std::move(std::get<admission_permit>(verdict));
+  a->choices.resize(static_cast<size_t>(req.req.n));
+  a->t_enqueued_s = now_s;
+  a->queued = true;
+  if (req.req.stream) {
+    req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
+    a->stream_open = true;
+  }
+  prompt_tokens_ += req.prompt.size();
+  queue_entry e;
+  e.id = req.id;
+  e.tenant = req.who->index;
+  e.priority = req.priority;
+  e.enqueued_s = now_s;
+  e.deadline_s = deadline_s;
+  e.tokens = tokens;
+  queue_.push(e);
+  a->r = std::move(r);
+  active_.emplace(e.id, std::move(a));
+  pump(now_s, out);
+}
+
+void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
+  while (!queue_.empty()) {
+    const queue_entry* e = queue_.peek(now_s);
+    if (!e) break;
+    auto it = active_.find(e->id);
+    if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
+      queue_.remove(e->id);
+      continue;
+    }
+    active_request& a = *it->second;
+    if (a.block_hashes.empty()) {
+      for (size_t w = 0; w < pool_.size(); ++w) {
+        const worker_view& v = pool_.at(w);
+        if (v.state == worker_state::ready && v.info.model_id == a.r->model->id) {
+          a.block_hashes = prefix_block_hashes(a.r->prompt, v.info.kv_block_size);
+          break;
+        }
+      }
+    }
+    const auto w = pool_.choose(a.r->model->id, a.block_hashes);
+    if (!w) break;
+    queue_.pop(now_s);
+    a.queued = false;
+    dispatch(a, *w, now_s, out);
+  }
+}
+
+void dispatcher::dispatch(active_request& a, size_t worker, double now_s, std::vector<link_frame>& out) {
+  const routed_request& r = *a.r;
+  a.dispatched = true;
+  a.worker = static_cast<uint32_t>(worker);
+  a.attempt++;
+  queue_wait_s_.observe(now_s - a.t_enqueued_s);
+  proto::submit s;
+  s.prompt = r.prompt;
+  s.sampling = r.req.sampling;
+  if (r.req.want_logprobs) s.sampling.logprobs = std::max(1, s.sampling.logprobs);
+  s.priority = r.priority;
+  s.stream = true;  // always: progress is how a dead worker's requests are sorted out
+  if (r.timeout_s > 0) {
+    const double left_s = r.timeout_s - seconds(clock::now() - r.t_received);
+    s.deadline_unix_ms = static_cast<uint64_t>(unix_ms_now() + static_cast<int64_t>(std::max(0.001, left_s) * 1000));
+  }
+  for (uint32_t c = 0; c < a.choices.size(); ++c) {
+    if (a.choices[c].finished) continue;
+    s.request_id = wire_id(r.id, a.attempt, c);
+    if (r.req.sampling.has_seed) s.sampling.seed = r.req.sampling.seed + c;
+    send(a.worker, s, out);
+    pool_.on_dispatched(worker, a.block_hashes);
+  }
+  // Time the router itself spent: parse -> enqueue, plus dequeue -> submit encoded.
+  const double in_queue = now_s - a.t_enqueued_s;
+  dispatch_overhead_s_.observe(std::max(0.0, seconds(clock::now() - r.t_parsed) - in_queue));
+}
+
+dispatcher::active_request* dispatcher::find_wire(std::string_view wire, uint32_t* choice) {
+  const size_t dash = wire.find('-'), dot = wire.find('.');
+  if (dash == std::string_view::npos || dot == std::string_view::npos || dot < dash) return nullptr;
+  uint64_t id = 0;
+  uint32_t attempt = 0;
+  const char* b = wire.data();
+  if (std::from_chars(b, b + dash, id).ec != std::errc{}) return nullptr;
+  if (std::from_chars(b + dash + 1, b + dot, attempt).ec != std::errc{}) return nullptr;
+  if (std::from_chars(b + dot + 1, b + wire.size(), *choice).ec != std::errc{}) return nullptr;
+  auto it = active_.find(id);
+  if (it == active_.end()) return nullptr;
+  active_request& a = *it->second;
+  if (!a.dispatched || a.attempt != attempt || *choice >= a.choices.size()) return nullptr;
+  return &a;
+}
+
+void dispatcher::on_frame(uint32_t worker, std::string_view type, std::string_view body, double now_s,
+                          clock::time_point t_recv, std::vector<link_frame>& out) {
+  if (worker >= pool_.size()) {
+    bad_frames_++;
+    return;
+  }
+  auto decoded = proto::decode(type, body);
+  if (!decoded) {
+    bad_frames_++;
+    std::fprintf(stderr, "switchyard-router: bad frame from %s: %s\n", pool_.at(worker).endpoint.c_str(),
+                 decoded.failure().message.c_str());
+    return;
+  }
+  proto::message& m = decoded.value();
+  if (auto* t = std::get_if<proto::tokens>(&m)) {
+    on_tokens(worker, *t, t_recv, out);
+  } else if (auto* hb = std::get_if<proto::heartbeat>(&m)) {
+    pool_.on_heartbeat(worker, *hb, now_s);
+  } else if (auto* w = std::get_if<proto::welcome>(&m)) {
+    on_welcome(worker, *w, now_s, out);
+  } else if (auto* e = std::get_if<proto::error>(&m)) {
+    if (e->request_id.empty()) {
+      std::fprintf(stderr, "switchyard-router: worker %s: %s: %s\n", pool_.at(worker).endpoint.c_str(), e->code.c_str(),
+                   e->message.c_str());
+    } else {
+      on_worker_error(worker, *e, now_s, out);
+    }
+  } else {
+    bad_frames_++;
+  }
+  pump(now_s, out);
+}
+
+void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, std::vector<link_frame>& out) {
+  if (auto err = proto::check_version(m.version)) {
+    std::fprintf(stderr, "switchyard-router: worker %s: %s\n", pool_.at(worker).endpoint.c_str(), err->message.c_str());
+    return;
+  }
+  if (!models_.find(m.model_id)) {
+    try {
+      auto entry = std::make_shared<model_entry>(model_entry{
+          m.model_id, m.context_length, unix_ms_now() / 1000, tokenizer::from_spec(m.tokenizer),
+          m.tokenizer.chat_template.empty() ? chat_template{} : chat_template::from_jinja(m.tokenizer.chat_template)});
+      models_.put(std::move(entry));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "switchyard-router: worker %s serves %s, whose tokenizer or template is unusable: %s\n",
+                   pool_.at(worker).endpoint.c_str(), m.model_id.c_str(), e.what());
+      return;
+    }
+  }
+  const std::string id = m.worker_id, model = m.model_id;
+  if (pool_.on_welcome(worker, std::move(m), now_s))
+    std::fprintf(stderr, "switchyard-router: worker %s (%s) ready, serving %s\n", id.c_str(),
+                 pool_.at(worker).endpoint.c_str(), model.c_str());
+}
+
+token_logprobs dispatcher::render_logprobs(const routed_request& r, const proto::token_logprob& lp) const {
+  token_logprobs t;
+  t.token = r.model->tok.token_bytes(lp.token, /*render_special=*/true);
+  t.logprob = lp.logprob;
+  const size_t n_top = static_cast<size_t>(std::max(0, r.req.sampling.logprobs));
+  for (size_t i = 0; i < lp.top.size() && i < n_top; ++i)
+    t.top.emplace_back(r.model->tok.token_bytes(lp.top[i].token, true), lp.top[i].logprob);
+  return t;
+}
+
+void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_point t_recv,
+                           std::vector<link_frame>& out) {
+  uint32_t c = 0;
+  active_request* ap = find_wire(m.request_id, &c);
+  if (!ap || ap->worker != worker || ap->choices[c].finished) {
+    late_frames_++;
+    return;
+  }
+  active_request& a = *ap;
+  const routed_request& r = *a.r;
+  choice_state& cs = a.choices[c];
+  const std::string& fr = m.finish_reason;
+  if (fr == "cancelled" || fr == "error") {
+    fail(a, make_error(500, "server_error", "worker_" + fr, "the worker ended the request: " + fr), out);
+    return;
+  }
+  if (fr == "deadline") {
+    fail(a, make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed while generating"),
+         out);
+    return;
+  }
+  if (!m.token_ids.empty()) {
+    if (a.t_first_token == clock::time_point{}) {
+      a.t_first_token = t_recv;
+      ttft_s_.observe(seconds(t_recv - r.t_received));
+    } else {
+      itl_s_.observe(seconds(t_recv - a.t_last_token));
+    }
+    a.t_last_token = t_recv;
+    rate_window_tokens_ += m.token_ids.size();
+  }
+  cs.completion_tokens = m.usage.completion_tokens;
+  a.usage.prompt_tokens = std::max(a.usage.prompt_tokens, m.usage.prompt_tokens);
+  a.usage.cached_tokens = std::max(a.usage.cached_tokens, m.usage.cached_prompt_tokens);
+  std::vector<token_logprobs> lps;
+  if (r.req.want_logprobs)
+    for (const auto& lp : m.logprobs) lps.push_back(render_logprobs(r, lp));
+  std::string text = m.text;
+  if (r.req.echo && !cs.started && cs.text.empty()) {
+    text = r.echo_text + text;
+    cs.started = !r.req.stream;  // non-streamed: the echo is in cs.text from here on
+  }
+  const bool done = fr == "stop" || fr == "length";
+  if (r.req.stream) {
+    if (!text.empty() || !lps.empty() || done) {
+      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps), t_recv);
+      cs.started = true;
+      if (!text.empty() || !m.token_ids.empty()) a.sent_tokens = true;
+    }
+  } else {
+    cs.text += text;
+    for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
+  }
+  if (done) {
+    cs.finished = true;
+    cs.finish_reason = fr;
+    a.n_finished++;
+    pool_.on_finished(worker);
+    if (a.n_finished == a.choices.size()) {
+      finish(a);
+      erase(r.id);
+    }
+  }
+}
+
+void dispatcher::finish(active_request& a) {
+  const routed_request& r = *a.r;
+  usage_info u = a.usage;
+  u.completion_tokens = 0;
+  for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
+  completion_tokens_ += u.completion_tokens;
+  cached_tokens_ += u.cached_tokens;
+  e2e_s_.observe(seconds(clock::now() - r.t_received));
+  count_status(200);
+  if (r.req.stream) {
+    if (r.req.include_usage) r.ex->send_event(format_usage_chunk(r.meta, u));
+    r.ex->send_event("[DONE]");
+    r.ex->end_stream();
+    return;
+  }
+  std::vector<choice_result> choices;
+  for (uint32_t c = 0; c < a.choices.size(); ++c) {
+    choice_result cr;
+    cr.index = static_cast<int32_t>(c);
+    cr.text = std::move(a.choices[c].text);
+    cr.finish_reason = a.choices[c].finish_reason;
+    cr.logprobs = std::move(a.choices[c].logprobs);
+    choices.push_back(std::move(cr));
+  }
+  http_response resp;
+  resp.body = format_response(r.meta, choices, u);
+  resp.headers.emplace_back("X-Request-Id", r.request_id);
+  r.ex->respond(std::move(resp));
+}
+
+void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
+  const routed_request& r = *a.r;
+  cancel_on_worker(a, out);
+  count_status(e.status);
+  if (a.stream_open) {
+    r.ex->send_event(format_error(e));
+    r.ex->send_event("[DONE]");
+    r.ex->end_stream();
+  } else {
+    http_response resp;
+    resp.status = e.status;
+    resp.body = format_error(e);
+    resp.headers.emplace_back("X-Request-Id", r.request_id);
+    r.ex->respond(std::move(resp));
+  }
+  erase(r.id);
+}
+
+void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_frame>& out) {
+  if (a.queued) return;
+  if (!a.dispatched) return;
+  for (uint32_t c = 0; c < a.choices.size(); ++c) {
+    if (a.choices[c].finished) continue;
+    proto::cancel m;
+    m.request_id = wire_id(a.r->id, a.attempt, c);
+    send(a.worker, m, out);
+    pool_.on_finished(a.worker);
+  }
+}
+
+void dispatcher::erase(uint64_t id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  if (it->second->queued) queue_.remove(id);
+  active_.erase(it);
+}
+
+void dispatcher::on_client_gone(uint64_t id, std::vector<link_frame>& out) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  client_cancels_++;
+  count_status(499);  // nginx's "client closed request"
+  cancel_on_worker(*it->second, out);
+  erase(id);
+}
+
+void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out) {
+  uint32_t c = 0;
+  active_request* a = find_wire(m.request_id, &c);
+  if (!a || a->worker != worker) {
+    late_frames_++;
+    return;
+  }
+  if (m.code == proto::error_code::overloaded && !a->sent_tokens) {
+    // The worker refused it (draining): back to the front of the queue for another worker.
+    cancel_on_worker(*a, out);
+    a->dispatched = false;
+    a->queued = true;
+    for (auto& cs : a->choices) cs = {};
+    a->n_finished = 0;
+    queue_entry e{
+        a->r->id, a->r->who->index, a->r->priority, a->t_enqueued_s, 0, static_cast<int64_t>(a->r->prompt.size())};
+    queue_.push_front(e);
+    redispatched_++;
+    return;
+  }
+  const bool client_fault = m.code == proto::error_code::invalid_request;
+  fail(*a,
+       make_error(client_fault ? 400 : 502, client_fault ? "invalid_request_error" : "server_error", m.code,
+                  "worker: " + m.message),
+       out);
+}
+
+void dispatcher::on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out) {
+  std::fprintf(stderr, "switchyard-router: worker %s missed its heartbeats: declared dead\n",
+               pool_.at(worker).endpoint.c_str());
+  out.push_back({worker, "_flush", {}});
+  std::vector<uint64_t> ids;
+  for (const auto& [id, a] : active_)
+    if (a->dispatched && a->worker == worker) ids.push_back(id);
+  for (const uint64_t id : ids) {
+    active_request& a = *active_.at(id);
+    cancel_on_worker(a, out);  // in case it is only slow; a restarted worker ignores them
+    if (!a.sent_tokens) {
+      a.dispatched = false;
+      a.queued = true;
+      for (auto& cs : a.choices) cs = {};
+      a.n_finished = 0;
+      a.t_first_token = {};
+      const int64_t tokens =
+          static_cast<int64_t>(a.r->prompt.size()) + static_cast<int64_t>(a.r->req.sampling.max_tokens) * a.r->req.n;
+      const double deadline_s = a.r->timeout_s > 0 ? a.t_enqueued_s + a.r->timeout_s : 0;
+      queue_.push_front({id, a.r->who->index, a.r->priority, a.t_enqueued_s, deadline_s, tokens});
+      redispatched_++;
+    } else {
+      worker_lost_++;
+      fail(a, make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
+           out);
+    }
+  }
+  hello_sent_s_[worker] = now_s;
+  proto::hello h;
+  h.router_id = cfg_.router_id;
+  send(worker, h, out);
+}
+
+void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
+  for (const size_t w : pool_.check_liveness(now_s)) on_worker_dead(static_cast<uint32_t>(w), now_s, out);
+  for (size_t w = 0; w < pool_.size(); ++w) {
+    if (pool_.at(w).state != worker_state::ready && now_s - hello_sent_s_[w] >= cfg_.hello_retry_s) {
+      hello_sent_s_[w] = now_s;
+      proto::hello h;
+      h.router_id = cfg_.router_id;
+      send(static_cast<uint32_t>(w), h, out);
+    }
+  }
+  for (const uint64_t id : queue_.expired(now_s)) {
+    auto it = active_.find(id);
+    if (it == active_.end()) {
+      queue_.remove(id);
+      continue;
+    }
+    expired_++;
+    fail(*it->second,
+         make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed in the queue"), out);
+  }
+  // Output rate over ~1 s windows, smoothed: the queue-wait estimate for admission.
+  if (now_s - rate_window_start_s_ >= 1.0) {
+    const double rate = static_cast<double>(rate_window_tokens_) / (now_s - rate_window_start_s_);
+    tokens_per_s_ = tokens_per_s_ == 0 ? rate : 0.7 * tokens_per_s_ + 0.3 * rate;
+    rate_window_start_s_ = now_s;
+    rate_window_tokens_ = 0;
+  }
+  pump(now_s, out);
+}
+
+bool dispatcher::ready(double now_s) const {
+  (void)now_s;
+  return !draining_ && pool_.n_ready() > 0;
+}
+
+std::string dispatcher::render_metrics() const {
+  std::string out;
+  out += "# HELP switchyard_router_requests_total Requests answered, by HTTP status (499: client went away).\n";
+  out += "# TYPE switchyard_router_requests_total counter\n";
+  for (const auto& [status, n] : status_counts_)
+    out += "switchyard_router_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  out += "# HELP switchyard_router_admission_rejections_total Requests refused at admission, by reason.\n";
+  out += "# TYPE switchyard_router_admission_rejections_total counter\n";
+  for (size_t i = 0; i < k_n_reject_reasons; ++i) {
+    const auto r = static_cast<reject_reason>(i);
+    out += "switchyard_router_admission_rejections_total{reason=\"" + std::string(name(r)) + "\"} " +
+           std::to_string(admission_.rejected(r)) + "\n";
+  }
+  out += "# HELP switchyard_router_queue_depth Requests waiting in the cluster queue, by class.\n";
+  out += "# TYPE switchyard_router_queue_depth gauge\n";
+  for (size_t i = 0; i < k_n_priority_classes; ++i) {
+    const auto c = static_cast<priority_class>(i);
+    out += "switchyard_router_queue_depth{class=\"" + std::string(name(c)) + "\"} " + std::to_string(queue_.size(c)) +
+           "\n";
+  }
+  metric(out, "switchyard_router_queued_tokens", "gauge", "Prompt + max_tokens of queued requests.",
+         static_cast<double>(queue_.tokens()));
+  metric(out, "switchyard_router_active_requests", "gauge", "Requests admitted and not yet answered.",
+         static_cast<double>(active_.size()));
+  out += "# HELP switchyard_router_workers Workers by state.\n# TYPE switchyard_router_workers gauge\n";
+  for (const auto s : {worker_state::connecting, worker_state::ready, worker_state::dead}) {
+    size_t n = 0;
+    for (size_t w = 0; w < pool_.size(); ++w) n += pool_.at(w).state == s;
+    out += "switchyard_router_workers{state=\"" + std::string(name(s)) + "\"} " + std::to_string(n) + "\n";
+  }
+  out += "# HELP switchyard_router_worker_in_flight Requests this router has running or queued on each worker.\n";
+  out += "# TYPE switchyard_router_worker_in_flight gauge\n";
+  for (size_t w = 0; w < pool_.size(); ++w)
+    out += "switchyard_router_worker_in_flight{worker=\"" + pool_.at(w).endpoint + "\"} " +
+           std::to_string(pool_.at(w).in_flight) + "\n";
+  metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+         static_cast<double>(prompt_tokens_));
+  metric(out, "switchyard_router_completion_tokens_total", "counter", "Completion tokens of finished requests.",
+         static_cast<double>(completion_tokens_));
+  metric(out, "switchyard_router_cached_prompt_tokens_total", "counter",
+         "Prompt tokens served from workers' prefix caches.", static_cast<double>(cached_tokens_));
+  metric(out, "switchyard_router_redispatched_total", "counter",
+         "Requests sent to another worker after theirs died before streaming.", static_cast<double>(redispatched_));
+  metric(out, "switchyard_router_worker_lost_total", "counter",
+         "Requests ended with an error because their worker died mid-stream.", static_cast<double>(worker_lost_));
+  metric(out, "switchyard_router_client_cancels_total", "counter", "Requests cancelled because the client went away.",
+         static_cast<double>(client_cancels_));
+  metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
+         static_cast<double>(expired_));
+  metric(out, "switchyard_router_late_frames_total", "counter", "Worker frames for requests that had already ended.",
+         static_cast<double>(late_frames_));
+  metric(out, "switchyard_router_bad_frames_total", "counter", "Worker frames that could not be decoded.",
+         static_cast<double>(bad_frames_));
+  ttft_s_.render(out, "switchyard_router_ttft_seconds", "Request received to first token received.");
+  itl_s_.render(out, "switchyard_router_inter_token_seconds", "Between token messages of one request.");
+  e2e_s_.render(out, "switchyard_router_e2e_seconds", "Request received to response complete.");
+  queue_wait_s_.render(out, "switchyard_router_queue_wait_seconds", "Time in the cluster queue.");
+  dispatch_overhead_s_.render(out, "switchyard_router_dispatch_overhead_seconds",
+                              "Router time from request parsed to submit sent, excluding queue wait.");
+  return out;
+}
+
+}  // namespace sy::router

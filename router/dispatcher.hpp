@@ -1,0 +1,145 @@
+// The router's core (DESIGN.md §4 steps 5-8): admission, the cluster priority queue, dispatch
+// to workers, and turning workers' token messages into HTTP/SSE responses. A plain state class
+// (STYLE 4): the dispatcher actor feeds it requests, frames and clock ticks and ships the
+// frames it returns; unit-testable without sockets or actors.
+//
+// Owned by one thread. Answers go straight to each request's http_exchange (thread-safe).
+//
+// Request life: admitted (or rejected with 429/403/503) -> queued -> dispatched to a worker as
+// n submits (one per choice, wire id "<id>-<attempt>.<choice>") -> tokens stream back ->
+// response ends (stop/length), or an error, or the client goes (cancel sent to the worker).
+// A worker declared dead: requests that have not sent the client any token go back to the
+// front of the queue (attempt + 1, frames of the old attempt are ignored); the others end with
+// a terminal error event. Nothing waits forever: queued requests expire at their deadline.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/metrics.hpp"
+#include "router/admission.hpp"
+#include "router/model_registry.hpp"
+#include "router/priority_queue.hpp"
+#include "router/routed_request.hpp"
+#include "router/worker_pool.hpp"
+
+namespace sy::router {
+
+// A frame for the link: [worker index][type][body]. Types starting with '_' are link
+// commands: "_connect" (body: endpoint; the worker index must be new and next in order),
+// "_flush" (drop frames still waiting to be sent to that worker).
+struct link_frame {
+  uint32_t worker = 0;
+  std::string type;
+  std::string body;
+};
+
+struct dispatcher_config {
+  std::string router_id = "router";
+  admission_config admission;
+  queue_config queue;
+  worker_pool_config pool;
+  double hello_retry_s = 1.0;
+};
+
+class dispatcher {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models);
+
+  void add_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out);
+  // No new requests go there (it left the DNS answer); what runs there finishes.
+  void retire_worker(const std::string& endpoint);
+  void on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
+  void on_client_gone(uint64_t id, std::vector<link_frame>& out);
+  void on_frame(uint32_t worker, std::string_view type, std::string_view body, double now_s, clock::time_point t_recv,
+                std::vector<link_frame>& out);
+  // Liveness, expiry, hello retries, dispatch. Call every ~100 ms.
+  void tick(double now_s, std::vector<link_frame>& out);
+  // Stop admitting (503); what is queued and running finishes.
+  void drain() { draining_ = true; }
+
+  bool ready(double now_s) const;  // some worker ready and making progress
+  size_t active() const { return active_.size(); }
+  size_t queued() const { return queue_.size(); }
+  const worker_pool& workers() const { return pool_; }
+  std::string render_metrics() const;
+
+ private:
+  struct choice_state {
+    bool finished = false;
+    bool started = false;  // a chunk of this choice went to the client
+    std::string text;      // non-streamed: accumulated
+    std::string finish_reason;
+    std::vector<token_logprobs> logprobs;
+    uint32_t completion_tokens = 0;
+  };
+  struct active_request {
+    std::shared_ptr<routed_request> r;
+    admission_permit permit;
+    bool queued = false;
+    bool dispatched = false;
+    uint32_t worker = 0;
+    uint32_t attempt = 0;
+    bool stream_open = false;  // start_stream sent
+    bool sent_tokens = false;  // some token reached the client: no re-dispatch from here on
+    std::vector<choice_state> choices;
+    uint32_t n_finished = 0;
+    usage_info usage;
+    std::vector<uint64_t> block_hashes;
+    double t_enqueued_s = 0;
+    clock::time_point t_first_token{};
+    clock::time_point t_last_token{};
+  };
+
+  void pump(double now_s, std::vector<link_frame>& out);
+  void dispatch(active_request& a, size_t worker, double now_s, std::vector<link_frame>& out);
+  void on_tokens(uint32_t worker, const proto::tokens& m, clock::time_point t_recv, std::vector<link_frame>& out);
+  void on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
+  void on_welcome(uint32_t worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
+  void on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out);
+  // Ends the request with an error: an HTTP error response, or a terminal SSE error event.
+  void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);
+  void finish(active_request& a);  // all choices done: final response / usage chunk + [DONE]
+  void cancel_on_worker(const active_request& a, std::vector<link_frame>& out);
+  void erase(uint64_t id);
+  active_request* find_wire(std::string_view wire_id, uint32_t* choice);
+  token_logprobs render_logprobs(const routed_request& r, const proto::token_logprob& lp) const;
+  template <class T>
+  void send(uint32_t worker, const T& m, std::vector<link_frame>& out);
+  void count_status(int status) { status_counts_[status]++; }
+
+  dispatcher_config cfg_;
+  const tenant_registry& tenants_;
+  model_registry& models_;
+  admission_controller admission_;
+  priority_queue queue_;
+  worker_pool pool_;
+  std::unordered_map<uint64_t, std::unique_ptr<active_request>> active_;
+  std::vector<double> hello_sent_s_;  // per worker
+  bool draining_ = false;
+  double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
+  double rate_window_start_s_ = 0;
+  uint64_t rate_window_tokens_ = 0;
+
+  // Metrics (this thread only).
+  std::map<int, uint64_t> status_counts_;
+  uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
+  uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
+  uint64_t expired_ = 0;
+  histogram ttft_s_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  histogram e2e_s_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
+  histogram itl_s_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  histogram queue_wait_s_{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}};
+  // Router's own cost: request parsed -> submit handed to the link, minus time in the queue.
+  histogram dispatch_overhead_s_{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};
+};
+
+}  // namespace sy::router

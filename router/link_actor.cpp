@@ -1,0 +1,114 @@
+#include "router/link_actor.hpp"
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "router/actor_protocol.hpp"
+
+namespace sy::router {
+
+void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg, caf::actor dispatcher,
+                std::shared_ptr<std::atomic<bool>> stop, std::shared_ptr<link_counters> counters) {
+  zmq::socket_t inbox(*ctx, zmq::socket_type::pull);
+  inbox.set(zmq::sockopt::linger, 0);
+  inbox.bind(k_link_inbox);
+
+  struct peer {
+    zmq::socket_t sock;
+    std::deque<std::vector<zmq::message_t>> backlog;
+  };
+  std::vector<peer> peers;
+  std::vector<zmq::pollitem_t> items;
+
+  auto try_send = [&](peer& p, std::vector<zmq::message_t>& parts) -> bool {
+    try {
+      if (!zmq::send_multipart(p.sock, parts, zmq::send_flags::dontwait)) return false;
+      counters->frames_out++;
+    } catch (const zmq::error_t&) {
+      counters->dropped++;
+    }
+    return true;
+  };
+
+  std::vector<zmq::message_t> parts;
+  while (!stop->load()) {
+    items.clear();
+    items.push_back({inbox.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& p : peers) {
+      short ev = ZMQ_POLLIN;
+      if (!p.backlog.empty()) ev |= ZMQ_POLLOUT;
+      items.push_back({p.sock.handle(), 0, ev, 0});
+    }
+    // With backlogs a short timeout also retries sends that ZMQ_IMMEDIATE refused.
+    bool any_backlog = false;
+    for (auto& p : peers) any_backlog |= !p.backlog.empty();
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(any_backlog ? 10 : 100));
+
+    for (size_t w = 0; w < peers.size(); ++w) {
+      peer& p = peers[w];
+      if (items[w + 1].revents & ZMQ_POLLIN) {
+        for (int burst = 0; burst < 256; ++burst) {
+          parts.clear();
+          if (!zmq::recv_multipart(p.sock, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+          counters->frames_in++;
+          if (parts.size() != 2) continue;  // not [type][body]: the dispatcher could not use it
+          const int64_t t_ns =
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+          self->send(dispatcher, frame_atom::value, static_cast<uint32_t>(w), parts[0].to_string(),
+                     parts[1].to_string(), t_ns);
+        }
+      }
+      while (!p.backlog.empty() && try_send(p, p.backlog.front())) p.backlog.pop_front();
+    }
+
+    if (items[0].revents & ZMQ_POLLIN) {
+      for (int burst = 0; burst < 1024; ++burst) {
+        parts.clear();
+        if (!zmq::recv_multipart(inbox, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+        if (parts.size() != 3 || parts[0].size() != 4) continue;
+        uint32_t w = 0;
+        std::memcpy(&w, parts[0].data(), 4);
+        const std::string type = parts[1].to_string();
+        if (type == "_connect") {
+          if (w != peers.size()) continue;  // the dispatcher numbers workers in order
+          peer p{zmq::socket_t(*ctx, zmq::socket_type::dealer), {}};
+          p.sock.set(zmq::sockopt::immediate, 1);
+          p.sock.set(zmq::sockopt::sndhwm, cfg.high_water_mark);
+          p.sock.set(zmq::sockopt::rcvhwm, cfg.high_water_mark);
+          p.sock.set(zmq::sockopt::linger, 0);
+          p.sock.set(zmq::sockopt::reconnect_ivl, 100);
+          p.sock.set(zmq::sockopt::reconnect_ivl_max, 2000);
+          p.sock.connect(parts[2].to_string());
+          peers.push_back(std::move(p));
+          continue;
+        }
+        if (w >= peers.size()) continue;
+        peer& p = peers[w];
+        if (type == "_flush") {
+          counters->dropped += p.backlog.size();
+          p.backlog.clear();
+          continue;
+        }
+        std::vector<zmq::message_t> out;
+        out.push_back(std::move(parts[1]));
+        out.push_back(std::move(parts[2]));
+        if (!p.backlog.empty() || !try_send(p, out)) {
+          counters->backlogged++;
+          p.backlog.push_back(std::move(out));
+          if (p.backlog.size() > cfg.max_backlog) {
+            p.backlog.pop_front();
+            counters->dropped++;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sy::router

@@ -1,0 +1,36 @@
+// The router's ZeroMQ side: one DEALER socket per worker (routers connect, workers bind),
+// owned by this blocking actor on its own thread (STYLE 9). Frames from workers go to the
+// dispatcher; frames for workers come from the dispatcher through the inproc inbox.
+//
+// Sockets use ZMQ_IMMEDIATE (nothing is queued for a worker that is not connected) and a
+// bounded high-water mark; a frame the socket refuses waits in a per-worker backlog (bounded:
+// the oldest are dropped and counted) and is retried when the socket can take it. "_flush"
+// empties a worker's backlog (it was declared dead).
+#pragma once
+
+#include <atomic>
+#include <caf/blocking_actor.hpp>
+#include <memory>
+
+namespace zmq {
+class context_t;
+}
+
+namespace sy::router {
+
+struct link_counters {
+  std::atomic<uint64_t> frames_in{0};
+  std::atomic<uint64_t> frames_out{0};
+  std::atomic<uint64_t> backlogged{0};  // sends that had to wait
+  std::atomic<uint64_t> dropped{0};     // given up (backlog full, or flushed)
+};
+
+struct link_config {
+  int high_water_mark = 10000;
+  size_t max_backlog = 100000;  // frames per worker
+};
+
+void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg, caf::actor dispatcher,
+                std::shared_ptr<std::atomic<bool>> stop, std::shared_ptr<link_counters> counters);
+
+}  // namespace sy::router

@@ -1,0 +1,145 @@
+// The OpenAI-compatible HTTP API at the edge (DESIGN.md §4 steps 2 and 8, STYLE 8): request
+// bodies are parsed and validated here into native structs, and every response body, stream
+// chunk and error body is formatted here. Nothing past this file sees raw JSON.
+//
+// Pure functions, no I/O, no state: callable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/chat_template.hpp"
+#include "common/protocol.hpp"
+
+namespace sy::router {
+
+// An error as the client sees it: HTTP status + OpenAI error body
+// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}.
+struct api_error {
+  int status = 400;
+  std::string type = "invalid_request_error";  // invalid_request_error, authentication_error,
+                                               // permission_error, not_found_error,
+                                               // rate_limit_error, overloaded_error, server_error
+  std::string code;     // machine-readable, e.g. "invalid_type", "model_not_found"; may be empty
+  std::string param;    // the offending field ("max_tokens", "messages[1].content"); may be empty
+  std::string message;  // names the field and what was wrong
+};
+
+api_error bad_request(std::string param, std::string message, std::string code = "invalid_value");
+
+enum class endpoint : uint8_t { completions, chat_completions };
+
+// Limits the edge enforces (router flags).
+struct api_limits {
+  int32_t max_n = 8;                // choices per request
+  int32_t max_tokens_cap = 1 << 20; // larger max_tokens is a 400 (context is checked later)
+  size_t max_prompt_bytes = 1u << 20;
+  size_t max_messages = 1024;
+  size_t max_stop = 4;              // like OpenAI
+  int32_t max_top_logprobs = 20;
+};
+
+// A validated /v1/completions or /v1/chat/completions request.
+struct generation_request {
+  endpoint kind = endpoint::completions;
+  std::string model;  // required, non-empty
+
+  // completions: exactly one of prompt_text / prompt_tokens (a string, or an array of token
+  // ids; a one-element array holding either is accepted too). chat: messages (non-empty).
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+  bool prompt_is_tokens = false;
+  std::vector<chat_message> messages;  // content given as a string or as an array of
+                                       // {"type":"text","text":...} parts (joined)
+
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions only: prepend the prompt to the text
+
+  // temperature [0,2], top_p (0,1], top_k (-1 or 0: off), min_p [0,1], repetition_penalty (0,2],
+  // presence/frequency penalties accepted in [-2,2] and ignored, seed (any int64, stored as
+  // uint64), max_tokens / max_completion_tokens (>= 1; the latter wins when both are given),
+  // stop (string or array of <= max_stop non-empty strings), ignore_eos, logprobs:
+  //   completions: "logprobs": int in [0, max_top_logprobs] (null/absent: off)
+  //   chat: "logprobs": bool, "top_logprobs": int in [0, max_top_logprobs]
+  // sampling.logprobs holds the number of top alternatives; want_logprobs says whether the
+  // client asked for logprobs at all (chat "logprobs": true with top_logprobs 0 is valid).
+  proto::wire_sampling sampling;
+  bool max_tokens_given = false;  // else the router fills in what the context allows
+  bool want_logprobs = false;
+
+  // Switchyard extensions (vLLM spells priority the same way): lower is more urgent.
+  std::optional<int32_t> priority;
+  std::optional<double> timeout_s;  // "timeout": seconds until the request's deadline, > 0
+  std::string user;                 // OpenAI "user", informational
+};
+
+// Parses and validates a request body. Unknown fields are ignored (as OpenAI does). Errors:
+// malformed JSON or a body that is not an object -> 400 code "invalid_json"; wrong type ->
+// 400 "invalid_type" naming the field; value out of range -> 400 "invalid_value"; missing
+// required field -> 400 "missing_required_parameter". (Strings must be valid UTF-8: the JSON
+// parser rejects the rest.)
+std::variant<generation_request, api_error> parse_generation_request(endpoint kind, std::string_view body,
+                                                                     const api_limits& limits);
+
+// ---- Responses ---------------------------------------------------------------------------------
+
+// One generated token with its log-probabilities, as text (the caller renders token ids).
+struct token_logprobs {
+  std::string token;  // the token's text (may be a partial UTF-8 sequence: bytes are escaped)
+  float logprob = 0.f;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+struct choice_result {
+  int32_t index = 0;
+  std::string text;
+  std::string finish_reason;  // "stop", "length"
+  std::vector<token_logprobs> logprobs;  // when requested
+};
+
+struct usage_info {
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  uint32_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
+};
+
+struct response_meta {
+  std::string id;      // "cmpl-..." / "chatcmpl-..."
+  std::string model;
+  int64_t created = 0;  // unix seconds
+  endpoint kind = endpoint::completions;
+  bool want_logprobs = false;
+};
+
+// Non-streamed body: "text_completion" or "chat.completion" with choices and usage.
+std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
+                            const usage_info& usage);
+
+// One SSE chunk's JSON (without "data: " and the blank line): "text_completion" (completions)
+// or "chat.completion.chunk" (chat: "delta" holds {"role":"assistant"} when `first`, "content"
+// when text is non-empty). finish_reason is null while empty. usage_chunk: "choices": [] and
+// "usage" set (stream_options.include_usage).
+std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
+                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs);
+std::string format_usage_chunk(const response_meta& meta, const usage_info& usage);
+
+// {"error": {...}} — also the payload of a terminal SSE error event.
+std::string format_error(const api_error& e);
+
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by","root",
+// "max_model_len"}]}.
+struct model_card {
+  std::string id;
+  int64_t created = 0;
+  uint32_t max_model_len = 0;
+};
+std::string format_models(const std::vector<model_card>& models);
+
+}  // namespace sy::router

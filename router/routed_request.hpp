@@ -1,0 +1,34 @@
+// A validated, tokenized generation request on its way from the HTTP layer to the dispatcher.
+// Built on an HTTP thread, then owned by the dispatcher thread (moved in a shared_ptr).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "router/http_server.hpp"
+#include "router/model_registry.hpp"
+#include "router/openai_api.hpp"
+#include "router/tenants.hpp"
+
+namespace sy::router {
+
+struct routed_request {
+  uint64_t id = 0;         // router-local, unique for the process's life
+  std::string request_id;  // X-Request-Id (echoed or generated)
+  std::shared_ptr<http_exchange> ex;
+  const tenant* who = nullptr;
+  int32_t priority = 0;    // the request's, or the tenant's default
+  generation_request req;  // validated; req.sampling.max_tokens is the effective limit
+  std::vector<int32_t> prompt;
+  std::string echo_text;  // completions with echo: the prompt text
+  std::shared_ptr<const model_entry> model;
+  response_meta meta;
+  std::chrono::steady_clock::time_point t_received;  // request fully read
+  std::chrono::steady_clock::time_point t_parsed;    // validated and tokenized
+  double timeout_s = 0;                              // until the deadline, from t_received; 0: none
+};
+
+}  // namespace sy::router

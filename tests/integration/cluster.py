@@ -1,0 +1,95 @@
+"""Real router + worker processes on loopback for the integration tests and benchmarks."""
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from worker_client import BUILD, MODEL, Worker, free_port
+
+ROUTER = os.path.join(BUILD, "router", "switchyard-router")
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+
+
+class Router:
+    """A switchyard-router process in front of the given worker endpoints."""
+
+    def __init__(self, endpoints, *extra, wait_ready=True):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(BUILD, f"router-{self.port}.log"), "w")
+        self.proc = subprocess.Popen([ROUTER, "--port", str(self.port), "--workers", ",".join(endpoints), *extra],
+                                     stderr=self.log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("router exited: " + open(self.log.name).read())
+            try:
+                status, _, _ = self.get("/ready" if wait_ready else "/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("router did not become ready: " + open(self.log.name).read())
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        if data is not None and "Content-Type" not in (headers or {}):
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def metrics(self):
+        _, _, body = self.get("/metrics")
+        values = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                values[k] = float(v)
+        return values
+
+    def stop(self, sig=15, timeout=40):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def raw_http(port, payload, timeout=10):
+    """Sends raw bytes, returns (status, body) of the single response (the server closes or answers)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+            head, sep, body = data.partition(b"\r\n\r\n")
+            if sep:
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:") and len(body) >= int(line.split(b":")[1]):
+                        return int(head.split(b" ")[1]), body
+    head, _, body = data.partition(b"\r\n\r\n")
+    return (int(head.split(b" ")[1]) if head else 0), body

@@ -1,0 +1,330 @@
+"""The router in front of real workers, driven over real HTTP: the official openai SDK, bad
+input, tenants and limits, priorities, a worker killed mid-stream, client disconnects."""
+import json
+import os
+import socket
+import threading
+import time
+
+import openai
+import pytest
+
+from cluster import MODEL_ID, Router, raw_http
+from worker_client import MODEL, Worker
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+
+QUESTION = "How do I register an account on a website?"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    workers = [Worker("--kv-blocks", "256", "--max-running", "8") for _ in range(2)]
+    router = Router([w.endpoint for w in workers])
+    yield router, workers
+    assert router.stop() == 0
+    for w in workers:
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    router, _ = cluster
+    return openai.OpenAI(base_url=router.url + "/v1", api_key="anything", max_retries=0, timeout=60)
+
+
+def test_models_lists_what_workers_serve(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL_ID]
+
+
+def test_chat_completion_with_the_openai_sdk(client):
+    r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                       max_tokens=32, temperature=0)
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert len(r.choices[0].message.content) > 10
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 10 and 0 < r.usage.completion_tokens <= 32
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_streamed_text_equals_non_streamed_text(client):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Write a haiku about the sea."}], max_tokens=40,
+              temperature=0)
+    whole = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [whole.choices[0].finish_reason]
+    usage = chunks[-1].usage  # include_usage: a last chunk with usage and no choices
+    assert chunks[-1].choices == [] and usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completions_stream_and_prefix_cache_reported(client):
+    prompt = ("You are a support assistant for an online shop. Customers ask about accounts, orders and "
+              "deliveries; answer briefly and politely. The three most common ways to register an account are")
+    first = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=24, temperature=0)
+    assert first.object == "text_completion" and first.choices[0].text
+    stream = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=24, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in stream) == first.choices[0].text
+    again = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=24, temperature=0)
+    assert again.choices[0].text == first.choices[0].text
+    assert again.usage.prompt_tokens_details.cached_tokens > 0  # the prompt's full blocks came from the cache
+
+
+def test_n_choices_seed_and_logprobs(client):
+    r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Name a colour."}],
+                                       max_tokens=8, temperature=1.0, seed=7, n=3, logprobs=True, top_logprobs=2)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    for c in r.choices:
+        assert len(c.logprobs.content) == r.usage.completion_tokens // 3 or c.logprobs.content
+        for t in c.logprobs.content:
+            assert t.logprob <= 0 and len(t.top_logprobs) == 2
+    again = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Name a colour."}],
+                                           max_tokens=8, temperature=1.0, seed=7, n=3)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]  # seeded
+
+
+BAD = [
+    # (path, raw body, status, code or None, param or None)
+    ("/v1/chat/completions", b"{not json", 400, "invalid_json", None),
+    ("/v1/chat/completions", b"[1, 2]", 400, "invalid_json", None),
+    ("/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(), 400,
+     "missing_required_parameter", "model"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": "hi"}).encode(), 400, "invalid_type",
+     "messages"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": []}).encode(), 400, None, "messages"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": -5}).encode(), 400, "invalid_value", "max_tokens"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": 10 ** 12}).encode(), 400, None, "max_tokens"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": "ten"}).encode(), 400, "invalid_type", "max_tokens"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+                                         "temperature": 7}).encode(), 400, "invalid_value", "temperature"),
+    ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+                                         "n": 1000}).encode(), 400, "invalid_value", "n"),
+    ("/v1/chat/completions", json.dumps({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]
+                                         }).encode(), 404, "model_not_found", "model"),
+    ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": ""}).encode(), 400, "invalid_value", "prompt"),
+    ("/v1/completions", b'{"model": "' + MODEL_ID.encode() + b'", "prompt": "caf\xc3\x28 bad utf8"}', 400,
+     "invalid_json", None),
+    ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": [99999999]}).encode(), 400, None, "prompt"),
+    ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": "word " * 3000, "max_tokens": 16}).encode(), 400,
+     "context_length_exceeded", "prompt"),
+    ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 5000}).encode(), 400,
+     "context_length_exceeded", "prompt"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,code,param", BAD)
+def test_bad_input_gets_a_specific_4xx(cluster, path, body, status, code, param):
+    router, _ = cluster
+    got, headers, raw = router.post(path, body)
+    assert got == status, raw
+    err = json.loads(raw)["error"]
+    assert err["message"]
+    if code:
+        assert err["code"] == code, err
+    if param:
+        assert err["param"] == param, err
+    assert router.get("/health")[0] == 200
+
+
+def test_oversized_body_unknown_route_and_wrong_method(cluster):
+    router, _ = cluster
+    status, _, raw = router.post("/v1/completions", b"x" * (5 << 20))
+    assert status == 413 and json.loads(raw)["error"]["message"]
+    assert router.get("/v1/nothing")[0] == 404
+    assert router.get("/v1/chat/completions")[0] == 405
+    status, _ = raw_http(router.port, b"GARBAGE\r\n\r\n")
+    assert status == 400
+    assert router.get("/health")[0] == 200
+
+
+def test_request_id_is_echoed_or_generated(cluster):
+    router, _ = cluster
+    body = {"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2}
+    _, headers, _ = router.post("/v1/completions", body, headers={"X-Request-Id": "abc-123"})
+    assert headers.get("X-Request-Id") == "abc-123"
+    _, headers, _ = router.post("/v1/completions", body)
+    assert headers.get("X-Request-Id", "").startswith("req-")
+
+
+def sse_events(resp):
+    for line in resp:
+        line = line.decode().strip()
+        if line.startswith("data: "):
+            yield line[6:]
+
+
+def test_client_disconnect_cancels_on_the_worker(cluster):
+    router, workers = cluster
+    before = sum(w.metrics()["switchyard_worker_requests_finished_total{reason=\"cancelled\"}"] for w in workers)
+    s = socket.create_connection(("127.0.0.1", router.port))
+    body = json.dumps({"model": MODEL_ID, "prompt": "Count to one thousand:", "max_tokens": 1500, "stream": True,
+                       "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += s.recv(4096)
+    s.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        ms = [w.metrics() for w in workers]
+        cancelled = sum(m["switchyard_worker_requests_finished_total{reason=\"cancelled\"}"] for m in ms)
+        if cancelled == before + 1 and all(m["switchyard_worker_requests_running"] == 0 for m in ms):
+            break
+        time.sleep(0.1)
+    assert cancelled == before + 1
+    for m in ms:
+        assert m["switchyard_worker_kv_blocks_free"] == m["switchyard_worker_kv_blocks_total"]
+    assert router.metrics()["switchyard_router_client_cancels_total"] >= 1
+
+
+def test_metrics_show_latency_histograms(cluster):
+    router, _ = cluster
+    m = router.metrics()
+    assert m["switchyard_router_ttft_seconds_count"] > 0
+    assert m["switchyard_router_dispatch_overhead_seconds_count"] > 0
+    assert m["switchyard_router_write_overhead_seconds_count"] > 0
+    assert m['switchyard_router_workers{state="ready"}'] == 2
+    assert m['switchyard_router_requests_total{status="200"}'] > 0
+
+
+# ---- Separate clusters for limits, priorities and failures -------------------------------------
+
+
+def test_tenant_keys_and_rate_limit(tmp_path):
+    cfg = {"tenants": [{"name": "slow", "keys": ["sk-slow"], "requests_per_s": 0.2, "burst": 1},
+                       {"name": "fast", "keys": ["sk-fast"]}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    w = Worker("--kv-blocks", "128")
+    r = Router([w.endpoint], "--tenants", str(path))
+    try:
+        body = {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}
+        assert r.post("/v1/completions", body)[0] == 401
+        assert r.post("/v1/completions", body, headers={"Authorization": "Bearer sk-wrong"})[0] == 401
+        assert r.get("/v1/models", headers={"Authorization": "Bearer sk-slow"})[0] == 200
+        assert r.post("/v1/completions", body, headers={"Authorization": "Bearer sk-slow"})[0] == 200
+        status, headers, raw = r.post("/v1/completions", body, headers={"Authorization": "Bearer sk-slow"})
+        assert status == 429 and int(headers["Retry-After"]) >= 1
+        assert json.loads(raw)["error"]["code"] == "tenant_rate"
+        assert r.post("/v1/completions", body, headers={"Authorization": "Bearer sk-fast"})[0] == 200
+        assert r.metrics()['switchyard_router_admission_rejections_total{reason="tenant_rate"}'] == 1
+    finally:
+        r.stop()
+        w.stop()
+
+
+def stream_in_thread(router, body, results, key):
+    def run():
+        status, _, raw = router.post("/v1/completions", body, timeout=300)
+        results[key] = (status, time.time(), raw)  # when it finished
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_priority_interactive_overtakes_queued_batch_work():
+    w = Worker("--kv-blocks", "128", "--max-running", "1")
+    r = Router([w.endpoint], "--local-queue", "0")
+    try:
+        results, threads = {}, []
+        batch = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 160, "ignore_eos": True,
+                 "temperature": 0, "priority": 5}
+        for i in range(4):
+            threads.append(stream_in_thread(r, batch, results, f"batch{i}"))
+            time.sleep(0.15)
+        time.sleep(0.3)
+        inter = dict(batch, priority=-1, max_tokens=8)
+        threads.append(stream_in_thread(r, inter, results, "interactive"))
+        for t in threads:
+            t.join(300)
+        assert all(s == 200 for s, _, _ in results.values()), results
+        end = {k: v[1] for k, v in results.items()}
+        # The interactive request was submitted last but overtakes the batch requests still queued.
+        queued_batch = [k for k in end if k.startswith("batch") and k != "batch0"]
+        assert all(end["interactive"] < end[k] for k in queued_batch), end
+    finally:
+        r.stop()
+        w.stop()
+
+
+def test_queue_cap_gives_503_with_retry_after():
+    w = Worker("--kv-blocks", "128", "--max-running", "1")
+    r = Router([w.endpoint], "--local-queue", "0", "--max-queued-requests", "1")
+    try:
+        results, threads = {}, []
+        body = {"model": MODEL_ID, "prompt": "Tell me a story.", "max_tokens": 64, "ignore_eos": True,
+                "priority": -1}
+        for i in range(2):  # one runs, one waits in the queue
+            threads.append(stream_in_thread(r, body, results, f"r{i}"))
+            time.sleep(0.3)
+        status, headers, raw = r.post("/v1/completions", body)
+        assert status == 503 and int(headers["Retry-After"]) >= 1
+        assert json.loads(raw)["error"]["code"] == "queue_full"
+        for t in threads:
+            t.join(300)
+        assert all(s == 200 for s, _, _ in results.values())
+    finally:
+        r.stop()
+        w.stop()
+
+
+def test_worker_killed_mid_stream_every_request_ends():
+    workers = [Worker("--kv-blocks", "256", "--max-running", "8") for _ in range(2)]
+    r = Router([w.endpoint for w in workers], "--heartbeat-timeout-ms", "1000")
+    try:
+        outcomes = {}
+
+        def stream(i):
+            body = json.dumps({"model": MODEL_ID, "prompt": f"Story number {i}:", "max_tokens": 400,
+                               "ignore_eos": True, "stream": True}).encode()
+            s = socket.create_connection(("127.0.0.1", r.port), timeout=60)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            data = b""
+            t_end = None
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if b"data: [DONE]" in data:
+                    t_end = time.time()
+                    break
+            s.close()
+            outcomes[i] = (t_end, data)
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(3)  # all streaming on both workers
+        t_kill = time.time()
+        workers[0].stop(sig=9)
+        for t in threads:
+            t.join(120)
+        assert len(outcomes) == 6
+        lost = 0
+        for i, (t_end, data) in outcomes.items():
+            assert t_end is not None, f"request {i} never ended"
+            if b'"worker_lost"' in data:
+                lost += 1
+                assert t_end - t_kill < 10  # a terminal error event within a few seconds
+        assert 1 <= lost <= 6
+        ok = openai.OpenAI(base_url=r.url + "/v1", api_key="x", max_retries=0).completions.create(
+            model=MODEL_ID, prompt="Still there?", max_tokens=4)
+        assert ok.choices[0].text is not None
+        m = r.metrics()
+        assert m['switchyard_router_workers{state="dead"}'] == 1
+        assert m["switchyard_router_worker_lost_total"] == lost
+    finally:
+        r.stop()
+        for w in workers:
+            w.stop()
