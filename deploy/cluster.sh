@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Starts, stops or shows a local Switchyard cluster: N workers + one router on loopback.
+#   deploy/cluster.sh start [--workers N] [--port P] [--threads T] [--kv-memory-mb M] [--tenants FILE]
+#   deploy/cluster.sh stop | status
+# Workers listen on tcp://127.0.0.1:5555.. (metrics on 9100..), the router on http://127.0.0.1:P
+# (8000). Logs and pids live in run/. Expects a build (deploy/up.sh does everything).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+run="$root/run"
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+cmd=${1:-status}
+shift || true
+
+workers=1 port=8000 threads=$(nproc) kv_mb=512 tenants=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --kv-memory-mb) kv_mb=$2; shift 2 ;;
+    --tenants) tenants=$2; shift 2 ;;
+    *) echo "cluster: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+stop_all() {
+  for f in "$run"/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+}
+
+case "$cmd" in
+  start)
+    mkdir -p "$run"
+    stop_all
+    per_worker=$(( threads / workers )); [ "$per_worker" -ge 1 ] || per_worker=1
+    endpoints=
+    for i in $(seq 0 $((workers - 1))); do
+      ep="tcp://127.0.0.1:$((5555 + i))"
+      "$build/worker/switchyard-worker" serve --model "$model" --listen "$ep" --metrics-port $((9100 + i)) \
+        --threads "$per_worker" --kv-memory-mb "$kv_mb" --worker-id "worker-$i" >"$run/worker-$i.log" 2>&1 &
+      echo $! >"$run/worker-$i.pid"
+      endpoints="${endpoints:+$endpoints,}$ep"
+    done
+    extra=()
+    [ -n "$tenants" ] && extra=(--tenants "$tenants")
+    "$build/router/switchyard-router" --port "$port" --workers "$endpoints" "${extra[@]}" >"$run/router.log" 2>&1 &
+    echo $! >"$run/router.pid"
+    for _ in $(seq 1 300); do
+      if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1; then
+        echo "cluster: router http://127.0.0.1:$port ready with $workers worker(s) ($per_worker threads each); logs in run/"
+        exit 0
+      fi
+      if ! kill -0 "$(cat "$run/router.pid")" 2>/dev/null; then cat "$run/router.log" >&2; exit 1; fi
+      sleep 0.2
+    done
+    echo "cluster: not ready after 60 s; see run/*.log" >&2
+    exit 1
+    ;;
+  stop)
+    stop_all
+    echo "cluster: stopped"
+    ;;
+  status)
+    for f in "$run"/*.pid; do
+      [ -f "$f" ] || { echo "cluster: not running"; exit 0; }
+      name=$(basename "$f" .pid)
+      if kill -0 "$(cat "$f")" 2>/dev/null; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: dead"; fi
+    done
+    curl -s "http://127.0.0.1:$port/ready" && echo
+    ;;
+  *) echo "usage: deploy/cluster.sh start|stop|status [options]" >&2; exit 2 ;;
+esac

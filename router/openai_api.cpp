@@ -1,0 +1,655 @@
+// Parsing and formatting of the OpenAI-compatible API (see openai_api.hpp).
+//
+// Validation throws `rejected` from the field readers below; parse_generation_request is the
+// one place that catches it (and everything else), so no exception leaves this file's parser.
+// Every JSON text is dumped with the "replace" error handler, so formatting never throws on a
+// token text that ends in the middle of a UTF-8 character.
+#include "router/openai_api.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <new>
+#include <nlohmann/json.hpp>
+
+namespace sy::router {
+
+api_error bad_request(std::string param, std::string message, std::string code) {
+  api_error e;
+  e.status = 400;
+  e.type = "invalid_request_error";
+  e.code = std::move(code);
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+namespace {
+
+using json = nlohmann::json;
+// Output objects keep insertion order, so bodies read in OpenAI's order ("id" first).
+using ordered_json = nlohmann::ordered_json;
+
+// ---- Validation helpers ------------------------------------------------------------------------
+
+// Thrown by the readers below; caught only by parse_generation_request.
+struct rejected {
+  api_error error;
+};
+
+[[noreturn]] void reject(std::string param, std::string message, std::string code = "invalid_value") {
+  throw rejected{bad_request(std::move(param), std::move(message), std::move(code))};
+}
+
+std::string quoted(const std::string& param) { return "'" + param + "'"; }
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
+  reject(param, quoted(param) + " must be " + expected + ", got " + got.type_name(), "invalid_type");
+}
+
+// The value of `key`, or nullptr when it is absent or null (null means "not given").
+const json* field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string number_text(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+bool as_bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) wrong_type(param, "a boolean", v);
+  return v.get<bool>();
+}
+
+const std::string& as_string(const json& v, const std::string& param) {
+  if (!v.is_string()) wrong_type(param, "a string", v);
+  return v.get_ref<const std::string&>();
+}
+
+// Any JSON number (booleans are not numbers). Finite: JSON cannot spell NaN, and an overflowing
+// literal (1e999) is out of every range checked below.
+double as_number(const json& v, const std::string& param) {
+  if (!v.is_number()) wrong_type(param, "a number", v);
+  return v.get<double>();
+}
+
+// An integral JSON number (5 and 5.0; not 5.5) that fits int64.
+int64_t as_int64(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      reject(param, quoted(param) + " is out of range: " + std::to_string(u));
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d != std::trunc(d)) {
+      reject(param, quoted(param) + " must be an integer, got " + number_text(d), "invalid_type");
+    }
+    // 2^63 is exactly representable; anything at or above it (or -inf/+inf) does not fit.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      reject(param, quoted(param) + " is out of range: " + number_text(d));
+    }
+    return static_cast<int64_t>(d);
+  }
+  wrong_type(param, "an integer", v);
+}
+
+int32_t as_int32(const json& v, const std::string& param) {
+  const int64_t x = as_int64(v, param);
+  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+    reject(param, quoted(param) + " is out of range (a 32-bit integer): " + std::to_string(x));
+  }
+  return static_cast<int32_t>(x);
+}
+
+int32_t int_between(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  const int32_t x = as_int32(v, param);
+  if (x < lo || x > hi) {
+    reject(param, quoted(param) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                      std::to_string(x));
+  }
+  return x;
+}
+
+// A number in [lo, hi], or (lo, hi] when `lo_open`.
+double number_between(const json& v, const std::string& param, double lo, bool lo_open, double hi) {
+  const double x = as_number(v, param);
+  const bool ok = (lo_open ? x > lo : x >= lo) && x <= hi;
+  if (!ok) {
+    reject(param, quoted(param) + " must be in " + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
+                      "], got " + number_text(x));
+  }
+  return x;
+}
+
+// Any integer (negative, or up to 2^64 - 1), as its uint64 bit pattern.
+uint64_t as_seed(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d != std::trunc(d)) {
+      reject(param, quoted(param) + " must be an integer, got " + number_text(d), "invalid_type");
+    }
+    if (d >= 9223372036854775808.0 && d < 18446744073709551616.0) return static_cast<uint64_t>(d);
+  }
+  return static_cast<uint64_t>(as_int64(v, param));
+}
+
+// ---- Request sections ----------------------------------------------------------------------------
+
+// One-year ceiling on "timeout": keeps now + timeout far from any overflow in the caller.
+constexpr double k_max_timeout_s = 365.0 * 24 * 3600;
+
+void parse_model(const json& doc, generation_request& r) {
+  const json* v = field(doc, "model");
+  if (v == nullptr) reject("model", "'model' is required", "missing_required_parameter");
+  r.model = as_string(*v, "model");
+  if (r.model.empty()) reject("model", "'model' must be a non-empty string");
+  if (r.model.size() > proto::k_max_model_id_bytes) {
+    reject("model", "'model' is longer than " + std::to_string(proto::k_max_model_id_bytes) + " bytes");
+  }
+}
+
+// Token ids: a non-empty array of integers in [0, INT32_MAX].
+std::vector<int32_t> token_ids(const json& arr, const api_limits& limits) {
+  if (arr.empty()) reject("prompt", "'prompt' must not be an empty array");
+  const size_t max_tokens = std::min(proto::k_max_prompt_tokens, limits.max_prompt_bytes / sizeof(int32_t));
+  if (arr.size() > max_tokens) {
+    reject("prompt", "'prompt' has " + std::to_string(arr.size()) + " token ids, more than the limit of " +
+                         std::to_string(max_tokens));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (const json& t : arr) {
+    if (!t.is_number()) {
+      reject("prompt",
+             "'prompt' must be a string or an array of token ids; an element is " + std::string(t.type_name()),
+             "invalid_type");
+    }
+    const int32_t id = as_int32(t, "prompt");
+    if (id < 0) reject("prompt", "'prompt' token ids must be >= 0, got " + std::to_string(id));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+void prompt_string(const std::string& s, const api_limits& limits, generation_request& r) {
+  if (s.empty()) reject("prompt", "'prompt' must not be empty");
+  if (s.size() > limits.max_prompt_bytes) {
+    reject("prompt", "'prompt' is " + std::to_string(s.size()) + " bytes, more than the limit of " +
+                         std::to_string(limits.max_prompt_bytes));
+  }
+  r.prompt_text = s;
+  r.prompt_is_tokens = false;
+}
+
+void parse_prompt(const json& doc, const api_limits& limits, generation_request& r) {
+  const json* v = field(doc, "prompt");
+  if (v == nullptr) reject("prompt", "'prompt' is required", "missing_required_parameter");
+  if (v->is_string()) return prompt_string(v->get_ref<const std::string&>(), limits, r);
+  if (!v->is_array()) wrong_type("prompt", "a string or an array of token ids", *v);
+  if (v->empty()) reject("prompt", "'prompt' must not be an empty array");
+  const json& first = v->front();
+  if (first.is_string() || first.is_array()) {
+    // The batched form: exactly one prompt.
+    if (v->size() != 1) {
+      reject("prompt", "'prompt' holds " + std::to_string(v->size()) + " prompts; only one per request is supported");
+    }
+    if (first.is_string()) return prompt_string(first.get_ref<const std::string&>(), limits, r);
+    r.prompt_tokens = token_ids(first, limits);
+  } else {
+    r.prompt_tokens = token_ids(*v, limits);
+  }
+  r.prompt_is_tokens = true;
+}
+
+// A message's content: a string, or an array of {"type":"text","text":...} parts (joined).
+std::string message_content(const json& c, const std::string& param) {
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) wrong_type(param, "a string or an array of content parts", c);
+  std::string text;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const std::string part_param = param + "[" + std::to_string(j) + "]";
+    const json& part = c[j];
+    if (!part.is_object()) wrong_type(part_param, "an object", part);
+    const json* type = field(part, "type");
+    if (type == nullptr)
+      reject(part_param + ".type", quoted(part_param + ".type") + " is required", "missing_required_parameter");
+    const std::string& t = as_string(*type, part_param + ".type");
+    if (t != "text") {
+      reject(part_param + ".type",
+             quoted(part_param + ".type") + " '" + t + "' is not supported; only 'text' parts are");
+    }
+    const json* part_text = field(part, "text");
+    if (part_text == nullptr) {
+      reject(part_param + ".text", quoted(part_param + ".text") + " is required", "missing_required_parameter");
+    }
+    text += as_string(*part_text, part_param + ".text");
+  }
+  return text;
+}
+
+void parse_messages(const json& doc, const api_limits& limits, generation_request& r) {
+  const json* v = field(doc, "messages");
+  if (v == nullptr) reject("messages", "'messages' is required", "missing_required_parameter");
+  if (!v->is_array()) wrong_type("messages", "an array", *v);
+  if (v->empty()) reject("messages", "'messages' must not be empty");
+  if (v->size() > limits.max_messages) {
+    reject("messages", "'messages' has " + std::to_string(v->size()) + " messages, more than the limit of " +
+                           std::to_string(limits.max_messages));
+  }
+  size_t total_bytes = 0;
+  r.messages.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    const json& m = (*v)[i];
+    if (!m.is_object()) wrong_type(param, "an object", m);
+    const json* role_v = field(m, "role");
+    if (role_v == nullptr)
+      reject(param + ".role", quoted(param + ".role") + " is required", "missing_required_parameter");
+    std::string role = as_string(*role_v, param + ".role");
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      reject(param + ".role",
+             quoted(param + ".role") + " must be one of system, developer, user, assistant; got '" + role + "'");
+    }
+    chat_message msg;
+    const json* content = field(m, "content");
+    if (content == nullptr) {
+      // An assistant turn may carry no content (e.g. it only called tools).
+      if (role != "assistant") {
+        reject(param + ".content", quoted(param + ".content") + " is required", "missing_required_parameter");
+      }
+    } else {
+      msg.content = message_content(*content, param + ".content");
+    }
+    total_bytes += msg.content.size();
+    if (total_bytes > limits.max_prompt_bytes) {
+      reject("messages",
+             "'messages' content is more than the limit of " + std::to_string(limits.max_prompt_bytes) + " bytes");
+    }
+    msg.role = std::move(role);
+    r.messages.push_back(std::move(msg));
+  }
+  if (total_bytes == 0) reject("messages", "'messages' must not all be empty");
+}
+
+void parse_stop(const json& v, const api_limits& limits, generation_request& r) {
+  const size_t max_stop = std::min(limits.max_stop, proto::k_max_stop_strings);
+  auto add = [&](const json& s, const std::string& param) {
+    const std::string& text = as_string(s, param);
+    if (text.empty()) reject("stop", "'stop' strings must not be empty");
+    if (text.size() > proto::k_max_stop_bytes) {
+      reject("stop", "'stop' strings must be at most " + std::to_string(proto::k_max_stop_bytes) + " bytes");
+    }
+    r.sampling.stop.push_back(text);
+  };
+  if (v.is_string()) return add(v, "stop");
+  if (!v.is_array()) wrong_type("stop", "a string or an array of strings", v);
+  if (v.size() > max_stop) {
+    reject("stop",
+           "'stop' has " + std::to_string(v.size()) + " strings, more than the limit of " + std::to_string(max_stop));
+  }
+  for (const json& s : v) add(s, "stop");
+}
+
+// n, stream, stream_options, echo, priority, timeout, user.
+void parse_options(const json& doc, endpoint kind, const api_limits& limits, generation_request& r) {
+  if (const json* v = field(doc, "n")) r.n = int_between(*v, "n", 1, limits.max_n);
+  if (const json* v = field(doc, "stream")) r.stream = as_bool(*v, "stream");
+  if (const json* v = field(doc, "stream_options")) {
+    if (!v->is_object()) wrong_type("stream_options", "an object", *v);
+    if (!r.stream) reject("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
+  }
+  if (kind == endpoint::completions) {
+    if (const json* v = field(doc, "echo")) r.echo = as_bool(*v, "echo");
+  }
+  if (const json* v = field(doc, "priority")) r.priority = as_int32(*v, "priority");
+  if (const json* v = field(doc, "timeout")) {
+    const double t = as_number(*v, "timeout");
+    if (!(t > 0 && t <= k_max_timeout_s)) {
+      reject("timeout",
+             "'timeout' must be > 0 and at most " + number_text(k_max_timeout_s) + " seconds, got " + number_text(t));
+    }
+    r.timeout_s = t;
+  }
+  if (const json* v = field(doc, "user")) r.user = as_string(*v, "user");
+}
+
+void parse_sampling(const json& doc, const api_limits& limits, generation_request& r) {
+  proto::wire_sampling& s = r.sampling;
+  if (const json* v = field(doc, "temperature")) {
+    s.temperature = static_cast<float>(number_between(*v, "temperature", 0, false, 2));
+  }
+  if (const json* v = field(doc, "top_p")) s.top_p = static_cast<float>(number_between(*v, "top_p", 0, true, 1));
+  if (const json* v = field(doc, "top_k")) {
+    const int32_t k = as_int32(*v, "top_k");
+    if (k < -1) reject("top_k", "'top_k' must be -1 or 0 (off) or >= 1, got " + std::to_string(k));
+    s.top_k = k < 0 ? 0 : k;
+  }
+  if (const json* v = field(doc, "min_p")) s.min_p = static_cast<float>(number_between(*v, "min_p", 0, false, 1));
+  if (const json* v = field(doc, "repetition_penalty")) {
+    s.repetition_penalty = static_cast<float>(number_between(*v, "repetition_penalty", 0, true, 2));
+  }
+  // Accepted for compatibility; the sampler has no presence/frequency penalties.
+  if (const json* v = field(doc, "presence_penalty")) number_between(*v, "presence_penalty", -2, false, 2);
+  if (const json* v = field(doc, "frequency_penalty")) number_between(*v, "frequency_penalty", -2, false, 2);
+  if (const json* v = field(doc, "seed")) {
+    s.seed = as_seed(*v, "seed");
+    s.has_seed = true;
+  }
+  // max_completion_tokens (the newer name) wins when both are given; both are validated.
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (const json* v = field(doc, name)) {
+      s.max_tokens = int_between(*v, name, 1, limits.max_tokens_cap);
+      r.max_tokens_given = true;
+    }
+  }
+  if (const json* v = field(doc, "stop")) parse_stop(*v, limits, r);
+  if (const json* v = field(doc, "ignore_eos")) s.ignore_eos = as_bool(*v, "ignore_eos");
+}
+
+void parse_logprobs(const json& doc, endpoint kind, const api_limits& limits, generation_request& r) {
+  const int32_t max_top = std::min(limits.max_top_logprobs, proto::k_max_top_logprobs);
+  const json* v = field(doc, "logprobs");
+  if (kind == endpoint::completions) {
+    // An int (alternatives per token); true/false are accepted too (true: none, but wanted).
+    if (v == nullptr) return;
+    if (v->is_boolean()) {
+      r.want_logprobs = v->get<bool>();
+      return;
+    }
+    r.sampling.logprobs = int_between(*v, "logprobs", 0, max_top);
+    r.want_logprobs = true;
+    return;
+  }
+  if (v != nullptr) r.want_logprobs = as_bool(*v, "logprobs");
+  if (const json* top = field(doc, "top_logprobs")) {
+    const int32_t k = int_between(*top, "top_logprobs", 0, max_top);
+    if (!r.want_logprobs) reject("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    r.sampling.logprobs = k;
+  }
+}
+
+generation_request parse_checked(endpoint kind, std::string_view body, const api_limits& limits) {
+  json doc;
+  try {
+    doc = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    // A parse_error, or out_of_range for a number literal no double holds (1e999). e.what()
+    // starts with "[json.exception.parse_error.101] "; keep the readable part.
+    std::string what = e.what();
+    const size_t cut = what.find("] ");
+    if (cut != std::string::npos) what.erase(0, cut + 2);
+    reject("", "The request body is not valid JSON: " + what, "invalid_json");
+  }
+  if (!doc.is_object()) {
+    reject("", std::string("The request body must be a JSON object, got ") + doc.type_name(), "invalid_json");
+  }
+  generation_request r;
+  r.kind = kind;
+  r.sampling.temperature = 1.f;  // OpenAI's default; the wire default (0) is greedy
+  r.sampling.top_p = 1.f;
+  parse_model(doc, r);
+  if (kind == endpoint::completions) {
+    parse_prompt(doc, limits, r);
+  } else {
+    parse_messages(doc, limits, r);
+  }
+  parse_options(doc, kind, limits, r);
+  parse_sampling(doc, limits, r);
+  parse_logprobs(doc, kind, limits, r);
+  return r;
+}
+
+// ---- Formatting helpers --------------------------------------------------------------------------
+
+std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+
+// `s` as valid UTF-8: each maximal ill-formed subpart (a lead byte and the continuation bytes
+// that fit it, or one stray byte) becomes one U+FFFD, the Unicode-recommended practice that
+// nlohmann's "replace" handler and Python's errors="replace" follow too.
+std::string valid_utf8(std::string_view s) {
+  static constexpr std::string_view k_replacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t len = 0;                      // sequence length the lead byte announces; 0: invalid lead
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b < 0x80) {
+      len = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lo = 0xA0;  // no overlong forms
+      if (b == 0xED) hi = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;  // <= U+10FFFF
+    }
+    size_t k = 1;  // bytes of a well-formed prefix
+    while (k < len && i + k < s.size()) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) break;
+      ++k;
+    }
+    if (len > 0 && k == len) {
+      out.append(s.substr(i, len));
+    } else {
+      out.append(k_replacement);
+    }
+    i += k;
+  }
+  return out;
+}
+
+// A log-probability as JSON: the float's shortest decimal form; -inf, NaN and anything below
+// -9999 become -9999 (JSON has no infinity; vLLM clamps the same way).
+double logprob_value(float lp) {
+  if (!std::isfinite(lp) || lp < -9999.f) return -9999.0;
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, lp);
+  double d = lp;
+  std::from_chars(buf, res.ptr, d);
+  return d;
+}
+
+ordered_json envelope(const response_meta& meta, const char* object) {
+  ordered_json j = ordered_json::object();
+  j["id"] = meta.id;
+  j["object"] = object;
+  j["created"] = meta.created;
+  j["model"] = meta.model;
+  return j;
+}
+
+ordered_json usage_json(const usage_info& u) {
+  ordered_json j = ordered_json::object();
+  j["prompt_tokens"] = u.prompt_tokens;
+  j["completion_tokens"] = u.completion_tokens;
+  j["total_tokens"] = static_cast<uint64_t>(u.prompt_tokens) + u.completion_tokens;
+  j["prompt_tokens_details"] = ordered_json{{"cached_tokens", u.cached_tokens}};
+  return j;
+}
+
+ordered_json finish_json(std::string_view finish_reason) {
+  return finish_reason.empty() ? ordered_json(nullptr) : ordered_json(std::string(finish_reason));
+}
+
+// Legacy completions shape; text_offset counts bytes from the start of these tokens' text.
+ordered_json completion_logprobs(const std::vector<token_logprobs>& lps) {
+  ordered_json tokens = ordered_json::array(), token_logprobs = ordered_json::array(),
+               top_logprobs = ordered_json::array();
+  ordered_json text_offset = ordered_json::array();
+  size_t offset = 0;
+  for (const auto& t : lps) {
+    tokens.push_back(valid_utf8(t.token));
+    token_logprobs.push_back(logprob_value(t.logprob));
+    ordered_json alternatives = ordered_json::object();
+    for (const auto& [text, lp] : t.top) {
+      // Keys are made valid UTF-8 first so two broken texts cannot collide after dumping;
+      // the first (most likely) one wins.
+      alternatives.emplace(valid_utf8(text), logprob_value(lp));
+    }
+    top_logprobs.push_back(std::move(alternatives));
+    text_offset.push_back(offset);
+    offset += t.token.size();
+  }
+  ordered_json j = ordered_json::object();
+  j["tokens"] = std::move(tokens);
+  j["token_logprobs"] = std::move(token_logprobs);
+  j["top_logprobs"] = std::move(top_logprobs);
+  j["text_offset"] = std::move(text_offset);
+  return j;
+}
+
+ordered_json chat_token(const std::string& text, float lp) {
+  ordered_json j = ordered_json::object();
+  j["token"] = valid_utf8(text);
+  j["logprob"] = logprob_value(lp);
+  ordered_json bytes = ordered_json::array();
+  for (const char c : text) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  j["bytes"] = std::move(bytes);
+  return j;
+}
+
+// Chat shape: {"content": [{"token","logprob","bytes","top_logprobs":[...]}]}.
+ordered_json chat_logprobs(const std::vector<token_logprobs>& lps) {
+  ordered_json content = ordered_json::array();
+  for (const auto& t : lps) {
+    ordered_json entry = chat_token(t.token, t.logprob);
+    ordered_json top = ordered_json::array();
+    for (const auto& [text, lp] : t.top) top.push_back(chat_token(text, lp));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return ordered_json{{"content", std::move(content)}};
+}
+
+ordered_json logprobs_json(const response_meta& meta, const std::vector<token_logprobs>& lps) {
+  if (!meta.want_logprobs) return nullptr;
+  return meta.kind == endpoint::completions ? completion_logprobs(lps) : chat_logprobs(lps);
+}
+
+}  // namespace
+
+std::variant<generation_request, api_error> parse_generation_request(endpoint kind, std::string_view body,
+                                                                     const api_limits& limits) {
+  try {
+    return parse_checked(kind, body, limits);
+  } catch (rejected& r) {
+    return std::move(r.error);
+  } catch (const std::bad_alloc&) {
+    api_error e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "out_of_memory";
+    e.message = "The server ran out of memory while parsing the request";
+    return e;
+  } catch (const std::exception& ex) {
+    api_error e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "internal_error";
+    e.message = std::string("Internal error while parsing the request: ") + ex.what();
+    return e;
+  } catch (...) {
+    api_error e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "internal_error";
+    e.message = "Internal error while parsing the request";
+    return e;
+  }
+}
+
+std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
+                            const usage_info& usage) {
+  const bool chat = meta.kind == endpoint::chat_completions;
+  ordered_json j = envelope(meta, chat ? "chat.completion" : "text_completion");
+  ordered_json out = ordered_json::array();
+  for (const auto& c : choices) {
+    ordered_json choice = ordered_json::object();
+    choice["index"] = c.index;
+    if (chat) {
+      choice["message"] = ordered_json{{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = logprobs_json(meta, c.logprobs);
+    choice["finish_reason"] = finish_json(c.finish_reason);
+    out.push_back(std::move(choice));
+  }
+  j["choices"] = std::move(out);
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
+                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs) {
+  const bool chat = meta.kind == endpoint::chat_completions;
+  ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
+  ordered_json choice = ordered_json::object();
+  choice["index"] = index;
+  if (chat) {
+    ordered_json delta = ordered_json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty()) delta["content"] = std::string(text);
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = logprobs_json(meta, logprobs);
+  choice["finish_reason"] = finish_json(finish_reason);
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string format_usage_chunk(const response_meta& meta, const usage_info& usage) {
+  ordered_json j =
+      envelope(meta, meta.kind == endpoint::chat_completions ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ordered_json::array();
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string format_error(const api_error& e) {
+  ordered_json err = ordered_json::object();
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
+  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
+  return dump(ordered_json{{"error", std::move(err)}});
+}
+
+std::string format_models(const std::vector<model_card>& models) {
+  ordered_json data = ordered_json::array();
+  for (const auto& m : models) {
+    ordered_json card = ordered_json::object();
+    card["id"] = m.id;
+    card["object"] = "model";
+    card["created"] = m.created;
+    card["owned_by"] = "switchyard";
+    card["root"] = m.id;
+    card["max_model_len"] = m.max_model_len;
+    data.push_back(std::move(card));
+  }
+  ordered_json j = ordered_json::object();
+  j["object"] = "list";
+  j["data"] = std::move(data);
+  return dump(j);
+}
+
+}  // namespace sy::router
