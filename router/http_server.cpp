@@ -1,0 +1,893 @@
+// The router's HTTP/1.1 server over Boost.Beast's request parser and Boost.Asio sockets.
+//
+// Ownership: a `connection` is owned by shared_ptrs held in its own pending completion handlers
+// (read, write, timer) and, transiently, by work posted to its strand; when its last operation
+// completes after close() it is destroyed. The server keeps only weak_ptrs to live connections
+// (to close them on stop()). An `exchange` is owned by the connection (current_) and by the
+// handler's copies; it refers back to its connection only through a weak_ptr, so a handler that
+// never answers leaks nothing once the client is gone and the handler drops its copy.
+//
+// Threads: every connection's state is touched only on its strand. Exchange methods may be
+// called from any thread: they check a few atomics, then post the work to the connection's
+// strand, which checks again that the exchange is still the one being answered.
+//
+// Bytes in: one read at a time into `in_`, also while a response is pending (to notice a client
+// that closes or resets at once); bytes read then (a pipelined request) stay in `in_` and are
+// parsed once the response has been written. Bytes out: `out_pending_` collects everything queued
+// while a write is in flight; the next write sends all of it at once.
+#include "router/http_server.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+namespace sy::router {
+
+std::string_view http_request::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return v;
+  return {};
+}
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using steady = std::chrono::steady_clock;
+
+using strand_t = asio::strand<asio::io_context::executor_type>;
+using socket_t = tcp::socket::rebind_executor<strand_t>::other;
+using steady_timer_t = asio::steady_timer::rebind_executor<strand_t>::other;
+using acceptor_t = tcp::acceptor::rebind_executor<strand_t>::other;
+
+// Bytes a connection reads ahead beyond a request header while a response is pending (a
+// pipelining client); past this the connection stops reading until the response is written.
+constexpr size_t read_ahead_bytes = 64u << 10;
+constexpr size_t read_chunk_bytes = 16u << 10;
+// After an error response that closes the connection: how long unread request bytes are drained
+// so that closing does not reset the connection before the client has read the response.
+constexpr std::chrono::milliseconds linger_time{1000};
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+void append_json_escaped(std::string& out, std::string_view s) {
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+}
+
+// An OpenAI-style error body.
+std::string json_error(std::string_view message, std::string_view type, std::string_view code) {
+  std::string out = R"({"error":{"message":")";
+  append_json_escaped(out, message);
+  out += R"(","type":")";
+  append_json_escaped(out, type);
+  out += R"(","param":null,"code":")";
+  append_json_escaped(out, code);
+  out += "\"}}";
+  return out;
+}
+
+// Extra headers from the handler must not break framing or inject lines.
+bool header_allowed(std::string_view name, std::string_view value) {
+  if (name.empty()) return false;
+  for (char c : name)
+    if (c <= ' ' || c == ':' || c == 0x7f) return false;
+  for (char c : value)
+    if (c == '\r' || c == '\n' || c == '\0') return false;
+  static constexpr std::string_view reserved[] = {"content-length", "transfer-encoding", "connection", "server"};
+  for (auto r : reserved)
+    if (iequals(name, r)) return false;
+  return true;
+}
+
+void append_status_line(std::string& out, int status) {
+  out += "HTTP/1.1 ";
+  out += std::to_string(status);
+  out += ' ';
+  const auto s = http::int_to_status(static_cast<unsigned>(status));
+  if (s == http::status::unknown) {
+    out += "Unknown";
+  } else {
+    const auto reason = http::obsolete_reason(s);
+    out.append(reason.data(), reason.size());
+  }
+  out += "\r\n";
+}
+
+void append_header(std::string& out, std::string_view name, std::string_view value) {
+  out += name;
+  out += ": ";
+  out += value;
+  out += "\r\n";
+}
+
+void append_chunk(std::string& out, std::string_view prefix, std::string_view data, std::string_view suffix) {
+  char size[24];
+  std::snprintf(size, sizeof size, "%zx\r\n", prefix.size() + data.size() + suffix.size());
+  out += size;
+  out += prefix;
+  out += data;
+  out += suffix;
+  out += "\r\n";
+}
+
+class connection;
+
+// What connections share with the server. Outlives every connection (see http_server::impl).
+struct server_core {
+  http_server_config config;
+  http_handler handler;
+  http_counters counters;
+  std::atomic<bool> stopping{false};
+  std::mutex registry_mu;
+  std::unordered_map<const void*, std::weak_ptr<connection>> registry;  // guarded by registry_mu
+};
+
+class exchange;
+
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  connection(server_core& core, socket_t socket)
+      : core_(core), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    core_.counters.connections_open.fetch_add(1, std::memory_order_relaxed);
+    error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    if (!ec) {
+      const auto addr = ep.address();
+      remote_ = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
+      remote_ += ":" + std::to_string(ep.port());
+    }
+    socket_.set_option(tcp::no_delay(true), ec);
+  }
+
+  ~connection() {
+    {
+      std::lock_guard lock(core_.registry_mu);
+      core_.registry.erase(this);
+    }
+    core_.counters.connections_open.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  strand_t executor() { return socket_.get_executor(); }
+
+  // Registers with the server and starts reading the first request; closes at once when the
+  // server is stopping. Runs on the strand (or before any operation started).
+  void start() {
+    {
+      std::lock_guard lock(core_.registry_mu);
+      if (core_.stopping.load()) {
+        close();
+        return;
+      }
+      core_.registry.emplace(this, weak_from_this());
+    }
+    // The first request's header deadline runs from the accept.
+    new_parser();
+    phase_ = phase::header;
+    arm(core_.config.header_timeout, deadline::header);
+    do_read();
+  }
+
+  // Server stop: on the strand.
+  void close_by_server() {
+    abandon_exchange(false);
+    close();
+  }
+
+  // Exchange work, on the strand. Each first checks that `e` is still being answered.
+  void write_response(const exchange* e, http_response r);
+  void write_stream_head(const exchange* e, int status, std::vector<std::pair<std::string, std::string>> headers);
+  void write_event(const exchange* e, std::string data, steady::time_point t_received);
+  void write_stream_end(const exchange* e);
+
+ private:
+  // idle: between keep-alive requests, nothing of the next one read yet (idle_timeout).
+  // header, body: reading a request (header_timeout, body_timeout).
+  // waiting: the request went to the handler; its response is pending or being written.
+  // lingering: an error response was queued; the connection closes after it, draining input.
+  enum class phase { idle, header, body, waiting, lingering, closed };
+  enum class deadline { idle, header, body, linger };
+  enum class response_state { none, streaming, ended };
+
+  void new_parser() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(core_.config.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(core_.config.max_body_bytes);
+  }
+
+  void arm(std::chrono::milliseconds d, deadline kind) {
+    const auto gen = ++timer_gen_;
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(), gen, kind](error_code ec) {
+      if (ec || gen != self->timer_gen_ || self->phase_ == phase::closed) return;
+      self->on_deadline(kind);
+    });
+  }
+
+  void disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  void on_deadline(deadline kind) {
+    switch (kind) {
+      case deadline::idle:
+      case deadline::header:
+        core_.counters.timeouts.fetch_add(1, std::memory_order_relaxed);
+        close();
+        break;
+      case deadline::body:
+        core_.counters.timeouts.fetch_add(1, std::memory_order_relaxed);
+        send_error_and_close(
+            408, "request body not received within " + std::to_string(core_.config.body_timeout.count()) + " ms",
+            "request_timeout");
+        break;
+      case deadline::linger:
+        close();
+        break;
+    }
+  }
+
+  void do_read() {
+    if (reading_ || phase_ == phase::closed) return;
+    size_t room = read_chunk_bytes;
+    if (phase_ != phase::lingering) {
+      const size_t cap = core_.config.max_header_bytes + read_ahead_bytes;
+      if (in_.size() >= cap) return;  // paused; resumed by start_next_request()
+      room = std::min(room, cap - in_.size());
+    }
+    reading_ = true;
+    socket_.async_read_some(in_.prepare(room), [self = shared_from_this()](error_code ec, size_t n) {
+      self->reading_ = false;
+      self->on_read(ec, n);
+    });
+  }
+
+  void on_read(error_code ec, size_t n) {
+    if (phase_ == phase::closed) return;
+    if (ec) {
+      on_read_error();
+      return;
+    }
+    in_.commit(n);
+    switch (phase_) {
+      case phase::idle:
+        phase_ = phase::header;
+        arm(core_.config.header_timeout, deadline::header);
+        parse_input();
+        break;
+      case phase::header:
+      case phase::body:
+        parse_input();
+        break;
+      case phase::waiting:  // keep the bytes for the next request
+        break;
+      case phase::lingering:
+        in_.consume(in_.size());
+        break;
+      case phase::closed:
+        return;
+    }
+    do_read();
+  }
+
+  // EOF or reset.
+  void on_read_error() {
+    if (phase_ == phase::waiting) abandon_exchange(true);
+    close();
+  }
+
+  // Feeds buffered bytes to the parser until it needs more, fails, or has a whole request.
+  void parse_input() {
+    while (phase_ == phase::header || phase_ == phase::body) {
+      error_code ec;
+      size_t used = 0;
+      if (in_.size() > 0) {
+        used = parser_->put(in_.data(), ec);
+        in_.consume(used);
+      } else if (!parser_->is_done()) {
+        return;
+      }
+      if (ec == http::error::need_more) return;
+      if (ec) {
+        fail_request(ec);
+        return;
+      }
+      if (phase_ == phase::header && parser_->is_header_done()) {
+        if (!on_header_done()) return;
+      }
+      if (parser_->is_done()) {
+        dispatch();
+        return;
+      }
+      if (used == 0) return;
+    }
+  }
+
+  // Checks a complete header; false when the request was refused.
+  bool on_header_done() {
+    const auto& msg = parser_->get();
+    int te_count = 0;
+    bool te_ok = true;
+    for (const auto& f : msg) {
+      if (f.name() != http::field::transfer_encoding) continue;
+      ++te_count;
+      const auto v = f.value();
+      te_ok = te_ok && iequals(trim(std::string_view(v.data(), v.size())), "chunked");
+    }
+    if (te_count > 1 || !te_ok) {
+      core_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      send_error_and_close(400, "unsupported Transfer-Encoding", "bad_request");
+      return false;
+    }
+    phase_ = phase::body;
+    if (parser_->is_done()) return true;
+    arm(core_.config.body_timeout, deadline::body);
+    const auto expect = msg[http::field::expect];
+    if (msg.version() >= 11 && in_.size() == 0 &&
+        iequals(trim(std::string_view(expect.data(), expect.size())), "100-continue"))
+      queue_write("HTTP/1.1 100 Continue\r\n\r\n", false, {});
+    return true;
+  }
+
+  void fail_request(error_code ec) {
+    core_.counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    if (ec == http::error::header_limit) {
+      send_error_and_close(431, "request header exceeds " + std::to_string(core_.config.max_header_bytes) + " bytes",
+                           "header_too_large");
+    } else if (ec == http::error::body_limit) {
+      send_error_and_close(413, "request body exceeds " + std::to_string(core_.config.max_body_bytes) + " bytes",
+                           "body_too_large");
+    } else {
+      send_error_and_close(400, "malformed HTTP request: " + ec.message(), "bad_request");
+    }
+  }
+
+  // An error while reading a request: no exchange exists; the connection ends after it.
+  void send_error_and_close(int status, const std::string& message, std::string_view code) {
+    const auto type = status == 408 ? std::string_view("timeout_error") : std::string_view("invalid_request_error");
+    http_response r;
+    r.status = status;
+    r.body = json_error(message, type, code);
+    close_after_response_ = true;
+    head_only_ = false;
+    parser_.reset();
+    disarm();
+    phase_ = phase::lingering;
+    in_.consume(in_.size());
+    queue_write(serialize(std::move(r)), true, {});
+  }
+
+  // A whole request was read: hand it to the handler.
+  void dispatch();
+  void call_handler(const std::shared_ptr<exchange>& ex, http_request&& req);
+
+  std::string serialize(http_response r) const {
+    if (r.status < 100 || r.status > 999) r.status = 500;
+    const bool no_body = r.status < 200 || r.status == 204 || r.status == 304;
+    std::string out;
+    out.reserve(160 + r.body.size());
+    append_status_line(out, r.status);
+    append_header(out, "Server", "switchyard");
+    if (!no_body) {
+      append_header(out, "Content-Type", r.content_type);
+      append_header(out, "Content-Length", std::to_string(r.body.size()));
+    }
+    for (const auto& [k, v] : r.headers)
+      if (header_allowed(k, v)) append_header(out, k, v);
+    append_header(out, "Connection", close_after_response_ ? "close" : "keep-alive");
+    out += "\r\n";
+    if (!no_body && !head_only_) out += r.body;
+    return out;
+  }
+
+  void queue_write(std::string_view bytes, bool ends_response, steady::time_point t_received) {
+    out_pending_ += bytes;
+    if (t_received != steady::time_point{}) stamps_pending_.push_back(t_received);
+    if (ends_response) pending_ends_response_ = true;
+    if (!writing_) flush();
+  }
+
+  void flush() {
+    if (phase_ == phase::closed) return;
+    if (out_pending_.empty()) {
+      if (std::exchange(pending_ends_response_, false)) response_done();  // nothing left to send
+      return;
+    }
+    writing_ = true;
+    std::swap(out_inflight_, out_pending_);
+    out_pending_.clear();
+    std::swap(stamps_inflight_, stamps_pending_);
+    stamps_pending_.clear();
+    inflight_ends_response_ = std::exchange(pending_ends_response_, false);
+    asio::async_write(socket_, asio::buffer(out_inflight_), [self = shared_from_this()](error_code ec, size_t) {
+      self->writing_ = false;
+      self->on_write(ec);
+    });
+  }
+
+  void on_write(error_code ec) {
+    if (phase_ == phase::closed) return;
+    if (ec) {
+      if (phase_ == phase::waiting) abandon_exchange(true);
+      close();
+      return;
+    }
+    if (!stamps_inflight_.empty()) {
+      const auto now = steady::now();
+      if (core_.config.on_written) {
+        for (const auto t : stamps_inflight_) {
+          try {
+            core_.config.on_written(std::max(0.0, std::chrono::duration<double>(now - t).count()));
+          } catch (...) {  // an observer must not take the connection down
+          }
+        }
+      }
+      stamps_inflight_.clear();
+    }
+    // Keep idle connections small: a long response's buffer is not kept around.
+    if (out_inflight_.capacity() > (64u << 10)) {
+      std::string().swap(out_inflight_);
+    } else {
+      out_inflight_.clear();
+    }
+    if (inflight_ends_response_) {
+      inflight_ends_response_ = false;
+      response_done();
+      return;
+    }
+    flush();
+  }
+
+  // The last byte of a response was written.
+  void response_done() {
+    current_.reset();
+    response_ = response_state::none;
+    if (close_after_response_) {
+      begin_linger_close();
+      return;
+    }
+    start_next_request();
+  }
+
+  void start_next_request() {
+    new_parser();
+    if (in_.size() > 0) {
+      phase_ = phase::header;
+      arm(core_.config.header_timeout, deadline::header);
+      parse_input();
+    } else {
+      if (in_.capacity() > 2 * read_chunk_bytes) in_.shrink_to_fit();
+      phase_ = phase::idle;
+      arm(core_.config.idle_timeout, deadline::idle);
+    }
+    do_read();
+  }
+
+  void begin_linger_close() {
+    phase_ = phase::lingering;
+    in_.consume(in_.size());
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) {
+      close();
+      return;
+    }
+    arm(linger_time, deadline::linger);
+    do_read();
+  }
+
+  // The connection ends before the response did: tell the handler (once).
+  void abandon_exchange(bool by_client);
+
+  void close() {
+    if (phase_ == phase::closed) return;
+    phase_ = phase::closed;
+    disarm();
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    current_.reset();
+    parser_.reset();
+    out_pending_.clear();
+    stamps_pending_.clear();
+  }
+
+  server_core& core_;
+  socket_t socket_;
+  steady_timer_t timer_;
+  std::string remote_;
+  uint64_t timer_gen_ = 0;  // a deadline fires only if no later arm()/disarm() happened
+  phase phase_ = phase::idle;
+  beast::flat_buffer in_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool reading_ = false;  // an async_read_some is in flight
+  bool writing_ = false;  // an async_write is in flight (of out_inflight_)
+  std::string out_pending_, out_inflight_;
+  std::vector<steady::time_point> stamps_pending_, stamps_inflight_;  // send_event t_received
+  bool pending_ends_response_ = false, inflight_ends_response_ = false;
+  // About the request being answered:
+  bool close_after_response_ = false;
+  bool http10_ = false;  // no chunked encoding: a stream ends by closing
+  bool head_only_ = false;
+  response_state response_ = response_state::none;
+  std::shared_ptr<exchange> current_;
+};
+
+class exchange final : public http_exchange, public std::enable_shared_from_this<exchange> {
+ public:
+  explicit exchange(std::weak_ptr<connection> conn) : conn_(std::move(conn)) {}
+
+  void respond(http_response r) override {
+    if (!advance(state::fresh, state::ended)) return;
+    post([r = std::move(r)](connection& c, const exchange* e) mutable { c.write_response(e, std::move(r)); });
+  }
+
+  void start_stream(int status, std::vector<std::pair<std::string, std::string>> headers) override {
+    if (!advance(state::fresh, state::streaming)) return;
+    post([status, h = std::move(headers)](connection& c, const exchange* e) mutable {
+      c.write_stream_head(e, status, std::move(h));
+    });
+  }
+
+  void send_event(std::string data, steady::time_point t_received) override {
+    if (state_.load() != state::streaming || disconnected_.load()) return;
+    post([d = std::move(data), t_received](connection& c, const exchange* e) mutable {
+      c.write_event(e, std::move(d), t_received);
+    });
+  }
+
+  void end_stream() override {
+    if (!advance(state::streaming, state::ended)) return;
+    post([](connection& c, const exchange* e) { c.write_stream_end(e); });
+  }
+
+  void on_disconnect(std::function<void()> f) override {
+    std::unique_lock lock(mu_);
+    if (!disconnected_.load()) {
+      if (state_.load() != state::ended) on_disconnect_ = std::move(f);
+      return;
+    }
+    // Set after the client had gone: the only chance left to tell the caller is now.
+    if (fired_) return;
+    fired_ = true;
+    lock.unlock();
+    if (f) f();
+  }
+
+  bool disconnected() const override { return disconnected_.load(); }
+
+  bool streaming() const { return state_.load() == state::streaming; }
+
+  // On the strand, when the connection ends before the response did. Returns the callback to
+  // run (empty when the handler had ended the response or set none).
+  std::function<void()> mark_disconnected() {
+    std::lock_guard lock(mu_);
+    disconnected_.store(true);
+    fired_ = true;
+    return std::exchange(on_disconnect_, nullptr);
+  }
+
+ private:
+  enum class state { fresh, streaming, ended };
+
+  // The response's state moves fresh -> (streaming ->) ended once; the handler's callback is
+  // dropped when it ends, which also breaks a cycle through a callback capturing the exchange.
+  bool advance(state from, state to) {
+    if (disconnected_.load()) return false;
+    if (!state_.compare_exchange_strong(from, to)) return false;
+    if (to == state::ended) {
+      std::function<void()> drop;
+      std::lock_guard lock(mu_);
+      drop = std::exchange(on_disconnect_, nullptr);
+    }
+    return true;
+  }
+
+  template <class F>
+  void post(F f) {
+    auto c = conn_.lock();
+    if (!c) return;
+    auto ex = c->executor();
+    asio::post(ex, [c = std::move(c), self = shared_from_this(), f = std::move(f)]() mutable { f(*c, self.get()); });
+  }
+
+  std::weak_ptr<connection> conn_;
+  std::atomic<state> state_{state::fresh};
+  std::atomic<bool> disconnected_{false};
+  std::mutex mu_;
+  std::function<void()> on_disconnect_;  // guarded by mu_
+  bool fired_ = false;                   // guarded by mu_
+};
+
+void connection::dispatch() {
+  auto& msg = parser_->get();
+  http_request req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  req.path = req.target.substr(0, req.target.find('?'));
+  req.headers.reserve(std::distance(msg.begin(), msg.end()));
+  for (const auto& f : msg) {
+    std::string name(f.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers.emplace_back(std::move(name), std::string(f.value()));
+  }
+  req.body = std::move(msg.body());
+  req.remote = remote_;
+  req.received = steady::now();
+  http10_ = msg.version() < 11;
+  head_only_ = msg.method() == http::verb::head;
+  close_after_response_ = !msg.keep_alive() || core_.stopping.load();
+  parser_.reset();
+  disarm();
+  phase_ = phase::waiting;
+  response_ = response_state::none;
+  core_.counters.requests.fetch_add(1, std::memory_order_relaxed);
+
+  auto ex = std::make_shared<exchange>(weak_from_this());
+  current_ = ex;
+  call_handler(ex, std::move(req));
+}
+
+void connection::call_handler(const std::shared_ptr<exchange>& ex, http_request&& req) {
+  try {
+    if (!core_.handler) throw std::logic_error("no handler");
+    core_.handler(ex, std::move(req));
+    return;
+  } catch (...) {
+  }
+  // The handler threw: answer for it if it had not answered, or end its stream.
+  if (ex->streaming()) {
+    ex->end_stream();
+    close_after_response_ = true;
+  } else {
+    ex->respond({500, "application/json", {}, json_error("internal server error", "server_error", "internal_error")});
+  }
+}
+
+void connection::abandon_exchange(bool by_client) {
+  auto ex = std::move(current_);
+  if (!ex) return;
+  if (by_client) core_.counters.client_disconnects.fetch_add(1, std::memory_order_relaxed);
+  auto f = ex->mark_disconnected();
+  if (!f) return;
+  try {
+    f();
+  } catch (...) {  // a callback must not take the I/O thread down
+  }
+}
+
+void connection::write_response(const exchange* e, http_response r) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::none) return;
+  response_ = response_state::ended;
+  queue_write(serialize(std::move(r)), true, {});
+}
+
+void connection::write_stream_head(const exchange* e, int status,
+                                   std::vector<std::pair<std::string, std::string>> headers) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::none) return;
+  response_ = response_state::streaming;
+  if (status < 100 || status > 999) status = 500;
+  if (http10_) close_after_response_ = true;
+  std::string out;
+  append_status_line(out, status);
+  append_header(out, "Server", "switchyard");
+  append_header(out, "Content-Type", "text/event-stream");
+  append_header(out, "Cache-Control", "no-cache");
+  append_header(out, "X-Accel-Buffering", "no");
+  if (!http10_) append_header(out, "Transfer-Encoding", "chunked");
+  for (const auto& [k, v] : headers)
+    if (header_allowed(k, v) && !iequals(k, "content-type") && !iequals(k, "cache-control")) append_header(out, k, v);
+  append_header(out, "Connection", close_after_response_ ? "close" : "keep-alive");
+  out += "\r\n";
+  queue_write(out, false, {});
+}
+
+void connection::write_event(const exchange* e, std::string data, steady::time_point t_received) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::streaming) return;
+  if (head_only_) return;
+  std::string out;
+  if (http10_) {
+    out.reserve(data.size() + 8);
+    out += "data: ";
+    out += data;
+    out += "\n\n";
+  } else {
+    out.reserve(data.size() + 32);
+    append_chunk(out, "data: ", data, "\n\n");
+  }
+  queue_write(out, false, t_received);
+}
+
+void connection::write_stream_end(const exchange* e) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::streaming) return;
+  response_ = response_state::ended;
+  queue_write(http10_ || head_only_ ? std::string_view() : std::string_view("0\r\n\r\n"), true, {});
+}
+
+}  // namespace
+
+struct http_server::impl {
+  // Declared first so it outlives the io_context, whose destruction may destroy connections.
+  server_core core;
+  asio::io_context ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  acceptor_t acceptor;
+  steady_timer_t accept_backoff;
+  std::vector<std::thread> threads;
+  int port = 0;
+  std::mutex stop_mu;
+  bool stopped = false;  // guarded by stop_mu
+
+  impl(http_server_config config, http_handler handler)
+      : ioc(std::max(1, config.threads)), acceptor(asio::make_strand(ioc)), accept_backoff(acceptor.get_executor()) {
+    core.config = std::move(config);
+    core.handler = std::move(handler);
+    bind();
+  }
+
+  void bind() {
+    const auto& c = core.config;
+    const std::string where = c.host + ":" + std::to_string(c.port);
+    error_code ec;
+    tcp::resolver resolver(ioc);
+    const auto results =
+        resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec || results.empty())
+      throw std::runtime_error("http_server: cannot resolve " + where + ": " + (ec ? ec.message() : "no address"));
+    std::string last_error = "no address";
+    for (const auto& entry : results) {
+      const auto ep = entry.endpoint();
+      acceptor.close(ec);
+      acceptor.open(ep.protocol(), ec);
+      if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+      if (!ec) acceptor.bind(ep, ec);
+      if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        last_error = ec.message();
+        continue;
+      }
+      port = acceptor.local_endpoint().port();
+      return;
+    }
+    acceptor.close(ec);
+    throw std::runtime_error("http_server: cannot bind " + where + ": " + last_error);
+  }
+
+  void start() {
+    work.emplace(ioc.get_executor());
+    asio::post(acceptor.get_executor(), [this] { do_accept(); });
+    const int n = std::max(1, core.config.threads);
+    threads.reserve(n);
+    for (int i = 0; i < n; ++i) threads.emplace_back([this] { run(); });
+  }
+
+  void run() {
+    for (;;) {
+      try {
+        ioc.run();
+        return;
+      } catch (...) {  // nothing a request does may end an I/O thread; keep serving
+      }
+    }
+  }
+
+  // On the acceptor's strand.
+  void do_accept() {
+    if (core.stopping.load()) return;
+    acceptor.async_accept(asio::make_strand(ioc), [this](error_code ec, socket_t socket) {
+      if (ec == asio::error::operation_aborted || core.stopping.load()) return;
+      if (ec) {  // e.g. out of file descriptors: back off instead of spinning
+        accept_backoff.expires_after(std::chrono::milliseconds(50));
+        accept_backoff.async_wait([this](error_code ec2) {
+          if (!ec2) do_accept();
+        });
+        return;
+      }
+      if (core.counters.connections_open.load() >= core.config.max_connections) {
+        core.counters.connections_refused.fetch_add(1, std::memory_order_relaxed);
+        error_code ignored;
+        socket.close(ignored);
+      } else {
+        core.counters.connections_accepted.fetch_add(1, std::memory_order_relaxed);
+        auto c = std::make_shared<connection>(core, std::move(socket));
+        asio::post(c->executor(), [c] { c->start(); });
+      }
+      do_accept();
+    });
+  }
+
+  void stop() {
+    std::lock_guard stop_lock(stop_mu);
+    if (stopped) return;
+    stopped = true;
+    std::vector<std::weak_ptr<connection>> live;
+    {
+      std::lock_guard lock(core.registry_mu);
+      core.stopping.store(true);
+      live.reserve(core.registry.size());
+      for (const auto& [key, weak] : core.registry) live.push_back(weak);
+    }
+    asio::post(acceptor.get_executor(), [this] {
+      error_code ec;
+      acceptor.close(ec);
+      accept_backoff.cancel();
+    });
+    for (const auto& weak : live) {
+      if (auto c = weak.lock()) {
+        auto ex = c->executor();
+        asio::post(ex, [c = std::move(c)] { c->close_by_server(); });
+      }
+    }
+    work.reset();
+    // Let the closes run (handlers see their connections go); then stop whatever is left.
+    const auto give_up = steady::now() + std::chrono::seconds(2);
+    while (core.counters.connections_open.load() > 0 && steady::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ioc.stop();
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  }
+};
+
+http_server::http_server(http_server_config config, http_handler handler)
+    : impl_(std::make_unique<impl>(std::move(config), std::move(handler))) {
+  impl_->start();
+}
+
+http_server::~http_server() { stop(); }
+
+int http_server::port() const { return impl_->port; }
+
+const http_counters& http_server::counters() const { return impl_->core.counters; }
+
+void http_server::stop() { impl_->stop(); }
+
+}  // namespace sy::router
