@@ -77,8 +77,9 @@ double retry_seconds(double s) {
   return std::max(1.0, std::ceil(s - 1e-6));
 }
 
-// A class's share of a queue cap, in whole units: the queue admits while below it.
-double class_cap(double fraction, double cap) { return std::floor(fraction * cap + k_eps); }
+// A class's share of a queue cap, in whole units, rounded up so that every class with a
+// non-zero fraction can queue at least one request: the queue admits while below it.
+double class_cap(double fraction, double cap) { return std::ceil(fraction * cap - k_eps); }
 
 std::string num(double v) {
   char b[32];

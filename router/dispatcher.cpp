@@ -382,13 +382,14 @@ void dispatcher::erase(uint64_t id) {
   active_.erase(it);
 }
 
-void dispatcher::on_client_gone(uint64_t id, std::vector<link_frame>& out) {
+void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   client_cancels_++;
   count_status(499);  // nginx's "client closed request"
   cancel_on_worker(*it->second, out);
   erase(id);
+  pump(now_s, out);  // its slot is free for the next in the queue
 }
 
 void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out) {
@@ -405,9 +406,11 @@ void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double 
     a->queued = true;
     for (auto& cs : a->choices) cs = {};
     a->n_finished = 0;
-    queue_entry e{
-        a->r->id, a->r->who->index, a->r->priority, a->t_enqueued_s, 0, static_cast<int64_t>(a->r->prompt.size())};
-    queue_.push_front(e);
+    // Same deadline and token count as when first queued, so it still expires on time.
+    const int64_t tokens =
+        static_cast<int64_t>(a->r->prompt.size()) + static_cast<int64_t>(a->r->req.sampling.max_tokens) * a->r->req.n;
+    const double deadline_s = a->r->timeout_s > 0 ? a->t_enqueued_s + a->r->timeout_s : 0;
+    queue_.push_front({a->r->id, a->r->who->index, a->r->priority, a->t_enqueued_s, deadline_s, tokens});
     redispatched_++;
     return;
   }

@@ -58,7 +58,7 @@ class dispatcher {
   // No new requests go there (it left the DNS answer); what runs there finishes.
   void retire_worker(const std::string& endpoint);
   void on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
-  void on_client_gone(uint64_t id, std::vector<link_frame>& out);
+  void on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out);
   void on_frame(uint32_t worker, std::string_view type, std::string_view body, double now_s, clock::time_point t_recv,
                 std::vector<link_frame>& out);
   // Liveness, expiry, hello retries, dispatch. Call every ~100 ms.

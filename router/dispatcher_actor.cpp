@@ -54,7 +54,7 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
         s->flush();
       },
       [s](gone_atom, uint64_t id) {
-        s->d->on_client_gone(id, s->out);
+        s->d->on_client_gone(id, now_s(), s->out);
         s->flush();
       },
       [s](frame_atom, uint32_t w, const std::string& type, const std::string& body, int64_t t_ns) {

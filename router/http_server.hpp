@@ -22,12 +22,12 @@
 namespace sy::router {
 
 struct http_request {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent, e.g. "/v1/models?x=1"
-  std::string path;    // target without the query
+  std::string method;                                        // "GET", "POST", ...
+  std::string target;                                        // as sent, e.g. "/v1/models?x=1"
+  std::string path;                                          // target without the query
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
-  std::string remote;  // peer address "ip:port"
+  std::string remote;                              // peer address "ip:port"
   std::chrono::steady_clock::time_point received;  // when the full request had been read
 
   // First value of a header (name lower-case), or "".
@@ -66,12 +66,12 @@ struct http_server_config {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see port())
   int threads = 1;
-  size_t max_body_bytes = 4u << 20;          // larger -> 413, connection closed
-  size_t max_header_bytes = 16u << 10;       // larger -> 431
+  size_t max_body_bytes = 4u << 20;                 // larger -> 413, connection closed
+  size_t max_header_bytes = 16u << 10;              // larger -> 431
   std::chrono::milliseconds header_timeout{10000};  // to read a request's headers -> closed
   std::chrono::milliseconds body_timeout{30000};    // to read its body -> 408, closed
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests -> closed
-  size_t max_connections = 20000;  // beyond: accepted and closed at once (counted)
+  size_t max_connections = 20000;                   // beyond: accepted and closed at once (counted)
   // Observes seconds from send_event's t_received to the write's completion (any I/O thread).
   std::function<void(double)> on_written;
 };
@@ -79,11 +79,11 @@ struct http_server_config {
 // Monotonic counters, readable from any thread.
 struct http_counters {
   std::atomic<uint64_t> connections_accepted{0};
-  std::atomic<uint64_t> connections_open{0};  // gauge
+  std::atomic<uint64_t> connections_open{0};     // gauge
   std::atomic<uint64_t> connections_refused{0};  // over max_connections
   std::atomic<uint64_t> requests{0};
-  std::atomic<uint64_t> bad_requests{0};  // unparsable HTTP, oversized header/body
-  std::atomic<uint64_t> timeouts{0};      // header/body/idle deadlines
+  std::atomic<uint64_t> bad_requests{0};        // unparsable HTTP, oversized header/body
+  std::atomic<uint64_t> timeouts{0};            // header/body/idle deadlines
   std::atomic<uint64_t> client_disconnects{0};  // before the response ended
 };
 

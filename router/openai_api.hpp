@@ -25,7 +25,7 @@ struct api_error {
   std::string type = "invalid_request_error";  // invalid_request_error, authentication_error,
                                                // permission_error, not_found_error,
                                                // rate_limit_error, overloaded_error, server_error
-  std::string code;     // machine-readable, e.g. "invalid_type", "model_not_found"; may be empty
+  std::string code;                            // machine-readable, e.g. "invalid_type", "model_not_found"; may be empty
   std::string param;    // the offending field ("max_tokens", "messages[1].content"); may be empty
   std::string message;  // names the field and what was wrong
 };
@@ -36,11 +36,11 @@ enum class endpoint : uint8_t { completions, chat_completions };
 
 // Limits the edge enforces (router flags).
 struct api_limits {
-  int32_t max_n = 8;                // choices per request
-  int32_t max_tokens_cap = 1 << 20; // larger max_tokens is a 400 (context is checked later)
+  int32_t max_n = 8;                 // choices per request
+  int32_t max_tokens_cap = 1 << 20;  // larger max_tokens is a 400 (context is checked later)
   size_t max_prompt_bytes = 1u << 20;
   size_t max_messages = 1024;
-  size_t max_stop = 4;              // like OpenAI
+  size_t max_stop = 4;  // like OpenAI
   int32_t max_top_logprobs = 20;
 };
 
@@ -100,7 +100,7 @@ struct token_logprobs {
 struct choice_result {
   int32_t index = 0;
   std::string text;
-  std::string finish_reason;  // "stop", "length"
+  std::string finish_reason;             // "stop", "length"
   std::vector<token_logprobs> logprobs;  // when requested
 };
 
@@ -111,7 +111,7 @@ struct usage_info {
 };
 
 struct response_meta {
-  std::string id;      // "cmpl-..." / "chatcmpl-..."
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
   std::string model;
   int64_t created = 0;  // unix seconds
   endpoint kind = endpoint::completions;

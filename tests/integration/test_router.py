@@ -216,6 +216,7 @@ def test_tenant_keys_and_rate_limit(tmp_path):
         assert status == 429 and int(headers["Retry-After"]) >= 1
         assert json.loads(raw)["error"]["code"] == "tenant_rate"
         assert r.post("/v1/completions", body, headers={"Authorization": "Bearer sk-fast"})[0] == 200
+        time.sleep(0.3)  # metrics are published every 100 ms
         assert r.metrics()['switchyard_router_admission_rejections_total{reason="tenant_rate"}'] == 1
     finally:
         r.stop()
@@ -261,8 +262,7 @@ def test_queue_cap_gives_503_with_retry_after():
     r = Router([w.endpoint], "--local-queue", "0", "--max-queued-requests", "1")
     try:
         results, threads = {}, []
-        body = {"model": MODEL_ID, "prompt": "Tell me a story.", "max_tokens": 64, "ignore_eos": True,
-                "priority": -1}
+        body = {"model": MODEL_ID, "prompt": "Tell me a story.", "max_tokens": 300, "ignore_eos": True}
         for i in range(2):  # one runs, one waits in the queue
             threads.append(stream_in_thread(r, body, results, f"r{i}"))
             time.sleep(0.3)

@@ -286,3 +286,18 @@ TEST_CASE("admission: checks run in the documented order", "[admission]") {
   const queue_load tokens_full{0, 100000, 100};
   CHECK(rejected(f.ac.admit(f.t("free"), 0, 1, 1.0, 0.0, tokens_full)).reason == reject_reason::queue_tokens);
 }
+
+TEST_CASE("admission: a tiny queue cap still lets every class queue one request") {
+  const auto reg = sy::router::tenant_registry::open_access();
+  sy::router::admission_config cfg;
+  cfg.max_queued_requests = 1;  // standard's and batch's shares round up to 1, not down to 0
+  sy::router::admission_controller ac(cfg, reg);
+  const auto& t = reg.tenants()[0];
+  for (const int32_t priority : {-1, 0, 5}) {
+    auto empty = ac.admit(t, priority, 10, 0, 0.0, {0, 0, 0});
+    CHECK(std::holds_alternative<sy::router::admission_permit>(empty));
+    auto full = ac.admit(t, priority, 10, 0, 0.0, {1, 10, 0});
+    REQUIRE(std::holds_alternative<sy::router::rejection>(full));
+    CHECK(std::get<sy::router::rejection>(full).reason == sy::router::reject_reason::queue_full);
+  }
+}

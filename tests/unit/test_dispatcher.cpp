@@ -1,0 +1,659 @@
+// The router's core state class driven by hand: no sockets, threads or sleeps. Time is the
+// `now_s` argument; worker frames are encoded with the real protocol and fed through on_frame;
+// what the dispatcher sends is decoded back from its link frames; clients are fake exchanges
+// that record every call. A welcome needs the real tokenizer (the router builds its model
+// entry from it), so these cases skip with a warning when the model file is absent.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/gguf.hpp"
+#include "common/protocol.hpp"
+#include "router/dispatcher.hpp"
+#include "worker/worker_service.hpp"
+
+using namespace sy::router;
+namespace proto = sy::proto;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* k_model = "smollm2-135m";
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
+// The model's tokenizer as a worker's welcome carries it, loaded once; null when the file is absent.
+const proto::tokenizer_spec* model_spec() {
+  static const std::unique_ptr<proto::tokenizer_spec> spec = []() -> std::unique_ptr<proto::tokenizer_spec> {
+    if (!std::filesystem::exists(SY_MODEL_PATH)) return nullptr;
+    return std::make_unique<proto::tokenizer_spec>(sy::tokenizer_spec_from(sy::gguf::file::open(SY_MODEL_PATH)));
+  }();
+  return spec.get();
+}
+
+#define SY_REQUIRE_MODEL()                                                    \
+  if (model_spec() == nullptr) {                                              \
+    WARN("model file " SY_MODEL_PATH " not found; skipping dispatcher test"); \
+    return;                                                                   \
+  }
+
+// A client connection: records every call the dispatcher makes on it, in order.
+class fake_exchange final : public http_exchange {
+ public:
+  void respond(http_response r) override {
+    log.push_back("respond");
+    responses.push_back(std::move(r));
+  }
+  void start_stream(int status, header_list headers) override {
+    log.push_back("start_stream");
+    stream_status = status;
+    stream_headers = std::move(headers);
+  }
+  void send_event(std::string data, std::chrono::steady_clock::time_point) override {
+    log.push_back("send_event");
+    events.push_back(std::move(data));
+  }
+  void end_stream() override { log.push_back("end_stream"); }
+  void on_disconnect(std::function<void()> f) override { on_gone_ = std::move(f); }
+  bool disconnected() const override { return false; }
+
+  json body(size_t i = 0) const { return json::parse(responses.at(i).body); }
+  json event(size_t i) const { return json::parse(events.at(i)); }
+
+  std::vector<std::string> log;  // "respond", "start_stream", "send_event", "end_stream"
+  std::vector<http_response> responses;
+  int stream_status = 0;
+  header_list stream_headers;
+  std::vector<std::string> events;
+
+ private:
+  std::function<void()> on_gone_;
+};
+
+std::string header(const header_list& headers, const std::string& name) {
+  for (const auto& [k, v] : headers)
+    if (k == name) return v;
+  return "";
+}
+
+// The body of a frame the dispatcher sent, decoded as T (the test fails if it is not one).
+template <class T>
+T as(const link_frame& f) {
+  const auto r = proto::decode(f.type, f.body);
+  REQUIRE(r.ok());
+  const T* m = r.get_if<T>();
+  REQUIRE(m != nullptr);
+  return *m;
+}
+
+std::vector<std::string> types(const std::vector<link_frame>& frames) {
+  std::vector<std::string> out;
+  for (const auto& f : frames) out.push_back(f.type);
+  return out;
+}
+
+std::vector<proto::submit> submits(const std::vector<link_frame>& frames, uint32_t worker) {
+  std::vector<proto::submit> out;
+  for (const auto& f : frames)
+    if (f.worker == worker && f.type == "submit") out.push_back(as<proto::submit>(f));
+  return out;
+}
+
+std::vector<proto::cancel> cancels(const std::vector<link_frame>& frames, uint32_t worker) {
+  std::vector<proto::cancel> out;
+  for (const auto& f : frames)
+    if (f.worker == worker && f.type == "cancel") out.push_back(as<proto::cancel>(f));
+  return out;
+}
+
+dispatcher_config test_config(int32_t local_queue = 2) {
+  dispatcher_config c;
+  c.router_id = "test-router";
+  c.pool.local_queue = local_queue;
+  c.pool.heartbeat_timeout_s = 2.0;
+  return c;
+}
+
+struct request_opts {
+  int32_t priority = 0;
+  bool stream = false;
+  bool include_usage = false;
+  bool chat = false;
+  int32_t n = 1;
+  int32_t max_tokens = 16;
+  double timeout_s = 0;
+  std::string api_key{};  // picks the tenant
+};
+
+struct client {
+  uint64_t id = 0;
+  std::shared_ptr<fake_exchange> ex;
+};
+
+// One dispatcher with its tenants and model registry, plus the frames it has sent (`out`).
+struct harness {
+  explicit harness(dispatcher_config cfg = test_config(), tenant_registry t = tenant_registry::open_access())
+      : tenants(std::move(t)), d(std::move(cfg), tenants, models) {}
+
+  uint32_t add_worker(const std::string& endpoint, double now_s) {
+    d.add_worker(endpoint, now_s, out);
+    return static_cast<uint32_t>(d.workers().size() - 1);
+  }
+  void feed(uint32_t w, proto::msg_type type, const std::string& body, double now_s) {
+    d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
+  }
+  void welcome(uint32_t w, uint32_t max_running, double now_s) {
+    proto::welcome m;
+    m.worker_id = "worker-" + std::to_string(w);
+    m.model_id = k_model;
+    m.context_length = 2048;
+    m.kv_capacity_tokens = 4096;
+    m.kv_block_size = 16;
+    m.max_running = max_running;
+    m.tokenizer = *model_spec();
+    feed(w, proto::msg_type::welcome, proto::encode(m), now_s);
+  }
+  void heartbeat(uint32_t w, double now_s, bool draining = false) {
+    proto::heartbeat m;
+    m.draining = draining;
+    feed(w, proto::msg_type::heartbeat, proto::encode(m), now_s);
+  }
+  // One tokens message: `n_new` new token ids, the text they decode to, usage totals so far.
+  void tokens(uint32_t w, const std::string& wire_id, uint32_t n_new, const std::string& text, uint32_t completion,
+              double now_s, const std::string& finish = "", uint32_t prompt = 0, uint32_t cached = 0) {
+    proto::tokens m;
+    m.request_id = wire_id;
+    for (uint32_t i = 0; i < n_new; ++i) m.token_ids.push_back(static_cast<int32_t>(100 + i));
+    m.text = text;
+    m.finish_reason = finish;
+    m.usage = {prompt, cached, completion};
+    feed(w, proto::msg_type::tokens, proto::encode(m), now_s);
+  }
+  void error(uint32_t w, const std::string& wire_id, std::string_view code, double now_s) {
+    proto::error m;
+    m.request_id = wire_id;
+    m.code = std::string(code);
+    m.message = "refused by the test";
+    feed(w, proto::msg_type::error, proto::encode(m), now_s);
+  }
+
+  client request(const request_opts& o, double now_s) {
+    auto r = std::make_shared<routed_request>();
+    r->id = next_id++;
+    r->request_id = "req-" + std::to_string(r->id);
+    auto ex = std::make_shared<fake_exchange>();
+    r->ex = ex;
+    r->who = tenants.authenticate(o.api_key);
+    REQUIRE(r->who != nullptr);
+    r->priority = o.priority;
+    r->req.kind = o.chat ? endpoint::chat_completions : endpoint::completions;
+    r->req.model = k_model;
+    r->req.n = o.n;
+    r->req.stream = o.stream;
+    r->req.include_usage = o.include_usage;
+    r->req.sampling.max_tokens = o.max_tokens;
+    r->model = models.find(k_model);
+    REQUIRE(r->model != nullptr);
+    r->prompt = r->model->tok.encode("The quick brown fox");
+    r->meta.id = (o.chat ? "chatcmpl-" : "cmpl-") + std::to_string(r->id);
+    r->meta.model = k_model;
+    r->meta.created = 1700000000;
+    r->meta.kind = r->req.kind;
+    r->t_received = r->t_parsed = std::chrono::steady_clock::now();
+    r->timeout_s = o.timeout_s;
+    const uint64_t id = r->id;
+    d.on_request(std::move(r), now_s, out);
+    return {id, ex};
+  }
+
+  std::vector<link_frame> take() { return std::exchange(out, {}); }
+
+  tenant_registry tenants;
+  model_registry models;
+  dispatcher d;
+  std::vector<link_frame> out;
+  uint64_t next_id = 1;
+};
+
+std::string wire(uint64_t id, uint32_t attempt, uint32_t choice = 0) {
+  return std::to_string(id) + "-" + std::to_string(attempt) + "." + std::to_string(choice);
+}
+
+// A harness with `n` workers welcomed at t=0, their connect/hello/welcome frames drained.
+void start_workers(harness& h, size_t n, uint32_t max_running) {
+  for (size_t w = 0; w < n; ++w) {
+    const uint32_t i = h.add_worker("tcp://w" + std::to_string(w) + ":5555", 0.0);
+    h.welcome(i, max_running, 0.0);
+  }
+  h.take();
+}
+
+}  // namespace
+
+TEST_CASE("dispatcher: a new worker is connected, greeted, and ready after its welcome") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  const uint32_t w = h.add_worker("tcp://w0:5555", 0.0);
+  auto f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"_connect", "hello"});
+  CHECK(f[0].worker == w);
+  CHECK(f[0].body == "tcp://w0:5555");
+  CHECK(f[1].worker == w);
+  const auto hello = as<proto::hello>(f[1]);
+  CHECK(hello.router_id == "test-router");
+  CHECK(hello.version == proto::k_protocol_version);
+
+  h.add_worker("tcp://w0:5555", 0.1);  // known endpoint: no second connection
+  CHECK(h.out.empty());
+  CHECK_FALSE(h.d.ready(0.2));
+  CHECK(h.d.workers().n_ready() == 0);
+  CHECK(h.models.find(k_model) == nullptr);
+
+  h.d.tick(1.2, h.out);  // unanswered hello is retried after hello_retry_s
+  f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"hello"});
+
+  h.welcome(w, 4, 1.3);
+  h.heartbeat(w, 1.4);
+  CHECK(h.d.ready(1.4));
+  CHECK(h.d.workers().n_ready() == 1);
+  const auto m = h.models.find(k_model);
+  REQUIRE(m != nullptr);
+  CHECK(m->context_length == 2048);
+  CHECK(m->tok.vocab_size() == model_spec()->tokens.size());
+
+  h.d.tick(3.0, h.out);  // ready and heard from: no more hellos
+  CHECK(h.take().empty());
+}
+
+TEST_CASE("dispatcher: a non-streamed completion is submitted and answered once with the whole text") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.priority = 3, .max_tokens = 20}, 0.1);
+  auto f = h.take();
+  auto s = submits(f, 0);
+  REQUIRE(s.size() == 1);
+  REQUIRE(f.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 1));
+  CHECK(s[0].prompt == h.models.find(k_model)->tok.encode("The quick brown fox"));
+  CHECK(s[0].sampling.max_tokens == 20);
+  CHECK(s[0].priority == 3);
+  CHECK(h.d.active() == 1);
+  CHECK(h.d.queued() == 0);
+
+  const auto n_prompt = static_cast<uint32_t>(s[0].prompt.size());
+  h.tokens(0, wire(c.id, 1), 2, "Hello", 2, 0.2, "", n_prompt, 4);
+  h.tokens(0, wire(c.id, 1), 1, ", world", 3, 0.3, "", n_prompt, 4);
+  CHECK(c.ex->log.empty());  // nothing reaches the client before the end
+  h.tokens(0, wire(c.id, 1), 1, "!", 4, 0.4, "stop", n_prompt, 4);
+
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  const http_response& resp = c.ex->responses[0];
+  CHECK(resp.status == 200);
+  CHECK(header(resp.headers, "X-Request-Id") == "req-1");
+  const json b = c.ex->body();
+  CHECK(b["object"] == "text_completion");
+  CHECK(b["id"] == "cmpl-1");
+  REQUIRE(b["choices"].size() == 1);
+  CHECK(b["choices"][0]["text"] == "Hello, world!");
+  CHECK(b["choices"][0]["finish_reason"] == "stop");
+  CHECK(b["usage"]["prompt_tokens"] == n_prompt);
+  CHECK(b["usage"]["completion_tokens"] == 4);
+  CHECK(b["usage"]["total_tokens"] == n_prompt + 4);
+  CHECK(b["usage"]["prompt_tokens_details"]["cached_tokens"] == 4);
+  CHECK(h.d.active() == 0);
+  CHECK(h.d.workers().at(0).in_flight == 0);
+}
+
+TEST_CASE("dispatcher: a streamed chat request gets chunks, a usage chunk, then [DONE]") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.stream = true, .include_usage = true, .chat = true}, 0.1);
+  REQUIRE(c.ex->log == std::vector<std::string>{"start_stream"});  // headers go out at once
+  CHECK(c.ex->stream_status == 200);
+  CHECK(header(c.ex->stream_headers, "X-Request-Id") == "req-1");
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].stream);
+
+  h.tokens(0, wire(c.id, 1), 1, "Hi", 1, 0.2, "", 5, 0);
+  h.tokens(0, wire(c.id, 1), 2, " there", 3, 0.3, "", 5, 0);
+  REQUIRE(c.ex->events.size() == 2);
+  h.tokens(0, wire(c.id, 1), 0, "", 3, 0.4, "stop", 5, 0);
+
+  REQUIRE(c.ex->log == std::vector<std::string>{"start_stream", "send_event", "send_event", "send_event", "send_event",
+                                                "send_event", "end_stream"});
+  const json first = c.ex->event(0);
+  CHECK(first["object"] == "chat.completion.chunk");
+  CHECK(first["id"] == "chatcmpl-1");
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(first["choices"][0]["delta"]["content"] == "Hi");
+  CHECK(first["choices"][0]["finish_reason"].is_null());
+  const json second = c.ex->event(1);
+  CHECK_FALSE(second["choices"][0]["delta"].contains("role"));
+  CHECK(second["choices"][0]["delta"]["content"] == " there");
+  const json last = c.ex->event(2);
+  CHECK(last["choices"][0]["finish_reason"] == "stop");
+  CHECK_FALSE(last["choices"][0]["delta"].contains("content"));
+  const json usage = c.ex->event(3);
+  CHECK(usage["object"] == "chat.completion.chunk");
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["prompt_tokens"] == 5);
+  CHECK(usage["usage"]["completion_tokens"] == 3);
+  CHECK(c.ex->events[4] == "[DONE]");
+  CHECK(h.d.active() == 0);
+}
+
+TEST_CASE("dispatcher: with one slot, an interactive request overtakes queued batch work") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  start_workers(h, 1, /*max_running=*/1);
+  const auto a = h.request({.priority = 5}, 0.1);
+  const auto b = h.request({.priority = 5}, 0.2);
+  const auto c = h.request({.priority = -1}, 0.3);
+  auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(a.id, 1));
+  CHECK(s[0].priority == 5);
+  CHECK(h.d.queued() == 2);
+
+  h.tokens(0, wire(a.id, 1), 1, "done", 1, 0.4, "stop");
+  CHECK(a.ex->responses.size() == 1);
+  s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 1));
+  CHECK(s[0].priority == -1);
+  CHECK(h.d.queued() == 1);
+
+  h.tokens(0, wire(c.id, 1), 1, "done", 1, 0.5, "stop");
+  s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(b.id, 1));
+  CHECK(h.d.queued() == 0);
+  CHECK(b.ex->log.empty());
+}
+
+TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After") {
+  SY_REQUIRE_MODEL();
+  auto tenants = tenant_registry::parse(R"({"tenants": [
+      {"name": "slow", "keys": ["sk-slow"], "requests_per_s": 1},
+      {"name": "fast", "keys": ["sk-fast"]}]})");
+  harness h(test_config(), std::move(tenants));
+  start_workers(h, 1, 4);
+  const auto first = h.request({.api_key = "sk-slow"}, 1.0);
+  CHECK(first.ex->log.empty());
+  CHECK(submits(h.take(), 0).size() == 1);
+
+  const auto second = h.request({.api_key = "sk-slow"}, 1.1);
+  REQUIRE(second.ex->log == std::vector<std::string>{"respond"});
+  const http_response& resp = second.ex->responses[0];
+  CHECK(resp.status == 429);
+  CHECK(header(resp.headers, "Retry-After") == "1");
+  CHECK(header(resp.headers, "X-Request-Id") == "req-2");
+  const json b = second.ex->body();
+  CHECK(b["error"]["code"] == "tenant_rate");
+  CHECK(b["error"]["type"] == "rate_limit_error");
+  CHECK(h.take().empty());  // nothing was submitted for it
+
+  const auto other = h.request({.api_key = "sk-fast"}, 1.1);  // other tenants are unaffected
+  CHECK(other.ex->log.empty());
+  const auto later = h.request({.api_key = "sk-slow"}, 2.1);  // the bucket refilled
+  CHECK(later.ex->log.empty());
+  CHECK(submits(h.take(), 0).size() == 2);
+  CHECK(h.d.render_metrics().find("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config(/*local_queue=*/0);
+  cfg.admission.max_queued_requests = 1;
+  cfg.admission.shed_fraction = {1.0, 1.0, 1.0};  // no class is shed early: the cap is exactly 1
+  harness h(cfg);
+  start_workers(h, 1, /*max_running=*/1);
+  const auto running = h.request({}, 0.1);
+  const auto queued = h.request({}, 0.2);
+  CHECK(h.d.queued() == 1);
+  CHECK(queued.ex->log.empty());
+
+  const auto refused = h.request({}, 0.3);
+  REQUIRE(refused.ex->log == std::vector<std::string>{"respond"});
+  CHECK(refused.ex->responses[0].status == 503);
+  CHECK_FALSE(header(refused.ex->responses[0].headers, "Retry-After").empty());
+  const json b = refused.ex->body();
+  CHECK(b["error"]["code"] == "queue_full");
+  CHECK(b["error"]["type"] == "overloaded_error");
+  CHECK(h.d.queued() == 1);
+  CHECK(h.d.active() == 2);
+  CHECK(h.d.render_metrics().find("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 1\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("dispatcher: a request on a dead worker that sent nothing is re-submitted to another") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  const auto c = h.request({}, 0.1);
+  auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 1));
+
+  h.heartbeat(1, 1.5);  // worker 1 stays alive; worker 0 goes silent
+  h.d.tick(1.9, h.out);
+  CHECK(h.take().empty());
+  h.d.tick(2.5, h.out);
+  const auto f = h.take();
+  REQUIRE_FALSE(f.empty());
+  CHECK(f[0].worker == 0);
+  CHECK(f[0].type == "_flush");
+  CHECK(h.d.workers().at(0).state == worker_state::dead);
+  CHECK(h.d.ready(2.5));
+  s = submits(f, 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 2));  // a new attempt: the old wire id is dead
+  CHECK(s[0].prompt == h.models.find(k_model)->tok.encode("The quick brown fox"));
+  CHECK(submits(f, 0).empty());
+  CHECK(c.ex->log.empty());  // the client noticed nothing
+
+  h.tokens(0, wire(c.id, 1), 1, "stale", 1, 2.6);  // the old worker wakes up: ignored
+  h.tokens(1, wire(c.id, 2), 1, "fresh", 1, 2.7);
+  h.tokens(1, wire(c.id, 2), 1, " text", 2, 2.8, "length");
+  h.tokens(0, wire(c.id, 1), 1, " more", 2, 2.9, "stop");
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  CHECK(c.ex->responses[0].status == 200);
+  const json b = c.ex->body();
+  CHECK(b["choices"][0]["text"] == "fresh text");
+  CHECK(b["choices"][0]["finish_reason"] == "length");
+  CHECK(b["usage"]["completion_tokens"] == 2);
+  const std::string metrics = h.d.render_metrics();
+  CHECK(metrics.find("switchyard_router_redispatched_total 1\n") != std::string::npos);
+  CHECK(metrics.find("switchyard_router_late_frames_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a stream whose worker dies after sending tokens ends with a worker_lost event") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  const auto c = h.request({.stream = true}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.tokens(0, wire(c.id, 1), 1, "Once", 1, 0.2);
+  REQUIRE(c.ex->events.size() == 1);
+
+  h.heartbeat(1, 1.5);
+  h.d.tick(2.5, h.out);
+  const auto f = h.take();
+  CHECK(submits(f, 1).empty());  // the client already has tokens: no second attempt
+  REQUIRE(c.ex->log ==
+          std::vector<std::string>{"start_stream", "send_event", "send_event", "send_event", "end_stream"});
+  const json err = c.ex->event(1);
+  CHECK(err["error"]["code"] == "worker_lost");
+  CHECK(c.ex->events[2] == "[DONE]");
+  CHECK(h.d.active() == 0);
+
+  h.tokens(0, wire(c.id, 1), 1, " upon", 2, 2.6);  // nothing more reaches the client
+  CHECK(c.ex->log.size() == 5);
+  CHECK(h.d.render_metrics().find("switchyard_router_worker_lost_total 1\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dropped from the queue") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  start_workers(h, 1, /*max_running=*/1);
+  const auto running = h.request({}, 0.1);
+  const auto waiting = h.request({}, 0.2);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  CHECK(h.d.queued() == 1);
+
+  h.d.on_client_gone(running.id, 0.25, h.out);
+  const auto f = h.take();
+  const auto cs = cancels(f, 0);
+  REQUIRE(cs.size() == 1);
+  CHECK(cs[0].request_id == wire(running.id, 1));
+  CHECK(h.d.workers().at(0).in_flight == 1);  // freed, and taken at once by the waiting request
+  // The freed slot goes to the waiting request at once.
+  auto s = submits(f, 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(waiting.id, 1));
+  h.tokens(0, wire(running.id, 1), 1, "late", 1, 0.3);
+  h.tokens(0, wire(running.id, 1), 0, "", 1, 0.3, "cancelled");
+  CHECK(running.ex->log.empty());
+  CHECK(submits(h.take(), 0).empty());
+
+  const auto third = h.request({}, 0.4);
+  CHECK(h.d.queued() == 1);
+  h.d.on_client_gone(third.id, 0.45, h.out);
+  CHECK(h.d.queued() == 0);
+  CHECK(h.d.active() == 1);
+  CHECK(cancels(h.take(), 0).empty());  // never reached a worker: nothing to cancel
+  CHECK(third.ex->log.empty());
+  CHECK(h.d.render_metrics().find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  start_workers(h, 1, /*max_running=*/1);
+  h.request({}, 0.1);
+  const auto c = h.request({.timeout_s = 1.0}, 0.2);
+  CHECK(h.d.queued() == 1);
+  h.heartbeat(0, 1.0);
+  h.d.tick(1.1, h.out);
+  CHECK(c.ex->log.empty());  // not yet
+  h.d.tick(2.2, h.out);
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  CHECK(c.ex->responses[0].status == 504);
+  CHECK(c.ex->body()["error"]["code"] == "deadline_exceeded");
+  CHECK(h.d.queued() == 0);
+  CHECK(cancels(h.take(), 0).empty());
+}
+
+TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes to another worker") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  const auto bad = h.request({}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.error(0, wire(bad.id, 1), proto::error_code::invalid_request, 0.2);
+  REQUIRE(bad.ex->log == std::vector<std::string>{"respond"});
+  CHECK(bad.ex->responses[0].status == 400);
+  const json b = bad.ex->body();
+  CHECK(b["error"]["code"] == "invalid_request");
+  CHECK(b["error"]["type"] == "invalid_request_error");
+  h.take();
+
+  // Worker 0 starts draining and refuses what it was sent.
+  const auto c = h.request({}, 0.3);
+  auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  h.heartbeat(0, 0.4, /*draining=*/true);
+  h.error(0, wire(c.id, 1), proto::error_code::overloaded, 0.5);
+  CHECK(c.ex->log.empty());
+  s = submits(h.take(), 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 2));
+  h.tokens(1, wire(c.id, 2), 1, "ok", 1, 0.6, "stop");
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  CHECK(c.ex->responses[0].status == 200);
+  CHECK(c.ex->body()["choices"][0]["text"] == "ok");
+}
+
+TEST_CASE("dispatcher: a request refused as overloaded keeps its deadline in the queue") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.timeout_s = 1.0}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.heartbeat(0, 0.2, /*draining=*/true);
+  h.error(0, wire(c.id, 1), proto::error_code::overloaded, 0.3);
+  CHECK(h.d.queued() == 1);  // no worker takes submits now
+  h.heartbeat(0, 1.5, true);
+  h.d.tick(1.6, h.out);
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  CHECK(c.ex->responses[0].status == 504);
+  CHECK(c.ex->body()["error"]["code"] == "deadline_exceeded");
+  CHECK(h.d.queued() == 0);
+}
+
+TEST_CASE("dispatcher: n=2 submits one request per choice and answers with both") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.n = 2}, 0.1);
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].request_id == wire(c.id, 1, 0));
+  CHECK(s[1].request_id == wire(c.id, 1, 1));
+  CHECK(h.d.workers().at(0).in_flight == 2);
+
+  h.tokens(0, wire(c.id, 1, 1), 3, "second", 3, 0.2, "stop", 5, 0);
+  CHECK(c.ex->log.empty());  // one choice is not the answer
+  h.tokens(0, wire(c.id, 1, 0), 2, "first", 2, 0.3, "", 5, 0);
+  h.tokens(0, wire(c.id, 1, 0), 2, " one", 4, 0.4, "length", 5, 0);
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  const json b = c.ex->body();
+  REQUIRE(b["choices"].size() == 2);
+  CHECK(b["choices"][0]["index"] == 0);
+  CHECK(b["choices"][0]["text"] == "first one");
+  CHECK(b["choices"][0]["finish_reason"] == "length");
+  CHECK(b["choices"][1]["index"] == 1);
+  CHECK(b["choices"][1]["text"] == "second");
+  CHECK(b["choices"][1]["finish_reason"] == "stop");
+  CHECK(b["usage"]["prompt_tokens"] == 5);
+  CHECK(b["usage"]["completion_tokens"] == 7);
+  CHECK(h.d.workers().at(0).in_flight == 0);
+}
+
+TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") {
+  SY_REQUIRE_MODEL();
+  auto tenants = tenant_registry::parse(R"({"tenants": [{"name": "t", "keys": ["k"], "requests_per_s": 2}]})");
+  harness h(test_config(), std::move(tenants));
+  start_workers(h, 1, 4);
+  const auto ok1 = h.request({.api_key = "k"}, 0.1);
+  const auto ok2 = h.request({.api_key = "k"}, 0.1);
+  h.request({.api_key = "k"}, 0.1);  // 429
+  h.tokens(0, wire(ok1.id, 1), 3, "abc", 3, 0.2, "stop", 5, 2);
+  h.tokens(0, wire(ok2.id, 1), 4, "abcd", 4, 0.2, "stop", 5, 0);
+  const auto gone = h.request({.api_key = "k"}, 1.2);
+  h.d.on_client_gone(gone.id, 1.25, h.out);
+
+  const std::string m = h.d.render_metrics();
+  auto has = [&](const std::string& line) { return m.find(line + "\n") != std::string::npos; };
+  CHECK(has("switchyard_router_requests_total{status=\"200\"} 2"));
+  CHECK(has("switchyard_router_requests_total{status=\"429\"} 1"));
+  CHECK(has("switchyard_router_requests_total{status=\"499\"} 1"));
+  CHECK(has("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1"));
+  CHECK(has("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 0"));
+  CHECK(has("switchyard_router_completion_tokens_total 7"));
+  CHECK(has("switchyard_router_cached_prompt_tokens_total 2"));
+  CHECK(has("switchyard_router_active_requests 0"));
+  CHECK(has("switchyard_router_workers{state=\"ready\"} 1"));
+  CHECK(has("switchyard_router_client_cancels_total 1"));
+}
