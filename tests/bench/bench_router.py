@@ -65,20 +65,24 @@ async def http_post(reader, writer, body):
 
 async def open_loop(port, rate, seconds, n_conns):
     """Sends `rate` requests/s for `seconds` over a pool of keep-alive connections."""
-    body = json.dumps({"model": MODEL_ID, "prompt": "Customer support. Question: how do I reset my password?",
-                       "max_tokens": 1, "temperature": 0}).encode()
-    conns = asyncio.Queue()
+    # 16 shared token ids (one cached KV block) + one varying id: each request costs the worker
+    # one token of compute, so the router, not the model, is what is loaded.
+    prefix = tokenize("You are a support assistant for an online shop; answer in one word, please.", chat=False)[:16]
+    conns = []
     for _ in range(n_conns):
-        conns.put_nowait(await asyncio.open_connection("127.0.0.1", port))
+        conns.append(await asyncio.open_connection("127.0.0.1", port))
     lat, statuses = [], {}
 
-    async def one():
-        r, w = await conns.get()
+    async def one(i):
+        # Open loop: a request never waits for a connection; more are opened when all are busy.
+        r, w = conns.pop() if conns else await asyncio.open_connection("127.0.0.1", port)
+        body = json.dumps({"model": MODEL_ID, "prompt": prefix + [1000 + i % 5000], "max_tokens": 1,
+                           "temperature": 0}).encode()
         t0 = time.perf_counter()
         s = await http_post(r, w, body)
         lat.append(time.perf_counter() - t0)
         statuses[s] = statuses.get(s, 0) + 1
-        conns.put_nowait((r, w))
+        conns.append((r, w))
 
     tasks, t_start = [], time.perf_counter()
     n = int(rate * seconds)
@@ -86,18 +90,17 @@ async def open_loop(port, rate, seconds, n_conns):
         delay = t_start + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one()))
+        tasks.append(asyncio.create_task(one(i)))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t_start
-    while not conns.empty():
-        _, w = conns.get_nowait()
+    for _, w in conns:
         w.close()
     return n / elapsed, lat, statuses
 
 
 def overhead(router, rate, seconds):
     before = router.metrics()
-    achieved, lat, statuses = asyncio.run(open_loop(router.port, rate, seconds, 128))
+    achieved, lat, statuses = asyncio.run(open_loop(router.port, rate, seconds, 64))
     m = router.metrics()
     out = {"rate_target": rate, "rate_achieved": achieved, "statuses": statuses,
            "client_p50_ms": statistics.median(lat) * 1e3,
@@ -115,34 +118,39 @@ def prompt_ids(i, n=128):
 
 
 def e2e_router(router, prompts, new_tokens):
-    ttft, done, lock = [], [0], threading.Lock()
-
-    def client(ids):
-        import urllib.request
+    """All streams at once from one asyncio loop, counting SSE events on raw bytes (a client as
+    light as the ZeroMQ one of the direct path, so the comparison measures the router)."""
+    async def one(ids, t0):
+        r, w = await asyncio.open_connection("127.0.0.1", router.port)
         body = json.dumps({"model": MODEL_ID, "prompt": ids, "max_tokens": new_tokens, "ignore_eos": True,
                            "temperature": 0, "stream": True}).encode()
-        req = urllib.request.Request(router.url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        t0 = time.perf_counter()
-        first, n = None, 0
-        with urllib.request.urlopen(req, timeout=600) as r:
-            for line in r:
-                if line.startswith(b"data: {"):
-                    if first is None:
-                        first = time.perf_counter() - t0
-                    n += 1
-        with lock:
-            ttft.append(first)
-            done[0] += n
+        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await w.drain()
+        first, n, tail = None, 0, b""
+        while True:
+            chunk = await r.read(65536)
+            if not chunk:
+                break
+            data = tail + chunk
+            k = data.count(b"data: {")
+            if k and first is None:
+                first = time.perf_counter() - t0
+            n += k
+            if b"data: [DONE]" in data:
+                break
+            tail = data[-8:]
+        w.close()
+        return first, n
 
-    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    return ttft, done[0] / elapsed
+    async def run():
+        t0 = time.perf_counter()
+        res = await asyncio.gather(*(one(p, t0) for p in prompts))
+        return res, time.perf_counter() - t0
+
+    res, elapsed = asyncio.run(run())
+    # One event per token here (each chunk carries one token's text; the last adds finish_reason).
+    return [f for f, _ in res], sum(n for _, n in res) / elapsed
 
 
 def e2e_direct(worker, prompts, new_tokens):
@@ -183,11 +191,18 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
 
-    worker = Worker("--kv-memory-mb", "512", "--max-running", str(max(32, a.clients)), "--threads", str(a.threads))
-    router = Router([worker.endpoint])
     results = {}
+    # Overhead: the worker gets one core, so the router and the load generator have the other.
+    worker = Worker("--kv-memory-mb", "256", "--max-running", "64", "--threads", "1")
+    router = Router([worker.endpoint], "--local-queue", "64")
     try:
         results["overhead"] = ov = overhead(router, a.rate, a.seconds)
+    finally:
+        router.stop()
+        worker.stop()
+    worker = Worker("--kv-memory-mb", "512", "--max-running", str(max(32, a.clients)), "--threads", str(a.threads))
+    router = Router([worker.endpoint])
+    try:
         print(f"router overhead at {ov['rate_achieved']:.0f} requests/s (target {a.rate:.0f}; statuses "
               f"{ov['statuses']}):")
         print(f"  parsed -> submit sent      p50 {ov['dispatch_p50_us']:7.0f} us   p99 {ov['dispatch_p99_us']:7.0f} us")
@@ -211,7 +226,7 @@ def main():
         ov["write_p50_us"] = quantile_from_histogram(m, "switchyard_router_write_overhead_seconds", 0.5, before) * 1e6
         ov["write_p99_us"] = quantile_from_histogram(m, "switchyard_router_write_overhead_seconds", 0.99, before) * 1e6
         print(f"  token in -> bytes written  p50 {ov['write_p50_us']:7.0f} us   p99 {ov['write_p99_us']:7.0f} us"
-              "   (streams below)")
+              f"   (during the {a.clients} streams below)")
         med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
         results["e2e"] = med
         cost = 1 - med["router"][2] / med["direct"][2]
