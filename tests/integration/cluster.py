@@ -20,8 +20,8 @@ class Router:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(BUILD, f"router-{self.port}.log"), "w")
-        self.proc = subprocess.Popen([ROUTER, "--port", str(self.port), "--workers", ",".join(endpoints), *extra],
-                                     stderr=self.log)
+        workers = ["--workers", ",".join(endpoints)] if endpoints else []
+        self.proc = subprocess.Popen([ROUTER, "--port", str(self.port), *workers, *extra], stderr=self.log)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -2,6 +2,7 @@
 input, tenants and limits, priorities, a worker killed mid-stream, client disconnects."""
 import json
 import os
+import resource
 import socket
 import threading
 import time
@@ -328,3 +329,69 @@ def test_worker_killed_mid_stream_every_request_ends():
         r.stop()
         for w in workers:
             w.stop()
+
+
+def test_two_thousand_streaming_clients_then_all_disconnect():
+    """2,000 concurrent SSE connections on this 2-core machine: every one is admitted and gets
+    its stream headers (most wait in the router's queue); when they all go away, every request
+    is cancelled and the worker ends with no running request and all KV blocks free."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 4200:
+        pytest.skip(f"the descriptor limit here ({hard}) cannot hold 2,000 connections on both ends")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4200), hard))
+    w = Worker("--kv-blocks", "256", "--max-running", "8")
+    r = Router([w.endpoint], "--max-queued-requests", "4096")
+    socks = []
+    try:
+        body = json.dumps({"model": MODEL_ID, "prompt": "Tell me a story.", "max_tokens": 64, "stream": True,
+                           "priority": -1}).encode()
+        req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+               str(len(body)).encode() + b"\r\n\r\n" + body)
+        for _ in range(2000):
+            s = socket.create_connection(("127.0.0.1", r.port), timeout=30)
+            s.sendall(req)
+            socks.append(s)
+        ok = 0
+        for s in socks:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            ok += head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+        assert ok == 2000
+        m = r.metrics()
+        assert m["switchyard_router_http_connections_open"] >= 2000
+        for s in socks:
+            s.close()
+        socks = []
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m, wm = r.metrics(), w.metrics()
+            if (m["switchyard_router_active_requests"] == 0 and wm["switchyard_worker_requests_running"] == 0
+                    and wm["switchyard_worker_requests_waiting"] == 0):
+                break
+            time.sleep(0.2)
+        assert m["switchyard_router_active_requests"] == 0
+        assert m["switchyard_router_client_cancels_total"] + m.get('switchyard_router_requests_total{status="200"}', 0) \
+            == 2000
+        assert wm["switchyard_worker_kv_blocks_free"] == wm["switchyard_worker_kv_blocks_total"]
+        assert r.get("/health")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+        r.stop()
+        w.stop()
+
+
+def test_workers_found_through_dns():
+    w = Worker("--kv-blocks", "64")
+    port = w.endpoint.rsplit(":", 1)[1]
+    r = Router([], "--workers-dns", f"localhost:{port}", "--dns-interval-s", "1")  # ready = a worker joined
+    try:
+        status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2})
+        assert status == 200, raw
+    finally:
+        r.stop()
+        w.stop()
