@@ -79,14 +79,15 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   up_.resize(N * F);
   int64_t max_keys = 0;
   for (const auto& b : batch) max_keys = std::max<int64_t>(max_keys, b.pos0 + static_cast<int64_t>(b.tokens.size()));
-  scores_.resize(static_cast<size_t>(pool_.size() * max_keys));
+  const int64_t group = hp.n_head / hp.n_head_kv;
+  const int64_t scratch = cpu::attend_group_scratch(group, max_keys, HD);
+  scores_.resize(static_cast<size_t>(pool_.size() * scratch));
 
   for (int64_t i = 0; i < N; ++i) model_.embed(rows[i].token, x_.data() + i * E);
 
   // Per sequence, this layer's block pointers (rebuilt per layer; a few per sequence).
   std::vector<std::vector<const void*>> kb(batch.size()), vb(batch.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
-  const int64_t group = hp.n_head / hp.n_head_kv;
 
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
@@ -113,16 +114,31 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
         vb[s][j] = kv.v_block(l, batch[s].block_ids[j]);
       }
     }
-    // Attention: one task per (token, head); causal — token at pos sees keys [0, pos].
+    // Attention; causal — token at pos sees keys [0, pos]. With enough tokens, one task per
+    // (token, kv head) runs the query heads that share it together (K/V read once per group);
+    // a few tokens (single-stream decode) split per query head so every thread has work.
+    const bool grouped = N * hp.n_head_kv >= 4 * pool_.size();
     pool_.run([&](int ith, int nth) {
       // Interleaved: later tokens attend over more keys, so contiguous ranges would be uneven.
-      float* scores = scores_.data() + ith * max_keys;
+      float* sc = scores_.data() + ith * scratch;
+      if (grouped) {
+        for (int64_t task = ith; task < N * hp.n_head_kv; task += nth) {
+          const int64_t i = task / hp.n_head_kv, kvh = task % hp.n_head_kv;
+          const int32_t s = rows[i].seq;
+          cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
+          cpu::attend_group(q_.data() + i * E + kvh * group * HD, group, rows[i].pos + 1, view, kvh, HD, scale, sc,
+                            attn_.data() + i * E + kvh * group * HD);
+        }
+        return;
+      }
       for (int64_t task = ith; task < N * hp.n_head; task += nth) {
         const int64_t i = task / hp.n_head, h = task % hp.n_head;
         const int32_t s = rows[i].seq;
         cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
-        cpu::attend_head(q_.data() + i * E + h * HD, rows[i].pos + 1, view, h / group, HD, scale, scores,
-                         attn_.data() + i * E + h * HD);
+        // A group of one: the very same arithmetic per head as above, so results do not depend on
+        // which split a batch size picked (batching invariance).
+        cpu::attend_group(q_.data() + i * E + h * HD, 1, rows[i].pos + 1, view, h / group, HD, scale, sc,
+                          attn_.data() + i * E + h * HD);
       }
     });
     linear(L.wo, attn_.data(), E, tmp_.data(), E);

@@ -1,5 +1,6 @@
 #include "kernels/cpu/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -66,7 +67,109 @@ void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_
   }
 }
 
+// Eight sums at once: lane r of the result is the sum of acc[r]'s lanes.
+inline __m256 hsum8(const __m256* acc) {
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Rows [j0, j0 + nk) of K or V as f32 pointers: f16 rows are converted into `buf`.
+template <kv_type T>
+inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t off, int64_t j0, int64_t nk,
+                     int64_t n_keys_total, int64_t head_dim, float* buf, const float** out) {
+  const size_t eb = kv_elem_bytes(T);
+  for (int64_t r = 0; r < nk; ++r) {
+    const int64_t j = j0 + r;
+    const uint8_t* p = static_cast<const uint8_t*>(blocks[j / kv.block_size]) +
+                       ((j % kv.block_size) * kv.row_stride + off) * static_cast<int64_t>(eb);
+    // The next chunk's rows: KV rows are scattered over blocks and far apart in memory, so
+    // the hardware prefetcher alone leaves the conversion waiting on loads.
+    if (j + 8 < n_keys_total) {
+      const int64_t jn = j + 8;
+      const char* pn = static_cast<const char*>(blocks[jn / kv.block_size]) +
+                       ((jn % kv.block_size) * kv.row_stride + off) * static_cast<int64_t>(eb);
+      for (int64_t c = 0; c < head_dim * static_cast<int64_t>(eb); c += 64) _mm_prefetch(pn + c, _MM_HINT_T0);
+    }
+    if constexpr (T == kv_type::f32) {
+      out[r] = reinterpret_cast<const float*>(p);
+    } else {
+      float* dst = buf + r * head_dim;
+      for (int64_t d = 0; d < head_dim; d += 8) _mm256_storeu_ps(dst + d, load8<T>(p, d));
+      out[r] = dst;
+    }
+  }
+}
+
+template <kv_type T>
+void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
+                      int64_t head_dim, float scale, float* scratch, float* out) {
+  const int64_t off = kv_head * head_dim;
+  float* scores = scratch;              // [n_q][n_keys]
+  float* buf = scratch + n_q * n_keys;  // 8 converted rows
+  const float* rp[8];
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
+    const int64_t nk = std::min<int64_t>(8, n_keys - j0);
+    rows_f32<T>(kv.k_blocks, kv, off, j0, nk, n_keys, head_dim, buf, rp);
+    for (int64_t g = 0; g < n_q; ++g) {
+      const float* qg = q + g * head_dim;
+      float* sg = scores + g * n_keys + j0;
+      if (nk == 8) {
+        __m256 acc[8];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t d = 0; d < head_dim; d += 8) {
+          const __m256 qv = _mm256_loadu_ps(qg + d);
+          for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rp[r] + d), acc[r]);
+        }
+        _mm256_storeu_ps(sg, _mm256_mul_ps(hsum8(acc), vscale));
+      } else {
+        for (int64_t r = 0; r < nk; ++r) {
+          __m256 acc = _mm256_setzero_ps();
+          for (int64_t d = 0; d < head_dim; d += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(rp[r] + d), acc);
+          sg[r] = hsum(acc) * scale;
+        }
+      }
+    }
+  }
+  for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * n_keys, n_keys);
+  for (int64_t i = 0; i < n_q * head_dim; ++i) out[i] = 0.f;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
+    const int64_t nk = std::min<int64_t>(8, n_keys - j0);
+    rows_f32<T>(kv.v_blocks, kv, off, j0, nk, n_keys, head_dim, buf, rp);
+    for (int64_t g = 0; g < n_q; ++g) {
+      const float* p = scores + g * n_keys + j0;
+      float* og = out + g * head_dim;
+      for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {  // up to 8 registers of the output
+        const int n8 = static_cast<int>(std::min<int64_t>(64, head_dim - d0) / 8);
+        __m256 acc[8];
+        for (int k = 0; k < n8; ++k) acc[k] = _mm256_loadu_ps(og + d0 + 8 * k);
+        for (int64_t r = 0; r < nk; ++r) {
+          const __m256 pv = _mm256_set1_ps(p[r]);
+          for (int k = 0; k < n8; ++k) acc[k] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(rp[r] + d0 + 8 * k), acc[k]);
+        }
+        for (int k = 0; k < n8; ++k) _mm256_storeu_ps(og + d0 + 8 * k, acc[k]);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
+                  int64_t head_dim, float scale, float* scratch, float* out) {
+  if (head_dim % 8 != 0 || head_dim > 256) {
+    for (int64_t g = 0; g < n_q; ++g)
+      attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
+    return;
+  }
+  if (kv.type == kv_type::f32)
+    attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+  else
+    attend_group_vec<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+}
 
 void store_kv_row(const float* src, void* dst, int64_t n, kv_type type) {
   if (type == kv_type::f32) {

@@ -37,4 +37,15 @@ void store_kv_row(const float* src, void* dst, int64_t n, kv_type type);
 void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,
                  float scale, float* scores, float* out);
 
+// The n_q query heads that share kv head `kv_head` (grouped-query attention) at once: q and out
+// hold n_q consecutive heads of head_dim floats each. Same result as attend_head per head, but
+// each K/V row is read and converted once for the group, dot products are reduced 8 keys at a
+// time, and outputs accumulate in registers. `scratch`: attend_group_scratch floats. Each head's
+// result depends only on its own inputs, never on n_q (bitwise): a group of one is the same.
+void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
+                  int64_t head_dim, float scale, float* scratch, float* out);
+inline int64_t attend_group_scratch(int64_t n_q, int64_t n_keys, int64_t head_dim) {
+  return n_q * n_keys + 8 * head_dim + 8;
+}
+
 }  // namespace sy::cpu

@@ -64,9 +64,12 @@ void add_inplace(float* x, const float* y, int64_t n) {
 }
 
 void softmax_inplace(float* x, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, x[i]);
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(x + i), vmax);  // a NaN in x is skipped
+  float mx = hmax(vmax);
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  i = 0;
   __m256 acc = _mm256_setzero_ps();
   const __m256 vmx = _mm256_set1_ps(mx);
   for (; i + 8 <= n; i += 8) {
