@@ -1,0 +1,105 @@
+#include "cache/cache_key.hpp"
+
+#include <openssl/evp.h>
+
+#include <bit>
+#include <cassert>
+#include <cmath>
+
+namespace sy::cache {
+namespace {
+
+// Appends fixed-width little-endian integers and length-prefixed strings to a byte string.
+class canonical_writer {
+ public:
+  explicit canonical_writer(std::string& out) : out_(out) {}
+
+  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
+  void boolean(bool v) { u8(v ? 1 : 0); }
+  void f32(float v) {
+    if (v == 0.0f) v = 0.0f;  // -0.0 compares equal to 0.0: one encoding for both
+    uint32_t bits = std::isnan(v) ? 0x7fc00000u : std::bit_cast<uint32_t>(v);
+    u32(bits);
+  }
+  void str(std::string_view s) {
+    u64(s.size());
+    out_.append(s);
+  }
+
+ private:
+  std::string& out_;
+};
+
+constexpr char k_hex[] = "0123456789abcdef";
+
+}  // namespace
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  int ok = EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr);
+  assert(ok == 1 && md_len == 32);
+  (void)ok;
+  std::string hex(2 * md_len, '0');
+  for (unsigned i = 0; i < md_len; ++i) {
+    hex[2 * i] = k_hex[md[i] >> 4];
+    hex[2 * i + 1] = k_hex[md[i] & 0xf];
+  }
+  return hex;
+}
+
+std::string canonical_bytes(const key_input& in) {
+  std::string out;
+  out.reserve(128 + in.tenant_namespace.size() + in.model.size() + 4 * in.prompt_tokens.size());
+  canonical_writer w(out);
+  w.str("sy-response-key-v1");
+  w.str(in.tenant_namespace);
+  w.str(in.model);
+  w.u8(in.endpoint);
+  w.u64(in.prompt_tokens.size());
+  for (int32_t t : in.prompt_tokens) w.i32(t);
+  w.f32(in.temperature);
+  w.f32(in.top_p);
+  w.f32(in.min_p);
+  w.f32(in.repetition_penalty);
+  w.i32(in.top_k);
+  w.i32(in.repeat_last_n);
+  w.i32(in.max_tokens);
+  w.i32(in.n);
+  w.i32(in.logprobs);
+  w.boolean(in.want_logprobs);
+  w.boolean(in.echo);
+  w.boolean(in.ignore_eos);
+  w.boolean(in.has_seed);
+  w.u64(in.seed);
+  w.u64(in.stop.size());
+  for (const std::string& s : in.stop) w.str(s);
+  return out;
+}
+
+std::string make_key(const key_input& in) {
+  std::string key;
+  key.reserve(8 + in.tenant_namespace.size() + 1 + 64);
+  key.append("sy:v1:r:").append(in.tenant_namespace).append(":").append(sha256_hex(canonical_bytes(in)));
+  return key;
+}
+
+std::string prompt_hash(const key_input& in) {
+  std::string out;
+  out.reserve(32 + in.model.size() + 4 * in.prompt_tokens.size());
+  canonical_writer w(out);
+  w.str("sy-prompt-v1");
+  w.str(in.model);
+  w.u64(in.prompt_tokens.size());
+  for (int32_t t : in.prompt_tokens) w.i32(t);
+  return sha256_hex(out);
+}
+
+}  // namespace sy::cache

@@ -1,0 +1,54 @@
+// The response cache key (DESIGN.md §4 step 4): a SHA-256 over a canonical byte encoding of
+// everything that determines a response — tenant namespace, model, endpoint, the prompt tokens
+// after templating and every output-affecting sampling parameter.
+//
+// Key layout: "sy:v1:r:" + tenant_namespace + ":" + 64 lowercase hex digits.
+// The namespace is both a readable prefix (so an operator can SCAN or drop one tenant's entries)
+// and part of the hashed bytes. Tenants that share a namespace share entries; the router chooses
+// the namespace (per tenant, or per opted-in tenant group).
+//
+// Canonical encoding (version tag "sy-response-key-v1", then the fields in declaration order):
+// strings as u64 little-endian length + bytes; integers little-endian at their declared width;
+// bools as one byte 0/1; floats by their IEEE-754 bit pattern with -0.0 mapped to 0.0 and every
+// NaN mapped to one quiet NaN; vectors as u64 count + elements; stop strings in the given order.
+// Every field is encoded verbatim: the key does not know which parameters the sampler ignores
+// (e.g. `seed` when !has_seed, `logprobs` when !want_logprobs). Callers that want such requests
+// to share an entry normalise those fields first; a caller that does not merely gets extra misses,
+// never a wrong hit.
+//
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sy::cache {
+
+struct key_input {
+  std::string tenant_namespace;
+  std::string model;
+  uint8_t endpoint = 0;                // 0: /v1/completions, 1: /v1/chat/completions
+  std::vector<int32_t> prompt_tokens;  // after chat templating
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repetition_penalty = 1.0f;
+  int32_t top_k = 0, repeat_last_n = 64, max_tokens = 16, n = 1, logprobs = 0;
+  bool want_logprobs = false, echo = false, ignore_eos = false, has_seed = false;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;  // order matters to the encoding, as given by the request
+};
+
+// "sy:v1:r:<tenant_namespace>:<sha256 hex>".
+std::string make_key(const key_input& in);
+
+// Lowercase hex SHA-256 of the model and the prompt tokens only (nothing tenant- or
+// parameter-specific): groups repeats of the same prompt for the top-K analytics.
+std::string prompt_hash(const key_input& in);
+
+// The canonical bytes make_key hashes (exposed for tests and debugging).
+std::string canonical_bytes(const key_input& in);
+
+// Lowercase hex SHA-256 of `bytes` (OpenSSL EVP).
+std::string sha256_hex(std::string_view bytes);
+
+}  // namespace sy::cache

@@ -1,0 +1,46 @@
+// A finished generation as the response cache stores it, and its binary encoding.
+//
+// The response is kept as the pieces of text a live stream sent, so a hit on a `stream: true`
+// request can be replayed as SSE chunks of the same shape; a non-streaming hit concatenates them.
+//
+// Encoding (version 1, all integers little-endian):
+//   "SYRC" u8 version=1 | u8 endpoint | str model | u32 prompt_tokens | u32 completion_tokens |
+//   u32 cached_tokens | f64 generation_s (IEEE bits) | i64 created_unix_s |
+//   u32 n_choices { u32 n_deltas { str delta }* | str finish_reason | str logprobs_json }* |
+//   u64 FNV-1a-64 of every preceding byte
+// where str = u32 length + bytes. decode() accepts exactly this (no trailing bytes) and returns
+// nullopt for anything else — truncated, garbage, bit-flipped, another version — never throws
+// and never allocates more than the input could describe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sy::cache {
+
+struct stored_response {
+  uint8_t endpoint = 0;  // 0: /v1/completions, 1: /v1/chat/completions
+  std::string model;
+  struct choice {
+    std::vector<std::string> deltas;  // text pieces as streamed, in order; concatenation = full text
+    std::string finish_reason;        // "stop", "length", ...; empty means unfinished (not storable)
+    std::string logprobs_json;        // opaque to the cache; may be empty
+    bool operator==(const choice&) const = default;
+  };
+  std::vector<choice> choices;
+  uint32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  double generation_s = 0;     // wall time the original generation took (for "device-seconds saved")
+  int64_t created_unix_s = 0;  // when the entry was made; response_cache::store stamps it when 0
+
+  bool operator==(const stored_response&) const = default;
+
+  std::string text(size_t choice_index) const;  // the concatenated deltas of one choice
+};
+
+std::string encode(const stored_response& r);
+std::optional<stored_response> decode(std::string_view bytes);
+
+}  // namespace sy::cache
