@@ -1,5 +1,10 @@
 #include "router/api_handler.hpp"
 
+#include "cache/cache_key.hpp"
+#include "router/cache_replay.hpp"
+#include "router/dashboard.hpp"
+
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -33,6 +38,37 @@ std::string request_id_for(const http_request& req) {
   return b;
 }
 
+// The value of `name` in the target's query string ("" when absent); %XX and + decoded.
+std::string query_param(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return "";
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      std::string out;
+      const std::string_view v = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == '+') {
+          out += ' ';
+        } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+                   std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+          out += static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16));
+          i += 2;
+        } else {
+          out += v[i];
+        }
+      }
+      return out;
+    }
+    if (amp == std::string_view::npos) break;
+    rest = rest.substr(amp + 1);
+  }
+  return "";
+}
+
 std::string bearer_key(const http_request& req) {
   std::string_view h = req.header("authorization");
   if (h.size() > 7 && (h.substr(0, 7) == "Bearer " || h.substr(0, 7) == "bearer ")) return std::string(h.substr(7));
@@ -44,14 +80,15 @@ std::string bearer_key(const http_request& req) {
 api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_registry& models,
                          std::function<void(std::shared_ptr<routed_request>)> submit,
                          std::function<void(uint64_t)> client_gone, std::shared_ptr<router_status> status,
-                         const http_counters* http)
+                         const http_counters* http, cache_service* cache)
     : cfg_(std::move(cfg)),
       tenants_(tenants),
       models_(models),
       submit_(std::move(submit)),
       client_gone_(std::move(client_gone)),
       status_(std::move(status)),
-      http_(http) {}
+      http_(http),
+      cache_(cache) {}
 
 void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id) {
   {
@@ -91,12 +128,23 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   const bool is_completions = path == "/v1/completions", is_chat = path == "/v1/chat/completions",
-             is_models = path == "/v1/models";
-  if (!is_completions && !is_chat && !is_models) {
+             is_models = path == "/v1/models", is_stats = path == "/v1/cache/stats",
+             is_dashboard = path == "/dashboard", is_chart = path == "/dashboard/chart.js";
+  if (is_chart) {  // a static file (no secrets): the page's script tag cannot send a key
+    const std::string& js = chart_js();
+    if (js.empty()) {
+      reject(*ex, error_of(404, "not_found_error", "chart_js_missing", "Chart.js is not installed (libjs-chart.js)"),
+             request_id);
+      return;
+    }
+    ex->respond({200, "application/javascript", {{"Cache-Control", "max-age=86400"}}, js});
+    return;
+  }
+  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = !is_models;
+  const bool want_post = is_completions || is_chat;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
@@ -104,13 +152,26 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
            request_id);
     return;
   }
-  const std::string key = bearer_key(req);
+  std::string key = bearer_key(req);
+  if (key.empty() && is_dashboard) key = query_param(req.target, "key");  // a browser address bar
   const tenant* who = tenants_.authenticate(key);
   if (!who) {
     reject(*ex,
            error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
                     key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
            request_id);
+    return;
+  }
+  if (is_stats || is_dashboard) {
+    if (!who->admin) {
+      reject(*ex, error_of(403, "permission_error", "admin_only", "this endpoint needs an admin API key"), request_id);
+      return;
+    }
+    if (is_dashboard) {
+      ex->respond({200, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_html()});
+      return;
+    }
+    cache_stats(std::move(ex), req, request_id);
     return;
   }
   if (is_models) {
@@ -205,7 +266,100 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   }
   r->ex = ex;
   ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });
-  submit_(std::move(r));
+  submit_or_lookup(std::move(r), req);
+}
+
+void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http_request& req) {
+  if (!cache_) {
+    submit_(std::move(r));
+    return;
+  }
+  const generation_request& g = r->req;
+  const std::string_view cc = req.header("cache-control");
+  const bool no_store = g.cache == false || cc.find("no-store") != std::string_view::npos;
+  const bool no_lookup = no_store || cc.find("no-cache") != std::string_view::npos;
+  // Logprobs are not kept in the cache: such requests are served live.
+  if (g.want_logprobs || !cache::cacheable(g.sampling.temperature, g.sampling.has_seed, no_store, cache_->policy())) {
+    cache_->record({cache::event_kind::bypass, r->who->name, r->model->id, "", 0, 0, 0, std::nullopt});
+    submit_(std::move(r));
+    return;
+  }
+  cache::key_input k;
+  k.tenant_namespace = r->who->cache_namespace;
+  k.model = r->model->id;
+  k.endpoint = g.kind == endpoint::chat_completions ? 1 : 0;
+  k.prompt_tokens = r->prompt;
+  const auto& s = g.sampling;
+  k.temperature = s.temperature;
+  k.top_p = s.top_p;
+  k.min_p = s.min_p;
+  k.repetition_penalty = s.repetition_penalty;
+  k.top_k = s.top_k;
+  k.repeat_last_n = s.repeat_last_n;
+  k.max_tokens = s.max_tokens;
+  k.n = g.n;
+  k.logprobs = s.logprobs;
+  k.want_logprobs = g.want_logprobs;
+  k.echo = g.echo;
+  k.ignore_eos = s.ignore_eos;
+  k.has_seed = s.has_seed;
+  k.seed = s.has_seed ? s.seed : 0;  // a seed the sampler ignores must not split the key
+  k.stop = s.stop;
+  r->cache_key = cache::make_key(k);
+  r->prompt_hash = cache::prompt_hash(k);
+  r->cache_store = true;
+  if (r->who->cache_previews)
+    r->preview =
+        g.kind == endpoint::chat_completions && !g.messages.empty() ? g.messages.back().content : g.prompt_text;
+  if (no_lookup) {
+    submit_(std::move(r));
+    return;
+  }
+  auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status) mutable {
+    if (!hit) {
+      submit_(std::move(r));  // miss, error or circuit open: a worker serves it (and it is stored)
+      return;
+    }
+    if (r->ex->disconnected()) return;
+    replay_response(*r, *hit);
+    const double age = std::max<double>(0, static_cast<double>(unix_s_now() - hit->created_unix_s));
+    cache_->record({cache::event_kind::hit, r->who->name, r->model->id, r->prompt_hash,
+                    hit->prompt_tokens + hit->completion_tokens, hit->generation_s, age, r->preview});
+  };
+  if (!cache_->lookup(r->cache_key, std::move(on_result))) submit_(std::move(r));  // cache backed up
+}
+
+void api_handler::cache_stats(std::shared_ptr<http_exchange> ex, const http_request& req,
+                              const std::string& request_id) {
+  if (!cache_) {
+    reject(*ex, error_of(404, "not_found_error", "cache_disabled", "the response cache is off (no --redis)"),
+           request_id);
+    return;
+  }
+  const int64_t now = unix_s_now();
+  auto num = [&](const char* name, int64_t fallback) -> std::optional<int64_t> {
+    const std::string v = query_param(req.target, name);
+    if (v.empty()) return fallback;
+    try {
+      size_t used = 0;
+      const long long x = std::stoll(v, &used);
+      if (used != v.size()) return std::nullopt;
+      return x;
+    } catch (...) {
+      return std::nullopt;
+    }
+  };
+  const auto from = num("from", now - 3600), to = num("to", now), top = num("top", 10);
+  if (!from || !to || !top || *from > *to || *top < 0 || *top > 1000 || *to - *from > 31 * 86400) {
+    reject(
+        *ex,
+        bad_request("from", "from/to must be unix seconds with from <= to (at most 31 days apart), top in [0, 1000]"),
+        request_id);
+    return;
+  }
+  cache_->query(*from, *to, static_cast<size_t>(*top), [keep = std::move(ex), request_id](cache::cache_stats s) {
+    keep->respond({s.complete ? 200 : 503, "application/json", {{"X-Request-Id", request_id}}, cache::to_json(s)});
+  });
 }
 
 std::string api_handler::metrics() const {
@@ -222,6 +376,7 @@ std::string api_handler::metrics() const {
     for (const auto& [k, n] : status_->edge_errors)
       out += "switchyard_router_edge_errors_total{error=\"" + k + "\"} " + std::to_string(n) + "\n";
   }
+  if (cache_) out += cache_->render_metrics();
   if (http_) {
     metric(out, "switchyard_router_http_connections_open", "gauge", "Open client connections.",
            static_cast<double>(http_->connections_open.load()));

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/metrics.hpp"
+#include "router/cache_service.hpp"
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
 #include "router/openai_api.hpp"
@@ -51,7 +52,7 @@ class api_handler {
  public:
   api_handler(api_config cfg, const tenant_registry& tenants, model_registry& models,
               std::function<void(std::shared_ptr<routed_request>)> submit, std::function<void(uint64_t)> client_gone,
-              std::shared_ptr<router_status> status, const http_counters* http);
+              std::shared_ptr<router_status> status, const http_counters* http, cache_service* cache = nullptr);
 
   void operator()(std::shared_ptr<http_exchange> ex, http_request&& req);
 
@@ -60,6 +61,9 @@ class api_handler {
                   const std::string& request_id);
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
   std::string metrics() const;
+  // Response cache: look up (a hit is answered from the cache thread), else submit.
+  void submit_or_lookup(std::shared_ptr<routed_request> r, const http_request& req);
+  void cache_stats(std::shared_ptr<http_exchange> ex, const http_request& req, const std::string& request_id);
 
   api_config cfg_;
   const tenant_registry& tenants_;
@@ -68,6 +72,7 @@ class api_handler {
   std::function<void(uint64_t)> client_gone_;
   std::shared_ptr<router_status> status_;
   const http_counters* http_;
+  cache_service* cache_;
   std::atomic<uint64_t> next_id_{1};
 };
 

@@ -29,13 +29,15 @@ api_error make_error(int status, std::string type, std::string code, std::string
 
 }  // namespace
 
-dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models)
+dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models,
+                       cache_service* cache)
     : cfg_(std::move(cfg)),
       tenants_(tenants),
       models_(models),
       admission_(cfg_.admission, tenants),
       queue_(cfg_.queue),
-      pool_(cfg_.pool) {}
+      pool_(cfg_.pool),
+      cache_(cache) {}
 
 template <class T>
 void dispatcher::send(uint32_t worker, const T& m, std::vector<link_frame>& out) {
@@ -75,6 +77,7 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     reply_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5);
     return;
   }
+  if (!req.cache_key.empty() && attach_follower(r)) return;
   const int64_t tokens =
       static_cast<int64_t>(req.prompt.size()) + static_cast<int64_t>(req.req.sampling.max_tokens) * req.req.n;
   const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
@@ -108,9 +111,52 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
   e.deadline_s = deadline_s;
   e.tokens = tokens;
   queue_.push(e);
+  if (!req.cache_key.empty()) {
+    by_key_[req.cache_key] = e.id;
+    if (cache_)
+      cache_->record({cache::event_kind::miss, req.who->name, req.model->id, req.prompt_hash, 0, 0, 0, req.preview});
+  }
   a->r = std::move(r);
   active_.emplace(e.id, std::move(a));
   pump(now_s, out);
+}
+
+bool dispatcher::attach_follower(std::shared_ptr<routed_request>& r) {
+  auto k = by_key_.find(r->cache_key);
+  if (k == by_key_.end()) return false;
+  auto it = active_.find(k->second);
+  if (it == active_.end()) return false;
+  active_request& a = *it->second;
+  listener l;
+  l.r = r;
+  l.started.assign(a.choices.size(), false);
+  if (r->req.stream) {
+    r->ex->start_stream(200, {{"X-Request-Id", r->request_id}, {"X-Cache", "coalesced"}});
+    l.stream_open = true;
+    // Join the live stream: first what the generation has produced so far.
+    for (uint32_t c = 0; c < a.choices.size(); ++c) {
+      const choice_state& cs = a.choices[c];
+      for (size_t i = 0; i < cs.deltas.size(); ++i) {
+        const bool last = cs.finished && i + 1 == cs.deltas.size();
+        send_stream_chunk(*r, l.started, c, cs.deltas[i], last ? std::string_view(cs.finish_reason) : "", {}, {});
+      }
+      if (cs.finished && cs.deltas.empty()) send_stream_chunk(*r, l.started, c, "", cs.finish_reason, {}, {});
+    }
+  }
+  coalesced_++;
+  follower_of_[r->id] = a.r->id;
+  if (cache_)
+    cache_->record({cache::event_kind::coalesced, r->who->name, r->model->id, r->prompt_hash,
+                    static_cast<uint32_t>(r->prompt.size()), 0, 0, r->preview});
+  a.followers.push_back(std::move(l));
+  return true;
+}
+
+void dispatcher::send_stream_chunk(const routed_request& to, std::vector<bool>& started, uint32_t c,
+                                   std::string_view text, std::string_view finish,
+                                   const std::vector<token_logprobs>& lps, clock::time_point t_recv) {
+  to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !started[c], finish, lps), t_recv);
+  started[c] = true;
 }
 
 void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
@@ -145,6 +191,7 @@ void dispatcher::dispatch(active_request& a, size_t worker, double now_s, std::v
   a.dispatched = true;
   a.worker = static_cast<uint32_t>(worker);
   a.attempt++;
+  a.t_dispatched = clock::now();
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
   proto::submit s;
   s.prompt = r.prompt;
@@ -293,16 +340,23 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
     cs.started = !r.req.stream;  // non-streamed: the echo is in cs.text from here on
   }
   const bool done = fr == "stop" || fr == "length";
-  if (r.req.stream) {
-    if (!text.empty() || !lps.empty() || done) {
+  const bool chunk = !text.empty() || !lps.empty() || done;
+  if (r.req.stream && !a.leader_gone) {
+    if (chunk) {
       r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps), t_recv);
       cs.started = true;
       if (!text.empty() || !m.token_ids.empty()) a.sent_tokens = true;
     }
-  } else {
+  } else if (!r.req.stream) {
     cs.text += text;
     for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
   }
+  for (listener& f : a.followers) {
+    if (!f.stream_open || !chunk) continue;
+    send_stream_chunk(*f.r, f.started, c, text, done ? std::string_view(fr) : "", {}, t_recv);
+    if (!text.empty()) a.sent_tokens = true;
+  }
+  if (!r.cache_key.empty() && !text.empty()) cs.deltas.push_back(text);
   if (done) {
     cs.finished = true;
     cs.finish_reason = fr;
@@ -315,6 +369,37 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
   }
 }
 
+void dispatcher::end_listener(const routed_request& to, bool stream_open, const active_request& a,
+                              const usage_info& u) {
+  count_status(200);
+  if (stream_open) {
+    if (to.req.include_usage) to.ex->send_event(format_usage_chunk(to.meta, u));
+    to.ex->send_event("[DONE]");
+    to.ex->end_stream();
+    return;
+  }
+  const bool own = &to == a.r.get() && !to.req.stream;  // the leader accumulated text itself
+  std::vector<choice_result> choices;
+  for (uint32_t c = 0; c < a.choices.size(); ++c) {
+    const choice_state& cs = a.choices[c];
+    choice_result cr;
+    cr.index = static_cast<int32_t>(c);
+    if (own) {
+      cr.text = cs.text;
+      cr.logprobs = cs.logprobs;
+    } else {
+      for (const auto& d : cs.deltas) cr.text += d;
+    }
+    cr.finish_reason = cs.finish_reason;
+    choices.push_back(std::move(cr));
+  }
+  http_response resp;
+  resp.body = format_response(to.meta, choices, u);
+  resp.headers.emplace_back("X-Request-Id", to.request_id);
+  if (!own) resp.headers.emplace_back("X-Cache", "coalesced");
+  to.ex->respond(std::move(resp));
+}
+
 void dispatcher::finish(active_request& a) {
   const routed_request& r = *a.r;
   usage_info u = a.usage;
@@ -323,44 +408,41 @@ void dispatcher::finish(active_request& a) {
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
   e2e_s_.observe(seconds(clock::now() - r.t_received));
-  count_status(200);
-  if (r.req.stream) {
-    if (r.req.include_usage) r.ex->send_event(format_usage_chunk(r.meta, u));
-    r.ex->send_event("[DONE]");
-    r.ex->end_stream();
+  if (!a.leader_gone) end_listener(r, a.stream_open, a, u);
+  for (const listener& f : a.followers) end_listener(*f.r, f.stream_open, a, u);
+  if (cache_ && r.cache_store) {
+    cache::stored_response sr;
+    sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
+    sr.model = r.model->id;
+    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}});
+    sr.prompt_tokens = u.prompt_tokens;
+    sr.completion_tokens = u.completion_tokens;
+    sr.cached_tokens = u.cached_tokens;
+    sr.generation_s = a.t_dispatched == clock::time_point{} ? 0 : seconds(clock::now() - a.t_dispatched);
+    cache_->store(r.cache_key, std::move(sr));
+  }
+}
+
+void dispatcher::fail_listener(const routed_request& to, bool stream_open, const api_error& e) {
+  count_status(e.status);
+  if (stream_open) {
+    to.ex->send_event(format_error(e));
+    to.ex->send_event("[DONE]");
+    to.ex->end_stream();
     return;
   }
-  std::vector<choice_result> choices;
-  for (uint32_t c = 0; c < a.choices.size(); ++c) {
-    choice_result cr;
-    cr.index = static_cast<int32_t>(c);
-    cr.text = std::move(a.choices[c].text);
-    cr.finish_reason = a.choices[c].finish_reason;
-    cr.logprobs = std::move(a.choices[c].logprobs);
-    choices.push_back(std::move(cr));
-  }
   http_response resp;
-  resp.body = format_response(r.meta, choices, u);
-  resp.headers.emplace_back("X-Request-Id", r.request_id);
-  r.ex->respond(std::move(resp));
+  resp.status = e.status;
+  resp.body = format_error(e);
+  resp.headers.emplace_back("X-Request-Id", to.request_id);
+  to.ex->respond(std::move(resp));
 }
 
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
-  const routed_request& r = *a.r;
   cancel_on_worker(a, out);
-  count_status(e.status);
-  if (a.stream_open) {
-    r.ex->send_event(format_error(e));
-    r.ex->send_event("[DONE]");
-    r.ex->end_stream();
-  } else {
-    http_response resp;
-    resp.status = e.status;
-    resp.body = format_error(e);
-    resp.headers.emplace_back("X-Request-Id", r.request_id);
-    r.ex->respond(std::move(resp));
-  }
-  erase(r.id);
+  if (!a.leader_gone) fail_listener(*a.r, a.stream_open, e);
+  for (const listener& f : a.followers) fail_listener(*f.r, f.stream_open, e);
+  erase(a.r->id);
 }
 
 void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_frame>& out) {
@@ -378,17 +460,40 @@ void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_fram
 void dispatcher::erase(uint64_t id) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
-  if (it->second->queued) queue_.remove(id);
+  const active_request& a = *it->second;
+  if (a.queued) queue_.remove(id);
+  if (!a.r->cache_key.empty()) {
+    auto k = by_key_.find(a.r->cache_key);
+    if (k != by_key_.end() && k->second == id) by_key_.erase(k);
+  }
+  for (const listener& f : a.followers) follower_of_.erase(f.r->id);
   active_.erase(it);
 }
 
 void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
-  client_cancels_++;
-  count_status(499);  // nginx's "client closed request"
-  cancel_on_worker(*it->second, out);
-  erase(id);
+  uint64_t leader = id;
+  if (auto f = follower_of_.find(id); f != follower_of_.end()) {  // a coalesced listener left
+    leader = f->second;
+    follower_of_.erase(f);
+    auto it = active_.find(leader);
+    if (it == active_.end()) return;
+    auto& fs = it->second->followers;
+    fs.erase(std::remove_if(fs.begin(), fs.end(), [id](const listener& l) { return l.r->id == id; }), fs.end());
+    client_cancels_++;
+    count_status(499);
+    if (!it->second->leader_gone || !fs.empty()) return;  // someone still listens
+  } else {
+    auto it = active_.find(id);
+    if (it == active_.end()) return;
+    client_cancels_++;
+    count_status(499);                     // nginx's "client closed request"
+    if (!it->second->followers.empty()) {  // the generation goes on for the coalesced requests
+      it->second->leader_gone = true;
+      return;
+    }
+  }
+  cancel_on_worker(*active_.at(leader), out);
+  erase(leader);
   pump(now_s, out);  // its slot is free for the next in the queue
 }
 
@@ -536,6 +641,9 @@ std::string dispatcher::render_metrics() const {
          "Requests ended with an error because their worker died mid-stream.", static_cast<double>(worker_lost_));
   metric(out, "switchyard_router_client_cancels_total", "counter", "Requests cancelled because the client went away.",
          static_cast<double>(client_cancels_));
+  metric(out, "switchyard_router_coalesced_total", "counter",
+         "Requests that joined an identical in-flight generation instead of starting one.",
+         static_cast<double>(coalesced_));
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
   metric(out, "switchyard_router_late_frames_total", "counter", "Worker frames for requests that had already ended.",

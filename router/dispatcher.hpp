@@ -24,6 +24,7 @@
 
 #include "common/metrics.hpp"
 #include "router/admission.hpp"
+#include "router/cache_service.hpp"
 #include "router/model_registry.hpp"
 #include "router/priority_queue.hpp"
 #include "router/routed_request.hpp"
@@ -52,7 +53,10 @@ class dispatcher {
  public:
   using clock = std::chrono::steady_clock;
 
-  dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models);
+  // `cache` (may be null: no response cache) receives finished cacheable responses and the
+  // miss/coalesced analytics events; its methods only queue work.
+  dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models,
+             cache_service* cache = nullptr);
 
   void add_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out);
   // No new requests go there (it left the DNS answer); what runs there finishes.
@@ -80,6 +84,14 @@ class dispatcher {
     std::string finish_reason;
     std::vector<token_logprobs> logprobs;
     uint32_t completion_tokens = 0;
+    std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
+  };
+  // A coalesced request: an identical cacheable request that arrived while this one was
+  // generating; it gets the same tokens (a stream joins with what was sent so far).
+  struct listener {
+    std::shared_ptr<routed_request> r;
+    bool stream_open = false;
+    std::vector<bool> started;  // per choice: a chunk went out
   };
   struct active_request {
     std::shared_ptr<routed_request> r;
@@ -97,6 +109,9 @@ class dispatcher {
     double t_enqueued_s = 0;
     clock::time_point t_first_token{};
     clock::time_point t_last_token{};
+    clock::time_point t_dispatched{};
+    std::vector<listener> followers;
+    bool leader_gone = false;  // r's client left, followers still listen
   };
 
   void pump(double now_s, std::vector<link_frame>& out);
@@ -115,6 +130,11 @@ class dispatcher {
   template <class T>
   void send(uint32_t worker, const T& m, std::vector<link_frame>& out);
   void count_status(int status) { status_counts_[status]++; }
+  bool attach_follower(std::shared_ptr<routed_request>& r);
+  void send_stream_chunk(const routed_request& to, std::vector<bool>& started, uint32_t c, std::string_view text,
+                         std::string_view finish, const std::vector<token_logprobs>& lps, clock::time_point t_recv);
+  void end_listener(const routed_request& to, bool stream_open, const active_request& a, const usage_info& u);
+  void fail_listener(const routed_request& to, bool stream_open, const api_error& e);
 
   dispatcher_config cfg_;
   const tenant_registry& tenants_;
@@ -123,7 +143,10 @@ class dispatcher {
   priority_queue queue_;
   worker_pool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<active_request>> active_;
-  std::vector<double> hello_sent_s_;  // per worker
+  cache_service* cache_ = nullptr;
+  std::unordered_map<std::string, uint64_t> by_key_;    // cache key -> generating request
+  std::unordered_map<uint64_t, uint64_t> follower_of_;  // coalesced request -> its leader
+  std::vector<double> hello_sent_s_;                    // per worker
   bool draining_ = false;
   double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
   double rate_window_start_s_ = 0;
@@ -133,7 +156,7 @@ class dispatcher {
   std::map<int, uint64_t> status_counts_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
-  uint64_t expired_ = 0;
+  uint64_t expired_ = 0, coalesced_ = 0;
   histogram ttft_s_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   histogram e2e_s_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
   histogram itl_s_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};

@@ -37,7 +37,11 @@ const char* k_usage =
     "  --aging-s S                queue wait that promotes a request one class (10)\n"
     "  --request-timeout-s S      default deadline per request (600)\n"
     "  --max-n N                  choices per request (8)   --max-body-bytes N (4194304)\n"
-    "  --router-id ID             name sent to workers in hello\n";
+    "  --router-id ID             name sent to workers in hello\n"
+    "  --redis URL                response cache: redis://[user:pass@]host:port/db or unix:///path?db=N\n"
+    "                             (without it the cache is off)\n"
+    "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
+    "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n";
 
 // tcp://A:PORT for every IPv4/IPv6 address NAME resolves to (empty on failure).
 std::set<std::string> resolve(const std::string& name_port) {
@@ -60,9 +64,29 @@ std::set<std::string> resolve(const std::string& name_port) {
 }
 
 int run(const cli_args& a) {
-  a.check_known({"host", "port", "workers", "workers-dns", "dns-interval-s", "tenants", "http-threads",
-                 "max-queued-requests", "max-queued-tokens", "local-queue", "heartbeat-timeout-ms", "aging-s",
-                 "request-timeout-s", "max-n", "max-body-bytes", "router-id", "help"});
+  a.check_known({"host",
+                 "port",
+                 "workers",
+                 "workers-dns",
+                 "dns-interval-s",
+                 "tenants",
+                 "http-threads",
+                 "max-queued-requests",
+                 "max-queued-tokens",
+                 "local-queue",
+                 "heartbeat-timeout-ms",
+                 "aging-s",
+                 "request-timeout-s",
+                 "max-n",
+                 "max-body-bytes",
+                 "router-id",
+                 "help",
+                 "redis",
+                 "cache-ttl-s",
+                 "cache-max-entry-bytes",
+                 "cache-lookup-timeout-ms",
+                 "cache-threads",
+                 "no-cache-seeded"});
   if (a.has("help") || (!a.has("workers") && !a.has("workers-dns"))) {
     std::fputs(k_usage, a.has("help") ? stdout : stderr);
     return a.has("help") ? 0 : 2;
@@ -103,9 +127,33 @@ int run(const cli_args& a) {
   if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || ac.default_timeout_s <= 0 || ac.limits.max_n < 1)
     throw std::invalid_argument("--local-queue must be >= 0; --heartbeat-timeout-ms, --request-timeout-s, --max-n > 0");
 
+  std::unique_ptr<cache_service> cache;
+  if (a.has("redis")) {
+    cache_service_config cc;
+    std::string err;
+    auto rc = cache::redis_config::parse_url(a.get("redis"), &err);
+    if (!rc) throw std::invalid_argument("--redis: " + err);
+    cc.redis = *rc;
+    cc.redis.command_timeout = std::chrono::milliseconds(a.get_int("cache-lookup-timeout-ms", 5));
+    cc.policy.ttl = std::chrono::seconds(a.get_int("cache-ttl-s", 3600));
+    cc.policy.max_entry_bytes = static_cast<size_t>(a.get_int("cache-max-entry-bytes", 1 << 20));
+    cc.policy.cache_seeded_sampling = !a.has("no-cache-seeded");
+    cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
+    for (const auto& t : tenants.tenants())
+      if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
+    if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0)
+      throw std::invalid_argument("--cache-ttl-s, --cache-threads and --cache-lookup-timeout-ms must be positive");
+    cache = std::make_unique<cache_service>(cc);
+    std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms)\n",
+                 a.get("redis").c_str(), static_cast<long long>(cc.policy.ttl.count()),
+                 static_cast<long long>(cc.redis.command_timeout.count()));
+  } else {
+    std::fprintf(stderr, "switchyard-router: no --redis: response cache disabled\n");
+  }
+
   model_registry models;
   auto status = std::make_shared<router_status>();
-  auto d = std::make_shared<dispatcher>(dc, tenants, models);
+  auto d = std::make_shared<dispatcher>(dc, tenants, models, cache.get());
 
   zmq::context_t ctx(1);
   caf::actor_system_config cfg;
@@ -164,7 +212,7 @@ int run(const cli_args& a) {
   server = std::make_unique<http_server>(hc, [handler](std::shared_ptr<http_exchange> ex, http_request&& req) {
     (**handler)(std::move(ex), std::move(req));
   });
-  *handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters());
+  *handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
   std::fprintf(stderr, "switchyard-router: listening on http://%s:%d (%d I/O threads); workers: %s\n", hc.host.c_str(),
                server->port(), hc.threads,
                a.has("workers-dns") ? ("dns " + a.get("workers-dns")).c_str() : a.get("workers").c_str());

@@ -355,6 +355,7 @@ void parse_sampling(const json& doc, const api_limits& limits, generation_reques
   }
   if (const json* v = field(doc, "stop")) parse_stop(*v, limits, r);
   if (const json* v = field(doc, "ignore_eos")) s.ignore_eos = as_bool(*v, "ignore_eos");
+  if (const json* v = field(doc, "cache")) r.cache = as_bool(*v, "cache");
 }
 
 void parse_logprobs(const json& doc, endpoint kind, const api_limits& limits, generation_request& r) {

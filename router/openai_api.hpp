@@ -78,6 +78,7 @@ struct generation_request {
   std::optional<int32_t> priority;
   std::optional<double> timeout_s;  // "timeout": seconds until the request's deadline, > 0
   std::string user;                 // OpenAI "user", informational
+  std::optional<bool> cache;        // "cache": false opts out of the response cache (no lookup, no store)
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as OpenAI does). Errors:

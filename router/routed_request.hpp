@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ struct routed_request {
   std::chrono::steady_clock::time_point t_received;  // request fully read
   std::chrono::steady_clock::time_point t_parsed;    // validated and tokenized
   double timeout_s = 0;                              // until the deadline, from t_received; 0: none
+
+  // Response cache (empty key: not cacheable). The dispatcher coalesces identical in-flight
+  // requests by key and, when cache_store, stores the finished response under it.
+  std::string cache_key;
+  std::string prompt_hash;
+  bool cache_store = false;
+  std::optional<std::string> preview;  // prompt text for the dashboard (tenants that allow it)
 };
 
 }  // namespace sy::router

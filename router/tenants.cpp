@@ -81,7 +81,9 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
   t.name = j["name"].get<std::string>();
   if (t.name.empty()) fail(where, "'name' must not be empty");
   where = "tenant '" + t.name + "'";
-  check_fields(j, {"name", "keys", "admin", "requests_per_s", "burst", "tokens_per_min", "max_concurrent", "priority"},
+  check_fields(j,
+               {"name", "keys", "admin", "requests_per_s", "burst", "tokens_per_min", "max_concurrent", "priority",
+                "cache_group", "cache_previews"},
                where);
 
   if (!j.contains("keys") || !j["keys"].is_array() || j["keys"].empty()) {
@@ -92,6 +94,15 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
     keys_out.push_back(k.get<std::string>());
   }
 
+  if (j.contains("cache_group")) {
+    if (!j["cache_group"].is_string() || j["cache_group"].get<std::string>().empty())
+      fail(where, "'cache_group' must be a non-empty string");
+    t.cache_namespace = "g:" + j["cache_group"].get<std::string>();
+  }
+  if (j.contains("cache_previews")) {
+    if (!j["cache_previews"].is_boolean()) fail(where, "'cache_previews' must be true or false");
+    t.cache_previews = j["cache_previews"].get<bool>();
+  }
   if (j.contains("admin")) {
     if (!j["admin"].is_boolean()) fail(where, "'admin' must be true or false");
     t.admin = j["admin"].get<bool>();
@@ -131,6 +142,7 @@ tenant_registry tenant_registry::open_access() {
   r.open_ = true;
   tenant t;
   t.name = "default";
+  t.cache_namespace = "t:default";
   t.admin = true;
   t.index = 0;
   r.tenants_.push_back(std::move(t));
@@ -156,6 +168,7 @@ tenant_registry tenant_registry::parse(std::string_view text) {
     std::vector<std::string> keys;
     tenant t = parse_tenant(list[i], i, keys);
     if (!names.insert(t.name).second) fail("tenant '" + t.name + "'", "duplicate tenant name");
+    if (t.cache_namespace.empty()) t.cache_namespace = "t:" + t.name;
     for (std::string& k : keys) {
       auto [it, inserted] = r.index_by_key_.emplace(std::move(k), i);
       if (!inserted) {

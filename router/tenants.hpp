@@ -54,7 +54,11 @@ struct tenant {
   std::string name;
   tenant_limits limits;
   bool admin = false;  // may call admin endpoints (cache stats, dashboard)
-  size_t index = 0;    // position in tenant_registry::tenants(); stable for the registry's life
+  // Response-cache namespace: "t:<name>", or "g:<cache_group>" for tenants an operator opted
+  // into sharing entries ("cache_group" in the config). Tenants never see other namespaces.
+  std::string cache_namespace;
+  bool cache_previews = false;  // "cache_previews": prompt previews may be kept for the dashboard
+  size_t index = 0;             // position in tenant_registry::tenants(); stable for the registry's life
 };
 
 class tenant_registry {

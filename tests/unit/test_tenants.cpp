@@ -210,3 +210,19 @@ TEST_CASE("load_file: reads a config and names the path on errors", "[tenants]")
   }
   std::remove(path.c_str());
 }
+
+TEST_CASE("tenants: cache namespaces are per tenant unless a cache_group opts tenants into sharing") {
+  const auto r = sy::router::tenant_registry::parse(R"({"tenants": [
+    {"name": "a", "keys": ["ka"], "cache_group": "shared", "cache_previews": true},
+    {"name": "b", "keys": ["kb"], "cache_group": "shared"},
+    {"name": "c", "keys": ["kc"]}]})");
+  CHECK(r.tenants()[0].cache_namespace == "g:shared");
+  CHECK(r.tenants()[1].cache_namespace == "g:shared");
+  CHECK(r.tenants()[2].cache_namespace == "t:c");
+  CHECK(r.tenants()[0].cache_previews);
+  CHECK_FALSE(r.tenants()[2].cache_previews);
+  CHECK_THROWS_WITH(
+      sy::router::tenant_registry::parse(R"({"tenants": [{"name": "a", "keys": ["k"], "cache_group": 3}]})"),
+      Catch::Contains("cache_group"));
+  CHECK(sy::router::tenant_registry::open_access().tenants()[0].cache_namespace == "t:default");
+}

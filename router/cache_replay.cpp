@@ -1,0 +1,44 @@
+#include "router/cache_replay.hpp"
+
+namespace sy::router {
+
+void replay_response(const routed_request& r, const cache::stored_response& s) {
+  usage_info u;
+  u.prompt_tokens = s.prompt_tokens;
+  u.completion_tokens = s.completion_tokens;
+  u.cached_tokens = s.prompt_tokens;  // nothing was computed for this answer
+  std::vector<std::pair<std::string, std::string>> headers = {{"X-Request-Id", r.request_id}, {"X-Cache", "hit"}};
+  if (!r.req.stream) {
+    std::vector<choice_result> choices;
+    for (size_t c = 0; c < s.choices.size(); ++c) {
+      choice_result cr;
+      cr.index = static_cast<int32_t>(c);
+      cr.text = s.text(c);
+      cr.finish_reason = s.choices[c].finish_reason;
+      choices.push_back(std::move(cr));
+    }
+    http_response resp;
+    resp.body = format_response(r.meta, choices, u);
+    resp.headers = std::move(headers);
+    r.ex->respond(std::move(resp));
+    return;
+  }
+  r.ex->start_stream(200, std::move(headers));
+  for (size_t c = 0; c < s.choices.size(); ++c) {
+    const auto& ch = s.choices[c];
+    const auto idx = static_cast<int32_t>(c);
+    if (ch.deltas.empty()) {
+      r.ex->send_event(format_chunk(r.meta, idx, "", true, ch.finish_reason, {}));
+      continue;
+    }
+    for (size_t k = 0; k < ch.deltas.size(); ++k) {
+      const bool last = k + 1 == ch.deltas.size();
+      r.ex->send_event(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : "", {}));
+    }
+  }
+  if (r.req.include_usage) r.ex->send_event(format_usage_chunk(r.meta, u));
+  r.ex->send_event("[DONE]");
+  r.ex->end_stream();
+}
+
+}  // namespace sy::router
