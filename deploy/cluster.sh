@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Starts, stops or shows a local Switchyard cluster: N workers + one router on loopback.
 #   deploy/cluster.sh start [--workers N] [--port P] [--threads T] [--kv-memory-mb M] [--tenants FILE]
+#                           [--redis-port R | --no-redis]
 #   deploy/cluster.sh stop | status
 # Workers listen on tcp://127.0.0.1:5555.. (metrics on 9100..), the router on http://127.0.0.1:P
-# (8000). Logs and pids live in run/. Expects a build (deploy/up.sh does everything).
+# (8000), Redis (the response cache, deploy/redis.conf) on 127.0.0.1:R (6380). Logs and pids live in
+# run/. Expects a build (deploy/up.sh does everything).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -12,7 +14,7 @@ model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 cmd=${1:-status}
 shift || true
 
-workers=1 port=8000 threads=$(nproc) kv_mb=512 tenants=
+workers=1 port=8000 threads=$(nproc) kv_mb=512 tenants= redis_port=6380
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -20,6 +22,8 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --kv-memory-mb) kv_mb=$2; shift 2 ;;
     --tenants) tenants=$2; shift 2 ;;
+    --redis-port) redis_port=$2; shift 2 ;;
+    --no-redis) redis_port=; shift ;;
     *) echo "cluster: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -50,11 +54,17 @@ case "$cmd" in
     done
     extra=()
     [ -n "$tenants" ] && extra=(--tenants "$tenants")
+    if [ -n "$redis_port" ]; then
+      redis-server "$root/deploy/redis.conf" --port "$redis_port" --daemonize no >"$run/redis.log" 2>&1 &
+      echo $! >"$run/redis.pid"
+      for _ in $(seq 1 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      extra+=(--redis "redis://127.0.0.1:$redis_port")
+    fi
     "$build/router/switchyard-router" --port "$port" --workers "$endpoints" "${extra[@]}" >"$run/router.log" 2>&1 &
     echo $! >"$run/router.pid"
     for _ in $(seq 1 300); do
       if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1; then
-        echo "cluster: router http://127.0.0.1:$port ready with $workers worker(s) ($per_worker threads each); logs in run/"
+        echo "cluster: router http://127.0.0.1:$port ready with $workers worker(s) ($per_worker threads each)${redis_port:+, Redis cache on 127.0.0.1:$redis_port}; logs in run/"
         exit 0
       fi
       if ! kill -0 "$(cat "$run/router.pid")" 2>/dev/null; then cat "$run/router.log" >&2; exit 1; fi
