@@ -335,9 +335,9 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
   if (r.req.want_logprobs)
     for (const auto& lp : m.logprobs) lps.push_back(render_logprobs(r, lp));
   std::string text = m.text;
-  if (r.req.echo && !cs.started && cs.text.empty()) {
+  if (r.req.echo && !cs.echoed) {  // the prompt goes before the choice's first text
     text = r.echo_text + text;
-    cs.started = !r.req.stream;  // non-streamed: the echo is in cs.text from here on
+    cs.echoed = true;
   }
   const bool done = fr == "stop" || fr == "length";
   const bool chunk = !text.empty() || !lps.empty() || done;

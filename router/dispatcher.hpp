@@ -85,6 +85,7 @@ class dispatcher {
     std::vector<token_logprobs> logprobs;
     uint32_t completion_tokens = 0;
     std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
+    bool echoed = false;              // echo: the prompt text went out
   };
   // A coalesced request: an identical cacheable request that arrived while this one was
   // generating; it gets the same tokens (a stream joins with what was sent so far).

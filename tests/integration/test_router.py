@@ -76,6 +76,15 @@ def test_completions_stream_and_prefix_cache_reported(client):
     assert again.usage.prompt_tokens_details.cached_tokens > 0  # the prompt's full blocks came from the cache
 
 
+def test_echo_puts_the_prompt_first_streamed_or_not(client):
+    prompt = "Once upon a time"
+    whole = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=6, temperature=0, echo=True)
+    assert whole.choices[0].text.startswith(prompt) and len(whole.choices[0].text) > len(prompt)
+    chunks = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=6, temperature=0, echo=True,
+                                       stream=True)
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+
+
 def test_n_choices_seed_and_logprobs(client):
     r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Name a colour."}],
                                        max_tokens=8, temperature=1.0, seed=7, n=3, logprobs=True, top_logprobs=2)
