@@ -32,7 +32,8 @@ size_t age_bucket(double entry_age_s);
 
 struct event_counts {
   uint64_t hit = 0, miss = 0, coalesced = 0, bypass = 0;
-  uint64_t tokens_saved = 0;     // completion tokens a worker did not have to generate
+  uint64_t tokens_saved = 0;     // tokens no worker had to process: prompt + completion of a hit,
+                                 // the prompt of a coalesced request (its completion is shared)
   uint64_t device_ms_saved = 0;  // estimated worker time not spent, in milliseconds
 
   uint64_t requests() const { return hit + miss + coalesced + bypass; }

@@ -7,7 +7,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(build-essential g++ cmake ninja-build ccache pkg-config git python3 python3-pip
       libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libhiredis-dev catch2 libjs-chart.js
-      redis-server libpcre2-dev nlohmann-json3-dev libboost-dev libssl-dev unzip python3-venv clang-format)
+      redis-server libpcre2-dev nlohmann-json3-dev libboost-dev libssl-dev unzip python3-venv clang-format
+      chromium fonts-dejavu-core)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

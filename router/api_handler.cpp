@@ -312,12 +312,15 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     r->preview =
         g.kind == endpoint::chat_completions && !g.messages.empty() ? g.messages.back().content : g.prompt_text;
   if (no_lookup) {
+    r->cache_bypassed = true;
     submit_(std::move(r));
     return;
   }
-  auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status) mutable {
+  auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status st) mutable {
     if (!hit) {
-      submit_(std::move(r));  // miss, error or circuit open: a worker serves it (and it is stored)
+      // miss, error or circuit open: a worker serves it (and it is stored)
+      r->cache_bypassed = st == cache::lookup_status::error || st == cache::lookup_status::short_circuited;
+      submit_(std::move(r));
       return;
     }
     if (r->ex->disconnected()) return;
@@ -326,7 +329,10 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     cache_->record({cache::event_kind::hit, r->who->name, r->model->id, r->prompt_hash,
                     hit->prompt_tokens + hit->completion_tokens, hit->generation_s, age, r->preview});
   };
-  if (!cache_->lookup(r->cache_key, std::move(on_result))) submit_(std::move(r));  // cache backed up
+  if (!cache_->lookup(r->cache_key, std::move(on_result))) {  // cache backed up
+    r->cache_bypassed = true;
+    submit_(std::move(r));
+  }
 }
 
 void api_handler::cache_stats(std::shared_ptr<http_exchange> ex, const http_request& req,

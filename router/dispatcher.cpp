@@ -77,6 +77,13 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     reply_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5);
     return;
   }
+  // Submitted from a cache thread after a lookup, the request may come after its client's
+  // "gone" (sent from the I/O thread), which found nothing to cancel: nobody would listen.
+  if (req.ex->disconnected()) {
+    client_cancels_++;
+    count_status(499);
+    return;
+  }
   if (!req.cache_key.empty() && attach_follower(r)) return;
   const int64_t tokens =
       static_cast<int64_t>(req.prompt.size()) + static_cast<int64_t>(req.req.sampling.max_tokens) * req.req.n;
@@ -114,7 +121,8 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
   if (!req.cache_key.empty()) {
     by_key_[req.cache_key] = e.id;
     if (cache_)
-      cache_->record({cache::event_kind::miss, req.who->name, req.model->id, req.prompt_hash, 0, 0, 0, req.preview});
+      cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
+                      req.model->id, req.prompt_hash, 0, 0, 0, req.preview});
   }
   a->r = std::move(r);
   active_.emplace(e.id, std::move(a));
@@ -408,8 +416,8 @@ void dispatcher::finish(active_request& a) {
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
   e2e_s_.observe(seconds(clock::now() - r.t_received));
-  if (!a.leader_gone) end_listener(r, a.stream_open, a, u);
-  for (const listener& f : a.followers) end_listener(*f.r, f.stream_open, a, u);
+  // Queued before the answers go out, so that a client's next identical request (looked up on
+  // another cache thread) rarely overtakes the store.
   if (cache_ && r.cache_store) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
@@ -421,6 +429,8 @@ void dispatcher::finish(active_request& a) {
     sr.generation_s = a.t_dispatched == clock::time_point{} ? 0 : seconds(clock::now() - a.t_dispatched);
     cache_->store(r.cache_key, std::move(sr));
   }
+  if (!a.leader_gone) end_listener(r, a.stream_open, a, u);
+  for (const listener& f : a.followers) end_listener(*f.r, f.stream_open, a, u);
 }
 
 void dispatcher::fail_listener(const routed_request& to, bool stream_open, const api_error& e) {

@@ -18,8 +18,10 @@
 #include "router/http_server.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -284,7 +286,9 @@ class connection : public std::enable_shared_from_this<connection> {
       room = std::min(room, cap - in_.size());
     }
     reading_ = true;
-    socket_.async_read_some(in_.prepare(room), [self = shared_from_this()](error_code ec, size_t n) {
+    // Into a buffer of its own: the read stays pending while in_ is consumed (the next request
+    // parsed) or shrunk, which moves or frees the region in_.prepare() would have handed out.
+    socket_.async_read_some(asio::buffer(read_buf_.data(), room), [self = shared_from_this()](error_code ec, size_t n) {
       self->reading_ = false;
       self->on_read(ec, n);
     });
@@ -296,7 +300,10 @@ class connection : public std::enable_shared_from_this<connection> {
       on_read_error();
       return;
     }
-    in_.commit(n);
+    if (phase_ != phase::lingering) {
+      std::memcpy(in_.prepare(n).data(), read_buf_.data(), n);
+      in_.commit(n);
+    }
     switch (phase_) {
       case phase::idle:
         phase_ = phase::header;
@@ -548,7 +555,8 @@ class connection : public std::enable_shared_from_this<connection> {
   phase phase_ = phase::idle;
   beast::flat_buffer in_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  bool reading_ = false;  // an async_read_some is in flight
+  bool reading_ = false;  // an async_read_some is in flight (into read_buf_)
+  std::array<char, read_chunk_bytes> read_buf_;
   bool writing_ = false;  // an async_write is in flight (of out_inflight_)
   std::string out_pending_, out_inflight_;
   std::vector<steady::time_point> stamps_pending_, stamps_inflight_;  // send_event t_received

@@ -36,6 +36,9 @@ struct routed_request {
   std::string cache_key;
   std::string prompt_hash;
   bool cache_store = false;
+  // Not looked up (Cache-Control: no-cache) or the lookup failed (Redis error, breaker open,
+  // cache threads backed up): generated and stored, but counted as a bypass, not a miss.
+  bool cache_bypassed = false;
   std::optional<std::string> preview;  // prompt text for the dashboard (tenants that allow it)
 };
 

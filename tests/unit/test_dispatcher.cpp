@@ -61,7 +61,7 @@ class fake_exchange final : public http_exchange {
   }
   void end_stream() override { log.push_back("end_stream"); }
   void on_disconnect(std::function<void()> f) override { on_gone_ = std::move(f); }
-  bool disconnected() const override { return false; }
+  bool disconnected() const override { return gone; }
 
   json body(size_t i = 0) const { return json::parse(responses.at(i).body); }
   json event(size_t i) const { return json::parse(events.at(i)); }
@@ -71,6 +71,7 @@ class fake_exchange final : public http_exchange {
   int stream_status = 0;
   header_list stream_headers;
   std::vector<std::string> events;
+  bool gone = false;  // the client went away
 
  private:
   std::function<void()> on_gone_;
@@ -129,6 +130,7 @@ struct request_opts {
   int32_t max_tokens = 16;
   double timeout_s = 0;
   std::string api_key{};  // picks the tenant
+  bool gone = false;      // the client left before the dispatcher saw the request
 };
 
 struct client {
@@ -188,6 +190,7 @@ struct harness {
     r->id = next_id++;
     r->request_id = "req-" + std::to_string(r->id);
     auto ex = std::make_shared<fake_exchange>();
+    ex->gone = o.gone;
     r->ex = ex;
     r->who = tenants.authenticate(o.api_key);
     REQUIRE(r->who != nullptr);
@@ -535,6 +538,24 @@ TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dro
   CHECK(cancels(h.take(), 0).empty());  // never reached a worker: nothing to cancel
   CHECK(third.ex->log.empty());
   CHECK(h.d.render_metrics().find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a request whose client left before it arrived is dropped, not generated") {
+  // After a cache lookup the request is submitted from a cache thread, so its client's "gone"
+  // can reach the dispatcher first (and find nothing to cancel).
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, /*max_running=*/4);
+  request_opts o;
+  o.gone = true;
+  const auto left = h.request(o, 0.1);
+  h.d.on_client_gone(left.id, 0.1, h.out);
+  CHECK(submits(h.take(), 0).empty());
+  CHECK(h.d.active() == 0);
+  CHECK(left.ex->log.empty());
+  const std::string m = h.d.render_metrics();
+  CHECK(m.find("switchyard_router_client_cancels_total 1\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_requests_total{status=\"499\"} 1\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
