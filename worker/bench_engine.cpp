@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/cli_args.hpp"
 #include "kernels/cpu/cpu_features.hpp"
@@ -45,9 +46,6 @@ double drain(engine& e, F&& on_step) {
   }
   return now_s() - t0;
 }
-double drain(engine& e) {
-  return drain(e, [](const std::vector<request_event>&) {});
-}
 
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
@@ -57,9 +55,13 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int run_bench_engine(const cli_args& a, const char* default_model) {
-  a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip"});
+  a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip", "kv-type"});
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = llama_model::load(a.get("model", default_model), pool);
+  const auto& hp = model->hparams();
+  std::string kv_error;
+  const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
+  if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   const int n_prompt = static_cast<int>(a.get_int("prompt-tokens", 128));
   const int n_gen = static_cast<int>(a.get_int("gen-tokens", 128));
   std::vector<int> levels;
@@ -69,9 +71,10 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   }
   const std::string skip = a.get("skip", "");
   std::ostringstream js;
-  js << "{\"kernels\":\"" << cpu::kernel_isa_name() << "\",\"threads\":" << pool.size();
-  std::printf("switchyard engine benchmark: %s, %d threads, kernels %s\n", model->hparams().name.c_str(), pool.size(),
-              cpu::kernel_isa_name());
+  js << "{\"kernels\":\"" << cpu::kernel_isa_name() << "\",\"threads\":" << pool.size() << ",\"kv_type\":\""
+     << cpu::kv_type_name(*kvt) << "\"";
+  std::printf("switchyard engine benchmark: %s, %d threads, kernels %s, KV cache %s\n", hp.name.c_str(), pool.size(),
+              cpu::kernel_isa_name(), cpu::kv_type_name(*kvt));
 
   // 1. Continuous batching vs one at a time, same requests, same engine settings.
   if (skip.find("batching") == std::string::npos) {
@@ -91,6 +94,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
       cfg.n_kv_blocks = std::max(64, c * (n_prompt + n_gen) / 16 + c + 8);
       cfg.sched.max_running = std::max(32, c);
       cfg.prefix_caching = false;
+      cfg.kv_type = *kvt;
       double t_cont, t_seq;
       // Pure-decode steps (every scheduled sequence fed exactly one token): time and tokens.
       double dec_ms[2] = {0, 0}, dec_tok[2] = {0, 0};
@@ -146,6 +150,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
       engine_config cfg;
       cfg.n_kv_blocks = 1024;
       cfg.prefix_caching = cached;
+      cfg.kv_type = *kvt;
       engine e(*model, pool, cfg);
       for (int i = 0; i < 16; ++i) {
         const std::string id = "p" + std::to_string(i);
@@ -175,12 +180,18 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   }
 
   // 3. KV memory: share of allocated KV slots holding live tokens on mixed lengths, and how
-  // many sequences a fixed budget holds, against reserving a maximum context per sequence.
+  // many sequences a fixed budget holds, against reserving a maximum context per sequence. The
+  // budget is in bytes: 896 f16 blocks (14,336 tokens: 28 x 512, or 7 x 2048); a smaller KV type
+  // fits more blocks in it.
   if (skip.find("memory") == std::string::npos) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> plen(32, 400), glen(16, 200);
     engine_config cfg;
-    cfg.n_kv_blocks = 896;  // 14,336 tokens: 28 x 512, or 7 x 2048
+    cfg.kv_type = *kvt;
+    const int64_t budget_bytes =
+        896 * kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), cpu::kv_type::f16);
+    cfg.n_kv_blocks =
+        static_cast<int32_t>(budget_bytes / kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), *kvt));
     cfg.sched.max_running = 256;
     cfg.sched.max_tokens_per_step = 512;
     cfg.prefix_caching = false;
@@ -199,13 +210,16 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
     });
     const double util = util_sum / std::max(1, steps);
     const int budget = cfg.n_kv_blocks * cfg.block_size;
-    std::printf("\n[memory] 96 requests, prompts 32-400 tokens, outputs 16-200 tokens, KV budget %d tokens\n", budget);
+    std::printf(
+        "\n[memory] 96 requests, prompts 32-400 tokens, outputs 16-200 tokens, KV budget %.1f MiB = %d tokens %s\n",
+        static_cast<double>(budget_bytes) / (1 << 20), budget, cpu::kv_type_name(*kvt));
     std::printf("  live tokens / allocated KV slots: %.1f%% (mean over %d steps)\n", util * 100, steps);
     std::printf("  peak concurrent sequences: %d paged, vs %d reserving 2048 tokens each, %d reserving 512\n", peak,
                 budget / 2048, budget / 512);
     std::printf("  (%.1f s, %llu preemptions)\n", secs, static_cast<unsigned long long>(e.stats().preemptions));
-    js << ",\"memory\":{\"kv_slot_utilization\":" << util << ",\"peak_sequences_paged\":" << peak
-       << ",\"sequences_reserved_2048\":" << budget / 2048 << ",\"sequences_reserved_512\":" << budget / 512 << "}";
+    js << ",\"memory\":{\"budget_tokens\":" << budget << ",\"kv_slot_utilization\":" << util
+       << ",\"peak_sequences_paged\":" << peak << ",\"sequences_reserved_2048\":" << budget / 2048
+       << ",\"sequences_reserved_512\":" << budget / 512 << "}";
   }
   js << "}\n";
   if (a.has("json")) std::ofstream(a.get("json")) << js.str();

@@ -102,7 +102,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
       cpu::rope_norm(k_.data() + i * KV, hp.n_head_kv, HD, hp.n_rot, pos, hp.rope_base);
       const batch_seq& b = batch[rows[i].seq];
       const int32_t block = b.block_ids[pos / bs];
-      const int64_t at = (pos % bs) * KV * static_cast<int64_t>(cpu::kv_elem_bytes(kv.type()));
+      const int64_t at = (pos % bs) * kv.row_bytes();
       cpu::store_kv_row(k_.data() + i * KV, static_cast<uint8_t*>(kv.k_block(l, block)) + at, KV, kv.type());
       cpu::store_kv_row(v_.data() + i * KV, static_cast<uint8_t*>(kv.v_block(l, block)) + at, KV, kv.type());
     }

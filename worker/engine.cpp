@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <stdexcept>
 
 namespace sy {
 namespace {
@@ -11,12 +12,21 @@ uint64_t model_salt(const llama_model& m) {
   return std::hash<std::string>{}(m.hparams().name + "/" + m.file().path()) | 1;
 }
 
+// The configured KV type, refused (before the arena is sized) when the model's heads cannot be
+// stored as it.
+cpu::kv_type checked_kv_type(const llama_model& m, cpu::kv_type t) {
+  const std::string why = cpu::kv_type_error(t, m.hparams().head_dim);
+  if (!why.empty()) throw std::invalid_argument("engine: " + why);
+  return t;
+}
+
 }  // namespace
 
 engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
     : model_(model),
       config_(config),
-      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim(), config.kv_type),
+      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim(),
+             checked_kv_type(model, config.kv_type)),
       pool_(config.n_kv_blocks, config.block_size, model_salt(model)),
       sched_(pool_, config.sched),
       forward_(model, pool) {

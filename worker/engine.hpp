@@ -31,7 +31,7 @@ struct engine_config {
   int32_t block_size = 16;                   // tokens per block
   int64_t max_context = 2048;                // prompt + max_tokens per request
   bool prefix_caching = true;                // reuse cached KV blocks of identical prompt prefixes
-  cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type
+  cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type; q8_0 needs head_dim % 32 == 0
   scheduler_config sched;
 };
 
@@ -70,6 +70,7 @@ struct engine_stats {
 
 class engine {
  public:
+  // Throws std::invalid_argument when the model's heads cannot be stored as config.kv_type.
   engine(const llama_model& model, cpu::thread_pool& pool, engine_config config);
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;

@@ -1,7 +1,9 @@
 // Storage for the KV cache: n_blocks blocks of block_size positions, for every layer, K and V.
 // Which block belongs to which sequence is the block pool's business (bookkeeping only); this
-// class only owns the bytes. Layout: k_[layer][block][position in block][kv_dim] elements of
-// `type` (f16 by default: half the memory of f32, so twice the sequences per byte).
+// class only owns the bytes. Layout: k_[layer][block][position in block][row], a row being kv_dim
+// elements of `type` in cpu::kv_row_bytes(type, kv_dim) bytes (f16 by default: half the memory of
+// f32, so twice the sequences per byte; q8_0 takes 34 bytes per 32 elements, ~1.9x f16's
+// sequences, and needs kv_dim % 32 == 0).
 #pragma once
 
 #include <cstdint>
@@ -22,8 +24,8 @@ class kv_arena {
         block_size_(block_size),
         kv_dim_(kv_dim),
         type_(type),
-        elem_(cpu::kv_elem_bytes(type)),
-        k_(static_cast<size_t>(n_layer * n_blocks * block_size * kv_dim) * elem_),
+        row_bytes_(cpu::kv_row_bytes(type, kv_dim)),
+        k_(static_cast<size_t>(n_layer * n_blocks * block_size * row_bytes_)),
         v_(k_.size()) {}
 
   int64_t n_layer() const { return n_layer_; }
@@ -31,10 +33,12 @@ class kv_arena {
   int64_t block_size() const { return block_size_; }
   int64_t kv_dim() const { return kv_dim_; }
   cpu::kv_type type() const { return type_; }
+  // Bytes of one position's K (or V) row in one layer.
+  int64_t row_bytes() const { return row_bytes_; }
   size_t bytes() const { return k_.size() + v_.size(); }
   // Bytes one block takes, K and V, all layers.
   static int64_t block_bytes(int64_t n_layer, int64_t block_size, int64_t kv_dim, cpu::kv_type t) {
-    return 2 * n_layer * block_size * kv_dim * static_cast<int64_t>(cpu::kv_elem_bytes(t));
+    return 2 * n_layer * block_size * cpu::kv_row_bytes(t, kv_dim);
   }
 
   void* k_block(int64_t layer, int64_t block) { return k_.data() + offset(layer, block); }
@@ -44,11 +48,11 @@ class kv_arena {
 
  private:
   size_t offset(int64_t layer, int64_t block) const {
-    return static_cast<size_t>((layer * n_blocks_ + block) * block_size_ * kv_dim_) * elem_;
+    return static_cast<size_t>((layer * n_blocks_ + block) * block_size_ * row_bytes_);
   }
   int64_t n_layer_ = 0, n_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
   cpu::kv_type type_ = cpu::kv_type::f16;
-  size_t elem_ = 2;
+  int64_t row_bytes_ = 0;
   std::vector<uint8_t> k_, v_;
 };
 

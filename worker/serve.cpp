@@ -53,8 +53,9 @@ int run_serve(const cli_args& a, const char* default_model) {
   ec.max_context = std::min<int64_t>(a.get_int("max-context", 2048), hp.n_ctx_train);
   ec.sched.max_running = static_cast<int32_t>(a.get_int("max-running", 32));
   ec.sched.max_tokens_per_step = static_cast<int32_t>(a.get_int("max-batch-tokens", 256));
-  const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"));
-  if (!kvt) throw std::invalid_argument("--kv-type must be f16 or f32");
+  std::string kv_error;
+  const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
+  if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   ec.kv_type = *kvt;
   ec.prefix_caching = !a.has("no-prefix-cache");
   const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);

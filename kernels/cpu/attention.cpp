@@ -11,32 +11,45 @@
 namespace sy::cpu {
 namespace {
 
-// 8 elements of a K/V row as floats.
+static_assert(qk == 32 && sizeof(block_q8_0) == 34, "q8_0 KV rows are GGML's Q8_0 blocks");
+
+// 8 int8 values times a broadcast scale: the one q8_0 -> f32 conversion every path uses.
+inline __m256 dequant8(const int8_t* q, __m256 d) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))),
+                       d);
+}
+
+// 8 elements [d, d + 8) of a K/V head slice as floats (d % 8 == 0).
 template <kv_type T>
 inline __m256 load8(const void* row, int64_t d) {
   if constexpr (T == kv_type::f32) {
     return _mm256_loadu_ps(static_cast<const float*>(row) + d);
-  } else {
+  } else if constexpr (T == kv_type::f16) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d)));
+  } else {
+    const block_q8_0& b = static_cast<const block_q8_0*>(row)[d / qk];
+    return dequant8(b.qs + d % qk, _mm256_set1_ps(_cvtsh_ss(b.d)));
   }
 }
 
 template <kv_type T>
 inline float load1(const void* row, int64_t d) {
-  if constexpr (T == kv_type::f32)
+  if constexpr (T == kv_type::f32) {
     return static_cast<const float*>(row)[d];
-  else
+  } else if constexpr (T == kv_type::f16) {
     return fp16_to_fp32(static_cast<const uint16_t*>(row)[d]);
+  } else {
+    const block_q8_0& b = static_cast<const block_q8_0*>(row)[d / qk];
+    return static_cast<float>(b.qs[d % qk]) * _cvtsh_ss(b.d);
+  }
 }
 
 template <kv_type T>
 void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim, float scale,
             float* scores, float* out) {
-  const size_t eb = kv_elem_bytes(T);
-  const int64_t off = kv_head * head_dim;
+  const int64_t row_bytes = kv_row_bytes(T, kv.row_stride), off = kv_row_bytes(T, kv_head * head_dim);
   auto row = [&](const void* const* blocks, int64_t j) {
-    return static_cast<const uint8_t*>(blocks[j / kv.block_size]) +
-           ((j % kv.block_size) * kv.row_stride + off) * static_cast<int64_t>(eb);
+    return static_cast<const uint8_t*>(blocks[j / kv.block_size]) + (j % kv.block_size) * row_bytes + off;
   };
   const bool vec = head_dim % 8 == 0 && head_dim <= 256;
   for (int64_t j = 0; j < n_keys; ++j) {
@@ -75,29 +88,38 @@ inline __m256 hsum8(const __m256* acc) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// Rows [j0, j0 + nk) of K or V as f32 pointers: f16 rows are converted into `buf`.
+// Rows [j0, j0 + nk) of K or V as f32 pointers: f16 and q8_0 rows are converted into `buf`.
+// `off`: bytes from a row's start to the kv head's slice. The conversion of a row depends only
+// on the row, never on how many query heads read it.
 template <kv_type T>
 inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t off, int64_t j0, int64_t nk,
                      int64_t n_keys_total, int64_t head_dim, float* buf, const float** out) {
-  const size_t eb = kv_elem_bytes(T);
+  const int64_t row_bytes = kv_row_bytes(T, kv.row_stride), slice_bytes = kv_row_bytes(T, head_dim);
   for (int64_t r = 0; r < nk; ++r) {
     const int64_t j = j0 + r;
-    const uint8_t* p = static_cast<const uint8_t*>(blocks[j / kv.block_size]) +
-                       ((j % kv.block_size) * kv.row_stride + off) * static_cast<int64_t>(eb);
+    const uint8_t* p = static_cast<const uint8_t*>(blocks[j / kv.block_size]) + (j % kv.block_size) * row_bytes + off;
     // The next chunk's rows: KV rows are scattered over blocks and far apart in memory, so
     // the hardware prefetcher alone leaves the conversion waiting on loads.
     if (j + 8 < n_keys_total) {
       const int64_t jn = j + 8;
-      const char* pn = static_cast<const char*>(blocks[jn / kv.block_size]) +
-                       ((jn % kv.block_size) * kv.row_stride + off) * static_cast<int64_t>(eb);
-      for (int64_t c = 0; c < head_dim * static_cast<int64_t>(eb); c += 64) _mm_prefetch(pn + c, _MM_HINT_T0);
+      const char* pn = static_cast<const char*>(blocks[jn / kv.block_size]) + (jn % kv.block_size) * row_bytes + off;
+      for (int64_t c = 0; c < slice_bytes; c += 64) _mm_prefetch(pn + c, _MM_HINT_T0);
+      if constexpr (T == kv_type::q8_0) _mm_prefetch(pn + slice_bytes - 1, _MM_HINT_T0);  // 34-byte blocks
     }
     if constexpr (T == kv_type::f32) {
       out[r] = reinterpret_cast<const float*>(p);
-    } else {
+    } else if constexpr (T == kv_type::f16) {
       float* dst = buf + r * head_dim;
       for (int64_t d = 0; d < head_dim; d += 8) _mm256_storeu_ps(dst + d, load8<T>(p, d));
       out[r] = dst;
+    } else {
+      float* dst = buf + r * head_dim;
+      const auto* b = reinterpret_cast<const block_q8_0*>(p);
+      for (int64_t i = 0; i < head_dim / qk; ++i, dst += qk) {
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+        for (int k = 0; k < qk; k += 8) _mm256_storeu_ps(dst + k, dequant8(b[i].qs + k, d));
+      }
+      out[r] = buf + r * head_dim;
     }
   }
 }
@@ -105,7 +127,7 @@ inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t
 template <kv_type T>
 void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                       int64_t head_dim, float scale, float* scratch, float* out) {
-  const int64_t off = kv_head * head_dim;
+  const int64_t off = kv_row_bytes(T, kv_head * head_dim);
   float* scores = scratch;              // [n_q][n_keys]
   float* buf = scratch + n_q * n_keys;  // 8 converted rows
   const float* rp[8];
@@ -156,6 +178,35 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
   }
 }
 
+// n floats (n % 32 == 0) as Q8_0 blocks. The scale is rounded to fp16 before quantizing, so the
+// stored d is the one the values were divided by: |x - d * q| <= d / 2 (the clamp only trims
+// the max element by less than fp16's rounding of d, well under d / 2).
+void store_row_q8_0(const float* x, block_q8_0* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.f), lim = _mm256_set1_ps(127.f), neg_lim = _mm256_set1_ps(-127.f);
+  for (int64_t i = 0; i < n / qk; ++i, x += qk) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    const uint16_t dh = _cvtss_sh(hmax(amax) / 127.f, _MM_FROUND_TO_NEAREST_INT);
+    const float d = _cvtsh_ss(dh);
+    const __m256 id = _mm256_set1_ps(d != 0.f ? 1.f / d : 0.f);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, neg_lim), lim));
+    }
+    // Packing works within 128-bit lanes: the bytes come out as 0-3 8-11 16-19 24-27 4-7 12-15
+    // 20-23 28-31 (4-byte groups); the permute puts the groups back in order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    out[i].d = dh;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].qs),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
 }  // namespace
 
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
@@ -165,15 +216,23 @@ void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_vi
       attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
     return;
   }
-  if (kv.type == kv_type::f32)
-    attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
-  else
-    attend_group_vec<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+  switch (kv.type) {
+    case kv_type::f32:
+      return attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+    case kv_type::f16:
+      return attend_group_vec<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+    case kv_type::q8_0:
+      return attend_group_vec<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+  }
 }
 
 void store_kv_row(const float* src, void* dst, int64_t n, kv_type type) {
   if (type == kv_type::f32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (type == kv_type::q8_0) {
+    store_row_q8_0(src, static_cast<block_q8_0*>(dst), n);
     return;
   }
   auto* h = static_cast<uint16_t*>(dst);
@@ -186,10 +245,14 @@ void store_kv_row(const float* src, void* dst, int64_t n, kv_type type) {
 
 void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,
                  float scale, float* scores, float* out) {
-  if (kv.type == kv_type::f32)
-    attend<kv_type::f32>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
-  else
-    attend<kv_type::f16>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+  switch (kv.type) {
+    case kv_type::f32:
+      return attend<kv_type::f32>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+    case kv_type::f16:
+      return attend<kv_type::f16>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+    case kv_type::q8_0:
+      return attend<kv_type::q8_0>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+  }
 }
 
 }  // namespace sy::cpu

@@ -2,7 +2,12 @@
 //
 // K and V are read through a block table: logical block b of the sequence holds positions
 // [b * block_size, (b + 1) * block_size); each row (one position) is row_stride elements,
-// n_kv_heads * head_dim of them, stored as `type`. A contiguous cache is the one-block case.
+// n_kv_heads * head_dim of them, stored as `type` in kv_row_bytes(type, row_stride) bytes. A
+// contiguous cache is the one-block case.
+//
+// q8_0 rows are GGML's Q8_0 blocks (block_q8_0: an fp16 scale d and 32 int8 q, x ~ d * q; 34
+// bytes per 32 elements), so a kv head's slice starts at block kv_head * head_dim / 32: q8_0
+// needs head_dim % 32 == 0 (kv_type_error says so).
 #pragma once
 
 #include <cstddef>
@@ -10,15 +15,47 @@
 #include <optional>
 #include <string>
 
+#include "kernels/cpu/quant.hpp"
+
 namespace sy::cpu {
 
-enum class kv_type : uint8_t { f32, f16 };
-inline size_t kv_elem_bytes(kv_type t) { return t == kv_type::f32 ? 4 : 2; }
-inline const char* kv_type_name(kv_type t) { return t == kv_type::f32 ? "f32" : "f16"; }
+enum class kv_type : uint8_t { f32, f16, q8_0 };
+inline const char* kv_type_name(kv_type t) { return t == kv_type::f32 ? "f32" : t == kv_type::f16 ? "f16" : "q8_0"; }
+// Bytes of n consecutive elements of a row stored as t (q8_0: n a multiple of 32).
+inline int64_t kv_row_bytes(kv_type t, int64_t n) {
+  switch (t) {
+    case kv_type::f32:
+      return 4 * n;
+    case kv_type::f16:
+      return 2 * n;
+    case kv_type::q8_0:
+      return n / qk * static_cast<int64_t>(sizeof(block_q8_0));
+  }
+  return 0;
+}
+// Empty when heads of head_dim elements can be stored as t; otherwise why not.
+inline std::string kv_type_error(kv_type t, int64_t head_dim) {
+  if (t == kv_type::q8_0 && head_dim % qk != 0)
+    return "KV type q8_0 needs a head dimension that is a multiple of 32 (this model's is " + std::to_string(head_dim) +
+           "); use f16 or f32";
+  return {};
+}
 inline std::optional<kv_type> parse_kv_type(const std::string& s) {
   if (s == "f32") return kv_type::f32;
   if (s == "f16") return kv_type::f16;
+  if (s == "q8_0") return kv_type::q8_0;
   return std::nullopt;
+}
+// For a model with heads of head_dim elements: the type, or nullopt and `error` says why not.
+inline std::optional<kv_type> parse_kv_type(const std::string& s, int64_t head_dim, std::string& error) {
+  const auto t = parse_kv_type(s);
+  if (!t) {
+    error = "KV type must be f16, f32 or q8_0 (got '" + s + "')";
+    return std::nullopt;
+  }
+  error = kv_type_error(*t, head_dim);
+  if (!error.empty()) return std::nullopt;
+  return t;
 }
 
 struct kv_layer_view {
@@ -29,7 +66,9 @@ struct kv_layer_view {
   kv_type type = kv_type::f32;
 };
 
-// Stores one position's K or V row (n floats) as `type` at `dst`.
+// Stores one position's K or V row (n floats) as `type` at `dst` (kv_row_bytes(type, n) bytes).
+// q8_0: per 32 elements d = fp16(max|x| / 127), q = x / d rounded to nearest and clamped to
+// [-127, 127], so |x - d * q| <= d / 2; an all-zero block stores d = 0.
 void store_kv_row(const float* src, void* dst, int64_t n, kv_type type);
 
 // out[0, head_dim) = softmax(scale * q . K[0..n_keys)) V[0..n_keys) for kv head `kv_head`.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -256,6 +257,27 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
   attend_head(q.data(), n_keys, kv_layer_view{kb16, vb16, bs, stride, kv_type::f16}, 1, hd, 0.125f, scores.data(),
               out16.data());
   for (int64_t i = 0; i < hd; ++i) REQUIRE(out16[i] == Approx(out[i]).margin(2e-3));
+  // And as q8_0 (8 bits and a scale per 32 elements): close relative to the output scale.
+  const int64_t rb8 = kv_row_bytes(kv_type::q8_0, stride);
+  std::vector<uint8_t> k8(3 * bs * rb8), v8(k8.size());
+  for (int64_t r = 0; r < 3 * bs; ++r) {
+    store_kv_row(karena.data() + r * stride, k8.data() + r * rb8, stride, kv_type::q8_0);
+    store_kv_row(varena.data() + r * stride, v8.data() + r * rb8, stride, kv_type::q8_0);
+  }
+  const void* kb8[3];
+  const void* vb8[3];
+  for (int b = 0; b < 3; ++b) {
+    kb8[b] = k8.data() + table[b] * bs * rb8;
+    vb8[b] = v8.data() + table[b] * bs * rb8;
+  }
+  std::vector<float> out8(hd);
+  attend_head(q.data(), n_keys, kv_layer_view{kb8, vb8, bs, stride, kv_type::q8_0}, 1, hd, 0.125f, scores.data(),
+              out8.data());
+  float out_scale = 0, err8 = 0;
+  for (int64_t i = 0; i < hd; ++i) out_scale = std::max(out_scale, std::fabs(out[i]));
+  for (int64_t i = 0; i < hd; ++i) err8 = std::max(err8, std::fabs(out8[i] - out[i]));
+  INFO("q8_0 max error " << err8 << ", output scale " << out_scale);
+  REQUIRE(err8 <= 2e-2f * out_scale);
   std::vector<double> w(n_keys);
   double mx = -1e30, z = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
@@ -274,37 +296,50 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
 
 TEST_CASE("grouped-query attention equals attention head by head") {
   std::mt19937 rng(7);
-  for (const kv_type type : {kv_type::f32, kv_type::f16}) {
+  for (const kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
     for (const int64_t hd : {64, 24, 128, 20}) {  // 20: not a multiple of 8 (the per-head path)
+      if (!kv_type_error(type, hd).empty()) continue;
       for (const int64_t n_q : {1, 3, 4}) {
         for (const int64_t n_keys : {1, 7, 8, 9, 37}) {
           const int64_t bs = 16, n_kv = 2, stride = n_kv * hd, n_blocks = (n_keys + bs - 1) / bs;
+          const int64_t row_bytes = kv_row_bytes(type, stride);
           std::vector<float> rows(static_cast<size_t>(n_blocks * bs * stride));
           std::normal_distribution<float> nd(0.f, 1.f);
           for (auto& v : rows) v = nd(rng);
-          std::vector<uint16_t> rows16(rows.size());
-          if (type == kv_type::f16)
-            for (size_t i = 0; i < rows.size(); i += stride)
-              store_kv_row(rows.data() + i, rows16.data() + i, stride, kv_type::f16);
-          const size_t eb = kv_elem_bytes(type);
-          std::vector<const void*> kb(n_blocks), vb(n_blocks);
-          const uint8_t* base = type == kv_type::f32 ? reinterpret_cast<const uint8_t*>(rows.data())
-                                                     : reinterpret_cast<const uint8_t*>(rows16.data());
+          std::vector<uint8_t> stored(static_cast<size_t>(n_blocks * bs * row_bytes));
+          for (int64_t r = 0; r < n_blocks * bs; ++r)
+            store_kv_row(rows.data() + r * stride, stored.data() + r * row_bytes, stride, type);
           // Keys and values in reversed block order; V reads the same rows shifted by one block.
-          for (int64_t b = 0; b < n_blocks; ++b) {
-            kb[b] = base + (n_blocks - 1 - b) * bs * stride * eb;
-            vb[b] = base + ((n_blocks - b) % n_blocks) * bs * stride * eb;
-          }
-          const kv_layer_view view{kb.data(), vb.data(), bs, stride, type};
+          auto view_of = [&](const uint8_t* base, int64_t rb, std::vector<const void*>& kb,
+                             std::vector<const void*>& vb, kv_type t) {
+            kb.resize(n_blocks);
+            vb.resize(n_blocks);
+            for (int64_t b = 0; b < n_blocks; ++b) {
+              kb[b] = base + (n_blocks - 1 - b) * bs * rb;
+              vb[b] = base + ((n_blocks - b) % n_blocks) * bs * rb;
+            }
+            return kv_layer_view{kb.data(), vb.data(), bs, stride, t};
+          };
+          std::vector<const void*> kb, vb, kb32, vb32;
+          const kv_layer_view view = view_of(stored.data(), row_bytes, kb, vb, type);
+          const kv_layer_view view32 = view_of(reinterpret_cast<const uint8_t*>(rows.data()),
+                                               kv_row_bytes(kv_type::f32, stride), kb32, vb32, kv_type::f32);
           std::vector<float> q(n_q * hd);
           for (auto& v : q) v = nd(rng);
-          std::vector<float> want(n_q * hd), got(n_q * hd, 12345.f), scores(n_keys);
-          for (int64_t g = 0; g < n_q; ++g)
+          std::vector<float> want(n_q * hd), exact(n_q * hd), got(n_q * hd, 12345.f), scores(n_keys);
+          for (int64_t g = 0; g < n_q; ++g) {
             attend_head(q.data() + g * hd, n_keys, view, 1, hd, 0.2f, scores.data(), want.data() + g * hd);
+            attend_head(q.data() + g * hd, n_keys, view32, 1, hd, 0.2f, scores.data(), exact.data() + g * hd);
+          }
           std::vector<float> scratch(attend_group_scratch(n_q, n_keys, hd) + 16, -7.f);
           attend_group(q.data(), n_q, n_keys, view, 1, hd, 0.2f, scratch.data(), got.data());
           INFO("type " << kv_type_name(type) << " hd " << hd << " n_q " << n_q << " n_keys " << n_keys);
           for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5));
+          // Against the f32 cache: within what the element type keeps, relative to the output scale.
+          float out_scale = 0;
+          for (float v : exact) out_scale = std::max(out_scale, std::fabs(v));
+          const float tol = type == kv_type::f32 ? 1e-6f : type == kv_type::f16 ? 2e-3f : 2e-2f;
+          for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == Approx(exact[i]).margin(tol * out_scale));
           // Bitwise the same as each head run as a group of one (the engine relies on it).
           std::vector<float> one(hd);
           for (int64_t g = 0; g < n_q; ++g) {
@@ -317,6 +352,56 @@ TEST_CASE("grouped-query attention equals attention head by head") {
       }
     }
   }
+}
+
+TEST_CASE("q8_0 KV rows are Q8_0 blocks within half a step of the input") {
+  CHECK(kv_row_bytes(kv_type::q8_0, 192) == 6 * 34);
+  CHECK(kv_row_bytes(kv_type::f16, 192) == 384);
+  CHECK(kv_type_error(kv_type::q8_0, 64).empty());
+  CHECK(kv_type_error(kv_type::q8_0, 48).find("multiple of 32") != std::string::npos);
+  CHECK(kv_type_error(kv_type::f16, 48).empty());
+  std::string why;
+  CHECK(parse_kv_type("q8_0", 64, why) == kv_type::q8_0);
+  CHECK_FALSE(parse_kv_type("q8_0", 48, why));
+  CHECK(why.find("q8_0") != std::string::npos);
+  CHECK_FALSE(parse_kv_type("q4_0", 64, why));
+  CHECK(why.find("f16, f32 or q8_0") != std::string::npos);
+
+  const int64_t n = 192, nb = n / qk;
+  for (const float scale : {1.f, 1e-3f, 40.f}) {
+    auto x = random_floats(n, scale);
+    x[5] = 9 * scale;                              // an outlier: its block gets a coarse step, the others keep theirs
+    for (int64_t i = 64; i < 96; ++i) x[i] = 0.f;  // an all-zero block
+    x[100] = -x[101];                              // exact negatives round alike
+    std::vector<uint8_t> buf(kv_row_bytes(kv_type::q8_0, n) + 16, 0xAB);
+    store_kv_row(x.data(), buf.data(), n, kv_type::q8_0);
+    for (size_t i = kv_row_bytes(kv_type::q8_0, n); i < buf.size(); ++i) REQUIRE(buf[i] == 0xAB);  // guard bytes
+    std::vector<block_q8_0> b(nb);
+    std::memcpy(b.data(), buf.data(), nb * sizeof(block_q8_0));
+    for (int64_t i = 0; i < nb; ++i) {
+      float amax = 0;
+      for (int k = 0; k < qk; ++k) amax = std::max(amax, std::fabs(x[i * qk + k]));
+      const float d = fp16_to_fp32(b[i].d);
+      INFO("scale " << scale << " block " << i);
+      REQUIRE(d == fp16_to_fp32(fp32_to_fp16(amax / 127)));
+      for (int k = 0; k < qk; ++k) {
+        const float v = x[i * qk + k];
+        REQUIRE(b[i].qs[k] >= -127);
+        REQUIRE(std::fabs(v - d * b[i].qs[k]) <= 0.5f * d * (1 + 1e-6f));
+      }
+      if (i == 2) {  // the zero block
+        REQUIRE(b[i].d == 0);
+        for (int k = 0; k < qk; ++k) REQUIRE(b[i].qs[k] == 0);
+      }
+    }
+    REQUIRE(b[3].qs[100 - 96] == -b[3].qs[101 - 96]);
+    REQUIRE(std::abs(b[0].qs[5]) == 127);
+  }
+  // A zero row is all zero bytes.
+  std::vector<float> z(n, 0.f);
+  std::vector<uint8_t> zb(kv_row_bytes(kv_type::q8_0, n), 0xCD);
+  store_kv_row(z.data(), zb.data(), n, kv_type::q8_0);
+  for (uint8_t c : zb) REQUIRE(c == 0);
 }
 
 TEST_CASE("thread pool runs every thread once per job and splits ranges exactly") {
