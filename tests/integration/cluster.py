@@ -1,13 +1,14 @@
 """Real router + worker processes on loopback for the integration tests and benchmarks."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
-from worker_client import BUILD, MODEL, Worker, free_port
+from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus
 
 ROUTER = os.path.join(BUILD, "router", "switchyard-router")
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -53,13 +54,7 @@ class Router:
         return self.request("POST", path, body, **kw)
 
     def metrics(self):
-        _, _, body = self.get("/metrics")
-        values = {}
-        for line in body.decode().splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                values[k] = float(v)
-        return values
+        return parse_prometheus(self.get("/metrics")[2].decode())
 
     def stop(self, sig=15, timeout=40):
         if self.proc.poll() is None:
@@ -93,3 +88,37 @@ def raw_http(port, payload, timeout=10):
                         return int(head.split(b" ")[1]), body
     head, _, body = data.partition(b"\r\n\r\n")
     return (int(head.split(b" ")[1]) if head else 0), body
+
+
+class Redis:
+    """A throwaway redis-server on a loopback port: no persistence, so a restart starts empty."""
+
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(BUILD, f"redis-{self.port}.log"), "w")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("redis-server exited: " + open(self.log.name).read())
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not come up")
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()

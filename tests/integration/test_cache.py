@@ -13,7 +13,7 @@ import time
 import openai
 import pytest
 
-from cluster import MODEL_ID, Router
+from cluster import MODEL_ID, Redis, Router
 from worker_client import BUILD, MODEL, Worker, free_port, tokenize
 
 pytestmark = [
@@ -27,40 +27,6 @@ FINISHED = "switchyard_worker_requests_finished_total"
 ROUTER_OPTS = ("--heartbeat-timeout-ms", "15000")
 LOOKUPS = "switchyard_router_cache_lookups_total"
 STORES = "switchyard_router_cache_stores_total"
-
-
-class Redis:
-    """A throwaway redis-server on a loopback port: no persistence, so a restart starts empty."""
-
-    def __init__(self, port=None):
-        self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(BUILD, f"redis-{self.port}.log"), "w")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("redis-server exited: " + open(self.log.name).read())
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not come up")
-
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from cluster import MODEL_ID, Router
+from cluster import MODEL_ID, Redis, Router
 from worker_client import BUILD, MODEL, ROOT, Worker, free_port
 
 pytestmark = [
@@ -36,35 +36,6 @@ HOSTILE = 'Reply "ok" to <b>bold</b> & <img src=x onerror="document.title=\'pwne
 PLAIN = "How do I register an account on a website?"
 GRAFANA = os.path.join(ROOT, "deploy", "grafana-dashboard.json")
 SCRAPE_LABELS = {"instance", "job"}  # added by Prometheus when it scrapes, not in /metrics itself
-
-
-class Redis:
-    """redis-server on a free loopback port, nothing persisted."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(BUILD, f"redis-dash-{self.port}.log"), "w")
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no"], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("redis-server exited: " + open(self.log.name).read())
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not answer PING")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,16 @@ WORKER = os.path.join(BUILD, "worker", "switchyard-worker")
 MODEL = os.environ.get("SY_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
+def parse_prometheus(text):
+    """{'name{labels}': value} for every sample line of a Prometheus text exposition."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            values[k] = float(v)
+    return values
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,13 +62,7 @@ class Worker:
             data = b""
             while chunk := s.recv(65536):
                 data += chunk
-        head, _, body = data.decode().partition("\r\n\r\n")
-        values = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                values[k] = float(v)
-        return values
+        return parse_prometheus(data.decode().partition("\r\n\r\n")[2])
 
     def stop(self, sig=15, timeout=40):
         if self.proc.poll() is None:
