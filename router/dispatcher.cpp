@@ -7,6 +7,9 @@
 namespace sy::router {
 namespace {
 
+// How long after its deadline a dispatched request may still be ended by its worker.
+constexpr double k_deadline_grace_s = 5.0;
+
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int64_t unix_ms_now() {
@@ -85,8 +88,12 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     return;
   }
   if (!req.cache_key.empty() && attach_follower(r)) return;
-  const int64_t tokens =
+  int64_t tokens =
       static_cast<int64_t>(req.prompt.size()) + static_cast<int64_t>(req.req.sampling.max_tokens) * req.req.n;
+  // Without max_tokens the default fills the context, which alone may exceed a small tokens/min
+  // budget: such a request is charged the whole budget at most, never refused forever.
+  if (const int64_t tpm = req.who->limits.tokens_per_min; tpm > 0 && !req.req.max_tokens_given)
+    tokens = std::min(tokens, tpm);
   const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
   queue_load load;
   load.requests = queue_.size();
@@ -149,6 +156,7 @@ bool dispatcher::attach_follower(std::shared_ptr<routed_request>& r) {
         send_stream_chunk(*r, l.started, c, cs.deltas[i], last ? std::string_view(cs.finish_reason) : "", {}, {});
       }
       if (cs.finished && cs.deltas.empty()) send_stream_chunk(*r, l.started, c, "", cs.finish_reason, {}, {});
+      if (!cs.deltas.empty() || cs.finished) a.sent_tokens = true;
     }
   }
   coalesced_++;
@@ -353,7 +361,7 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
     if (chunk) {
       r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps), t_recv);
       cs.started = true;
-      if (!text.empty() || !m.token_ids.empty()) a.sent_tokens = true;
+      a.sent_tokens = true;  // anything streamed rules out a silent re-dispatch
     }
   } else if (!r.req.stream) {
     cs.text += text;
@@ -362,7 +370,7 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
   for (listener& f : a.followers) {
     if (!f.stream_open || !chunk) continue;
     send_stream_chunk(*f.r, f.started, c, text, done ? std::string_view(fr) : "", {}, t_recv);
-    if (!text.empty()) a.sent_tokens = true;
+    a.sent_tokens = true;
   }
   if (!r.cache_key.empty() && !text.empty()) cs.deltas.push_back(text);
   if (done) {
@@ -588,6 +596,17 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     expired_++;
     fail(*it->second,
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed in the queue"), out);
+  }
+  // A dispatched request whose deadline passed well ago was lost on its way (a dropped frame, a
+  // worker that restarted within the heartbeat timeout): end it here rather than wait forever.
+  std::vector<uint64_t> overdue;
+  for (const auto& [id, a] : active_)
+    if (a->dispatched && a->r->timeout_s > 0 && now_s > a->t_enqueued_s + a->r->timeout_s + k_deadline_grace_s)
+      overdue.push_back(id);
+  for (const uint64_t id : overdue) {
+    expired_++;
+    fail(*active_.at(id),
+         make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
   // Output rate over ~1 s windows, smoothed: the queue-wait estimate for admission.
   if (now_s - rate_window_start_s_ >= 1.0) {

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -19,6 +20,22 @@ struct shell {
   std::unique_ptr<zmq::socket_t> to_link;
   std::vector<link_frame> out;
 
+  // Runs one handler body; an exception (out of memory, say) is logged and counted instead of
+  // ending the actor — a dispatcher that died would leave every later request hanging.
+  template <class F>
+  void guarded(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "switchyard-router: dispatcher: %s failed: %s\n", what, e.what());
+    }
+    try {
+      flush();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "switchyard-router: dispatcher: sending to the link failed: %s\n", e.what());
+      out.clear();
+    }
+  }
   void flush() {
     for (link_frame& f : out) {
       std::array<zmq::message_t, 3> parts{zmq::message_t(&f.worker, 4), zmq::message_t(f.type), zmq::message_t(f.body)};
@@ -49,33 +66,26 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
   self->send(self, tick_atom::value);
   return {
       [s](submit_atom, std::shared_ptr<routed_request> r) {
-        if (r->ex->disconnected()) return;  // gone before it arrived
-        s->d->on_request(std::move(r), now_s(), s->out);
-        s->flush();
+        s->guarded("a request", [&] { s->d->on_request(std::move(r), now_s(), s->out); });
       },
-      [s](gone_atom, uint64_t id) {
-        s->d->on_client_gone(id, now_s(), s->out);
-        s->flush();
-      },
+      [s](gone_atom, uint64_t id) { s->guarded("a disconnect", [&] { s->d->on_client_gone(id, now_s(), s->out); }); },
       [s](frame_atom, uint32_t w, const std::string& type, const std::string& body, int64_t t_ns) {
         const auto t_recv = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t_ns));
-        s->d->on_frame(w, type, body, now_s(), t_recv, s->out);
-        s->flush();
+        s->guarded("a worker frame", [&] { s->d->on_frame(w, type, body, now_s(), t_recv, s->out); });
       },
       [s](add_atom, const std::string& endpoint) {
-        s->d->add_worker(endpoint, now_s(), s->out);
-        s->flush();
+        s->guarded("adding a worker", [&] { s->d->add_worker(endpoint, now_s(), s->out); });
       },
       [s](retire_atom, const std::string& endpoint) { s->d->retire_worker(endpoint); },
       [s](drain_atom) {
         s->d->drain();
+        s->publish(now_s());  // `active` as of now: main waits for it to reach 0
         std::lock_guard<std::mutex> lk(s->status->mu);
         s->status->draining = true;
       },
       [s, self](tick_atom) {
         const double t = now_s();
-        s->d->tick(t, s->out);
-        s->flush();
+        s->guarded("a tick", [&] { s->d->tick(t, s->out); });
         s->publish(t);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
       },

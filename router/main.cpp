@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
@@ -206,13 +207,40 @@ int run(const cli_args& a) {
     status->write_overhead_s.observe(s);
   };
   std::unique_ptr<http_server> server;
+  std::unique_ptr<api_handler> handler;
+  // From here on, however run() ends (a port that cannot be bound included), the server, the
+  // actors and the threads stop, in an order where nothing calls into what is already gone:
+  // the server's I/O threads first, then the actors, then the cache threads (whose callbacks
+  // reach the handler).
+  struct at_exit {
+    std::function<void()> f;
+    ~at_exit() { f(); }
+  } shutdown{[&] {
+    if (server) server->stop();
+    stop->store(true);
+    if (dns.joinable()) dns.join();
+    caf::anon_send_exit(disp, caf::exit_reason::user_shutdown);
+    sys.await_all_actors_done();
+    cache.reset();
+  }};
   auto submit = [disp](std::shared_ptr<routed_request> r) { caf::anon_send(disp, submit_atom::value, std::move(r)); };
   auto gone = [disp](uint64_t id) { caf::anon_send(disp, gone_atom::value, id); };
-  auto handler = std::make_shared<std::unique_ptr<api_handler>>();
-  server = std::make_unique<http_server>(hc, [handler](std::shared_ptr<http_exchange> ex, http_request&& req) {
-    (**handler)(std::move(ex), std::move(req));
+  // The server accepts at once; until the handler exists, requests get a 503.
+  auto current = std::make_shared<std::atomic<api_handler*>>(nullptr);
+  server = std::make_unique<http_server>(hc, [current](std::shared_ptr<http_exchange> ex, http_request&& req) {
+    api_handler* h = current->load();
+    if (!h) {
+      ex->respond(
+          {503,
+           "application/json",
+           {{"Retry-After", "1"}},
+           R"({"error":{"message":"the router is starting","type":"overloaded_error","param":null,"code":"starting"}})"});
+      return;
+    }
+    (*h)(std::move(ex), std::move(req));
   });
-  *handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
+  handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
+  current->store(handler.get());
   std::fprintf(stderr, "switchyard-router: listening on http://%s:%d (%d I/O threads); workers: %s\n", hc.host.c_str(),
                server->port(), hc.threads,
                a.has("workers-dns") ? ("dns " + a.get("workers-dns")).c_str() : a.get("workers").c_str());
@@ -228,11 +256,7 @@ int run(const cli_args& a) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  server->stop();
-  stop->store(true);
-  if (dns.joinable()) dns.join();
-  caf::anon_send_exit(disp, caf::exit_reason::user_shutdown);
-  return 0;
+  return 0;  // `shutdown` stops everything
 }
 
 }  // namespace

@@ -4,6 +4,7 @@ import json
 import os
 import resource
 import socket
+import subprocess
 import threading
 import time
 
@@ -404,3 +405,15 @@ def test_workers_found_through_dns():
     finally:
         r.stop()
         w.stop()
+
+
+def test_a_port_in_use_is_a_clear_startup_error():
+    from cluster import ROUTER
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run([ROUTER, "--workers", "tcp://127.0.0.1:1", "--workers-dns", "localhost:1", "--port",
+                            str(port)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    assert f"cannot bind 127.0.0.1:{port}" in p.stderr

@@ -576,6 +576,27 @@ TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
   CHECK(cancels(h.take(), 0).empty());
 }
 
+TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well after its deadline") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  start_workers(h, 1, /*max_running=*/1);
+  const auto c = h.request({.timeout_s = 1.0}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  // Its submit was lost somewhere: the worker stays alive (heartbeats) but never answers.
+  for (double t = 0.5; t < 6.0; t += 0.5) {
+    h.heartbeat(0, t);
+    h.d.tick(t, h.out);
+  }
+  CHECK(c.ex->log.empty());  // the worker's own deadline handling gets a grace period
+  h.heartbeat(0, 6.5);
+  h.d.tick(6.6, h.out);
+  REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+  CHECK(c.ex->responses[0].status == 504);
+  CHECK(cancels(h.take(), 0).size() == 1);  // and the worker is told, in case it still runs
+  CHECK(h.d.active() == 0);
+  CHECK(h.d.workers().at(0).in_flight == 0);
+}
+
 TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes to another worker") {
   SY_REQUIRE_MODEL();
   harness h;
