@@ -104,7 +104,9 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     const char* type = no->status == 429   ? "rate_limit_error"
                        : no->status == 403 ? "permission_error"
                                            : "overloaded_error";
-    reply_error(make_error(no->status, type, std::string(name(no->reason)), no->message), no->retry_after_s);
+    // A priority outside the tenant's range is permanent: no Retry-After.
+    reply_error(make_error(no->status, type, std::string(name(no->reason)), no->message),
+                no->status == 403 ? 0 : no->retry_after_s);
     return;
   }
   auto a = std::make_unique<active_request>();
@@ -523,7 +525,9 @@ void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double 
     return;
   }
   if (m.code == proto::error_code::overloaded && !a->sent_tokens) {
-    // The worker refused it (draining): back to the front of the queue for another worker.
+    // The worker refused it (draining): back to the front of the queue for another worker, and
+    // no more work goes there until a heartbeat says otherwise.
+    pool_.mark_draining(worker);
     cancel_on_worker(*a, out);
     a->dispatched = false;
     a->queued = true;

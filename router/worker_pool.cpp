@@ -148,8 +148,9 @@ void worker_pool::on_finished(size_t w) {
 }
 
 size_t worker_pool::n_ready() const {
-  return static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(),
-                                           [](const worker_view& v) { return v.state == worker_state::ready; }));
+  return static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), [](const worker_view& v) {
+    return v.state == worker_state::ready && !v.retired;
+  }));
 }
 
 }  // namespace sy::router

@@ -68,6 +68,8 @@ class worker_pool {
   std::optional<size_t> choose(const std::string& model, std::span<const uint64_t> block_hashes) const;
   void on_dispatched(size_t w, std::span<const uint64_t> block_hashes);
   void on_finished(size_t w);
+  // The worker refused work as draining: treat it so until its next heartbeat.
+  void mark_draining(size_t w) { workers_[w].load.draining = true; }
 
   size_t size() const { return workers_.size(); }
   const worker_view& at(size_t w) const { return workers_[w]; }

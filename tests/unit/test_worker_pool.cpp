@@ -134,3 +134,19 @@ TEST_CASE("worker_pool: the prefix index is bounded by what the worker's KV cach
   CHECK(pool.cached_blocks(a, old_prompt) == 0);  // evicted, least recently used
   CHECK(pool.cached_blocks(a, prefix_block_hashes(prompt_of(10 * 100000, 16 * 8), 16)) == 8);
 }
+
+TEST_CASE(
+    "worker_pool: a worker that refuses work as draining gets none until a heartbeat, retired ones are not ready") {
+  worker_pool pool;
+  const size_t a = pool.add("tcp://a:1");
+  pool.on_welcome(a, welcome_of("a", 4), 0);
+  CHECK(pool.choose("m", {}) == a);
+  pool.mark_draining(a);
+  CHECK_FALSE(pool.choose("m", {}).has_value());
+  pool.on_heartbeat(a, {}, 0.5);  // not draining after all
+  CHECK(pool.choose("m", {}) == a);
+  CHECK(pool.n_ready() == 1);
+  pool.retire(a);
+  CHECK(pool.n_ready() == 0);
+  CHECK_FALSE(pool.choose("m", {}).has_value());
+}
