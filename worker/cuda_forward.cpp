@@ -22,8 +22,6 @@
 namespace sy {
 namespace {
 
-cpu::weight_type type_of(const gguf::tensor_info& t);
-
 // A device allocation owned by one object (freed on destruction).
 template <class T>
 struct dbuf {
@@ -109,7 +107,7 @@ struct cuda_forward::impl {
     L.w.alloc(static_cast<size_t>(rows * cols));
     dbuf<uint8_t> raw(t.n_bytes);
     SY_CUDA_CHECK(cudaMemcpyAsync(raw.p, t.data, t.n_bytes, cudaMemcpyHostToDevice, stream));
-    cuda::dequantize_to_f16(raw.p, type_of(t), rows, cols, L.w.p, stream);
+    cuda::dequantize_to_f16(raw.p, to_weight_type(t), rows, cols, L.w.p, stream);
     SY_CUDA_CHECK(cudaStreamSynchronize(stream));  // `raw` is freed next
     weight_bytes += L.w.bytes();
   }
@@ -128,29 +126,6 @@ struct cuda_forward::impl {
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };
-
-namespace {
-
-cpu::weight_type type_of(const gguf::tensor_info& t) {
-  switch (t.type) {
-    case gguf::tensor_type::f32:
-      return cpu::weight_type::f32;
-    case gguf::tensor_type::f16:
-      return cpu::weight_type::f16;
-    case gguf::tensor_type::bf16:
-      return cpu::weight_type::bf16;
-    case gguf::tensor_type::q4_0:
-      return cpu::weight_type::q4_0;
-    case gguf::tensor_type::q4_1:
-      return cpu::weight_type::q4_1;
-    case gguf::tensor_type::q8_0:
-      return cpu::weight_type::q8_0;
-    default:
-      throw std::runtime_error("cuda_forward: tensor " + t.name + " has a type the CUDA backend cannot load");
-  }
-}
-
-}  // namespace
 
 cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
     : impl_(std::make_unique<impl>(model, cfg)) {

@@ -6,8 +6,6 @@
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace sy {
-namespace {
-
 cpu::weight_type to_weight_type(const gguf::tensor_info& t) {
   switch (t.type) {
     case gguf::tensor_type::f32:
@@ -24,7 +22,7 @@ cpu::weight_type to_weight_type(const gguf::tensor_info& t) {
       return cpu::weight_type::q8_0;
     default:
       throw std::runtime_error("tensor '" + t.name + "' has type " + gguf::type_name(t.type) +
-                               ", which the CPU backend does not support (f32, f16, bf16, q4_0, "
+                               ", which Switchyard cannot load (f32, f16, bf16, q4_0, "
                                "q4_1, q8_0)");
   }
 }
@@ -35,8 +33,6 @@ std::vector<float> load_vector(const gguf::file& f, const std::string& name, int
   cpu::dequantize_row(to_weight_type(t), t.data, out.data(), n);
   return out;
 }
-
-}  // namespace
 
 std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thread_pool& pool) {
   std::unique_ptr<llama_model> m(new llama_model(gguf::file::open(path)));

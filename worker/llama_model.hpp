@@ -36,6 +36,10 @@ struct llama_hparams {
   int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
+// The kernel weight type of a GGUF tensor; throws std::runtime_error naming the tensor for a
+// type the backends cannot load.
+cpu::weight_type to_weight_type(const gguf::tensor_info& t);
+
 struct llama_layer {
   std::vector<float> attn_norm, ffn_norm;  // f32 copies of the norm weights
   cpu::linear wq, wk, wv, wo, w_gate, w_up, w_down;

@@ -75,26 +75,22 @@ const std::vector<std::string> questions = {"What is the capital of France?", "W
 
 }  // namespace
 
-TEST_CASE("concurrent greedy requests produce the same tokens as each run alone") {
-  REQUIRE_MODEL();
-  engine_config cfg;
-  cfg.n_kv_blocks = 256;
-  cfg.sched.max_tokens_per_step = 64;  // forces chunked prefill of the ~40-token prompts
+// Every question run alone (one engine, one request at a time), keyed "q<i>".
+std::map<std::string, outcome> run_each_alone(const engine_config& cfg) {
   std::map<std::string, outcome> alone;
-  {
-    engine e(*env()->model, env()->pool, cfg);
-    for (size_t i = 0; i < questions.size(); ++i) {
-      REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
-      auto r = run_all(e);
-      alone.insert(r.begin(), r.end());
-    }
-    require_idle(e);
+  engine e(*env()->model, env()->pool, cfg);
+  for (size_t i = 0; i < questions.size(); ++i) {
+    REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
+    auto r = run_all(e);
+    alone.insert(r.begin(), r.end());
   }
-  // The generator (single sequence, no scheduler) agrees with the engine run alone.
-  generator gen(*env()->model, env()->pool, 512);
-  for (size_t i = 0; i < 2; ++i)
-    CHECK(gen.generate(chat_ids(questions[i]), greedy(20)).tokens == alone["q" + std::to_string(i)].tokens);
+  require_idle(e);
+  return alone;
+}
 
+// All questions at once on a fresh engine: each must produce exactly what it did alone, and
+// they must really have shared steps.
+void check_together_equals_alone(const engine_config& cfg, const std::map<std::string, outcome>& alone) {
   engine e(*env()->model, env()->pool, cfg);
   for (size_t i = 0; i < questions.size(); ++i)
     REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
@@ -102,13 +98,26 @@ TEST_CASE("concurrent greedy requests produce the same tokens as each run alone"
   for (size_t i = 0; i < questions.size(); ++i) {
     const std::string id = "q" + std::to_string(i);
     INFO(id << ": " << questions[i]);
-    CHECK(together[id].tokens == alone[id].tokens);
-    CHECK(together[id].text == alone[id].text);
+    CHECK(together[id].tokens == alone.at(id).tokens);
+    CHECK(together[id].text == alone.at(id).text);
     CHECK(together[id].finish == finish_reason::length);
     CHECK(together[id].usage.n_completion == 20);
   }
-  CHECK(e.stats().steps < 8 * 21);  // they really shared steps
+  CHECK(e.stats().steps < 8 * 21);
   require_idle(e);
+}
+
+TEST_CASE("concurrent greedy requests produce the same tokens as each run alone") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 256;
+  cfg.sched.max_tokens_per_step = 64;  // forces chunked prefill of the ~40-token prompts
+  auto alone = run_each_alone(cfg);
+  // The generator (single sequence, no scheduler) agrees with the engine run alone.
+  generator gen(*env()->model, env()->pool, 512);
+  for (size_t i = 0; i < 2; ++i)
+    CHECK(gen.generate(chat_ids(questions[i]), greedy(20)).tokens == alone["q" + std::to_string(i)].tokens);
+  check_together_equals_alone(cfg, alone);
 }
 
 TEST_CASE("with a q8_0 KV cache concurrent greedy requests produce the same tokens as each run alone") {
@@ -117,29 +126,7 @@ TEST_CASE("with a q8_0 KV cache concurrent greedy requests produce the same toke
   cfg.n_kv_blocks = 256;
   cfg.sched.max_tokens_per_step = 64;  // chunked prefill, as above
   cfg.kv_type = cpu::kv_type::q8_0;
-  std::map<std::string, outcome> alone;
-  {
-    engine e(*env()->model, env()->pool, cfg);
-    for (size_t i = 0; i < questions.size(); ++i) {
-      REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
-      auto r = run_all(e);
-      alone.insert(r.begin(), r.end());
-    }
-    require_idle(e);
-  }
-  engine e(*env()->model, env()->pool, cfg);
-  for (size_t i = 0; i < questions.size(); ++i)
-    REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(20), 0));
-  auto together = run_all(e);
-  for (size_t i = 0; i < questions.size(); ++i) {
-    const std::string id = "q" + std::to_string(i);
-    INFO(id << ": " << questions[i]);
-    CHECK(together[id].tokens == alone[id].tokens);
-    CHECK(together[id].text == alone[id].text);
-    CHECK(together[id].usage.n_completion == 20);
-  }
-  CHECK(e.stats().steps < 8 * 21);
-  require_idle(e);
+  check_together_equals_alone(cfg, run_each_alone(cfg));
 }
 
 // 8-bit K/V moves logits by a few hundredths, so greedy answers only part where two tokens are
