@@ -81,6 +81,18 @@ __device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
   return ai < bi;
 }
 
+// The warp's winner of (bv, bi) by `beats`, in every lane.
+__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(k_full, bv, off);
+    const int oi = __shfl_xor_sync(k_full, bi, off);
+    if (beats(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+}
+
 // ---- shared state ----------------------------------------------------------------------------------
 
 enum class select_rule { top_k, top_p, draw };
@@ -149,14 +161,7 @@ __device__ void block_argmax(const float* __restrict__ row, int64_t n, block_sha
       bi = static_cast<int>(i);
     }
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(k_full, bv, off);
-    const int oi = __shfl_xor_sync(k_full, bi, off);
-    if (beats(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_argmax(bv, bi);
   if (lane == 0) {
     sh.red_v[warp] = bv;
     sh.red_i[warp] = bi;
@@ -165,14 +170,7 @@ __device__ void block_argmax(const float* __restrict__ row, int64_t n, block_sha
   if (warp == 0) {
     bv = lane < k_warps ? sh.red_v[lane] : __int_as_float(0x7fc00000);
     bi = lane < k_warps ? sh.red_i[lane] : -1;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(k_full, bv, off);
-      const int oi = __shfl_xor_sync(k_full, bi, off);
-      if (beats(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    warp_argmax(bv, bi);
     if (lane == 0) {
       sh.arg_v = bv;
       sh.arg_i = bi;

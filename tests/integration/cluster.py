@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
-from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus
+from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus, stop_process
 
 ROUTER = os.path.join(BUILD, "router", "switchyard-router")
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -57,15 +57,9 @@ class Router:
         return parse_prometheus(self.get("/metrics")[2].decode())
 
     def stop(self, sig=15, timeout=40):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        rc = stop_process(self.proc, sig, timeout)
         self.log.close()
-        return self.proc.returncode
+        return rc
 
 
 def raw_http(port, payload, timeout=10):

@@ -25,6 +25,18 @@ def parse_prometheus(text):
     return values
 
 
+def stop_process(proc, sig=15, timeout=40):
+    """Signals `proc` and waits; kills it after `timeout` seconds. Returns its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,14 +77,7 @@ class Worker:
         return parse_prometheus(data.decode().partition("\r\n\r\n")[2])
 
     def stop(self, sig=15, timeout=40):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, sig, timeout)
 
 
 class Client:
