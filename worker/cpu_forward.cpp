@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <span>
 #include <stdexcept>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
@@ -64,9 +67,18 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     return;
   }
   // y = x W^T for all rows: integer kernels for generated-token rows, panel GEMM for prompt rows.
+  // Layers sharing an input (Q/K/V, gate/up) run fused: one activation conversion, one job.
+  auto linears = [&](std::initializer_list<cpu::linear_out> outs, const float* x, int64_t ldx) {
+    const std::span<const cpu::linear_out> all(outs.begin(), outs.size());
+    if (n_decode > 0) cpu::forward_gemv_fused(all, x, ldx, n_decode, pool_);
+    if (N > n_decode) {
+      std::vector<cpu::linear_out> prompt(outs);
+      for (auto& o : prompt) o.y += n_decode * o.ldy;
+      cpu::forward_gemm_fused(prompt, x + n_decode * ldx, ldx, N - n_decode, pool_);
+    }
+  };
   auto linear = [&](const cpu::linear& w, const float* x, int64_t ldx, float* y, int64_t ldy) {
-    if (n_decode > 0) w.forward_gemv(x, ldx, n_decode, y, ldy, pool_);
-    if (N > n_decode) w.forward_gemm(x + n_decode * ldx, ldx, N - n_decode, y + n_decode * ldy, ldy, pool_);
+    linears({{&w, y, ldy}}, x, ldx);
   };
   x_.resize(N * E);
   xn_.resize(N * E);
@@ -85,6 +97,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
 
   for (int64_t i = 0; i < N; ++i) model_.embed(rows[i].token, x_.data() + i * E);
 
+  const cpu::kv_layer_view layout{nullptr, nullptr, bs, KV, kv.type(), cpu::kv_layout::heads};
   // Per sequence, this layer's block pointers (rebuilt per layer; a few per sequence).
   std::vector<std::vector<const void*>> kb(batch.size()), vb(batch.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
@@ -93,18 +106,17 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
     for (int64_t i = 0; i < N; ++i)
       cpu::rms_norm(x_.data() + i * E, L.attn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
-    linear(L.wq, xn_.data(), E, q_.data(), E);
-    linear(L.wk, xn_.data(), E, k_.data(), KV);
-    linear(L.wv, xn_.data(), E, v_.data(), KV);
+    linears({{&L.wq, q_.data(), E}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
     for (int64_t i = 0; i < N; ++i) {
       const int64_t pos = rows[i].pos;
       cpu::rope_norm(q_.data() + i * E, hp.n_head, HD, hp.n_rot, pos, hp.rope_base);
       cpu::rope_norm(k_.data() + i * KV, hp.n_head_kv, HD, hp.n_rot, pos, hp.rope_base);
       const batch_seq& b = batch[rows[i].seq];
       const int32_t block = b.block_ids[pos / bs];
-      const int64_t at = (pos % bs) * kv.row_bytes();
-      cpu::store_kv_row(k_.data() + i * KV, static_cast<uint8_t*>(kv.k_block(l, block)) + at, KV, kv.type());
-      cpu::store_kv_row(v_.data() + i * KV, static_cast<uint8_t*>(kv.v_block(l, block)) + at, KV, kv.type());
+      for (int64_t h = 0; h < hp.n_head_kv; ++h) {
+        cpu::store_kv_head(k_.data() + i * KV + h * HD, kv.k_block(l, block), layout, pos % bs, h, HD, true);
+        cpu::store_kv_head(v_.data() + i * KV + h * HD, kv.v_block(l, block), layout, pos % bs, h, HD, false);
+      }
     }
     for (size_t s = 0; s < batch.size(); ++s) {
       kb[s].resize(batch[s].block_ids.size());
@@ -125,7 +137,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
         for (int64_t task = ith; task < N * hp.n_head_kv; task += nth) {
           const int64_t i = task / hp.n_head_kv, kvh = task % hp.n_head_kv;
           const int32_t s = rows[i].seq;
-          cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
+          cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type(), cpu::kv_layout::heads};
           cpu::attend_group(q_.data() + i * E + kvh * group * HD, group, rows[i].pos + 1, view, kvh, HD, scale, sc,
                             attn_.data() + i * E + kvh * group * HD);
         }
@@ -134,7 +146,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
       for (int64_t task = ith; task < N * hp.n_head; task += nth) {
         const int64_t i = task / hp.n_head, h = task % hp.n_head;
         const int32_t s = rows[i].seq;
-        cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type()};
+        cpu::kv_layer_view view{kb[s].data(), vb[s].data(), bs, KV, kv.type(), cpu::kv_layout::heads};
         // A group of one: the very same arithmetic per head as above, so results do not depend on
         // which split a batch size picked (batching invariance).
         cpu::attend_group(q_.data() + i * E + h * HD, 1, rows[i].pos + 1, view, h / group, HD, scale, sc,
@@ -146,8 +158,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
 
     for (int64_t i = 0; i < N; ++i)
       cpu::rms_norm(x_.data() + i * E, L.ffn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
-    linear(L.w_gate, xn_.data(), E, gate_.data(), F);
-    linear(L.w_up, xn_.data(), E, up_.data(), F);
+    linears({{&L.w_gate, gate_.data(), F}, {&L.w_up, up_.data(), F}}, xn_.data(), E);
     cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), N * F);
     linear(L.w_down, gate_.data(), F, tmp_.data(), E);
     cpu::add_inplace(x_.data(), tmp_.data(), N * E);

@@ -47,14 +47,21 @@ inline float load1(const void* row, int64_t d) {
 template <kv_type T>
 void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim, float scale,
             float* scores, float* out) {
-  const int64_t row_bytes = kv_row_bytes(T, kv.row_stride), off = kv_row_bytes(T, kv_head * head_dim);
+  const int64_t head_off = kv_head_offset(kv, kv_head, head_dim), pos_stride = kv_position_stride(kv, head_dim);
   auto row = [&](const void* const* blocks, int64_t j) {
-    return static_cast<const uint8_t*>(blocks[j / kv.block_size]) + (j % kv.block_size) * row_bytes + off;
+    return static_cast<const uint8_t*>(blocks[j / kv.block_size]) + head_off + (j % kv.block_size) * pos_stride;
   };
   const bool vec = head_dim % 8 == 0 && head_dim <= 256;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const void* k = row(kv.k_blocks, j);
     float dot;
+    if (k_dim_major(kv)) {  // element d of key j sits at d * block_size + j % block_size
+      const uint8_t* slice = static_cast<const uint8_t*>(kv.k_blocks[j / kv.block_size]) + head_off;
+      dot = 0;
+      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * load1<T>(slice, d * kv.block_size + j % kv.block_size);
+      scores[j] = dot * scale;
+      continue;
+    }
+    const void* k = row(kv.k_blocks, j);
     if (vec) {
       __m256 acc = _mm256_setzero_ps();
       for (int64_t d = 0; d < head_dim; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<T>(k, d), acc);
@@ -89,20 +96,22 @@ inline __m256 hsum8(const __m256* acc) {
 }
 
 // Rows [j0, j0 + nk) of K or V as f32 pointers: f16 and q8_0 rows are converted into `buf`.
-// `off`: bytes from a row's start to the kv head's slice. The conversion of a row depends only
-// on the row, never on how many query heads read it.
+// The conversion of a row depends only on the row, never on how many query heads read it.
 template <kv_type T>
-inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t off, int64_t j0, int64_t nk,
+inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t kv_head, int64_t j0, int64_t nk,
                      int64_t n_keys_total, int64_t head_dim, float* buf, const float** out) {
-  const int64_t row_bytes = kv_row_bytes(T, kv.row_stride), slice_bytes = kv_row_bytes(T, head_dim);
+  const int64_t slice_bytes = kv_row_bytes(T, head_dim);
+  const int64_t head_off = kv_head_offset(kv, kv_head, head_dim), pos_stride = kv_position_stride(kv, head_dim);
+  auto at = [&](int64_t j) {
+    return static_cast<const uint8_t*>(blocks[j / kv.block_size]) + head_off + (j % kv.block_size) * pos_stride;
+  };
   for (int64_t r = 0; r < nk; ++r) {
     const int64_t j = j0 + r;
-    const uint8_t* p = static_cast<const uint8_t*>(blocks[j / kv.block_size]) + (j % kv.block_size) * row_bytes + off;
+    const uint8_t* p = at(j);
     // The next chunk's rows: KV rows are scattered over blocks and far apart in memory, so
     // the hardware prefetcher alone leaves the conversion waiting on loads.
     if (j + 8 < n_keys_total) {
-      const int64_t jn = j + 8;
-      const char* pn = static_cast<const char*>(blocks[jn / kv.block_size]) + (jn % kv.block_size) * row_bytes + off;
+      const char* pn = reinterpret_cast<const char*>(at(j + 8));
       for (int64_t c = 0; c < slice_bytes; c += 64) _mm_prefetch(pn + c, _MM_HINT_T0);
       if constexpr (T == kv_type::q8_0) _mm_prefetch(pn + slice_bytes - 1, _MM_HINT_T0);  // 34-byte blocks
     }
@@ -127,14 +136,13 @@ inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t
 template <kv_type T>
 void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                       int64_t head_dim, float scale, float* scratch, float* out) {
-  const int64_t off = kv_row_bytes(T, kv_head * head_dim);
   float* scores = scratch;              // [n_q][n_keys]
   float* buf = scratch + n_q * n_keys;  // 8 converted rows
   const float* rp[8];
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n_keys - j0);
-    rows_f32<T>(kv.k_blocks, kv, off, j0, nk, n_keys, head_dim, buf, rp);
+    rows_f32<T>(kv.k_blocks, kv, kv_head, j0, nk, n_keys, head_dim, buf, rp);
     for (int64_t g = 0; g < n_q; ++g) {
       const float* qg = q + g * head_dim;
       float* sg = scores + g * n_keys + j0;
@@ -160,7 +168,7 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
   for (int64_t i = 0; i < n_q * head_dim; ++i) out[i] = 0.f;
   for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n_keys - j0);
-    rows_f32<T>(kv.v_blocks, kv, off, j0, nk, n_keys, head_dim, buf, rp);
+    rows_f32<T>(kv.v_blocks, kv, kv_head, j0, nk, n_keys, head_dim, buf, rp);
     for (int64_t g = 0; g < n_q; ++g) {
       const float* p = scores + g * n_keys + j0;
       float* og = out + g * head_dim;
@@ -174,6 +182,144 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
         }
         for (int k = 0; k < n8; ++k) _mm256_storeu_ps(og + d0 + 8 * k, acc[k]);
       }
+    }
+  }
+}
+
+// Eight elements [i, i + 8) of an f32 or f16 slice as floats.
+template <kv_type T>
+inline __m256 load8_at(const uint8_t* slice, int64_t i) {
+  if constexpr (T == kv_type::f32)
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(slice) + i);
+  else
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(slice) + i)));
+}
+
+// Scores of H query heads against P keys of one block, one key per lane: K is dimension-major
+// ([head_dim][block_size]), so every step is a broadcast q element times 8 keys' element d.
+// A score's arithmetic is fma over d = 0, 1, ... from zero, then * scale: the same whatever P,
+// H or the number of heads in the group (batching invariance).
+template <kv_type T, int P, int H>
+inline void scores_dm(const float* q, int64_t head_dim, const uint8_t* kslice, int64_t bs, int64_t p0, float scale,
+                      float* const* out) {
+  constexpr int V = P / 8;
+  __m256 acc[H][V];
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) acc[h][v] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < head_dim; ++d) {
+    __m256 k[V];
+    for (int v = 0; v < V; ++v) k[v] = load8_at<T>(kslice, d * bs + p0 + 8 * v);
+    for (int h = 0; h < H; ++h) {
+      const __m256 qd = _mm256_broadcast_ss(q + h * head_dim + d);
+      for (int v = 0; v < V; ++v) acc[h][v] = _mm256_fmadd_ps(qd, k[v], acc[h][v]);
+    }
+  }
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out[h] + 8 * v, _mm256_mul_ps(acc[h][v], vs));
+}
+
+// out[h] = sum over keys j of p[h][j] * V[j], H heads, 32 output elements per pass; each output
+// element accumulates over j = 0, 1, ... from zero (the same order as the row-layout kernel).
+template <kv_type T, int H>
+inline void values_dm(const float* const* p, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
+                      int64_t pos_stride, int64_t head_dim, float* const* out) {
+  for (int64_t d0 = 0; d0 < head_dim; d0 += 32) {
+    const int n8 = static_cast<int>(std::min<int64_t>(32, head_dim - d0) / 8);
+    __m256 acc[H][4];
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const uint8_t* row =
+          static_cast<const uint8_t*>(kv.v_blocks[j / kv.block_size]) + head_off + (j % kv.block_size) * pos_stride;
+      __m256 v[4];
+      for (int c = 0; c < n8; ++c) v[c] = load8_at<T>(row, d0 + 8 * c);
+      for (int h = 0; h < H; ++h) {
+        const __m256 ph = _mm256_broadcast_ss(p[h] + j);
+        for (int c = 0; c < n8; ++c) acc[h][c] = _mm256_fmadd_ps(ph, v[c], acc[h][c]);
+      }
+    }
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < n8; ++c) _mm256_storeu_ps(out[h] + d0 + 8 * c, acc[h][c]);
+  }
+}
+
+// Grouped attention over a heads-layout f32/f16 cache (block_size % 8 == 0, head_dim % 8 == 0).
+template <kv_type T>
+void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
+                     int64_t head_dim, float scale, float* scratch, float* out) {
+  const int64_t bs = kv.block_size, stride = (n_keys + 31) / 32 * 32;
+  const int64_t head_off = kv_head_offset(kv, kv_head, head_dim), pos_stride = kv_position_stride(kv, head_dim);
+  float* scores = scratch;  // [n_q][stride]; lanes past n_keys are scratch
+  // Keys per step: 32 or 16 where the block allows (more independent FMA chains for few heads).
+  const int P = bs % 32 == 0 && n_q <= 2 ? 32 : bs % 16 == 0 ? 16 : 8;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
+    const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
+    const int64_t p0 = j0 % bs;
+    if (p0 == 0) {
+      // Blocks are scattered in memory, so the hardware prefetcher cannot run ahead: fetch the
+      // K slice two blocks on, and this block's V slice for the value pass (stays in L2).
+      const int64_t bytes = kv_row_bytes(T, head_dim) * bs, b = j0 / bs;
+      if (b == 0)
+        for (int64_t c = 0; c < bytes && bs < n_keys; c += 64)
+          _mm_prefetch(static_cast<const char*>(kv.k_blocks[1]) + head_off + c, _MM_HINT_T0);
+      if ((b + 2) * bs < n_keys)
+        for (int64_t c = 0; c < bytes; c += 64)
+          _mm_prefetch(static_cast<const char*>(kv.k_blocks[b + 2]) + head_off + c, _MM_HINT_T0);
+      for (int64_t c = 0; c < std::min(bytes, (n_keys - j0) * kv_row_bytes(T, head_dim)); c += 64)
+        _mm_prefetch(static_cast<const char*>(kv.v_blocks[b]) + head_off + c, _MM_HINT_T1);
+    }
+    for (int64_t h0 = 0; h0 < n_q;) {
+      float* o[4];
+      const int64_t left = n_q - h0;
+      if (P == 32) {
+        const int H = left >= 2 ? 2 : 1;
+        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
+        if (H == 2)
+          scores_dm<T, 32, 2>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+        else
+          scores_dm<T, 32, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+        h0 += H;
+      } else if (P == 16) {
+        const int H = left >= 4 ? 4 : left >= 3 ? 3 : left >= 2 ? 2 : 1;
+        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
+        switch (H) {
+          case 4:
+            scores_dm<T, 16, 4>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+            break;
+          case 3:
+            scores_dm<T, 16, 3>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+            break;
+          case 2:
+            scores_dm<T, 16, 2>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+            break;
+          default:
+            scores_dm<T, 16, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+            break;
+        }
+        h0 += H;
+      } else {
+        const int H = left >= 4 ? 4 : 1;
+        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
+        if (H == 4)
+          scores_dm<T, 8, 4>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+        else
+          scores_dm<T, 8, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+        h0 += H;
+      }
+    }
+  }
+  for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * stride, n_keys);
+  for (int64_t h0 = 0; h0 < n_q;) {
+    const float* p[2] = {scores + h0 * stride, scores + (h0 + 1) * stride};
+    float* o[2] = {out + h0 * head_dim, out + (h0 + 1) * head_dim};
+    if (n_q - h0 >= 2) {
+      values_dm<T, 2>(p, n_keys, kv, head_off, pos_stride, head_dim, o);
+      h0 += 2;
+    } else {
+      values_dm<T, 1>(p, n_keys, kv, head_off, pos_stride, head_dim, o);
+      h0 += 1;
     }
   }
 }
@@ -216,6 +362,16 @@ void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_vi
       attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
     return;
   }
+  if (k_dim_major(kv)) {
+    if (kv.block_size % 8 != 0) {
+      for (int64_t g = 0; g < n_q; ++g)
+        attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
+      return;
+    }
+    if (kv.type == kv_type::f32)
+      return attend_group_dm<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+    return attend_group_dm<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+  }
   switch (kv.type) {
     case kv_type::f32:
       return attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
@@ -241,6 +397,22 @@ void store_kv_row(const float* src, void* dst, int64_t n, kv_type type) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
+}
+
+void store_kv_head(const float* src, void* block, const kv_layer_view& kv, int64_t pos_in_block, int64_t kv_head,
+                   int64_t head_dim, bool is_key) {
+  uint8_t* slice = static_cast<uint8_t*>(block) + kv_head_offset(kv, kv_head, head_dim);
+  if (!(is_key && k_dim_major(kv))) {
+    store_kv_row(src, slice + pos_in_block * kv_position_stride(kv, head_dim), head_dim, kv.type);
+    return;
+  }
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const int64_t at = d * kv.block_size + pos_in_block;
+    if (kv.type == kv_type::f32)
+      reinterpret_cast<float*>(slice)[at] = src[d];
+    else
+      reinterpret_cast<uint16_t*>(slice)[at] = fp32_to_fp16(src[d]);
+  }
 }
 
 void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,

@@ -58,18 +58,42 @@ inline std::optional<kv_type> parse_kv_type(const std::string& s, int64_t head_d
   return t;
 }
 
+// Layout of the rows inside a block.
+//  * rows: [position][row_stride] (all kv heads of a position together);
+//  * heads (the worker's CPU arena): [kv head][slice], one kv head's keys contiguous so attention
+//    streams them. For f32/f16 the K slice is dimension-major, [head_dim][block_size], so a key
+//    block's scores come out of plain FMAs with one key per lane (no horizontal sums); the V
+//    slice, and q8_0's K slice (GGML Q8_0 blocks along the head), are [block_size][head_dim].
+enum class kv_layout : uint8_t { rows, heads };
+
 struct kv_layer_view {
   const void* const* k_blocks = nullptr;
   const void* const* v_blocks = nullptr;
   int64_t block_size = 0;  // positions per block
-  int64_t row_stride = 0;  // elements per position
+  int64_t row_stride = 0;  // elements per position (all kv heads)
   kv_type type = kv_type::f32;
+  kv_layout layout = kv_layout::rows;
 };
+// Whether K slices are [head_dim][block_size] (heads layout, f32/f16).
+inline bool k_dim_major(const kv_layer_view& kv) { return kv.layout == kv_layout::heads && kv.type != kv_type::q8_0; }
+// Bytes from a block's start to kv head `kv_head`'s slice (heads) or to its part of position 0 (rows).
+inline int64_t kv_head_offset(const kv_layer_view& kv, int64_t kv_head, int64_t head_dim) {
+  const int64_t slice = kv_row_bytes(kv.type, head_dim);
+  return kv.layout == kv_layout::heads ? kv_head * kv.block_size * slice : kv_head * slice;
+}
+// Bytes between consecutive positions of one kv head in a position-major slice (V; rows-layout K).
+inline int64_t kv_position_stride(const kv_layer_view& kv, int64_t head_dim) {
+  return kv.layout == kv_layout::heads ? kv_row_bytes(kv.type, head_dim) : kv_row_bytes(kv.type, kv.row_stride);
+}
 
 // Stores one position's K or V row (n floats) as `type` at `dst` (kv_row_bytes(type, n) bytes).
 // q8_0: per 32 elements d = fp16(max|x| / 127), q = x / d rounded to nearest and clamped to
 // [-127, 127], so |x - d * q| <= d / 2; an all-zero block stores d = 0.
 void store_kv_row(const float* src, void* dst, int64_t n, kv_type type);
+// Stores kv head `kv_head`'s key (is_key) or value (head_dim floats) for position `pos_in_block`
+// into `block` as laid out by `kv` (either layout; the block pointers of `kv` are not used).
+void store_kv_head(const float* src, void* block, const kv_layer_view& kv, int64_t pos_in_block, int64_t kv_head,
+                   int64_t head_dim, bool is_key);
 
 // out[0, head_dim) = softmax(scale * q . K[0..n_keys)) V[0..n_keys) for kv head `kv_head`.
 // `scores` is scratch of at least n_keys floats.
@@ -84,7 +108,7 @@ void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out);
 inline int64_t attend_group_scratch(int64_t n_q, int64_t n_keys, int64_t head_dim) {
-  return n_q * n_keys + 8 * head_dim + 8;
+  return n_q * ((n_keys + 31) / 32 * 32) + 8 * head_dim + 8;
 }
 
 }  // namespace sy::cpu

@@ -1,4 +1,5 @@
-// AVX-512 kernels: BF16 dot-product GEMM over repacked panels, VNNI integer GEMV.
+// AVX-512 kernels: BF16 dot-product GEMM over repacked panels, VNNI integer GEMV over
+// repacked integer panels.
 // Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}; only called when cpu_features() says so.
 #include <immintrin.h>
 
@@ -60,83 +61,6 @@ void panel_tile_tokens(const uint16_t* panels, int64_t k, const uint16_t* x, int
   }
 }
 
-inline float hsum_ps_256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i unpack_q4(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-}
-
-// Block i of a weight row as 32 unsigned bytes u with w = dw * u + mw
-// (q4_1: m; q4_0: -8 dw; q8_0 read as u = q + 128: -128 dw).
-template <weight_type t>
-inline __m256i load_block(const uint8_t* row, int64_t i, float& dw, float& mw) {
-  if constexpr (t == weight_type::q4_0) {
-    const auto& b = reinterpret_cast<const block_q4_0*>(row)[i];
-    dw = _cvtsh_ss(b.d);
-    mw = -8.f * dw;
-    return unpack_q4(b.qs);
-  } else if constexpr (t == weight_type::q4_1) {
-    const auto& b = reinterpret_cast<const block_q4_1*>(row)[i];
-    dw = _cvtsh_ss(b.d);
-    mw = _cvtsh_ss(b.m);
-    return unpack_q4(b.qs);
-  } else {
-    const auto& b = reinterpret_cast<const block_q8_0*>(row)[i];
-    dw = _cvtsh_ss(b.d);
-    mw = -128.f * dw;
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(-128));
-  }
-}
-
-// One weight row against tokens [t0, t0 + T), two blocks per 512-bit step; the weights are
-// unpacked once into registers and shared by the T tokens. The instruction sequence for one
-// (row, token) pair is the same for every T.
-template <weight_type wt, int T>
-void row_tokens(const uint8_t* row, const q8_act_batch& a, int64_t t0, float* y, int64_t ldy, int64_t r) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  alignas(64) float mw[k_max_int_cols / qk + 16];
-  const int64_t nb = a.nb;
-  auto step = [&](__m512i w, __m512 dw, int64_t p) {
-    for (int t = 0; t < T; ++t) {
-      const int64_t tt = t0 + t;
-      const __m512i x = _mm512_loadu_si512(a.qs + tt * a.k_pad + 64 * p);
-      const __m512 dx = _mm512_loadu_ps(a.dexp + tt * (a.k_pad / 4) + 16 * p);
-      const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[t]);
-    }
-  };
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    float d0, d1;
-    const __m256i u0 = load_block<wt>(row, i, d0, mw[i]);
-    const __m256i u1 = load_block<wt>(row, i + 1, d1, mw[i + 1]);
-    step(_mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1),
-         _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1), i / 2);
-  }
-  if (i < nb) {  // odd block count: the upper half is zero (activations are zero-padded too)
-    float d0;
-    const __m256i u0 = load_block<wt>(row, i, d0, mw[i]);
-    step(_mm512_inserti64x4(_mm512_setzero_si512(), u0, 0),
-         _mm512_insertf32x8(_mm512_setzero_ps(), _mm256_set1_ps(d0), 0), i / 2);
-  }
-  for (int64_t j = nb; j < a.nb_pad; ++j) mw[j] = 0.f;
-  for (int t = 0; t < T; ++t) {
-    const int64_t tt = t0 + t;
-    __m512 m = _mm512_setzero_ps();
-    for (int64_t j = 0; j < a.nb_pad; j += 16)
-      m = _mm512_fmadd_ps(_mm512_load_ps(mw + j), _mm512_loadu_ps(a.s + tt * a.nb_pad + j), m);
-    y[tt * ldy + r] = _mm512_reduce_add_ps(acc[t]) + _mm512_reduce_add_ps(m);
-  }
-}
-
 }  // namespace
 
 void gemm_panels_avx512(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1, const uint16_t* x, int64_t ldx,
@@ -171,8 +95,8 @@ void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
 }
 
 void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
-  int8_t* qs = a.qs + t * a.k_pad;
-  float* dexp = a.dexp + t * (a.k_pad / 4);
+  int8_t* qs = a.qs + t * a.k;
+  float* dd = a.d + t * a.nb_pad;
   float* s = a.s + t * a.nb_pad;
   const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t i = 0; i < a.nb; ++i) {
@@ -190,67 +114,106 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * i), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * i + 16), _mm512_cvtsepi32_epi8(q1));
     s[i] = d * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
-    _mm256_storeu_ps(dexp + 8 * i, _mm256_set1_ps(d));
+    dd[i] = d;
   }
-  for (int64_t i = a.nb; i < a.k_pad / 32; ++i) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + 32 * i), _mm256_setzero_si256());
-    _mm256_storeu_ps(dexp + 8 * i, _mm256_setzero_ps());
+  for (int64_t i = a.nb; i < a.nb_pad; ++i) s[i] = dd[i] = 0.f;
+}
+
+namespace {
+
+// One 16-row panel against tokens [t0, t0 + T): per block, T int32 accumulators collect the
+// block's 32 columns with vpdpbusd (16 rows per instruction, activations broadcast), then one
+// conversion and two FMAs per token fold in d_w * d_x and m_w * s_x.
+template <weight_type wt, int T>
+void panel_tokens(const line64* panel, int64_t nb, const q8_act_batch& a, int64_t t0, float* y, int64_t ldy,
+                  int64_t row0, int64_t n_rows) {
+  constexpr int64_t nl = n_int_lines(wt);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const int8_t* xq[T];
+  for (int t = 0; t < T; ++t) xq[t] = a.qs + (t0 + t) * a.k;
+  for (int64_t b = 0; b < nb; ++b) {
+    const line64* blk = panel + b * (nl + 2);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    auto dot = [&](__m512i w, int64_t col) {
+      for (int t = 0; t < T; ++t) {
+        int32_t x4;
+        __builtin_memcpy(&x4, xq[t] + 32 * b + col, 4);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], w, _mm512_set1_epi32(x4));
+      }
+    };
+    if constexpr (nl == 4) {
+      const __m512i lo4 = _mm512_set1_epi8(0x0f);
+      for (int g = 0; g < 4; ++g) {
+        const __m512i v = _mm512_load_si512(blk + g);
+        dot(_mm512_and_si512(v, lo4), 4 * g);
+        dot(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), 16 + 4 * g);
+      }
+    } else {
+      for (int g = 0; g < 8; ++g) dot(_mm512_load_si512(blk + g), 4 * g);
+    }
+    const __m512 dw = _mm512_load_ps(blk[nl].b), mw = _mm512_load_ps(blk[nl + 1].b);
+    for (int t = 0; t < T; ++t) {
+      const float dx = a.d[(t0 + t) * a.nb_pad + b];
+      const float sx = a.s[(t0 + t) * a.nb_pad + b];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
+    }
   }
-  for (int64_t i = a.nb; i < a.nb_pad; ++i) s[i] = 0.f;
+  const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + row0, keep, acc[t]);
 }
 
 template <weight_type wt>
-void gemv_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const q8_act_batch& a, float* y,
-               int64_t ldy) {
-  // Rows in chunks whose weights stay in L1 while every group of 8 tokens (whose activations
-  // also fit in L1) passes over them: neither side is re-read from L2 per (row, token).
-  constexpr int64_t chunk = 32;
-  for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
-    const int64_t c1 = std::min(c0 + chunk, r1);
+void int_panels(const line64* panels, int64_t rows, int64_t p0, int64_t p1, const q8_act_batch& a, float* y,
+                int64_t ldy) {
+  const int64_t nb = a.nb, stride = int_panel_lines(wt, a.nb * 32);
+  constexpr int tt = 8;
+  for (int64_t p = p0; p < p1; ++p) {
+    const line64* panel = panels + p * stride;
+    const int64_t row0 = p * 16, n_rows = std::min<int64_t>(16, rows - row0);
     int64_t t0 = 0;
-    for (; t0 + 8 <= a.n_tok; t0 += 8)
-      for (int64_t r = c0; r < c1; ++r) row_tokens<wt, 8>(w + r * row_bytes, a, t0, y, ldy, r);
-    const int64_t rest = a.n_tok - t0;
-    for (int64_t r = c0; r < c1 && rest > 0; ++r) {
-      const uint8_t* row = w + r * row_bytes;
-      switch (rest) {
-        case 1:
-          row_tokens<wt, 1>(row, a, t0, y, ldy, r);
-          break;
-        case 2:
-          row_tokens<wt, 2>(row, a, t0, y, ldy, r);
-          break;
-        case 3:
-          row_tokens<wt, 3>(row, a, t0, y, ldy, r);
-          break;
-        case 4:
-          row_tokens<wt, 4>(row, a, t0, y, ldy, r);
-          break;
-        case 5:
-          row_tokens<wt, 5>(row, a, t0, y, ldy, r);
-          break;
-        case 6:
-          row_tokens<wt, 6>(row, a, t0, y, ldy, r);
-          break;
-        case 7:
-          row_tokens<wt, 7>(row, a, t0, y, ldy, r);
-          break;
-        default:
-          break;
-      }
+    for (; t0 + tt <= a.n_tok; t0 += tt) panel_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows);
+    switch (a.n_tok - t0) {
+      case 1:
+        panel_tokens<wt, 1>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 2:
+        panel_tokens<wt, 2>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 3:
+        panel_tokens<wt, 3>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 4:
+        panel_tokens<wt, 4>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 5:
+        panel_tokens<wt, 5>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 6:
+        panel_tokens<wt, 6>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 7:
+        panel_tokens<wt, 7>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      default:
+        break;
     }
   }
 }
 
-void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                       const q8_act_batch& a, float* y, int64_t ldy) {
+}  // namespace
+
+void gemv_int_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
+                            const q8_act_batch& a, float* y, int64_t ldy) {
   switch (t) {
     case weight_type::q4_0:
-      return gemv_rows<weight_type::q4_0>(w, row_bytes, r0, r1, a, y, ldy);
+      return int_panels<weight_type::q4_0>(panels, rows, p0, p1, a, y, ldy);
     case weight_type::q4_1:
-      return gemv_rows<weight_type::q4_1>(w, row_bytes, r0, r1, a, y, ldy);
+      return int_panels<weight_type::q4_1>(panels, rows, p0, p1, a, y, ldy);
     case weight_type::q8_0:
-      return gemv_rows<weight_type::q8_0>(w, row_bytes, r0, r1, a, y, ldy);
+      return int_panels<weight_type::q8_0>(panels, rows, p0, p1, a, y, ldy);
     default:
       return;
   }

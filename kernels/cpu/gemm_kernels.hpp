@@ -26,24 +26,42 @@ void gemm_panels_avx2(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1,
 // Converts n f32 values to bf16 (round to nearest even).
 void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
 
-// Activations of a batch of tokens quantized for the AVX-512 integer kernel, structure of arrays
-// so one 64-byte load covers two blocks: per token, k_pad int8 values (k rounded up to 64, zero
-// tail), d expanded per pair of blocks (16 floats: 8 x d[2p], 8 x d[2p+1]; zero tail), and
-// s = d * sum(q) per block (nb_pad = nb rounded up to 16, zero tail).
+// Activations of a batch of tokens quantized for the AVX-512 integer kernel (per 32 elements an
+// int8 vector, its scale d and s = d * sum(q), as block_q8_act), structure of arrays: per token
+// k int8 values, and nb_pad = nb rounded up to 16 values of d and of s (zero tail).
 struct q8_act_batch {
-  int64_t n_tok = 0, k = 0, k_pad = 0, nb = 0, nb_pad = 0;
-  int8_t* qs = nullptr;   // [n_tok][k_pad]
-  float* dexp = nullptr;  // [n_tok][k_pad / 4]
-  float* s = nullptr;     // [n_tok][nb_pad]
+  int64_t n_tok = 0, k = 0, nb = 0, nb_pad = 0;
+  int8_t* qs = nullptr;  // [n_tok][k]
+  float* d = nullptr;    // [n_tok][nb_pad]
+  float* s = nullptr;    // [n_tok][nb_pad]
 };
 // Quantizes row `t` of the batch from x (k floats); same values as quantize_row_q8_act.
 void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t);
 
-// y[t * ldy + r] = dot(W row r, token t) for rows [r0, r1) and every token of `a`, for an
-// integer-quantized weight (q4_0, q4_1, q8_0). Each (row, token) result is computed by the same
-// instruction sequence whatever the number of tokens: results do not depend on the batch.
-void gemv_q8act_avx512(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                       const q8_act_batch& a, float* y, int64_t ldy);
+// Integer weights (q4_0, q4_1, q8_0) repacked at load into 16-row panels ("int panels") for the
+// AVX-512 VNNI kernel. Per panel, per 32-column block b, in 64-byte lines:
+//   n_int_lines(t) lines of unsigned weight bytes: line g, lane i (4 bytes) = row 16p+i's bytes
+//     for columns 4g..4g+3 of the block, so one vpdpbusd against 4 broadcast activation bytes
+//     gives 16 rows' partial sums. q8_0: u = q + 128, 8 lines. q4: the GGUF nibble bytes
+//     4g..4g+3 (low nibbles = columns 4g.., high nibbles = columns 16+4g..), 4 lines;
+//   one line of 16 f32 scales d, one line of 16 f32 offsets m, with w = d * u + m
+//     (q4_1: m; q4_0: -8 d; q8_0: -128 d).
+// Rows past the end of the matrix are zero.
+struct alignas(64) line64 {
+  uint8_t b[64];
+};
+constexpr int64_t n_int_lines(weight_type t) { return t == weight_type::q8_0 ? 8 : 4; }
+// Lines per panel for a k-column matrix.
+constexpr int64_t int_panel_lines(weight_type t, int64_t k) { return k / 32 * (n_int_lines(t) + 2); }
+// Fills panels [p0, p1) of `out` from GGUF rows (row_bytes apart) of a `rows` x k matrix.
+void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
+                       int64_t p1, line64* out);
+
+// y[t * ldy + r] = dot(W row r, token t) for rows in panels [p0, p1) (clipped to `rows`) and
+// every token of `a`. Each (row, token) result is computed by the same instruction sequence
+// whatever the number of tokens: results do not depend on the batch.
+void gemv_int_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
+                            const q8_act_batch& a, float* y, int64_t ldy);
 void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
                      int64_t k, float* y);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -17,7 +18,7 @@ namespace {
 struct scratch {
   std::vector<block_q8_act> q8;
   std::vector<int8_t> q8_qs;
-  std::vector<float> q8_dexp, q8_s;
+  std::vector<float> q8_d, q8_s;
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
 };
@@ -49,6 +50,50 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
       }
     }
   });
+  const auto& f = cpu_features();
+  if (has_integer_path() && f.avx512 && f.avx512_vnni) {
+    int_panels_.resize(static_cast<size_t>(n_panels_ * int_panel_lines(type_, cols)));
+    pool.run([&](int ith, int nth) {
+      int64_t p0, p1;
+      thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
+      repack_int_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, int_panels_.data());
+    });
+  }
+}
+
+void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
+                       int64_t p1, line64* out) {
+  const int64_t nb = k / qk, nl = n_int_lines(t), stride = int_panel_lines(t, k);
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t b = 0; b < nb; ++b) {
+      line64* blk = out + p * stride + b * (nl + 2);
+      std::memset(blk, 0, static_cast<size_t>(nl + 2) * sizeof(line64));
+      float* d = reinterpret_cast<float*>(blk[nl].b);
+      float* m = reinterpret_cast<float*>(blk[nl + 1].b);
+      for (int i = 0; i < panel_rows; ++i) {
+        const int64_t r = p * panel_rows + i;
+        if (r >= rows) break;
+        const uint8_t* row = w + r * row_bytes;
+        uint8_t u[32];  // q4: the 16 GGUF nibble bytes; q8_0: 32 bytes q + 128
+        if (t == weight_type::q4_0) {
+          const auto& blk0 = reinterpret_cast<const block_q4_0*>(row)[b];
+          d[i] = fp16_to_fp32(blk0.d);
+          m[i] = -8.f * d[i];
+          std::memcpy(u, blk0.qs, 16);
+        } else if (t == weight_type::q4_1) {
+          const auto& blk1 = reinterpret_cast<const block_q4_1*>(row)[b];
+          d[i] = fp16_to_fp32(blk1.d);
+          m[i] = fp16_to_fp32(blk1.m);
+          std::memcpy(u, blk1.qs, 16);
+        } else {
+          const auto& blk8 = reinterpret_cast<const block_q8_0*>(row)[b];
+          d[i] = fp16_to_fp32(blk8.d);
+          m[i] = -128.f * d[i];
+          for (int j = 0; j < 32; ++j) u[j] = static_cast<uint8_t>(blk8.qs[j] + 128);
+        }
+        for (int64_t g = 0; g < nl; ++g) std::memcpy(blk[g].b + 4 * i, u + 4 * g, 4);
+      }
+    }
 }
 
 bool linear::has_integer_path() const {
@@ -57,30 +102,56 @@ bool linear::has_integer_path() const {
 }
 
 void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const {
-  if (!has_integer_path()) return forward_gemm(x, ldx, n_tok, y, ldy, pool);
-  const int64_t nb = cols_ / qk;
-  if (use_avx512_kernels()) {
-    q8_act_batch a;
-    a.n_tok = n_tok;
-    a.k = cols_;
-    a.k_pad = (cols_ + 63) / 64 * 64;
-    a.nb = nb;
-    a.nb_pad = (nb + 15) / 16 * 16;
-    auto& sc = tls_scratch;
-    sc.q8_qs.resize(static_cast<size_t>(n_tok * a.k_pad));
-    sc.q8_dexp.resize(static_cast<size_t>(n_tok * a.k_pad / 4));
-    sc.q8_s.resize(static_cast<size_t>(n_tok * a.nb_pad));
-    a.qs = sc.q8_qs.data();
-    a.dexp = sc.q8_dexp.data();
-    a.s = sc.q8_s.data();
-    for (int64_t t = 0; t < n_tok; ++t) quantize_q8_act_avx512(x + t * ldx, a, t);
-    pool.run([&](int ith, int nth) {
-      int64_t r0, r1;
-      thread_pool::split(rows_, 16, ith, nth, r0, r1);
-      gemv_q8act_avx512(type_, data_, row_bytes_, r0, r1, a, y, ldy);
-    });
+  const linear_out out{this, y, ldy};
+  forward_gemv_fused({&out, 1}, x, ldx, n_tok, pool);
+}
+
+void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_t ldx, int64_t n_tok,
+                        thread_pool& pool) {
+  if (outs.empty() || n_tok == 0) return;
+  const int64_t cols = outs[0].w->cols();
+  bool int_panels = use_avx512_kernels();
+  for (const auto& o : outs) {
+    if (o.w->cols() != cols) throw std::invalid_argument("forward_gemv_fused: layers differ in input width");
+    int_panels = int_panels && o.w->has_integer_path() && !o.w->int_panels_.empty();
+  }
+  if (!int_panels) {
+    for (const auto& o : outs) o.w->forward_gemv_portable(x, ldx, n_tok, o.y, o.ldy, pool);
     return;
   }
+  // Activations quantized once for every layer, then one job over all their panels.
+  q8_act_batch a;
+  a.n_tok = n_tok;
+  a.k = cols;
+  a.nb = cols / qk;
+  a.nb_pad = (a.nb + 15) / 16 * 16;
+  auto& sc = tls_scratch;
+  sc.q8_qs.resize(static_cast<size_t>(n_tok * cols));
+  sc.q8_d.resize(static_cast<size_t>(n_tok * a.nb_pad));
+  sc.q8_s.resize(static_cast<size_t>(n_tok * a.nb_pad));
+  a.qs = sc.q8_qs.data();
+  a.d = sc.q8_d.data();
+  a.s = sc.q8_s.data();
+  for (int64_t t = 0; t < n_tok; ++t) quantize_q8_act_avx512(x + t * ldx, a, t);
+  int64_t total = 0;
+  for (const auto& o : outs) total += o.w->n_panels_;
+  pool.run([&](int ith, int nth) {
+    int64_t p0, p1;
+    thread_pool::split(total, 1, ith, nth, p0, p1);
+    int64_t base = 0;
+    for (const auto& o : outs) {
+      const linear& w = *o.w;
+      const int64_t b0 = std::max(p0, base) - base, b1 = std::min(p1, base + w.n_panels_) - base;
+      if (b0 < b1) gemv_int_panels_avx512(w.type_, w.int_panels_.data(), w.rows_, b0, b1, a, o.y, o.ldy);
+      base += w.n_panels_;
+    }
+  });
+}
+
+void linear::forward_gemv_portable(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
+                                   thread_pool& pool) const {
+  if (!has_integer_path()) return forward_gemm(x, ldx, n_tok, y, ldy, pool);
+  const int64_t nb = cols_ / qk;
   auto& q8 = tls_scratch.q8;
   q8.resize(static_cast<size_t>(n_tok * nb));
   for (int64_t t = 0; t < n_tok; ++t) quantize_row_q8_act(x + t * ldx, q8.data() + t * nb, cols_);
@@ -98,35 +169,63 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
 }
 
 void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const {
-  // Panels cover whole 16-row groups: when rows_ is not a multiple of 16 the tail is computed
-  // into a scratch and copied.
-  const bool ragged = rows_ % panel_rows != 0;
-  float* out = y;
-  int64_t ldo = ldy;
+  const linear_out out{this, y, ldy};
+  forward_gemm_fused({&out, 1}, x, ldx, n_tok, pool);
+}
+
+void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_t ldx, int64_t n_tok,
+                        thread_pool& pool) {
+  if (outs.empty() || n_tok == 0) return;
+  const int64_t cols = outs[0].w->cols();
+  for (const auto& o : outs)
+    if (o.w->cols() != cols) throw std::invalid_argument("forward_gemm_fused: layers differ in input width");
+  // Panels cover whole 16-row groups: a layer whose rows are not a multiple of 16 runs alone,
+  // its tail computed into a scratch and copied.
+  if (outs.size() > 1)
+    for (const auto& o : outs)
+      if (o.w->rows() % panel_rows != 0) {
+        for (const auto& one : outs) forward_gemm_fused({&one, 1}, x, ldx, n_tok, pool);
+        return;
+      }
+  const linear& w0 = *outs[0].w;
+  const bool ragged = w0.rows() % panel_rows != 0;
+  float* y0 = outs[0].y;
+  int64_t ld0 = outs[0].ldy;
   if (ragged) {
-    tls_scratch.f32.resize(static_cast<size_t>(n_tok * n_panels_ * panel_rows));
-    out = tls_scratch.f32.data();
-    ldo = n_panels_ * panel_rows;
+    tls_scratch.f32.resize(static_cast<size_t>(n_tok * w0.n_panels_ * panel_rows));
+    y0 = tls_scratch.f32.data();
+    ld0 = w0.n_panels_ * panel_rows;
   }
-  if (use_avx512_kernels()) {
-    auto& xb = tls_scratch.bf16;
-    xb.resize(static_cast<size_t>(n_tok * cols_));
-    for (int64_t t = 0; t < n_tok; ++t) convert_f32_to_bf16_avx512(x + t * ldx, xb.data() + t * cols_, cols_);
-    const uint16_t* xbp = xb.data();
-    pool.run([&](int ith, int nth) {
-      int64_t p0, p1;
-      thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
-      gemm_panels_avx512(panels_.data(), cols_, p0, p1, xbp, cols_, n_tok, out, ldo);
-    });
-  } else {
-    pool.run([&](int ith, int nth) {
-      int64_t p0, p1;
-      thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
-      gemm_panels_avx2(panels_.data(), cols_, p0, p1, x, ldx, n_tok, out, ldo);
-    });
+  const bool wide = use_avx512_kernels();
+  const uint16_t* xb = nullptr;
+  if (wide) {  // activations converted to bf16 once for every layer
+    auto& buf = tls_scratch.bf16;
+    buf.resize(static_cast<size_t>(n_tok * cols));
+    for (int64_t t = 0; t < n_tok; ++t) convert_f32_to_bf16_avx512(x + t * ldx, buf.data() + t * cols, cols);
+    xb = buf.data();
   }
+  int64_t total = 0;
+  for (const auto& o : outs) total += o.w->n_panels_;
+  pool.run([&](int ith, int nth) {
+    int64_t p0, p1;
+    thread_pool::split(total, 1, ith, nth, p0, p1);
+    int64_t base = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const linear& w = *outs[i].w;
+      float* y = i == 0 ? y0 : outs[i].y;
+      const int64_t ldy = i == 0 ? ld0 : outs[i].ldy;
+      const int64_t b0 = std::max(p0, base) - base, b1 = std::min(p1, base + w.n_panels_) - base;
+      if (b0 < b1) {
+        if (wide)
+          gemm_panels_avx512(w.panels_.data(), cols, b0, b1, xb, cols, n_tok, y, ldy);
+        else
+          gemm_panels_avx2(w.panels_.data(), cols, b0, b1, x, ldx, n_tok, y, ldy);
+      }
+      base += w.n_panels_;
+    }
+  });
   if (ragged)
-    for (int64_t t = 0; t < n_tok; ++t) std::copy(out + t * ldo, out + t * ldo + rows_, y + t * ldy);
+    for (int64_t t = 0; t < n_tok; ++t) std::copy(y0 + t * ld0, y0 + t * ld0 + w0.rows(), outs[0].y + t * outs[0].ldy);
 }
 
 }  // namespace sy::cpu

@@ -180,6 +180,42 @@ TEST_CASE("linear layers match the scalar reference for every weight type and ke
   force_portable_kernels(false);
 }
 
+TEST_CASE("fused layers give each layer's own result bitwise") {
+  thread_pool pool(2);
+  for (auto [isa, portable] : isa_modes()) {
+    force_portable_kernels(portable);
+    for (weight_type t : {weight_type::q4_1, weight_type::q8_0, weight_type::f16}) {
+      const int64_t cols = 96;
+      auto w1 = random_weights(t, 48, cols), w2 = random_weights(t, 16, cols), w3 = random_weights(t, 40, cols);
+      const linear a(t, w1.data(), 48, cols, pool), b(t, w2.data(), 16, cols, pool), c(t, w3.data(), 40, cols, pool);
+      for (int64_t n_tok : {1, 9}) {
+        INFO("isa " << isa << " type " << weight_type_name(t) << " tokens " << n_tok);
+        auto x = random_floats(static_cast<size_t>(n_tok * cols));
+        for (bool gemv : {true, false}) {
+          std::vector<float> ya(n_tok * 48), yb(n_tok * 16), yc(n_tok * 40), fa(ya.size()), fb(yb.size()),
+              fc(yc.size());
+          const linear_out outs[] = {{&a, fa.data(), 48}, {&b, fb.data(), 16}, {&c, fc.data(), 40}};
+          if (gemv) {
+            a.forward_gemv(x.data(), cols, n_tok, ya.data(), 48, pool);
+            b.forward_gemv(x.data(), cols, n_tok, yb.data(), 16, pool);
+            c.forward_gemv(x.data(), cols, n_tok, yc.data(), 40, pool);
+            forward_gemv_fused(outs, x.data(), cols, n_tok, pool);
+          } else {
+            a.forward_gemm(x.data(), cols, n_tok, ya.data(), 48, pool);
+            b.forward_gemm(x.data(), cols, n_tok, yb.data(), 16, pool);
+            c.forward_gemm(x.data(), cols, n_tok, yc.data(), 40, pool);
+            forward_gemm_fused(outs, x.data(), cols, n_tok, pool);
+          }
+          CHECK(fa == ya);
+          CHECK(fb == yb);
+          CHECK(fc == yc);
+        }
+      }
+    }
+  }
+  force_portable_kernels(false);
+}
+
 TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
   auto x = random_floats(576);
   auto w = random_floats(576);
@@ -345,6 +381,33 @@ TEST_CASE("grouped-query attention equals attention head by head") {
           for (int64_t g = 0; g < n_q; ++g) {
             attend_group(q.data() + g * hd, 1, n_keys, view, 1, hd, 0.2f, scratch.data(), one.data());
             for (int64_t i = 0; i < hd; ++i) REQUIRE(one[i] == got[g * hd + i]);
+          }
+          // The same rows in the worker's heads layout (f32/f16 keys dimension-major): close to
+          // the reference, and each head bitwise the same as a group of one.
+          std::vector<uint8_t> hk(stored.size(), 0xff), hv(stored.size(), 0xff);  // K and V differ in layout
+          kv_layer_view hm_layout{nullptr, nullptr, bs, stride, type, kv_layout::heads};
+          for (int64_t b = 0; b < n_blocks; ++b)
+            for (int64_t h = 0; h < n_kv; ++h)
+              for (int64_t p = 0; p < bs; ++p) {
+                const float* src = rows.data() + (b * bs + p) * stride + h * hd;
+                store_kv_head(src, hk.data() + b * bs * row_bytes, hm_layout, p, h, hd, true);
+                store_kv_head(src, hv.data() + b * bs * row_bytes, hm_layout, p, h, hd, false);
+              }
+          std::vector<const void*> kbh, vbh, unused_k, unused_v;
+          kv_layer_view view_hm = view_of(hk.data(), row_bytes, kbh, unused_v, type);
+          view_of(hv.data(), row_bytes, unused_k, vbh, type);
+          view_hm.v_blocks = vbh.data();
+          view_hm.layout = kv_layout::heads;
+          std::vector<float> got_hm(n_q * hd, 54321.f), ref_hm(n_q * hd);
+          attend_group(q.data(), n_q, n_keys, view_hm, 1, hd, 0.2f, scratch.data(), got_hm.data());
+          for (int64_t g = 0; g < n_q; ++g) {
+            attend_head(q.data() + g * hd, n_keys, view_hm, 1, hd, 0.2f, scores.data(), ref_hm.data() + g * hd);
+            attend_group(q.data() + g * hd, 1, n_keys, view_hm, 1, hd, 0.2f, scratch.data(), one.data());
+            for (int64_t i = 0; i < hd; ++i) REQUIRE(one[i] == got_hm[g * hd + i]);
+          }
+          for (size_t i = 0; i < want.size(); ++i) {
+            REQUIRE(got_hm[i] == Approx(ref_hm[i]).margin(1e-5));
+            REQUIRE(got_hm[i] == Approx(want[i]).margin(1e-5));  // same stored values as the rows layout
           }
           for (size_t i = attend_group_scratch(n_q, n_keys, hd); i < scratch.size(); ++i)
             REQUIRE(scratch[i] == -7.f);  // nothing written past the documented scratch size
