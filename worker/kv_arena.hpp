@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/huge_pages.hpp"
 
 namespace sy {
 
@@ -54,7 +55,7 @@ class kv_arena {
   int64_t n_layer_ = 0, n_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
   cpu::kv_type type_ = cpu::kv_type::f16;
   int64_t row_bytes_ = 0;
-  std::vector<uint8_t> k_, v_;
+  std::vector<uint8_t, cpu::huge_page_allocator<uint8_t>> k_, v_;  // huge pages: blocks are scattered
 };
 
 }  // namespace sy

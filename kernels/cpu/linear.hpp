@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/huge_pages.hpp"
 
 namespace sy::cpu {
 
@@ -66,8 +67,9 @@ class linear {
   int64_t rows_ = 0, cols_ = 0;
   int64_t row_bytes_ = 0;
   int64_t n_panels_ = 0;
-  std::vector<uint16_t> panels_;    // n_panels_ * 16 * cols_ bf16 values
-  std::vector<line64> int_panels_;  // integer weights for the AVX-512 VNNI kernel (gemm_kernels.hpp)
+  std::vector<uint16_t, huge_page_allocator<uint16_t>> panels_;  // n_panels_ * 16 * cols_ bf16 values
+  std::vector<line64, huge_page_allocator<line64>>
+      int_panels_;  // integer weights for the AVX-512 VNNI kernel (gemm_kernels.hpp)
 };
 
 }  // namespace sy::cpu
