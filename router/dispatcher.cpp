@@ -381,8 +381,9 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
     a.n_finished++;
     pool_.on_finished(worker);
     if (a.n_finished == a.choices.size()) {
-      finish(a);
-      erase(r.id);
+      // Out of the tables before anyone is answered: a throwing answer cannot leave it stuck.
+      const auto owned = detach(r.id);
+      finish(*owned);
     }
   }
 }
@@ -460,9 +461,10 @@ void dispatcher::fail_listener(const routed_request& to, bool stream_open, const
 
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
   cancel_on_worker(a, out);
-  if (!a.leader_gone) fail_listener(*a.r, a.stream_open, e);
-  for (const listener& f : a.followers) fail_listener(*f.r, f.stream_open, e);
-  erase(a.r->id);
+  const auto owned = detach(a.r->id);  // see on_tokens: removed before the answers go out
+  if (!owned) return;
+  if (!owned->leader_gone) fail_listener(*owned->r, owned->stream_open, e);
+  for (const listener& f : owned->followers) fail_listener(*f.r, f.stream_open, e);
 }
 
 void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_frame>& out) {
@@ -477,17 +479,21 @@ void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_fram
   }
 }
 
-void dispatcher::erase(uint64_t id) {
+void dispatcher::erase(uint64_t id) { detach(id); }
+
+std::unique_ptr<dispatcher::active_request> dispatcher::detach(uint64_t id) {
   auto it = active_.find(id);
-  if (it == active_.end()) return;
-  const active_request& a = *it->second;
+  if (it == active_.end()) return nullptr;
+  std::unique_ptr<active_request> owned = std::move(it->second);
+  active_.erase(it);
+  const active_request& a = *owned;
   if (a.queued) queue_.remove(id);
   if (!a.r->cache_key.empty()) {
     auto k = by_key_.find(a.r->cache_key);
     if (k != by_key_.end() && k->second == id) by_key_.erase(k);
   }
   for (const listener& f : a.followers) follower_of_.erase(f.r->id);
-  active_.erase(it);
+  return owned;
 }
 
 void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out) {

@@ -126,6 +126,8 @@ class dispatcher {
   void finish(active_request& a);  // all choices done: final response / usage chunk + [DONE]
   void cancel_on_worker(const active_request& a, std::vector<link_frame>& out);
   void erase(uint64_t id);
+  // Takes a request out of every table and hands it over (null when unknown).
+  std::unique_ptr<active_request> detach(uint64_t id);
   active_request* find_wire(std::string_view wire_id, uint32_t* choice);
   token_logprobs render_logprobs(const routed_request& r, const proto::token_logprob& lp) const;
   template <class T>

@@ -12,7 +12,11 @@
 namespace sy::router {
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// Seconds on the actor system's clock: std::chrono::steady_clock in production, the simulated
+// clock when the system runs CAF's testing scheduler (tests/unit/test_router_actors.cpp).
+double now_s(const caf::local_actor* self) {
+  return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
+}
 
 struct shell {
   std::shared_ptr<dispatcher> d;
@@ -65,26 +69,28 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
   s->to_link->connect(k_link_inbox);
   self->send(self, tick_atom::value);
   return {
-      [s](submit_atom, std::shared_ptr<routed_request> r) {
-        s->guarded("a request", [&] { s->d->on_request(std::move(r), now_s(), s->out); });
+      [s, self](submit_atom, std::shared_ptr<routed_request> r) {
+        s->guarded("a request", [&] { s->d->on_request(std::move(r), now_s(self), s->out); });
       },
-      [s](gone_atom, uint64_t id) { s->guarded("a disconnect", [&] { s->d->on_client_gone(id, now_s(), s->out); }); },
-      [s](frame_atom, uint32_t w, const std::string& type, const std::string& body, int64_t t_ns) {
+      [s, self](gone_atom, uint64_t id) {
+        s->guarded("a disconnect", [&] { s->d->on_client_gone(id, now_s(self), s->out); });
+      },
+      [s, self](frame_atom, uint32_t w, const std::string& type, const std::string& body, int64_t t_ns) {
         const auto t_recv = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t_ns));
-        s->guarded("a worker frame", [&] { s->d->on_frame(w, type, body, now_s(), t_recv, s->out); });
+        s->guarded("a worker frame", [&] { s->d->on_frame(w, type, body, now_s(self), t_recv, s->out); });
       },
-      [s](add_atom, const std::string& endpoint) {
-        s->guarded("adding a worker", [&] { s->d->add_worker(endpoint, now_s(), s->out); });
+      [s, self](add_atom, const std::string& endpoint) {
+        s->guarded("adding a worker", [&] { s->d->add_worker(endpoint, now_s(self), s->out); });
       },
       [s](retire_atom, const std::string& endpoint) { s->d->retire_worker(endpoint); },
-      [s](drain_atom) {
+      [s, self](drain_atom) {
         s->d->drain();
-        s->publish(now_s());  // `active` as of now: main waits for it to reach 0
+        s->publish(now_s(self));  // `active` as of now: main waits for it to reach 0
         std::lock_guard<std::mutex> lk(s->status->mu);
         s->status->draining = true;
       },
       [s, self](tick_atom) {
-        const double t = now_s();
+        const double t = now_s(self);
         s->guarded("a tick", [&] { s->d->tick(t, s->out); });
         s->publish(t);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);

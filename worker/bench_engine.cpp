@@ -1,5 +1,7 @@
 // `switchyard-worker bench-engine`: continuous batching, prefix caching and KV memory figures of
-// the engine in-process (no sockets), each comparison measured side by side in one run.
+// the engine in-process (no sockets), each comparison measured side by side in one run; and
+// (`--device cuda:N`, section `decode`) decode step time, aggregate tokens/s and memory-bandwidth
+// utilisation per batch size.
 #include "worker/bench_engine.hpp"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "common/cli_args.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "worker/device_backend.hpp"
 #include "worker/engine.hpp"
 
 namespace sy {
@@ -52,32 +55,124 @@ double percentile(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
+bool has_word(const std::string& list, const std::string& word) {
+  std::stringstream ss(list);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (x == word) return true;
+  return false;
+}
+
 }  // namespace
 
 int run_bench_engine(const cli_args& a, const char* default_model) {
-  a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip", "kv-type"});
+  a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip", "kv-type", "device",
+                 "cuda-graphs", "sections"});
+  const device_choice dev = parse_device_choice(a);
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = llama_model::load(a.get("model", default_model), pool);
   const auto& hp = model->hparams();
   std::string kv_error;
   const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
+  if (dev.cuda && *kvt != cpu::kv_type::f16) throw std::invalid_argument("--kv-type: the CUDA backend stores f16");
   const int n_prompt = static_cast<int>(a.get_int("prompt-tokens", 128));
   const int n_gen = static_cast<int>(a.get_int("gen-tokens", 128));
   std::vector<int> levels;
   {
-    std::stringstream ss(a.get("concurrency", "1,4,16,32"));
+    std::stringstream ss(a.get("concurrency", dev.cuda ? "1,8,64,256" : "1,4,16,32"));
     for (std::string x; std::getline(ss, x, ',');) levels.push_back(std::stoi(x));
   }
+  if (levels.empty() || *std::min_element(levels.begin(), levels.end()) < 1)
+    throw std::invalid_argument("--concurrency: a list of positive numbers");
+  // Sections: --sections (default: decode on a GPU, the CPU figures elsewhere) minus --skip.
   const std::string skip = a.get("skip", "");
+  const std::string sections = a.get("sections", dev.cuda ? "decode" : "batching,prefix,memory");
+  auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(skip, s); };
+  // An engine on the chosen device; the CUDA backend is sized like cfg (its KV blocks exactly).
+  auto make_engine = [&](const engine_config& cfg) {
+    if (!dev.cuda) return std::make_unique<engine>(*model, pool, cfg);
+    cuda_backend_settings cs;
+    cs.block_size = cfg.block_size;
+    cs.n_kv_blocks = cfg.n_kv_blocks;
+    cs.max_tokens_per_step = cfg.sched.max_tokens_per_step;
+    cs.max_running = cfg.sched.max_running;
+    cs.max_context = cfg.max_context;
+    return std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), cfg);
+  };
   std::ostringstream js;
-  js << "{\"kernels\":\"" << cpu::kernel_isa_name() << "\",\"threads\":" << pool.size() << ",\"kv_type\":\""
-     << cpu::kv_type_name(*kvt) << "\"";
-  std::printf("switchyard engine benchmark: %s, %d threads, kernels %s, KV cache %s\n", hp.name.c_str(), pool.size(),
-              cpu::kernel_isa_name(), cpu::kv_type_name(*kvt));
+  js << "{\"device\":\"" << dev.name() << "\",\"kernels\":\"" << cpu::kernel_isa_name()
+     << "\",\"threads\":" << pool.size() << ",\"kv_type\":\"" << cpu::kv_type_name(*kvt) << "\"";
+  std::printf("switchyard engine benchmark: %s on %s, %d threads, kernels %s, KV cache %s\n", hp.name.c_str(),
+              dev.name().c_str(), pool.size(), cpu::kernel_isa_name(), cpu::kv_type_name(*kvt));
+
+  // 0. Decode: per batch size, `c` requests of n_prompt random tokens submitted at once, n_gen new
+  // tokens each (greedy, EOS ignored: sampled by the backend where it samples). Step time and
+  // tokens/s over the pure decode steps with all c sequences; memory-bandwidth utilisation =
+  // bytes a step must read (weights + the live K/V) / (step time x measured copy bandwidth).
+  if (run_section("decode")) {
+    const double bw = measure_copy_bandwidth(dev);  // bytes/s; 0 on the CPU
+    const int c_max = *std::max_element(levels.begin(), levels.end());
+    engine_config cfg;
+    cfg.n_kv_blocks = c_max * ((n_prompt + n_gen + cfg.block_size - 1) / cfg.block_size + 1) + 16;
+    cfg.sched.max_running = c_max;
+    cfg.sched.max_tokens_per_step = std::max(2048, c_max);
+    cfg.max_context = std::max<int64_t>(cfg.max_context, n_prompt + n_gen);
+    cfg.prefix_caching = false;
+    cfg.kv_type = *kvt;
+    auto e = make_engine(cfg);
+    const forward_backend& be = e->backend();
+    {  // warm-up: first launches, cuBLAS heuristics, allocator
+      std::mt19937 rng(1);
+      for (int i = 0; i < 2; ++i) e->submit("w" + std::to_string(i), random_prompt(rng, n_prompt), fixed_length(4), 0);
+      drain(*e, [](const std::vector<request_event>&) {});
+    }
+    std::printf("\n[decode] %s; %d-token prompts, %d new tokens each, greedy; pure decode steps only\n",
+                be.describe().c_str(), n_prompt, n_gen);
+    if (bw > 0)
+      std::printf(
+          "  device copy bandwidth (cudaMemcpy D2D, read + write): %.0f GB/s; weights read per step: %.1f MiB\n",
+          bw / 1e9, static_cast<double>(be.weight_read_bytes()) / (1 << 20));
+    std::printf("%8s %12s %12s %12s %14s %10s\n", "batch", "step ms", "tok/s", "TTFT ms", "read MiB/step", "bw util");
+    js << ",\"decode\":{\"copy_bandwidth_gb_s\":" << bw / 1e9 << ",\"weight_read_bytes\":" << be.weight_read_bytes()
+       << ",\"levels\":[";
+    for (size_t li = 0; li < levels.size(); ++li) {
+      const int c = levels[li];
+      std::mt19937 rng(1234 + c);
+      std::vector<double> first(static_cast<size_t>(c), -1);
+      const double t0 = now_s();
+      for (int i = 0; i < c; ++i) e->submit(std::to_string(i), random_prompt(rng, n_prompt), fixed_length(n_gen), 0);
+      double dec_ms = 0, kv_tokens = 0;
+      int n_steps = 0;
+      drain(*e, [&](const std::vector<request_event>& ev) {
+        for (const auto& x : ev)
+          if (!x.tokens.empty() && first[std::stoul(x.id)] < 0) first[std::stoul(x.id)] = (now_s() - t0) * 1000;
+        const auto st = e->stats();
+        if (st.last_batch_seqs == c && st.last_batch_tokens == c) {
+          dec_ms += st.last_step_ms;
+          kv_tokens += static_cast<double>(e->live_kv_tokens());  // keys attention read in that step
+          ++n_steps;
+        }
+      });
+      const double step_ms = n_steps ? dec_ms / n_steps : 0;
+      const double tok_s = step_ms > 0 ? c * 1000.0 / step_ms : 0;
+      const double ttft = *std::max_element(first.begin(), first.end());  // every request's first token
+      const double read = static_cast<double>(be.weight_read_bytes()) +
+                          (n_steps ? kv_tokens / n_steps : 0) * static_cast<double>(be.kv_bytes_per_token());
+      const double util = bw > 0 && step_ms > 0 ? read / (step_ms / 1000 * bw) : 0;
+      if (bw > 0)
+        std::printf("%8d %12.3f %12.0f %12.1f %14.1f %9.1f%%\n", c, step_ms, tok_s, ttft, read / (1 << 20), util * 100);
+      else
+        std::printf("%8d %12.3f %12.0f %12.1f %14.1f %10s\n", c, step_ms, tok_s, ttft, read / (1 << 20), "-");
+      std::fflush(stdout);
+      js << (li ? "," : "") << "{\"batch\":" << c << ",\"step_ms\":" << step_ms << ",\"tok_s\":" << tok_s
+         << ",\"ttft_ms\":" << ttft << ",\"read_bytes\":" << read << ",\"bw_util\":" << util
+         << ",\"decode_steps\":" << n_steps << "}";
+    }
+    js << "]}";
+  }
 
   // 1. Continuous batching vs one at a time, same requests, same engine settings.
-  if (skip.find("batching") == std::string::npos) {
+  if (run_section("batching")) {
     std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
     std::printf(
         "  output tok/s = generated tokens / wall time from submission (prefill included);\n"
@@ -108,22 +203,31 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
         };
       };
       {
-        engine e(*model, pool, cfg);
+        const auto owned = make_engine(cfg);
+        engine& e = *owned;
         for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], fixed_length(n_gen), 0);
         t_cont = drain(e, decode_meter(e, 0));
       }
-      if (skip.find("sequential") != std::string::npos) {
+      if (has_word(skip, "sequential")) {
         t_seq = 1e30;  // profiling the batched path alone
       } else {
-        engine e(*model, pool, cfg);
+        const auto owned = make_engine(cfg);
+        engine& e = *owned;
         t_seq = 0;
         for (int i = 0; i < c; ++i) {
           e.submit("r" + std::to_string(i), prompts[i], fixed_length(n_gen), 0);
           t_seq += drain(e, decode_meter(e, 1));
         }
       }
-      const double tc = c * n_gen / t_cont, ts = c * n_gen / t_seq;
-      const double dc = dec_tok[0] * 1000 / dec_ms[0], ds = dec_tok[1] * 1000 / dec_ms[1];
+      const double tc = c * n_gen / t_cont, dc = dec_tok[0] * 1000 / dec_ms[0];
+      if (t_seq >= 1e30) {  // skipped: no sequential figures, no ratios
+        std::printf("%12d %18.1f %18s %8s %18.1f %18s %8s\n", c, tc, "-", "-", dc, "-", "-");
+        std::fflush(stdout);
+        js << (li ? "," : "") << "{\"concurrency\":" << c << ",\"continuous_tok_s\":" << tc
+           << ",\"continuous_decode_tok_s\":" << dc << "}";
+        continue;
+      }
+      const double ts = c * n_gen / t_seq, ds = dec_tok[1] * 1000 / dec_ms[1];
       std::printf("%12d %18.1f %18.1f %7.2fx %18.1f %18.1f %7.2fx\n", c, tc, ts, tc / ts, dc, ds, dc / ds);
       std::fflush(stdout);
       js << (li ? "," : "") << "{\"concurrency\":" << c << ",\"continuous_tok_s\":" << tc
@@ -135,7 +239,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
 
   // 2. Shared prefix: 16 requests = the same 512-token system prompt + their own 32-token
   // question, arriving one after another (each after the previous one's first token).
-  if (skip.find("prefix") == std::string::npos) {
+  if (run_section("prefix")) {
     std::mt19937 rng(99);
     const auto system = random_prompt(rng, 512);
     std::vector<std::vector<token_id>> reqs;
@@ -151,7 +255,8 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
       cfg.n_kv_blocks = 1024;
       cfg.prefix_caching = cached;
       cfg.kv_type = *kvt;
-      engine e(*model, pool, cfg);
+      const auto owned = make_engine(cfg);
+      engine& e = *owned;
       for (int i = 0; i < 16; ++i) {
         const std::string id = "p" + std::to_string(i);
         e.submit(id, reqs[i], fixed_length(8), 0);
@@ -183,7 +288,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   // many sequences a fixed budget holds, against reserving a maximum context per sequence. The
   // budget is in bytes: 896 f16 blocks (14,336 tokens: 28 x 512, or 7 x 2048); a smaller KV type
   // fits more blocks in it.
-  if (skip.find("memory") == std::string::npos) {
+  if (run_section("memory")) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> plen(32, 400), glen(16, 200);
     engine_config cfg;
@@ -195,7 +300,8 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
     cfg.sched.max_running = 256;
     cfg.sched.max_tokens_per_step = 512;
     cfg.prefix_caching = false;
-    engine e(*model, pool, cfg);
+    const auto owned = make_engine(cfg);
+    engine& e = *owned;
     for (int i = 0; i < 96; ++i)
       e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
     double util_sum = 0;

@@ -16,11 +16,14 @@
 #include "kernels/cuda/paged_attention.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sampling.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "worker/llama_model.hpp"
 
 namespace sy {
 namespace {
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 // A device allocation owned by one object (freed on destruction).
 template <class T>
@@ -47,15 +50,43 @@ struct dbuf {
     if (count == 0) return;
     const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
     if (e != cudaSuccess) {
+      p = nullptr;
+      n = 0;
       size_t free_b = 0, total_b = 0;
       cudaGetLastError();
       cudaMemGetInfo(&free_b, &total_b);
-      throw std::runtime_error("cuda_forward: cannot allocate " + std::to_string(count * sizeof(T) >> 20) +
-                               " MiB on the device (" + std::to_string(free_b >> 20) + " MiB free of " +
-                               std::to_string(total_b >> 20) + " MiB): " + cudaGetErrorString(e));
+      throw std::runtime_error("cuda_forward: out of device memory: cannot allocate " + mib(count * sizeof(T)) + " (" +
+                               mib(free_b) + " free of " + mib(total_b) + "): " + cudaGetErrorString(e));
     }
   }
   size_t bytes() const { return n * sizeof(T); }
+};
+
+// Pinned host memory owned by one object (the staging side of every per-step copy).
+template <class T>
+struct hbuf {
+  T* p = nullptr;
+  size_t n = 0;
+  hbuf() = default;
+  hbuf(const hbuf&) = delete;
+  hbuf& operator=(const hbuf&) = delete;
+  ~hbuf() {
+    if (p) cudaFreeHost(p);
+  }
+  void alloc(size_t count) {
+    if (p) cudaFreeHost(p);
+    p = nullptr;
+    n = 0;
+    if (count == 0) return;
+    const cudaError_t e = cudaMallocHost(&p, count * sizeof(T));
+    if (e != cudaSuccess) {
+      p = nullptr;
+      cudaGetLastError();
+      throw std::runtime_error("cuda_forward: cannot allocate " + mib(count * sizeof(T)) +
+                               " of pinned host memory: " + cudaGetErrorString(e));
+    }
+    n = count;
+  }
 };
 
 // A linear layer: y[N][rows] = x[N][cols] W^T with W row-major [rows][cols] in fp16.
@@ -64,11 +95,30 @@ struct dlinear {
   int64_t rows = 0, cols = 0;
 };
 
+// The decode path's batch-size buckets: powers of two up to this.
+constexpr int32_t k_max_bucket = 256;
+// cuBLAS workspace, set explicitly so that captured GEMMs and eager ones use the same buffer (and
+// the same kernels) and a capture never allocates.
+constexpr size_t k_blas_workspace_bytes = size_t{32} << 20;
+
+cuda::device_sampling to_device(const row_sampling& r) {
+  cuda::device_sampling d;
+  if (!r.on_backend) return d;  // greedy placeholder: the row goes back to the host anyway
+  d.temperature = r.temperature;
+  d.top_k = r.top_k;
+  d.top_p = r.top_p;
+  d.min_p = r.min_p;
+  d.seed = r.seed;
+  d.step = r.step;
+  return d;
+}
+
 }  // namespace
 
 struct cuda_forward::impl {
   const llama_model& model;
   cuda_forward_config cfg;
+  cudaDeviceProp prop{};
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   size_t weight_bytes = 0;
@@ -85,20 +135,47 @@ struct cuda_forward::impl {
   int32_t n_blocks = 0;
   std::vector<dbuf<__half>> k_cache, v_cache;  // per layer: [n_blocks * block_size][kv_dim]
 
-  // Activations for up to cfg.max_tokens_per_step tokens.
+  // Activations for up to n_tok_max tokens; logits and sampling for up to n_rows_max rows.
+  int64_t n_tok_max = 0, n_rows_max = 0;
   dbuf<float> x, q, k, v, tmp, gate, up, logits;
   dbuf<__half> xn, attn, h, xo;
-  // Per-step metadata, uploaded from pinned host memory.
+  dbuf<cuda::device_sampling> d_params;  // [n_rows_max]
+  dbuf<int32_t> d_out_ids;               // [n_rows_max]
+  dbuf<uint8_t> sample_ws;               // sample_tokens_workspace(n_rows_max, n_vocab)
+  hbuf<cuda::device_sampling> h_params;
+  hbuf<int32_t> h_out_ids;
+  dbuf<uint8_t> blas_ws;
+
+  // Ragged path metadata, uploaded from pinned host memory: ids | pos | seq | slots | tables.
   dbuf<int32_t> d_ids, d_pos, d_seq, d_slots, d_tables;
-  int32_t* h_meta = nullptr;  // pinned: ids | pos | seq | slots | tables
-  size_t h_meta_count = 0;
+  hbuf<int32_t> h_meta;
+
+  // Decode path: fixed buffers every bucket's launch sequence (and graph) reads.
+  // dec_meta: ids | pos | seq | slots, bucket_max each, then block tables [bucket_max][table_width].
+  std::vector<int32_t> buckets;  // 1, 2, 4, ..., bucket_max
+  int64_t bucket_max = 0, table_width = 0;
+  dbuf<int32_t> dec_meta;
+  hbuf<int32_t> h_dec_meta;
+  std::vector<cudaGraphExec_t> graphs;  // one per bucket while graphs are active; else empty
+  std::string graph_note;               // why graphs are off, when they were asked for
+
+  cuda_forward_counters counters;
 
   impl(const llama_model& m, cuda_forward_config c) : model(m), cfg(c) {}
   ~impl() {
-    if (h_meta) cudaFreeHost(h_meta);
+    cudaSetDevice(cfg.device);
+    for (cudaGraphExec_t g : graphs) cudaGraphExecDestroy(g);
+    if (stream) cudaStreamSynchronize(stream);
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
+    // The buffers free themselves (members, destroyed after this body).
   }
+
+  int32_t* dec_ids() const { return dec_meta.p; }
+  int32_t* dec_pos() const { return dec_meta.p + bucket_max; }
+  int32_t* dec_seq() const { return dec_meta.p + 2 * bucket_max; }
+  int32_t* dec_slots() const { return dec_meta.p + 3 * bucket_max; }
+  int32_t* dec_tables() const { return dec_meta.p + 4 * bucket_max; }
 
   // Raw GGUF bytes → device → fp16 [rows][cols].
   void upload_linear(dlinear& L, const gguf::tensor_info& t, int64_t rows, int64_t cols) {
@@ -125,25 +202,26 @@ struct cuda_forward::impl {
                                  CUDA_R_16F, static_cast<int>(L.cols), &beta, y, CUDA_R_32F, static_cast<int>(L.rows),
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+
+  void load(const llama_model& m);
+  void allocate_buffers();
+  void allocate_kv();
+  cudaGraphExec_t capture_decode(int64_t B, std::string& why);
+  void capture_graphs();
+
+  void enqueue_layers(int64_t N, const int32_t* ids, const int32_t* pos, const int32_t* seq, const int32_t* slots,
+                      const int32_t* tables, int64_t width);
+  void enqueue_decode(int64_t B);
+  void stage_decode_row(int64_t r, const batch_seq* b, const row_sampling* s);
+  void upload_decode(int64_t B);
+  void run_decode(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out);
+  void run_ragged(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out);
+  void fetch(int64_t n_rows, std::span<const row_sampling> sampling, bool sampled, step_output& out);
 };
 
-cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
-    : impl_(std::make_unique<impl>(model, cfg)) {
-  impl& m = *impl_;
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= cfg.device || cfg.device < 0) {
-    cudaGetLastError();
-    throw std::runtime_error("cuda_forward: no CUDA device " + std::to_string(cfg.device) + " (" +
-                             std::to_string(n_dev) + " found)");
-  }
-  SY_CUDA_CHECK(cudaSetDevice(cfg.device));
-  SY_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-  SY_CUBLAS_CHECK(cublasCreate(&m.blas));
-  SY_CUBLAS_CHECK(cublasSetStream(m.blas, m.stream));
-  SY_CUBLAS_CHECK(cublasSetMathMode(m.blas, CUBLAS_TENSOR_OP_MATH));
-
-  const llama_hparams& hp = model.hparams();
-  const gguf::file& f = model.file();
+void cuda_forward::impl::load(const llama_model& m) {
+  const llama_hparams& hp = m.hparams();
+  const gguf::file& f = m.file();
   const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff;
   auto tensor = [&](const std::string& name) -> const gguf::tensor_info& {
     const gguf::tensor_info* t = f.find_tensor(name);
@@ -152,108 +230,258 @@ cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
   };
   {
     dlinear e;
-    m.upload_linear(e, tensor("token_embd.weight"), hp.n_vocab, E);
-    m.embd = std::move(e.w);
+    upload_linear(e, tensor("token_embd.weight"), hp.n_vocab, E);
+    embd = std::move(e.w);
   }
-  m.layers.resize(static_cast<size_t>(hp.n_layer));
+  layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t i = 0; i < hp.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    impl::layer& L = m.layers[static_cast<size_t>(i)];
-    const llama_layer& cpu_l = model.layers()[static_cast<size_t>(i)];
-    m.upload_vector(L.attn_norm, cpu_l.attn_norm);
-    m.upload_vector(L.ffn_norm, cpu_l.ffn_norm);
-    m.upload_linear(L.wq, tensor(p + "attn_q.weight"), E, E);
-    m.upload_linear(L.wk, tensor(p + "attn_k.weight"), KV, E);
-    m.upload_linear(L.wv, tensor(p + "attn_v.weight"), KV, E);
-    m.upload_linear(L.wo, tensor(p + "attn_output.weight"), E, E);
-    m.upload_linear(L.w_gate, tensor(p + "ffn_gate.weight"), F, E);
-    m.upload_linear(L.w_up, tensor(p + "ffn_up.weight"), F, E);
-    m.upload_linear(L.w_down, tensor(p + "ffn_down.weight"), E, F);
+    layer& L = layers[static_cast<size_t>(i)];
+    const llama_layer& cpu_l = m.layers()[static_cast<size_t>(i)];
+    upload_vector(L.attn_norm, cpu_l.attn_norm);
+    upload_vector(L.ffn_norm, cpu_l.ffn_norm);
+    upload_linear(L.wq, tensor(p + "attn_q.weight"), E, E);
+    upload_linear(L.wk, tensor(p + "attn_k.weight"), KV, E);
+    upload_linear(L.wv, tensor(p + "attn_v.weight"), KV, E);
+    upload_linear(L.wo, tensor(p + "attn_output.weight"), E, E);
+    upload_linear(L.w_gate, tensor(p + "ffn_gate.weight"), F, E);
+    upload_linear(L.w_up, tensor(p + "ffn_up.weight"), F, E);
+    upload_linear(L.w_down, tensor(p + "ffn_down.weight"), E, F);
   }
-  m.upload_vector(m.output_norm, model.output_norm());
-  m.upload_linear(m.output, tensor(f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight"), hp.n_vocab,
-                  E);
+  upload_vector(output_norm, m.output_norm());
+  upload_linear(output, tensor(f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight"), hp.n_vocab, E);
+}
 
-  const int64_t T = cfg.max_tokens_per_step;
-  m.x.alloc(T * E);
-  m.q.alloc(T * E);
-  m.tmp.alloc(T * E);
-  m.k.alloc(T * KV);
-  m.v.alloc(T * KV);
-  m.gate.alloc(T * F);
-  m.up.alloc(T * F);
-  m.xn.alloc(T * E);
-  m.attn.alloc(T * E);
-  m.h.alloc(T * F);
-  m.xo.alloc(static_cast<size_t>(cfg.max_seqs_per_step) * E);
-  m.logits.alloc(static_cast<size_t>(cfg.max_seqs_per_step) * hp.n_vocab);
+void cuda_forward::impl::allocate_buffers() {
+  const llama_hparams& hp = model.hparams();
+  const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
+  // Buckets: powers of two up to the first one that holds max_seqs_per_step (at most k_max_bucket).
+  const int64_t want = std::clamp<int64_t>(cfg.max_seqs_per_step, 1, k_max_bucket);
+  for (int32_t b = 1;; b *= 2) {
+    buckets.push_back(b);
+    if (b >= want) break;
+  }
+  bucket_max = buckets.back();
+  table_width = cfg.max_blocks_per_seq > 0 ? cfg.max_blocks_per_seq
+                                           : (hp.n_ctx_train + cfg.block_size - 1) / std::max(cfg.block_size, 1);
+  n_tok_max = std::max<int64_t>(cfg.max_tokens_per_step, bucket_max);
+  n_rows_max = std::max<int64_t>(cfg.max_seqs_per_step, bucket_max);
 
-  // KV arena: what was asked, or a fraction of what is free now.
-  const size_t block_bytes = static_cast<size_t>(2 * hp.n_layer * cfg.block_size * KV) * sizeof(__half);
+  const int64_t T = n_tok_max;
+  x.alloc(T * E);
+  q.alloc(T * E);
+  tmp.alloc(T * E);
+  k.alloc(T * KV);
+  v.alloc(T * KV);
+  gate.alloc(T * F);
+  up.alloc(T * F);
+  xn.alloc(T * E);
+  attn.alloc(T * E);
+  h.alloc(T * F);
+  xo.alloc(static_cast<size_t>(n_rows_max * E));
+  logits.alloc(static_cast<size_t>(n_rows_max * V));
+  d_params.alloc(static_cast<size_t>(n_rows_max));
+  d_out_ids.alloc(static_cast<size_t>(n_rows_max));
+  sample_ws.alloc(cuda::sample_tokens_workspace(n_rows_max, V));
+  h_params.alloc(static_cast<size_t>(n_rows_max));
+  h_out_ids.alloc(static_cast<size_t>(n_rows_max));
+  d_ids.alloc(static_cast<size_t>(T));
+  d_pos.alloc(static_cast<size_t>(T));
+  d_seq.alloc(static_cast<size_t>(T));
+  d_slots.alloc(static_cast<size_t>(T));
+  dec_meta.alloc(static_cast<size_t>(4 * bucket_max + bucket_max * table_width));
+  h_dec_meta.alloc(dec_meta.n);
+  blas_ws.alloc(k_blas_workspace_bytes);
+  // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
+  SY_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.p, blas_ws.bytes()));
+}
+
+void cuda_forward::impl::allocate_kv() {
+  const llama_hparams& hp = model.hparams();
+  const size_t block_bytes = static_cast<size_t>(2 * hp.n_layer * cfg.block_size * hp.kv_dim()) * sizeof(__half);
   size_t free_b = 0, total_b = 0;
   SY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  m.n_blocks =
-      cfg.n_kv_blocks > 0
-          ? cfg.n_kv_blocks
-          : static_cast<int32_t>(std::min<double>(
-                cfg.kv_memory_fraction * static_cast<double>(free_b) / static_cast<double>(block_bytes), 1 << 30));
-  if (m.n_blocks < 1 || static_cast<size_t>(m.n_blocks) * block_bytes > free_b)
-    throw std::runtime_error("cuda_forward: a KV arena of " + std::to_string(m.n_blocks) + " blocks needs " +
-                             std::to_string((static_cast<size_t>(std::max(m.n_blocks, 1)) * block_bytes) >> 20) +
-                             " MiB; " + std::to_string(free_b >> 20) + " MiB of " + std::to_string(total_b >> 20) +
-                             " MiB are free after " + std::to_string(m.weight_bytes >> 20) + " MiB of weights");
+  const double asked = cfg.n_kv_blocks > 0
+                           ? static_cast<double>(cfg.n_kv_blocks)
+                           : cfg.kv_memory_fraction * static_cast<double>(free_b) / static_cast<double>(block_bytes);
+  // Slots (block * block_size + offset) are int32 on the device.
+  const double slot_limit = static_cast<double>(INT32_MAX / cfg.block_size);
+  n_blocks = static_cast<int32_t>(std::min(asked, slot_limit));
+  if (n_blocks < 1 || static_cast<size_t>(n_blocks) * block_bytes > free_b)
+    throw std::runtime_error("cuda_forward: out of device memory: a KV arena of " + std::to_string(n_blocks) +
+                             " blocks needs " + mib(static_cast<size_t>(std::max(n_blocks, 1)) * block_bytes) + "; " +
+                             mib(free_b) + " of " + mib(total_b) + " are free after " + mib(weight_bytes) +
+                             " of weights and the step buffers");
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    m.k_cache.emplace_back(static_cast<size_t>(m.n_blocks) * cfg.block_size * KV);
-    m.v_cache.emplace_back(static_cast<size_t>(m.n_blocks) * cfg.block_size * KV);
+    k_cache.emplace_back(static_cast<size_t>(n_blocks) * cfg.block_size * hp.kv_dim());
+    v_cache.emplace_back(static_cast<size_t>(n_blocks) * cfg.block_size * hp.kv_dim());
   }
 }
 
-cuda_forward::~cuda_forward() = default;
-
-int32_t cuda_forward::n_kv_blocks() const { return impl_->n_blocks; }
-int32_t cuda_forward::block_size() const { return impl_->cfg.block_size; }
-size_t cuda_forward::weight_bytes() const { return impl_->weight_bytes; }
-size_t cuda_forward::kv_bytes() const {
-  size_t b = 0;
-  for (const auto& k : impl_->k_cache) b += 2 * k.bytes();
-  return b;
+void cuda_forward::impl::enqueue_layers(int64_t N, const int32_t* ids, const int32_t* pos, const int32_t* seq,
+                                        const int32_t* slots, const int32_t* tables, int64_t width) {
+  const llama_hparams& hp = model.hparams();
+  const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff, HD = hp.head_dim, V = hp.n_vocab;
+  const int64_t bs = cfg.block_size;
+  const float scale = 1.f / std::sqrt(static_cast<float>(HD));
+  cudaStream_t st = stream;
+  cuda::embed_rows(embd.p, ids, N, E, V, x.p, st);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const layer& L = layers[static_cast<size_t>(l)];
+    if (l == 0) cuda::rms_norm(x.p, L.attn_norm.p, xn.p, N, E, hp.rms_eps, st);
+    gemm(L.wq, xn.p, N, q.p);
+    gemm(L.wk, xn.p, N, k.p);
+    gemm(L.wv, xn.p, N, v.p);
+    cuda::rope(q.p, pos, N, hp.n_head, HD, hp.n_rot, hp.rope_base, st);
+    cuda::rope(k.p, pos, N, hp.n_head_kv, HD, hp.n_rot, hp.rope_base, st);
+    cuda::kv_write(k.p, v.p, slots, N, KV, k_cache[l].p, v_cache[l].p, st);
+    cuda::paged_attention(q.p, k_cache[l].p, v_cache[l].p, tables, width, seq, pos, N, hp.n_head, hp.n_head_kv, HD, bs,
+                          scale, attn.p, st);
+    gemm(L.wo, attn.p, N, tmp.p);
+    cuda::add_rms_norm(x.p, tmp.p, L.ffn_norm.p, xn.p, N, E, hp.rms_eps, st);  // x += attn; xn = norm(x)
+    gemm(L.w_gate, xn.p, N, gate.p);
+    gemm(L.w_up, xn.p, N, up.p);
+    cuda::silu_mul(gate.p, up.p, h.p, N * F, st);
+    gemm(L.w_down, h.p, N, tmp.p);
+    // x += ffn; then the next layer's attention norm (or the output norm after the last layer).
+    const float* next_norm = l + 1 < hp.n_layer ? layers[static_cast<size_t>(l + 1)].attn_norm.p : output_norm.p;
+    cuda::add_rms_norm(x.p, tmp.p, next_norm, xn.p, N, E, hp.rms_eps, st);
+  }
 }
 
-void cuda_forward::run(std::span<const batch_seq> batch, std::vector<float>& logits) {
-  impl& m = *impl_;
-  const llama_hparams& hp = m.model.hparams();
-  const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff, HD = hp.head_dim, V = hp.n_vocab;
-  const int64_t bs = m.cfg.block_size;
+void cuda_forward::impl::enqueue_decode(int64_t B) {
+  enqueue_layers(B, dec_ids(), dec_pos(), dec_seq(), dec_slots(), dec_tables(), table_width);
+  gemm(output, xn.p, B, logits.p);  // every row of a decode step wants its logits
+  cuda::sample_tokens(logits.p, B, model.hparams().n_vocab, d_params.p, d_out_ids.p, sample_ws.p, sample_ws.bytes(),
+                      stream);
+}
 
-  // Host-side layout of the step: token rows in batch order, the rows whose logits are wanted,
-  // and a padded block table per sequence.
+// Row r of the decode metadata: the sequence's one token, or a dummy row when b is null.
+void cuda_forward::impl::stage_decode_row(int64_t r, const batch_seq* b, const row_sampling* s) {
+  int32_t* hm = h_dec_meta.p;
+  int32_t* table = hm + 4 * bucket_max + r * table_width;
+  if (!b) {
+    hm[r] = -1;                   // token: a zero embedding row
+    hm[bucket_max + r] = -1;      // position: attention writes zeros and reads nothing
+    hm[2 * bucket_max + r] = -1;  // sequence
+    hm[3 * bucket_max + r] = -1;  // KV slot: nothing written
+    std::fill(table, table + table_width, 0);
+    h_params.p[r] = cuda::device_sampling{};
+    return;
+  }
+  const int64_t p = b->pos0, bs = cfg.block_size;
+  hm[r] = b->tokens[0];
+  hm[bucket_max + r] = static_cast<int32_t>(p);
+  hm[2 * bucket_max + r] = static_cast<int32_t>(r);
+  hm[3 * bucket_max + r] = static_cast<int32_t>(b->block_ids[static_cast<size_t>(p / bs)] * bs + p % bs);
+  const size_t n = b->block_ids.size();  // <= table_width (checked by the caller)
+  std::copy(b->block_ids.begin(), b->block_ids.end(), table);
+  std::fill(table + n, table + table_width, 0);
+  h_params.p[r] = s ? to_device(*s) : cuda::device_sampling{};
+}
+
+void cuda_forward::impl::upload_decode(int64_t B) {
+  SY_CUDA_CHECK(cudaMemcpyAsync(dec_meta.p, h_dec_meta.p, static_cast<size_t>(4 * bucket_max) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream));
+  SY_CUDA_CHECK(cudaMemcpyAsync(dec_tables(), h_dec_meta.p + 4 * bucket_max,
+                                static_cast<size_t>(B * table_width) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream));
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_params.p, h_params.p, static_cast<size_t>(B) * sizeof(cuda::device_sampling),
+                                cudaMemcpyHostToDevice, stream));
+}
+
+// The decode launch sequence of bucket B as an executable graph, or null with the reason.
+cudaGraphExec_t cuda_forward::impl::capture_decode(int64_t B, std::string& why) {
+  cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  try {
+    enqueue_decode(B);
+  } catch (const std::exception& ex) {
+    why = ex.what();
+  }
+  cudaGraph_t g = nullptr;
+  e = cudaStreamEndCapture(stream, &g);  // always: leaves the stream out of capture mode
+  if (why.empty() && e != cudaSuccess) why = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty()) {
+    e = cudaGraphInstantiate(&exec, g, 0);
+    if (e != cudaSuccess) {
+      why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+      exec = nullptr;
+    }
+  }
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+  return exec;
+}
+
+void cuda_forward::impl::capture_graphs() {
+  std::vector<cudaGraphExec_t> made;
+  for (const int32_t B : buckets) {
+    // Warm-up, eager, all rows dummy (errors here are real and propagate): loads the kernels and
+    // lets cuBLAS settle on its kernels for B before the capture records them.
+    for (int64_t r = 0; r < B; ++r) stage_decode_row(r, nullptr, nullptr);
+    upload_decode(B);
+    enqueue_decode(B);
+    SY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::string why;
+    cudaGraphExec_t exec = capture_decode(B, why);
+    if (!exec) {
+      for (cudaGraphExec_t g : made) cudaGraphExecDestroy(g);
+      graph_note = "capture of batch " + std::to_string(B) + " failed (" + why + "), decode steps run eagerly";
+      SY_CUDA_CHECK(cudaStreamSynchronize(stream));  // a broken context is fatal, not a fallback
+      return;
+    }
+    made.push_back(exec);
+  }
+  graphs = std::move(made);
+}
+
+void cuda_forward::impl::run_decode(std::span<const batch_seq> batch, std::span<const row_sampling> sampling,
+                                    step_output& out) {
+  const int64_t S = static_cast<int64_t>(batch.size());
+  const size_t bi = static_cast<size_t>(std::lower_bound(buckets.begin(), buckets.end(), S) - buckets.begin());
+  const int64_t B = buckets[bi];
+  for (int64_t r = 0; r < B; ++r)
+    if (r < S)
+      stage_decode_row(r, &batch[static_cast<size_t>(r)],
+                       sampling.empty() ? nullptr : &sampling[static_cast<size_t>(r)]);
+    else
+      stage_decode_row(r, nullptr, nullptr);
+  upload_decode(B);
+  if (!graphs.empty()) {
+    SY_CUDA_CHECK(cudaGraphLaunch(graphs[bi], stream));
+    ++counters.graph_replays;
+  } else {
+    enqueue_decode(B);
+  }
+  ++counters.decode_steps;
+  counters.padding_rows += static_cast<uint64_t>(B - S);
+  fetch(S, sampling, true, out);
+}
+
+void cuda_forward::impl::run_ragged(std::span<const batch_seq> batch, std::span<const row_sampling> sampling,
+                                    step_output& out) {
+  const llama_hparams& hp = model.hparams();
+  const int64_t E = hp.n_embd;
+  const int64_t bs = cfg.block_size;
   int64_t N = 0, max_blocks = 1;
   for (const batch_seq& b : batch) {
     N += static_cast<int64_t>(b.tokens.size());
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(b.block_ids.size()));
-    if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + static_cast<int64_t>(b.tokens.size()))
-      throw std::invalid_argument("cuda_forward: block table too short for the sequence");
-    for (int32_t id : b.block_ids)
-      if (id < 0 || id >= m.n_blocks) throw std::invalid_argument("cuda_forward: block id out of range");
   }
-  logits.clear();
-  if (N == 0) return;
-  if (N > m.cfg.max_tokens_per_step || static_cast<int64_t>(batch.size()) > m.cfg.max_seqs_per_step)
-    throw std::invalid_argument("cuda_forward: the step exceeds max_tokens_per_step / max_seqs_per_step");
   const int64_t S = static_cast<int64_t>(batch.size());
+  if (N > n_tok_max)
+    throw std::invalid_argument("cuda_forward: a step of " + std::to_string(N) +
+                                " tokens exceeds max_tokens_per_step (" + std::to_string(n_tok_max) + ")");
   const size_t need = static_cast<size_t>(4 * N + S * max_blocks);
-  if (need > m.h_meta_count) {
-    if (m.h_meta) SY_CUDA_CHECK(cudaFreeHost(m.h_meta));
-    m.h_meta = nullptr;
-    SY_CUDA_CHECK(cudaMallocHost(&m.h_meta, need * sizeof(int32_t)));
-    m.h_meta_count = need;
-    m.d_ids.alloc(static_cast<size_t>(m.cfg.max_tokens_per_step));
-    m.d_pos.alloc(static_cast<size_t>(m.cfg.max_tokens_per_step));
-    m.d_seq.alloc(static_cast<size_t>(m.cfg.max_tokens_per_step));
-    m.d_slots.alloc(static_cast<size_t>(m.cfg.max_tokens_per_step));
-  }
-  if (m.d_tables.n < static_cast<size_t>(S * max_blocks)) m.d_tables.alloc(static_cast<size_t>(S * max_blocks));
-  int32_t* ids = m.h_meta;
+  if (need > h_meta.n) h_meta.alloc(std::max(need, 2 * h_meta.n));
+  if (d_tables.n < static_cast<size_t>(S * max_blocks)) d_tables.alloc(static_cast<size_t>(S * max_blocks));
+  int32_t* ids = h_meta.p;
   int32_t* pos = ids + N;
   int32_t* seq = pos + N;
   int32_t* slots = seq + N;
@@ -264,8 +492,6 @@ void cuda_forward::run(std::span<const batch_seq> batch, std::vector<float>& log
     const batch_seq& b = batch[static_cast<size_t>(s)];
     const int64_t n = static_cast<int64_t>(b.tokens.size());
     for (int64_t j = 0; j < n; ++j, ++row) {
-      if (b.tokens[j] < 0 || b.tokens[j] >= V)
-        throw std::invalid_argument("cuda_forward: token id outside the vocabulary");
       const int64_t p = b.pos0 + j;
       ids[row] = b.tokens[j];
       pos[row] = static_cast<int32_t>(p);
@@ -276,49 +502,184 @@ void cuda_forward::run(std::span<const batch_seq> batch, std::vector<float>& log
     for (int64_t i = 0; i < max_blocks; ++i)
       tables[s * max_blocks + i] = i < static_cast<int64_t>(b.block_ids.size()) ? b.block_ids[i] : 0;
   }
-  if (static_cast<int64_t>(out_rows.size()) > m.cfg.max_seqs_per_step)
-    throw std::invalid_argument("cuda_forward: more logits rows than max_seqs_per_step");
-  cudaStream_t st = m.stream;
-  SY_CUDA_CHECK(cudaMemcpyAsync(m.d_ids.p, ids, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  SY_CUDA_CHECK(cudaMemcpyAsync(m.d_pos.p, pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  SY_CUDA_CHECK(cudaMemcpyAsync(m.d_seq.p, seq, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  SY_CUDA_CHECK(cudaMemcpyAsync(m.d_slots.p, slots, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  SY_CUDA_CHECK(cudaMemcpyAsync(m.d_tables.p, tables, S * max_blocks * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-
-  const float scale = 1.f / std::sqrt(static_cast<float>(HD));
-  cuda::embed_rows(m.embd.p, m.d_ids.p, N, E, V, m.x.p, st);
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const impl::layer& L = m.layers[static_cast<size_t>(l)];
-    if (l == 0) cuda::rms_norm(m.x.p, L.attn_norm.p, m.xn.p, N, E, hp.rms_eps, st);
-    m.gemm(L.wq, m.xn.p, N, m.q.p);
-    m.gemm(L.wk, m.xn.p, N, m.k.p);
-    m.gemm(L.wv, m.xn.p, N, m.v.p);
-    cuda::rope(m.q.p, m.d_pos.p, N, hp.n_head, HD, hp.n_rot, hp.rope_base, st);
-    cuda::rope(m.k.p, m.d_pos.p, N, hp.n_head_kv, HD, hp.n_rot, hp.rope_base, st);
-    cuda::kv_write(m.k.p, m.v.p, m.d_slots.p, N, KV, m.k_cache[l].p, m.v_cache[l].p, st);
-    cuda::paged_attention(m.q.p, m.k_cache[l].p, m.v_cache[l].p, m.d_tables.p, max_blocks, m.d_seq.p, m.d_pos.p, N,
-                          hp.n_head, hp.n_head_kv, HD, bs, scale, m.attn.p, st);
-    m.gemm(L.wo, m.attn.p, N, m.tmp.p);
-    cuda::add_rms_norm(m.x.p, m.tmp.p, L.ffn_norm.p, m.xn.p, N, E, hp.rms_eps, st);  // x += attn; xn = norm(x)
-    m.gemm(L.w_gate, m.xn.p, N, m.gate.p);
-    m.gemm(L.w_up, m.xn.p, N, m.up.p);
-    cuda::silu_mul(m.gate.p, m.up.p, m.h.p, N * F, st);
-    m.gemm(L.w_down, m.h.p, N, m.tmp.p);
-    // x += ffn; then the next layer's attention norm (or the output norm after the last layer).
-    const float* next_norm = l + 1 < hp.n_layer ? m.layers[static_cast<size_t>(l + 1)].attn_norm.p : m.output_norm.p;
-    cuda::add_rms_norm(m.x.p, m.tmp.p, next_norm, m.xn.p, N, E, hp.rms_eps, st);
-  }
-  // Logits only for the rows that want them: gather their normalized rows, one GEMM.
   const int64_t n_out = static_cast<int64_t>(out_rows.size());
+  if (n_out > n_rows_max)
+    throw std::invalid_argument("cuda_forward: " + std::to_string(n_out) + " logits rows exceed max_seqs_per_step (" +
+                                std::to_string(n_rows_max) + ")");
+  cudaStream_t st = stream;
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_ids.p, ids, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_pos.p, pos, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_seq.p, seq, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_slots.p, slots, N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  SY_CUDA_CHECK(cudaMemcpyAsync(d_tables.p, tables, S * max_blocks * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  enqueue_layers(N, d_ids.p, d_pos.p, d_seq.p, d_slots.p, d_tables.p, max_blocks);
+
+  // Logits only for the rows that want them: gather their normalized rows, one GEMM.
   for (int64_t i = 0; i < n_out; ++i)
     SY_CUDA_CHECK(
-        cudaMemcpyAsync(m.xo.p + i * E, m.xn.p + out_rows[i] * E, E * sizeof(__half), cudaMemcpyDeviceToDevice, st));
-  if (n_out > 0) m.gemm(m.output, m.xo.p, n_out, m.logits.p);
-  logits.resize(static_cast<size_t>(n_out * V));
-  if (n_out > 0)
+        cudaMemcpyAsync(xo.p + i * E, xn.p + out_rows[i] * E, E * sizeof(__half), cudaMemcpyDeviceToDevice, st));
+  if (n_out > 0) gemm(output, xo.p, n_out, logits.p);
+  bool sample = false;
+  for (const row_sampling& r : sampling) sample |= r.on_backend;
+  if (sample && n_out > 0) {
+    for (int64_t r = 0; r < n_out; ++r) h_params.p[r] = to_device(sampling[static_cast<size_t>(r)]);
     SY_CUDA_CHECK(
-        cudaMemcpyAsync(logits.data(), m.logits.p, logits.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
-  SY_CUDA_CHECK(cudaStreamSynchronize(st));
+        cudaMemcpyAsync(d_params.p, h_params.p, n_out * sizeof(cuda::device_sampling), cudaMemcpyHostToDevice, st));
+    cuda::sample_tokens(logits.p, n_out, hp.n_vocab, d_params.p, d_out_ids.p, sample_ws.p, sample_ws.bytes(), st);
+  }
+  ++counters.ragged_steps;
+  fetch(n_out, sampling, sample, out);
+}
+
+// Copies back the sampled ids (rows sampled on the device) and the other rows' logits, waits for
+// the step, and fills `out`. Logits row r is logits[r]; `sampled`: sample_tokens ran over them.
+void cuda_forward::impl::fetch(int64_t n_rows, std::span<const row_sampling> sampling, bool sampled, step_output& out) {
+  const int64_t V = model.hparams().n_vocab;
+  auto on_device = [&](int64_t r) {
+    return sampled && !sampling.empty() && sampling[static_cast<size_t>(r)].on_backend;
+  };
+  int64_t n_host = 0;
+  for (int64_t r = 0; r < n_rows; ++r) n_host += !on_device(r);
+  if (n_host < n_rows)
+    SY_CUDA_CHECK(cudaMemcpyAsync(h_out_ids.p, d_out_ids.p, static_cast<size_t>(n_rows) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  out.logits.resize(static_cast<size_t>(n_host * V));
+  if (n_host == n_rows) {
+    if (n_rows > 0)
+      SY_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits.p, out.logits.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream));
+  } else {
+    int64_t k = 0;
+    for (int64_t r = 0; r < n_rows; ++r)
+      if (!on_device(r))
+        SY_CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + (k++) * V, logits.p + r * V, V * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream));
+  }
+  SY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.tokens.resize(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (!on_device(r)) {
+      out.tokens[r] = step_output::k_not_sampled;
+      continue;
+    }
+    const int32_t id = h_out_ids.p[r];
+    if (id < 0 || id >= V)
+      throw std::runtime_error("cuda_forward: the device sampler returned token " + std::to_string(id) +
+                               " outside the vocabulary");
+    out.tokens[r] = id;
+    ++counters.device_sampled;
+  }
+}
+
+cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
+    : impl_(std::make_unique<impl>(model, cfg)) {
+  impl& m = *impl_;
+  const std::string dev = "cuda:" + std::to_string(cfg.device);
+  int n_dev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n_dev);
+  if (e != cudaSuccess || n_dev == 0) {
+    cudaGetLastError();
+    throw std::runtime_error(dev + ": no CUDA device (" +
+                             (e != cudaSuccess ? std::string(cudaGetErrorString(e)) : std::string("none found")) + ")");
+  }
+  if (cfg.device < 0 || cfg.device >= n_dev)
+    throw std::runtime_error(dev + ": no such device (" + std::to_string(n_dev) + " found: cuda:0" +
+                             (n_dev > 1 ? "..cuda:" + std::to_string(n_dev - 1) : std::string()) + ")");
+  SY_CUDA_CHECK(cudaSetDevice(cfg.device));
+  SY_CUDA_CHECK(cudaGetDeviceProperties(&m.prop, cfg.device));
+  if (m.prop.major < 8)
+    throw std::runtime_error(dev + " (" + m.prop.name + ") is sm_" + std::to_string(m.prop.major) +
+                             std::to_string(m.prop.minor) + "; the CUDA kernels need sm_80 or newer");
+  const llama_hparams& hp = model.hparams();
+  if (hp.head_dim != 64 && hp.head_dim != 128)
+    throw std::runtime_error("cuda_forward: the attention kernel supports head sizes 64 and 128, the model has " +
+                             std::to_string(hp.head_dim));
+  if (hp.n_vocab > cuda::k_sampling_max_vocab)
+    throw std::runtime_error("cuda_forward: the device sampler supports vocabularies up to 2^24 tokens");
+  if (cfg.block_size < 1 || cfg.max_tokens_per_step < 1 || cfg.max_seqs_per_step < 1 || cfg.max_blocks_per_seq < 0 ||
+      !(cfg.kv_memory_fraction > 0 && cfg.kv_memory_fraction <= 0.95))
+    throw std::invalid_argument(
+        "cuda_forward: block_size, max_tokens_per_step and max_seqs_per_step must be "
+        "positive, kv_memory_fraction in (0, 0.95]");
+  SY_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  SY_CUBLAS_CHECK(cublasCreate(&m.blas));
+  SY_CUBLAS_CHECK(cublasSetStream(m.blas, m.stream));
+  SY_CUBLAS_CHECK(cublasSetMathMode(m.blas, CUBLAS_TENSOR_OP_MATH));
+  m.load(model);
+  m.allocate_buffers();
+  m.allocate_kv();  // what is left, after the buffers
+  if (cfg.cuda_graphs) m.capture_graphs();
+}
+
+cuda_forward::~cuda_forward() = default;
+
+void cuda_forward::run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) {
+  impl& m = *impl_;
+  SY_CUDA_CHECK(cudaSetDevice(m.cfg.device));  // the engine may run on another thread than the loader
+  const int64_t V = m.model.hparams().n_vocab, bs = m.cfg.block_size;
+  int64_t N = 0, n_out = 0;
+  bool decode = static_cast<int64_t>(batch.size()) <= m.bucket_max;
+  for (const batch_seq& b : batch) {
+    const int64_t n = static_cast<int64_t>(b.tokens.size());
+    // Cheap checks that keep a caller's bug from writing outside the KV arena.
+    if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + n || b.pos0 < 0)
+      throw std::invalid_argument("cuda_forward: block table too short for the sequence");
+    for (int32_t id : b.block_ids)
+      if (id < 0 || id >= m.n_blocks) throw std::invalid_argument("cuda_forward: block id out of range");
+    for (token_id t : b.tokens)
+      if (t < 0 || t >= V) throw std::invalid_argument("cuda_forward: token id outside the vocabulary");
+    N += n;
+    n_out += b.all_logits ? n : (b.logits && n > 0 ? 1 : 0);
+    decode =
+        decode && n == 1 && (b.logits || b.all_logits) && static_cast<int64_t>(b.block_ids.size()) <= m.table_width;
+  }
+  if (!sampling.empty() && static_cast<int64_t>(sampling.size()) != n_out)
+    throw std::invalid_argument("cuda_forward: " + std::to_string(sampling.size()) + " sampling entries for " +
+                                std::to_string(n_out) + " logits rows");
+  if (N == 0) {
+    out.tokens.clear();
+    out.logits.clear();
+    return;
+  }
+  if (decode)
+    m.run_decode(batch, sampling, out);
+  else
+    m.run_ragged(batch, sampling, out);
+}
+
+void cuda_forward::run(std::span<const batch_seq> batch, std::vector<float>& logits) {
+  step_output out;
+  run(batch, {}, out);
+  logits = std::move(out.logits);
+}
+
+int32_t cuda_forward::n_kv_blocks() const { return impl_->n_blocks; }
+int32_t cuda_forward::block_size() const { return impl_->cfg.block_size; }
+size_t cuda_forward::weight_bytes() const { return impl_->weight_bytes; }
+size_t cuda_forward::weight_read_bytes() const { return impl_->weight_bytes - impl_->embd.bytes(); }
+size_t cuda_forward::kv_bytes() const {
+  size_t b = 0;
+  for (const auto& k : impl_->k_cache) b += 2 * k.bytes();
+  return b;
+}
+size_t cuda_forward::kv_bytes_per_token() const {
+  const llama_hparams& hp = impl_->model.hparams();
+  return static_cast<size_t>(2 * hp.n_layer * hp.kv_dim()) * sizeof(__half);
+}
+bool cuda_forward::graphs_active() const { return !impl_->graphs.empty(); }
+cuda_forward_counters cuda_forward::counters() const { return impl_->counters; }
+
+std::string cuda_forward::describe() const {
+  const impl& m = *impl_;
+  std::string s = "cuda:" + std::to_string(m.cfg.device) + " (" + m.prop.name + ", sm_" + std::to_string(m.prop.major) +
+                  std::to_string(m.prop.minor) + "; decode ";
+  if (!m.graphs.empty())
+    s += "graphs for batches 1.." + std::to_string(m.bucket_max);
+  else if (!m.graph_note.empty())
+    s += "graphs off: " + m.graph_note;
+  else
+    s += "graphs off (eager)";
+  return s + ")";
 }
 
 }  // namespace sy

@@ -1,7 +1,9 @@
 #include "worker/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
+#include <random>
 #include <stdexcept>
 
 namespace sy {
@@ -20,18 +22,31 @@ cpu::kv_type checked_kv_type(const llama_model& m, cpu::kv_type t) {
   return t;
 }
 
+// The config with the backend's KV size; refuses a backend whose block size differs.
+engine_config with_backend_kv(engine_config c, const forward_backend& b) {
+  if (b.block_size() != c.block_size)
+    throw std::invalid_argument("engine: the backend's block size (" + std::to_string(b.block_size()) +
+                                ") differs from the configured one (" + std::to_string(c.block_size) + ")");
+  c.n_kv_blocks = b.n_kv_blocks();
+  return c;
+}
+
 }  // namespace
 
 engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
+    : engine(model,
+             std::make_unique<cpu_backend>(model, pool, config.n_kv_blocks, config.block_size,
+                                           checked_kv_type(model, config.kv_type)),
+             config) {}
+
+engine::engine(const llama_model& model, std::unique_ptr<forward_backend> backend, engine_config config)
     : model_(model),
-      config_(config),
-      arena_(model.hparams().n_layer, config.n_kv_blocks, config.block_size, model.hparams().kv_dim(),
-             checked_kv_type(model, config.kv_type)),
-      pool_(config.n_kv_blocks, config.block_size, model_salt(model)),
-      sched_(pool_, config.sched),
-      forward_(model, pool) {
-  stats_.total_blocks = config.n_kv_blocks;
-  pool_.set_prefix_caching(config.prefix_caching);
+      config_(with_backend_kv(config, *backend)),
+      backend_(std::move(backend)),
+      pool_(config_.n_kv_blocks, config_.block_size, model_salt(model)),
+      sched_(pool_, config_.sched) {
+  stats_.total_blocks = config_.n_kv_blocks;
+  pool_.set_prefix_caching(config_.prefix_caching);
 }
 
 int64_t engine::live_kv_tokens() const {
@@ -70,7 +85,15 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
     return submit_error{"exceeds_kv_capacity", "prompt + max_tokens needs more KV blocks than this worker has (" +
                                                    std::to_string(config_.n_kv_blocks) + " blocks of " +
                                                    std::to_string(config_.block_size) + " tokens)"};
-  live_.emplace(rid, std::make_unique<live_request>(id, params, model_.vocab()));
+  auto lr = std::make_unique<live_request>(id, params, model_.vocab());
+  // The backend samples what its sampler can: no logprobs (they need the row), no repetition
+  // penalty (it needs the history).
+  lr->on_backend =
+      backend_->samples() && params.logprobs == 0 && (params.repetition_penalty == 1.f || params.repeat_last_n == 0);
+  if (lr->on_backend)
+    lr->backend_seed =
+        params.has_seed ? params.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  live_.emplace(rid, std::move(lr));
   by_name_.emplace(id, rid);
   return std::nullopt;
 }
@@ -79,6 +102,20 @@ bool engine::cancel(const std::string& id) {
   auto it = by_name_.find(id);
   if (it == by_name_.end()) return false;
   return sched_.cancel(it->second, finish_reason::cancelled);
+}
+
+row_sampling engine::row_sampling_of(request_id id) const {
+  const live_request& lr = *live_.at(id);
+  row_sampling r;
+  r.on_backend = lr.on_backend;
+  if (!lr.on_backend) return r;
+  r.temperature = lr.params.temperature;
+  r.top_k = lr.params.top_k;
+  r.top_p = lr.params.top_p;
+  r.min_p = lr.params.min_p;
+  r.seed = lr.backend_seed;
+  r.step = static_cast<uint64_t>(sched_.usage(id)->n_completion);  // the same after a preemption
+  return r;
 }
 
 request_event& engine::event_for(request_id id, std::vector<request_event>& events) {
@@ -116,6 +153,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
   if (plan.seqs.empty()) return;
 
   batch_.clear();
+  row_sampling_.clear();
   for (const auto& s : plan.seqs) {
     batch_seq b;
     b.tokens = s.tokens;
@@ -124,23 +162,31 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     b.logits = s.sample;
     b.n_prompt = sched_.usage(s.id)->n_prompt;
     batch_.push_back(b);
+    if (s.sample) row_sampling_.push_back(row_sampling_of(s.id));
     if (!s.sample)
       stats_.prompt_tokens += s.tokens.size();
     else if (s.tokens.size() > 1)
       stats_.prompt_tokens += s.tokens.size() - 1;
   }
-  forward_.run(batch_, arena_, logits_);
-
+  backend_->run(batch_, row_sampling_, out_);
   const tokenizer& vocab = model_.vocab();
   const int64_t n_vocab = model_.hparams().n_vocab;
+  const auto n_host_rows = std::count(out_.tokens.begin(), out_.tokens.end(), step_output::k_not_sampled);
+  if (out_.tokens.size() != row_sampling_.size() || out_.logits.size() != static_cast<size_t>(n_host_rows * n_vocab))
+    throw std::logic_error("engine: the backend returned " + std::to_string(out_.tokens.size()) + " rows and " +
+                           std::to_string(out_.logits.size()) + " logits for " + std::to_string(row_sampling_.size()) +
+                           " sampled sequences");
   sampled_.clear();
-  size_t row = 0;
+  size_t row = 0, host_row = 0;
   for (const auto& s : plan.seqs) {
     if (!s.sample) continue;
     live_request& lr = *live_.at(s.id);
-    std::span<float> l(logits_.data() + (row++) * n_vocab, static_cast<size_t>(n_vocab));
-    if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
-    const token_id tok = lr.smp.sample(l, sched_.tokens(s.id));
+    token_id tok = out_.tokens[row++];
+    if (tok == step_output::k_not_sampled) {
+      std::span<float> l(out_.logits.data() + (host_row++) * n_vocab, static_cast<size_t>(n_vocab));
+      if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
+      tok = lr.smp.sample(l, sched_.tokens(s.id));
+    }
     bool stop = false;
     request_event& ev = event_for(s.id, events);
     if (!lr.params.ignore_eos && vocab.is_eog(tok)) {

@@ -4,10 +4,16 @@
 // between steps, step() runs one scheduler iteration — one batched forward over every scheduled
 // token — and reports what each request produced. Owned by one thread (the engine actor's).
 //
-// Per step: scheduler.schedule(now) -> cpu_forward over the plan (decodes + prefill chunks,
-// K/V written through block tables) -> per sampled sequence: sampler, UTF-8-safe detokenizer,
-// stop strings, EOS -> scheduler.update(). Finished requests (stop, length, cancelled,
-// deadline) release their blocks in the step that finishes them.
+// Per step: scheduler.schedule(now) -> the forward backend over the plan (decodes + prefill
+// chunks, K/V written through block tables) -> per sampled sequence: the token (sampled by the
+// backend, or by the request's host sampler from its logits row), UTF-8-safe detokenizer, stop
+// strings, EOS -> scheduler.update(). Finished requests (stop, length, cancelled, deadline)
+// release their blocks in the step that finishes them.
+//
+// The backend (worker/forward_backend.hpp) is the only part that differs between devices: the
+// CPU one (the default) or cuda_forward. A backend that samples gets the rows of requests that
+// need no logprobs and no repetition penalty (the device sampler has neither), so only their
+// token ids come back; the others' rows come back as logits for the host sampler.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "worker/cpu_forward.hpp"
-#include "worker/kv_arena.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/forward_backend.hpp"
 #include "worker/kv_block_pool.hpp"
 #include "worker/sampler.hpp"
 #include "worker/scheduler.hpp"
@@ -27,7 +33,7 @@
 namespace sy {
 
 struct engine_config {
-  int32_t n_kv_blocks = 1024;                // KV arena size in blocks
+  int32_t n_kv_blocks = 1024;                // KV arena size in blocks (a given backend's own count wins)
   int32_t block_size = 16;                   // tokens per block
   int64_t max_context = 2048;                // prompt + max_tokens per request
   bool prefix_caching = true;                // reuse cached KV blocks of identical prompt prefixes
@@ -70,8 +76,12 @@ struct engine_stats {
 
 class engine {
  public:
-  // Throws std::invalid_argument when the model's heads cannot be stored as config.kv_type.
+  // On the CPU (cpu_backend with config.n_kv_blocks, block_size, kv_type). Throws
+  // std::invalid_argument when the model's heads cannot be stored as config.kv_type.
   engine(const llama_model& model, cpu::thread_pool& pool, engine_config config);
+  // On `backend`, whose KV storage sets the pool's size (config.n_kv_blocks and kv_type are
+  // ignored; config.block_size must equal the backend's, else std::invalid_argument).
+  engine(const llama_model& model, std::unique_ptr<forward_backend> backend, engine_config config);
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
 
@@ -92,6 +102,7 @@ class engine {
   int64_t live_kv_tokens() const;
   const engine_config& config() const { return config_; }
   const llama_model& model() const { return model_; }
+  const forward_backend& backend() const { return *backend_; }
 
  private:
   struct live_request {
@@ -101,6 +112,8 @@ class engine {
     stop_matcher stops;
     stream_decoder decoder;
     std::vector<float> raw_logits;  // requests with logprobs: the row before sampling changed it
+    bool on_backend = false;        // sampled by the backend (only the token id comes back)
+    uint64_t backend_seed = 0;      // its seed there: params.seed, or drawn once at submit
     live_request(std::string n, const sampling_params& p, const tokenizer& tok)
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };
@@ -108,20 +121,21 @@ class engine {
   void finish_event(request_id id, finish_reason reason, const request_usage& usage,
                     std::vector<request_event>& events);
   request_event& event_for(request_id id, std::vector<request_event>& events);
+  row_sampling row_sampling_of(request_id id) const;
 
   const llama_model& model_;
   engine_config config_;
-  kv_arena arena_;
+  std::unique_ptr<forward_backend> backend_;  // before pool_: its KV size sizes the pool
   kv_block_pool pool_;
   scheduler sched_;
-  cpu_forward forward_;
   std::unordered_map<request_id, std::unique_ptr<live_request>> live_;
   std::unordered_map<std::string, request_id> by_name_;
   request_id next_id_ = 1;
   engine_stats stats_;
   // Step scratch.
   std::vector<batch_seq> batch_;
-  std::vector<float> logits_;
+  std::vector<row_sampling> row_sampling_;  // one per sampled sequence, plan order
+  step_output out_;
   std::vector<sampled_token> sampled_;
   std::unordered_map<request_id, size_t> event_index_;
 };

@@ -35,6 +35,7 @@ void usage() {
                "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
                "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
                "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
+               "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off]\n"
                "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
                "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
                "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
@@ -43,7 +44,9 @@ void usage() {
                "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
                "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
                "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
-               "           [--kv-type f16|f32|q8_0] [--skip batching,sequential,prefix,memory]\n"
+               "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
+               "           [--skip batching,sequential,prefix,memory] [--device cpu|cuda:N] [--cuda-graphs on|off]\n"
+               "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
                "  info     [--model PATH]\n"
                "The model defaults to $SY_MODEL or %s.\n",
                default_model());

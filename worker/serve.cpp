@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/actor_protocol.hpp"
+#include "worker/device_backend.hpp"
 #include "worker/engine_actor.hpp"
 #include "worker/link_actor.hpp"
 #include "worker/metrics_http.hpp"
@@ -35,7 +36,8 @@ int64_t available_memory_bytes() {
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known({"model", "listen", "metrics-host", "metrics-port", "kv-blocks", "kv-memory-mb", "block-size",
                  "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm", "kv-type",
-                 "no-prefix-cache", "kv-memory-fraction"});
+                 "no-prefix-cache", "kv-memory-fraction", "device", "cuda-graphs"});
+  const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -58,24 +60,45 @@ int run_serve(const cli_args& a, const char* default_model) {
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   ec.kv_type = *kvt;
   ec.prefix_caching = !a.has("no-prefix-cache");
+  if (dev.cuda && ec.kv_type != cpu::kv_type::f16)
+    throw std::invalid_argument("--kv-type: the CUDA backend stores K/V as f16 only");
   const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);
+  double kv_fraction = 0;  // CUDA: a fraction of the device memory left free, sized by the backend
   if (a.has("kv-blocks")) {
     ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-blocks", 1024));
   } else if (a.has("kv-memory-fraction")) {
     const double f = a.get_float("kv-memory-fraction", 0.5);
     if (!(f > 0 && f <= 0.95)) throw std::invalid_argument("--kv-memory-fraction must be in (0, 0.95]");
-    const int64_t avail = available_memory_bytes();
-    if (avail <= 0) throw std::runtime_error("--kv-memory-fraction: cannot read MemAvailable from /proc/meminfo");
-    ec.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(f * avail) / block_bytes, 1 << 30));
+    if (dev.cuda) {
+      kv_fraction = f;
+      ec.n_kv_blocks = 0;
+    } else {
+      const int64_t avail = available_memory_bytes();
+      if (avail <= 0) throw std::runtime_error("--kv-memory-fraction: cannot read MemAvailable from /proc/meminfo");
+      ec.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(f * avail) / block_bytes, 1 << 30));
+    }
   } else {
     ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-memory-mb", 512) * (1 << 20) / block_bytes);
   }
-  if (ec.block_size < 1 || ec.block_size > 256 || ec.n_kv_blocks < 1 || ec.sched.max_running < 1 ||
-      ec.sched.max_tokens_per_step < 1 || ec.max_context < 2)
+  if (ec.block_size < 1 || ec.block_size > 256 || (ec.n_kv_blocks < 1 && kv_fraction == 0) ||
+      ec.sched.max_running < 1 || ec.sched.max_tokens_per_step < 1 || ec.max_context < 2)
     throw std::invalid_argument(
         "serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
         "--max-batch-tokens and --max-context must be positive");
-  engine eng(*model, pool, ec);
+  std::unique_ptr<engine> eng;
+  if (dev.cuda) {
+    cuda_backend_settings cs;
+    cs.block_size = ec.block_size;
+    cs.n_kv_blocks = ec.n_kv_blocks;
+    cs.kv_memory_fraction = kv_fraction > 0 ? kv_fraction : 0.5;
+    cs.max_tokens_per_step = ec.sched.max_tokens_per_step;
+    cs.max_running = ec.sched.max_running;
+    cs.max_context = ec.max_context;
+    eng = std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), ec);
+  } else {
+    eng = std::make_unique<engine>(*model, pool, ec);
+  }
+  const engine_config& used = eng->config();  // the backend's KV size
 
   service_config sc;
   sc.worker_id = a.get("worker-id", "worker-" + std::to_string(::getpid()));
@@ -115,23 +138,24 @@ int run_serve(const cli_args& a, const char* default_model) {
   zmq::context_t ctx(1);
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto engine_act = sys.spawn<caf::detached>(engine_actor, &ctx, &eng, sc, metrics);
+  auto engine_act = sys.spawn<caf::detached>(engine_actor, &ctx, eng.get(), sc, metrics);
   auto stop = std::make_shared<std::atomic<bool>>(false);
   link_config lc;
   lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
 
+  const std::string device =
+      dev.cuda ? eng->backend().describe() : std::string("cpu (") + cpu::kernel_isa_name() + " kernels)";
   std::fprintf(
       stderr,
-      "switchyard-worker: serving %s on %s (metrics %s); %d KV blocks x %d tokens (%.0f MiB %s), "
-      "max context %lld, max running %d, %s kernels, %d threads\n",
+      "switchyard-worker: serving %s on %s (metrics %s) on %s; %d KV blocks x %d tokens (%.0f MiB %s), "
+      "max context %lld, max running %d, %d threads\n",
       sc.model_id.c_str(), lc.listen.c_str(),
       http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str()
            : "off",
-      ec.n_kv_blocks, ec.block_size, ec.n_kv_blocks * static_cast<double>(block_bytes) / (1 << 20),
-      cpu::kv_type_name(ec.kv_type), static_cast<long long>(ec.max_context), ec.sched.max_running,
-      cpu::kernel_isa_name(), pool.size());
+      device.c_str(), used.n_kv_blocks, used.block_size, static_cast<double>(eng->backend().kv_bytes()) / (1 << 20),
+      cpu::kv_type_name(used.kv_type), static_cast<long long>(used.max_context), used.sched.max_running, pool.size());
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: accept nothing
   // new, finish what is running (at most 30 s), stop.

@@ -3,9 +3,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include "kernels/cuda/cuda_check.cuh"
 
 namespace sy::cuda {
 namespace {
@@ -86,6 +89,51 @@ std::string self_test() {
   cudaFree(dy);
   cudaFree(dc);
   return err;
+}
+
+double copy_bandwidth(int device, size_t bytes) {
+  SY_CUDA_CHECK(cudaSetDevice(device));
+  void* a = nullptr;
+  void* b = nullptr;
+  bytes &= ~size_t{255};
+  while (bytes >= (size_t{1} << 20)) {
+    if (cudaMalloc(&a, bytes) == cudaSuccess) {
+      if (cudaMalloc(&b, bytes) == cudaSuccess) break;
+      cudaFree(a);
+      a = nullptr;
+    }
+    cudaGetLastError();
+    bytes /= 2;
+  }
+  if (!a || !b) throw std::runtime_error("copy_bandwidth: cannot allocate two buffers of 1 MiB");
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  std::vector<float> ms;
+  std::string err;
+  try {
+    SY_CUDA_CHECK(cudaEventCreate(&t0));
+    SY_CUDA_CHECK(cudaEventCreate(&t1));
+    SY_CUDA_CHECK(cudaMemset(a, 1, bytes));
+    SY_CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));  // warm-up
+    for (int i = 0; i < 5; ++i) {
+      SY_CUDA_CHECK(cudaEventRecord(t0));
+      SY_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+      SY_CUDA_CHECK(cudaEventRecord(t1));
+      SY_CUDA_CHECK(cudaEventSynchronize(t1));
+      float t = 0;
+      SY_CUDA_CHECK(cudaEventElapsedTime(&t, t0, t1));
+      ms.push_back(t);
+    }
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (t0) cudaEventDestroy(t0);
+  if (t1) cudaEventDestroy(t1);
+  cudaFree(a);
+  cudaFree(b);
+  if (!err.empty()) throw std::runtime_error(err);
+  std::sort(ms.begin(), ms.end());
+  const double sec = ms[ms.size() / 2] / 1000.0;
+  return sec > 0 ? 2.0 * static_cast<double>(bytes) / sec : 0;
 }
 
 }  // namespace sy::cuda

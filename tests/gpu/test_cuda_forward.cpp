@@ -52,6 +52,7 @@ int main() {
     sy::cuda_forward_config cfg;
     cfg.n_kv_blocks = n_blocks;
     cfg.block_size = static_cast<int32_t>(bs);
+    cfg.max_seqs_per_step = 8 * 64;  // the prefill asks for every position's logits
     sy::cuda_forward gpu(*model, cfg);
     sy::cpu_forward cpu(*model, pool);
     sy::kv_arena arena(hp.n_layer, n_blocks, bs, hp.kv_dim());

@@ -14,10 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/gguf.hpp"
 #include "common/protocol.hpp"
 #include "router/dispatcher.hpp"
-#include "worker/worker_service.hpp"
+#include "tests/unit/router_fakes.hpp"
 
 using namespace sy::router;
 namespace proto = sy::proto;
@@ -26,62 +25,10 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* k_model = "smollm2-135m";
-using header_list = std::vector<std::pair<std::string, std::string>>;
-
-// The model's tokenizer as a worker's welcome carries it, loaded once; null when the file is absent.
-const proto::tokenizer_spec* model_spec() {
-  static const std::unique_ptr<proto::tokenizer_spec> spec = []() -> std::unique_ptr<proto::tokenizer_spec> {
-    if (!std::filesystem::exists(SY_MODEL_PATH)) return nullptr;
-    return std::make_unique<proto::tokenizer_spec>(sy::tokenizer_spec_from(sy::gguf::file::open(SY_MODEL_PATH)));
-  }();
-  return spec.get();
-}
-
-#define SY_REQUIRE_MODEL()                                                    \
-  if (model_spec() == nullptr) {                                              \
-    WARN("model file " SY_MODEL_PATH " not found; skipping dispatcher test"); \
-    return;                                                                   \
-  }
-
-// A client connection: records every call the dispatcher makes on it, in order.
-class fake_exchange final : public http_exchange {
- public:
-  void respond(http_response r) override {
-    log.push_back("respond");
-    responses.push_back(std::move(r));
-  }
-  void start_stream(int status, header_list headers) override {
-    log.push_back("start_stream");
-    stream_status = status;
-    stream_headers = std::move(headers);
-  }
-  void send_event(std::string data, std::chrono::steady_clock::time_point) override {
-    log.push_back("send_event");
-    events.push_back(std::move(data));
-  }
-  void end_stream() override { log.push_back("end_stream"); }
-  void on_disconnect(std::function<void()> f) override { on_gone_ = std::move(f); }
-  bool disconnected() const override { return gone; }
-
-  json body(size_t i = 0) const { return json::parse(responses.at(i).body); }
-  json event(size_t i) const { return json::parse(events.at(i)); }
-
-  std::vector<std::string> log;  // "respond", "start_stream", "send_event", "end_stream"
-  std::vector<http_response> responses;
-  int stream_status = 0;
-  header_list stream_headers;
-  std::vector<std::string> events;
-  bool gone = false;  // the client went away
-
- private:
-  std::function<void()> on_gone_;
-};
-
-std::string header(const header_list& headers, const std::string& name) {
-  for (const auto& [k, v] : headers)
-    if (k == name) return v;
-  return "";
-}
+using sy::test::fake_exchange;
+using sy::test::header;
+using sy::test::header_list;
+using sy::test::model_spec;
 
 // The body of a frame the dispatcher sent, decoded as T (the test fails if it is not one).
 template <class T>
@@ -595,6 +542,26 @@ TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well 
   CHECK(cancels(h.take(), 0).size() == 1);  // and the worker is told, in case it still runs
   CHECK(h.d.active() == 0);
   CHECK(h.d.workers().at(0).in_flight == 0);
+}
+
+TEST_CASE("dispatcher: a request whose answer cannot be written still ends and frees its slot") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  start_workers(h, 1, /*max_running=*/1);
+  for (const bool finish_by_error : {false, true}) {
+    INFO((finish_by_error ? "worker error" : "normal finish"));
+    const auto c = h.request({.max_tokens = 4}, 0.1);
+    const auto s = submits(h.take(), 0);
+    REQUIRE(s.size() == 1);
+    c.ex->throw_calls = true;  // writing the answer fails (e.g. a failed allocation)
+    const auto n_prompt = static_cast<uint32_t>(s[0].prompt.size());
+    CHECK_THROWS(h.tokens(0, s[0].request_id, 1, "x", 1, 0.2, finish_by_error ? "error" : "length", n_prompt, 0));
+    // Gone from the tables all the same: nothing active, the slot free for the next request.
+    CHECK(h.d.active() == 0);
+    CHECK(h.d.workers().at(0).in_flight == 0);
+  }
+  h.request({.max_tokens = 4}, 0.5);
+  CHECK(submits(h.take(), 0).size() == 1);
 }
 
 TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes to another worker") {

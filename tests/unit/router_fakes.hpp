@@ -1,0 +1,90 @@
+// What the router's dispatcher tests share: a client connection that records every call made on
+// it, and the real model's tokenizer as a worker's welcome carries it (the router builds its
+// model entry from it). Tests that need the tokenizer start with SY_REQUIRE_MODEL(), which skips
+// them with a warning when the model file is absent.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/gguf.hpp"
+#include "common/protocol.hpp"
+#include "router/http_server.hpp"
+#include "worker/worker_service.hpp"
+
+namespace sy::test {
+
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
+// The model's tokenizer as a worker's welcome carries it, loaded once; null when the file is absent.
+inline const proto::tokenizer_spec* model_spec() {
+  static const std::unique_ptr<proto::tokenizer_spec> spec = []() -> std::unique_ptr<proto::tokenizer_spec> {
+    if (!std::filesystem::exists(SY_MODEL_PATH)) return nullptr;
+    return std::make_unique<proto::tokenizer_spec>(sy::tokenizer_spec_from(sy::gguf::file::open(SY_MODEL_PATH)));
+  }();
+  return spec.get();
+}
+
+// A client connection: records every call the dispatcher makes on it, in order.
+class fake_exchange final : public router::http_exchange {
+ public:
+  void respond(router::http_response r) override {
+    maybe_throw();
+    log.push_back("respond");
+    responses.push_back(std::move(r));
+  }
+  void start_stream(int status, header_list headers) override {
+    maybe_throw();
+    log.push_back("start_stream");
+    stream_status = status;
+    stream_headers = std::move(headers);
+  }
+  void send_event(std::string data, std::chrono::steady_clock::time_point) override {
+    maybe_throw();
+    log.push_back("send_event");
+    events.push_back(std::move(data));
+  }
+  void end_stream() override { log.push_back("end_stream"); }
+  void on_disconnect(std::function<void()> f) override { on_gone_ = std::move(f); }
+  bool disconnected() const override { return gone; }
+
+  nlohmann::json body(size_t i = 0) const { return nlohmann::json::parse(responses.at(i).body); }
+  nlohmann::json event(size_t i) const { return nlohmann::json::parse(events.at(i)); }
+
+  std::vector<std::string> log;  // "respond", "start_stream", "send_event", "end_stream"
+  std::vector<router::http_response> responses;
+  int stream_status = 0;
+  header_list stream_headers;
+  std::vector<std::string> events;
+  bool gone = false;         // the client went away
+  bool throw_calls = false;  // respond/start_stream/send_event throw (a failed allocation, say)
+
+ private:
+  void maybe_throw() const {
+    if (throw_calls) throw std::runtime_error("fake_exchange: write failed");
+  }
+  std::function<void()> on_gone_;
+};
+
+inline std::string header(const header_list& headers, const std::string& name) {
+  for (const auto& [k, v] : headers)
+    if (k == name) return v;
+  return "";
+}
+
+}  // namespace sy::test
+
+#define SY_REQUIRE_MODEL()                                                    \
+  if (::sy::test::model_spec() == nullptr) {                                  \
+    WARN("model file " SY_MODEL_PATH " not found; skipping dispatcher test"); \
+    return;                                                                   \
+  }

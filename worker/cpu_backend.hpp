@@ -1,0 +1,34 @@
+// The CPU forward_backend: cpu_forward over a host kv_arena. It never samples (every logits row
+// goes back to the engine's host samplers), so results are exactly cpu_forward's.
+#pragma once
+
+#include <string>
+
+#include "worker/forward_backend.hpp"
+#include "worker/kv_arena.hpp"
+
+namespace sy {
+
+class cpu_backend final : public forward_backend {
+ public:
+  // `type` must suit the model's head size (cpu::kv_type_error is empty); the caller checks.
+  cpu_backend(const llama_model& model, cpu::thread_pool& pool, int32_t n_kv_blocks, int32_t block_size,
+              cpu::kv_type type);
+
+  void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override;
+  bool samples() const override { return false; }
+  int32_t n_kv_blocks() const override { return static_cast<int32_t>(arena_.n_blocks()); }
+  int32_t block_size() const override { return static_cast<int32_t>(arena_.block_size()); }
+  size_t kv_bytes() const override { return arena_.bytes(); }
+  // The quantized weights as stored in the file (what the decode kernels read).
+  size_t weight_read_bytes() const override { return model_.weight_bytes(); }
+  size_t kv_bytes_per_token() const override { return static_cast<size_t>(2 * arena_.n_layer() * arena_.row_bytes()); }
+  std::string describe() const override { return "cpu"; }
+
+ private:
+  const llama_model& model_;
+  kv_arena arena_;
+  cpu_forward forward_;
+};
+
+}  // namespace sy
