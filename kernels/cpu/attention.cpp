@@ -134,6 +134,10 @@ inline void rows_f32(const void* const* blocks, const kv_layer_view& kv, int64_t
 }
 
 template <kv_type T>
+void values_rows(const float* scores, int64_t stride, int64_t n_q, int64_t n_keys, const kv_layer_view& kv,
+                 int64_t kv_head, int64_t head_dim, float* buf, float* out);
+
+template <kv_type T>
 void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                       int64_t head_dim, float scale, float* scratch, float* out) {
   float* scores = scratch;              // [n_q][n_keys]
@@ -165,12 +169,22 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
     }
   }
   for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * n_keys, n_keys);
+  values_rows<T>(scores, n_keys, n_q, n_keys, kv, kv_head, head_dim, buf, out);
+}
+
+// out[g] = sum over keys j of p[g][j] * V[j] for the n_q heads (p[g] at scores + g * stride):
+// V rows are converted 8 at a time, once for all heads; each output element accumulates over
+// j = 0, 1, ... from zero.
+template <kv_type T>
+void values_rows(const float* scores, int64_t stride, int64_t n_q, int64_t n_keys, const kv_layer_view& kv,
+                 int64_t kv_head, int64_t head_dim, float* buf, float* out) {
+  const float* rp[8];
   for (int64_t i = 0; i < n_q * head_dim; ++i) out[i] = 0.f;
   for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n_keys - j0);
     rows_f32<T>(kv.v_blocks, kv, kv_head, j0, nk, n_keys, head_dim, buf, rp);
     for (int64_t g = 0; g < n_q; ++g) {
-      const float* p = scores + g * n_keys + j0;
+      const float* p = scores + g * stride + j0;
       float* og = out + g * head_dim;
       for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {  // up to 8 registers of the output
         const int n8 = static_cast<int>(std::min<int64_t>(64, head_dim - d0) / 8);
@@ -220,31 +234,6 @@ inline void scores_dm(const float* q, int64_t head_dim, const uint8_t* kslice, i
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(out[h] + 8 * v, _mm256_mul_ps(acc[h][v], vs));
 }
 
-// out[h] = sum over keys j of p[h][j] * V[j], H heads, 32 output elements per pass; each output
-// element accumulates over j = 0, 1, ... from zero (the same order as the row-layout kernel).
-template <kv_type T, int H>
-inline void values_dm(const float* const* p, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
-                      int64_t pos_stride, int64_t head_dim, float* const* out) {
-  for (int64_t d0 = 0; d0 < head_dim; d0 += 32) {
-    const int n8 = static_cast<int>(std::min<int64_t>(32, head_dim - d0) / 8);
-    __m256 acc[H][4];
-    for (int h = 0; h < H; ++h)
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n_keys; ++j) {
-      const uint8_t* row =
-          static_cast<const uint8_t*>(kv.v_blocks[j / kv.block_size]) + head_off + (j % kv.block_size) * pos_stride;
-      __m256 v[4];
-      for (int c = 0; c < n8; ++c) v[c] = load8_at<T>(row, d0 + 8 * c);
-      for (int h = 0; h < H; ++h) {
-        const __m256 ph = _mm256_broadcast_ss(p[h] + j);
-        for (int c = 0; c < n8; ++c) acc[h][c] = _mm256_fmadd_ps(ph, v[c], acc[h][c]);
-      }
-    }
-    for (int h = 0; h < H; ++h)
-      for (int c = 0; c < n8; ++c) _mm256_storeu_ps(out[h] + d0 + 8 * c, acc[h][c]);
-  }
-}
-
 // Grouped attention over a heads-layout f32/f16 cache (block_size % 8 == 0, head_dim % 8 == 0).
 template <kv_type T>
 void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
@@ -259,7 +248,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
     const int64_t p0 = j0 % bs;
     if (p0 == 0) {
       // Blocks are scattered in memory, so the hardware prefetcher cannot run ahead: fetch the
-      // K slice two blocks on, and this block's V slice for the value pass (stays in L2).
+      // K slice two blocks on.
       const int64_t bytes = kv_row_bytes(T, head_dim) * bs, b = j0 / bs;
       if (b == 0)
         for (int64_t c = 0; c < bytes && bs < n_keys; c += 64)
@@ -267,8 +256,6 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
       if ((b + 2) * bs < n_keys)
         for (int64_t c = 0; c < bytes; c += 64)
           _mm_prefetch(static_cast<const char*>(kv.k_blocks[b + 2]) + head_off + c, _MM_HINT_T0);
-      for (int64_t c = 0; c < std::min(bytes, (n_keys - j0) * kv_row_bytes(T, head_dim)); c += 64)
-        _mm_prefetch(static_cast<const char*>(kv.v_blocks[b]) + head_off + c, _MM_HINT_T1);
     }
     for (int64_t h0 = 0; h0 < n_q;) {
       float* o[4];
@@ -311,17 +298,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
     }
   }
   for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * stride, n_keys);
-  for (int64_t h0 = 0; h0 < n_q;) {
-    const float* p[2] = {scores + h0 * stride, scores + (h0 + 1) * stride};
-    float* o[2] = {out + h0 * head_dim, out + (h0 + 1) * head_dim};
-    if (n_q - h0 >= 2) {
-      values_dm<T, 2>(p, n_keys, kv, head_off, pos_stride, head_dim, o);
-      h0 += 2;
-    } else {
-      values_dm<T, 1>(p, n_keys, kv, head_off, pos_stride, head_dim, o);
-      h0 += 1;
-    }
-  }
+  values_rows<T>(scores, stride, n_q, n_keys, kv, kv_head, head_dim, scores + n_q * stride, out);
 }
 
 // n floats (n % 32 == 0) as Q8_0 blocks. The scale is rounded to fp16 before quantizing, so the
