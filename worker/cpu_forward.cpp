@@ -102,12 +102,32 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   std::vector<std::vector<const void*>> kb(batch.size()), vb(batch.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
 
+  // Per-token work (norms, residual adds, RoPE, K/V stores, SwiGLU) split over the pool when the
+  // step has enough tokens to pay for a job; the arithmetic per token is the same either way.
+  auto per_token = [&](auto&& fn) {
+    if (N < 16) {
+      for (int64_t i = 0; i < N; ++i) fn(i);
+      return;
+    }
+    pool_.run([&](int ith, int nth) {
+      int64_t i0, i1;
+      cpu::thread_pool::split(N, 1, ith, nth, i0, i1);
+      for (int64_t i = i0; i < i1; ++i) fn(i);
+    });
+  };
+  // x += tmp (the residual of the block before), then xn = rms_norm(x) with `norm`'s weights.
+  auto add_then_norm = [&](bool add, const std::vector<float>& norm) {
+    per_token([&](int64_t i) {
+      if (add) cpu::add_inplace(x_.data() + i * E, tmp_.data() + i * E, E);
+      cpu::rms_norm(x_.data() + i * E, norm.data(), xn_.data() + i * E, E, hp.rms_eps);
+    });
+  };
+
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
-    for (int64_t i = 0; i < N; ++i)
-      cpu::rms_norm(x_.data() + i * E, L.attn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
+    add_then_norm(l > 0, L.attn_norm);  // the previous layer's FFN output joins the residual here
     linears({{&L.wq, q_.data(), E}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
-    for (int64_t i = 0; i < N; ++i) {
+    per_token([&](int64_t i) {
       const int64_t pos = rows[i].pos;
       cpu::rope_norm(q_.data() + i * E, hp.n_head, HD, hp.n_rot, pos, hp.rope_base);
       cpu::rope_norm(k_.data() + i * KV, hp.n_head_kv, HD, hp.n_rot, pos, hp.rope_base);
@@ -117,7 +137,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
         cpu::store_kv_head(k_.data() + i * KV + h * HD, kv.k_block(l, block), layout, pos % bs, h, HD, true);
         cpu::store_kv_head(v_.data() + i * KV + h * HD, kv.v_block(l, block), layout, pos % bs, h, HD, false);
       }
-    }
+    });
     for (size_t s = 0; s < batch.size(); ++s) {
       kb[s].resize(batch[s].block_ids.size());
       vb[s].resize(batch[s].block_ids.size());
@@ -154,15 +174,12 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
       }
     });
     linear(L.wo, attn_.data(), E, tmp_.data(), E);
-    cpu::add_inplace(x_.data(), tmp_.data(), N * E);
-
-    for (int64_t i = 0; i < N; ++i)
-      cpu::rms_norm(x_.data() + i * E, L.ffn_norm.data(), xn_.data() + i * E, E, hp.rms_eps);
+    add_then_norm(true, L.ffn_norm);
     linears({{&L.w_gate, gate_.data(), F}, {&L.w_up, up_.data(), F}}, xn_.data(), E);
-    cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), N * F);
+    per_token([&](int64_t i) { cpu::silu_mul(gate_.data() + i * F, up_.data() + i * F, gate_.data() + i * F, F); });
     linear(L.w_down, gate_.data(), F, tmp_.data(), E);
-    cpu::add_inplace(x_.data(), tmp_.data(), N * E);
   }
+  per_token([&](int64_t i) { cpu::add_inplace(x_.data() + i * E, tmp_.data() + i * E, E); });
 
   const int64_t n_out = static_cast<int64_t>(out_rows.size());
   for (int64_t j = 0; j < n_out; ++j)

@@ -1,16 +1,47 @@
 #include "worker/sampler.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
 namespace sy {
 
-token_id argmax(std::span<const float> logits) {
+namespace {
+
+token_id argmax_scalar(std::span<const float> logits) {
   // NaN never wins (comparisons with NaN are false).
   size_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
   return static_cast<token_id>(best);
+}
+
+}  // namespace
+
+token_id argmax(std::span<const float> logits) {
+  // The largest non-NaN value 8 lanes at a time (max_ps returns its second operand when the
+  // first is NaN), then its first index: the same answer as the scalar loop. Rows whose maximum
+  // is -inf (all -inf or NaN) take the scalar loop, which defines those cases.
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  float mx = _mm_cvtss_f32(h);
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (mx == -INFINITY) return argmax_scalar(logits);
+  const __m256 vm = _mm256_set1_ps(mx);
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    if (const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), vm, _CMP_EQ_OQ)))
+      return static_cast<token_id>(j + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hit))));
+  for (; j < n; ++j)
+    if (x[j] == mx) return static_cast<token_id>(j);
+  return argmax_scalar(logits);
 }
 
 token_logprobs_info logprobs_of(std::span<const float> logits, token_id chosen, int32_t n_top) {

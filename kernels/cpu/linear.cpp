@@ -24,6 +24,21 @@ struct scratch {
 };
 thread_local scratch tls_scratch;
 
+// fn(t) for every token: on the caller alone for a few tokens, else split over the pool (the
+// activation conversions before a product; each token's result is the same either way).
+template <class F>
+void for_tokens(int64_t n_tok, thread_pool& pool, F&& fn) {
+  if (n_tok < 16) {
+    for (int64_t t = 0; t < n_tok; ++t) fn(t);
+    return;
+  }
+  pool.run([&](int ith, int nth) {
+    int64_t t0, t1;
+    thread_pool::split(n_tok, 1, ith, nth, t0, t1);
+    for (int64_t t = t0; t < t1; ++t) fn(t);
+  });
+}
+
 }  // namespace
 
 linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool)
@@ -132,7 +147,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   a.qs = sc.q8_qs.data();
   a.d = sc.q8_d.data();
   a.s = sc.q8_s.data();
-  for (int64_t t = 0; t < n_tok; ++t) quantize_q8_act_avx512(x + t * ldx, a, t);
+  for_tokens(n_tok, pool, [&](int64_t t) { quantize_q8_act_avx512(x + t * ldx, a, t); });
   int64_t total = 0;
   for (const auto& o : outs) total += o.w->n_panels_;
   pool.run([&](int ith, int nth) {
@@ -201,8 +216,9 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
   if (wide) {  // activations converted to bf16 once for every layer
     auto& buf = tls_scratch.bf16;
     buf.resize(static_cast<size_t>(n_tok * cols));
-    for (int64_t t = 0; t < n_tok; ++t) convert_f32_to_bf16_avx512(x + t * ldx, buf.data() + t * cols, cols);
-    xb = buf.data();
+    uint16_t* xbw = buf.data();
+    for_tokens(n_tok, pool, [&](int64_t t) { convert_f32_to_bf16_avx512(x + t * ldx, xbw + t * cols, cols); });
+    xb = xbw;
   }
   int64_t total = 0;
   for (const auto& o : outs) total += o.w->n_panels_;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "worker/sampler.hpp"
@@ -29,6 +30,38 @@ TEST_CASE("greedy picks the largest logit") {
   sampler s(p);
   auto l = logits_of({0.1f, 2.f, -1.f, 1.9f});
   CHECK(s.sample(l, {}) == 1);
+}
+
+TEST_CASE("argmax: the first largest non-NaN logit, whatever the row length, ties, NaN and infinities") {
+  // The definition: the scalar scan in which NaN never wins.
+  auto reference = [](const std::vector<float>& l) {
+    size_t best = 0;
+    for (size_t i = 1; i < l.size(); ++i)
+      if (l[i] > l[best] || std::isnan(l[best])) best = i;
+    return static_cast<token_id>(best);
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-5.f, 5.f);
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (size_t n : {1u, 7u, 8u, 9u, 31u, 64u, 1000u}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> l(n);
+      for (auto& v : l) v = std::round(u(rng));  // small integers: many ties
+      const int kind = trial % 8;
+      for (size_t i = 0; i < n; ++i) {
+        const float r = u(rng);
+        if (kind == 1 && r > 3.f) l[i] = nan;
+        if (kind == 2 && r > 3.f) l[i] = -inf;
+        if (kind == 3 && r > 4.5f) l[i] = inf;
+        if (kind == 4) l[i] = r > 0 ? nan : -inf;  // nothing finite
+        if (kind == 5) l[i] = nan;                 // all NaN
+        if (kind == 6) l[i] = -inf;                // all -inf
+      }
+      if (kind == 7) l[0] = nan;  // a NaN first
+      INFO("n " << n << " kind " << kind);
+      CHECK(argmax(l) == reference(l));
+    }
+  }
 }
 
 TEST_CASE("same seed gives the same tokens / another seed other tokens") {
