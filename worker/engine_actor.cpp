@@ -56,8 +56,8 @@ caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::c
   return {
       [=](frame_atom, const std::string& peer, const std::string& type, const std::string& body) {
         self->state.service->on_frame(peer, type, body, unix_ms(), self->state.out);
+        publish(self->state);  // before the replies go out: a client that saw them sees these metrics
         flush(self->state, ctx);
-        publish(self->state);
         kick();
       },
       [=](gone_atom, const std::string& peer) {
@@ -70,21 +70,21 @@ caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::c
         s.stepping = false;
         const uint64_t steps_before = s.service->eng().stats().steps;
         s.service->step(unix_ms(), s.out);
-        flush(s, ctx);
         const engine_stats es = s.service->eng().stats();
         if (es.steps != steps_before) {
           s.local.step_seconds.observe(es.last_step_ms / 1000.0);
           s.local.batch_tokens.observe(es.last_batch_tokens);
           s.local.batch_seqs.observe(es.last_batch_seqs);
         }
-        publish(s);  // a copy under a mutex: ~1 us, against steps of milliseconds
+        publish(s);  // a copy under a mutex: ~1 us, against steps of milliseconds; before the flush
+        flush(s, ctx);
         kick();
       },
       [=](tick_atom) {
         auto& s = self->state;
         s.service->heartbeat(unix_ms(), s.out);
-        flush(s, ctx);
         publish(s);
+        flush(s, ctx);
         kick();  // deadlines expire even when nothing else arrives
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },

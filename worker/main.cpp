@@ -1,7 +1,12 @@
 // switchyard-worker: the worker binary. Subcommands so far:
+//   serve     the worker process (router protocol over ZeroMQ, CAF actors)
 //   generate  load a GGUF model and stream a completion to stdout
 //   bench     prompt-processing and decode throughput on this machine (JSON with --json)
+//   bench-engine  engine-level benchmark (worker/bench_engine.cpp)
 //   info      model and kernel facts
+// Built with SY_NO_SERVE (SY_DEVICE_ONLY builds: switchyard-bench, no CAF/ZeroMQ/msgpack) it has
+// every subcommand but `serve`, and `serve-check` instead: serve's start-up (flags, model,
+// backend, KV arena; worker/serve_engine.hpp) without sockets.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,13 +21,26 @@
 #include "worker/bench_engine.hpp"
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
+#ifdef SY_NO_SERVE
+#include "worker/device_backend.hpp"
+#include "worker/serve_engine.hpp"
+#else
 #include "worker/serve.hpp"
+#endif
 
 #ifdef SY_HAVE_CUDA
 #include "kernels/cuda/device_info.cuh"
 #endif
 
 namespace {
+
+#ifdef SY_NO_SERVE
+constexpr const char* k_program = "switchyard-bench";
+constexpr const char* k_serve = "serve-check";
+#else
+constexpr const char* k_program = "switchyard-worker";
+constexpr const char* k_serve = "serve";
+#endif
 
 const char* default_model() {
   const char* e = std::getenv("SY_MODEL");
@@ -31,8 +49,11 @@ const char* default_model() {
 
 void usage() {
   std::fprintf(stderr,
-               "usage: switchyard-worker <command> [options]\n"
-               "  serve    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
+               "usage: %s <command> [options]\n"
+#ifdef SY_NO_SERVE
+               "  (no serve in this build: serve-check runs serve's start-up, without sockets)\n"
+#endif
+               "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
                "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
                "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
                "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off]\n"
@@ -49,7 +70,7 @@ void usage() {
                "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
                "  info     [--model PATH]\n"
                "The model defaults to $SY_MODEL or %s.\n",
-               default_model());
+               k_program, k_serve, default_model());
 }
 
 // --prompt as token ids; with --chat through the model's chat template (and --system).
@@ -224,6 +245,26 @@ int cmd_info(const sy::cli_args& a) {
   return 0;
 }
 
+#ifdef SY_NO_SERVE
+// serve's start-up as `serve` does it (the same flags, engine and messages), then exit 0 with
+// what serve would print, instead of opening sockets.
+int cmd_serve_check(const sy::cli_args& a) {
+  a.check_known(sy::serve_options());
+  const sy::device_choice dev = sy::parse_device_choice(a);
+  sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  const auto eng = sy::make_serve_engine(a, dev, *model, pool);
+  const sy::engine_config& used = eng->config();
+  const std::string device =
+      dev.cuda ? eng->backend().describe() : std::string("cpu (") + sy::cpu::kernel_isa_name() + " kernels)";
+  std::printf("serve-check: ok: %s on %s; %d KV blocks x %d tokens (%.0f MiB %s), max context %lld, max running %d\n",
+              model->hparams().name.c_str(), device.c_str(), used.n_kv_blocks, used.block_size,
+              static_cast<double>(eng->backend().kv_bytes()) / (1 << 20), sy::cpu::kv_type_name(used.kv_type),
+              static_cast<long long>(used.max_context), used.sched.max_running);
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,7 +277,11 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(sy::cli_args(argc, argv, 2, {"chat", "ignore-eos", "stats"}));
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "bench-engine") return sy::run_bench_engine(sy::cli_args(argc, argv, 2, {}), default_model());
+#ifdef SY_NO_SERVE
+    if (cmd == "serve-check") return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}));
+#else
     if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}), default_model());
+#endif
     if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "info") return cmd_info(sy::cli_args(argc, argv, 2, {}));
@@ -244,11 +289,11 @@ int main(int argc, char** argv) {
       usage();
       return 0;
     }
-    std::fprintf(stderr, "switchyard-worker: unknown command '%s'\n", cmd.c_str());
+    std::fprintf(stderr, "%s: unknown command '%s'\n", k_program, cmd.c_str());
     usage();
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "switchyard-worker: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", k_program, e.what());
     return 1;
   }
 }

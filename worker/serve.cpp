@@ -15,28 +15,12 @@
 #include "worker/engine_actor.hpp"
 #include "worker/link_actor.hpp"
 #include "worker/metrics_http.hpp"
+#include "worker/serve_engine.hpp"
 
 namespace sy {
-namespace {
-
-// MemAvailable from /proc/meminfo in bytes (what can be allocated without swapping), or -1.
-int64_t available_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb < 0 ? -1 : kb * 1024;
-}
-
-}  // namespace
 
 int run_serve(const cli_args& a, const char* default_model) {
-  a.check_known({"model", "listen", "metrics-host", "metrics-port", "kv-blocks", "kv-memory-mb", "block-size",
-                 "max-context", "max-running", "max-batch-tokens", "threads", "worker-id", "hwm", "kv-type",
-                 "no-prefix-cache", "kv-memory-fraction", "device", "cuda-graphs"});
+  a.check_known(serve_options());
   const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t sigs;
@@ -48,56 +32,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   const std::string model_path = a.get("model", default_model);
   auto model = llama_model::load(model_path, pool);
-  const auto& hp = model->hparams();
-
-  engine_config ec;
-  ec.block_size = static_cast<int32_t>(a.get_int("block-size", 16));
-  ec.max_context = std::min<int64_t>(a.get_int("max-context", 2048), hp.n_ctx_train);
-  ec.sched.max_running = static_cast<int32_t>(a.get_int("max-running", 32));
-  ec.sched.max_tokens_per_step = static_cast<int32_t>(a.get_int("max-batch-tokens", 256));
-  std::string kv_error;
-  const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
-  if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
-  ec.kv_type = *kvt;
-  ec.prefix_caching = !a.has("no-prefix-cache");
-  if (dev.cuda && ec.kv_type != cpu::kv_type::f16)
-    throw std::invalid_argument("--kv-type: the CUDA backend stores K/V as f16 only");
-  const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);
-  double kv_fraction = 0;  // CUDA: a fraction of the device memory left free, sized by the backend
-  if (a.has("kv-blocks")) {
-    ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-blocks", 1024));
-  } else if (a.has("kv-memory-fraction")) {
-    const double f = a.get_float("kv-memory-fraction", 0.5);
-    if (!(f > 0 && f <= 0.95)) throw std::invalid_argument("--kv-memory-fraction must be in (0, 0.95]");
-    if (dev.cuda) {
-      kv_fraction = f;
-      ec.n_kv_blocks = 0;
-    } else {
-      const int64_t avail = available_memory_bytes();
-      if (avail <= 0) throw std::runtime_error("--kv-memory-fraction: cannot read MemAvailable from /proc/meminfo");
-      ec.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(f * avail) / block_bytes, 1 << 30));
-    }
-  } else {
-    ec.n_kv_blocks = static_cast<int32_t>(a.get_int("kv-memory-mb", 512) * (1 << 20) / block_bytes);
-  }
-  if (ec.block_size < 1 || ec.block_size > 256 || (ec.n_kv_blocks < 1 && kv_fraction == 0) ||
-      ec.sched.max_running < 1 || ec.sched.max_tokens_per_step < 1 || ec.max_context < 2)
-    throw std::invalid_argument(
-        "serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
-        "--max-batch-tokens and --max-context must be positive");
-  std::unique_ptr<engine> eng;
-  if (dev.cuda) {
-    cuda_backend_settings cs;
-    cs.block_size = ec.block_size;
-    cs.n_kv_blocks = ec.n_kv_blocks;
-    cs.kv_memory_fraction = kv_fraction > 0 ? kv_fraction : 0.5;
-    cs.max_tokens_per_step = ec.sched.max_tokens_per_step;
-    cs.max_running = ec.sched.max_running;
-    cs.max_context = ec.max_context;
-    eng = std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), ec);
-  } else {
-    eng = std::make_unique<engine>(*model, pool, ec);
-  }
+  std::unique_ptr<engine> eng = make_serve_engine(a, dev, *model, pool);
   const engine_config& used = eng->config();  // the backend's KV size
 
   service_config sc;

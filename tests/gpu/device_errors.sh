@@ -2,10 +2,13 @@
 # switchyard-worker startup errors on the device flags (issue 6): each ends with one clear line
 # on stderr and exit code 1, never a crash. Runs with or without a GPU, with or without CUDA in
 # the build. Exit 77 (skipped) without the model file.
-#   usage: device_errors.sh SWITCHYARD_WORKER MODEL
+#   usage: device_errors.sh SWITCHYARD_WORKER MODEL [SUBCOMMAND]
+# SUBCOMMAND: `serve` (default), or `serve-check` for switchyard-bench (SY_DEVICE_ONLY builds:
+# serve's start-up without sockets, the same engine set-up and messages).
 set -u
 bin=$1
 model=$2
+serve=${3:-serve}
 [ -f "$model" ] || { echo "SKIP: model file $model not found"; exit 77; }
 fails=0
 # expect WHAT PATTERN ARGS...: exit code 1 and PATTERN (grep -E) in stderr.
@@ -13,7 +16,7 @@ expect() {
   local what=$1 pattern=$2
   shift 2
   local err rc
-  err=$(timeout 120 "$bin" serve --model "$model" --metrics-port -1 --listen tcp://127.0.0.1:0 "$@" 2>&1 >/dev/null)
+  err=$(timeout 120 "$bin" "$serve" --model "$model" --metrics-port -1 --listen tcp://127.0.0.1:0 "$@" 2>&1 >/dev/null)
   rc=$?
   if [ "$rc" -eq 1 ] && echo "$err" | grep -Eq -e "$pattern"; then
     echo "ok: $what: $err"
