@@ -210,6 +210,9 @@ inline constexpr std::string_view duplicate_request = "duplicate_request";
 inline constexpr std::string_view unknown_version = "unknown_version";
 inline constexpr std::string_view invalid_request = "invalid_request";
 inline constexpr std::string_view overloaded = "overloaded";
+// The worker failed while running the request (its step threw: a device error, an allocation);
+// the worker goes on serving others.
+inline constexpr std::string_view internal_error = "internal_error";
 }  // namespace error_code
 
 // Either direction. With a request_id it ends that request; without one it is about the

@@ -129,6 +129,8 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(c.bad_messages));
   metric(o, "switchyard_worker_errors_sent_total", "counter", "Error messages sent to routers.",
          static_cast<double>(c.errors_sent));
+  metric(o, "switchyard_worker_step_failures_total", "counter",
+         "Engine steps that failed; their requests ended with internal_error.", static_cast<double>(c.step_failures));
   metric(o, "switchyard_worker_draining", "gauge", "1 while the worker accepts no new requests.", m.draining ? 1 : 0);
   m.step_seconds.render(o, "switchyard_worker_step_seconds", "Duration of one engine step.");
   m.batch_tokens.render(o, "switchyard_worker_batch_tokens", "Tokens in one engine step.");

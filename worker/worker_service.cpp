@@ -1,5 +1,7 @@
 #include "worker/worker_service.hpp"
 
+#include <cstdio>
+
 namespace sy {
 namespace {
 
@@ -150,7 +152,16 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
 bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
   if (!eng_.has_work()) return false;
   events_.clear();
-  eng_.step(now_unix_ms, events_);
+  try {
+    eng_.step(now_unix_ms, events_);
+  } catch (const std::exception& e) {
+    // The step failed (a device error, an allocation): no request waits for an answer that will
+    // never come, and the worker keeps serving. What the failed step produced is dropped.
+    counters_.step_failures++;
+    std::fprintf(stderr, "switchyard-worker: a step failed, ending %zu request(s): %s\n", owners_.size(), e.what());
+    fail_all(std::string("the worker's step failed: ") + std::string(e.what()).substr(0, 1000), out);
+    return eng_.has_work();
+  }
   for (auto& ev : events_) {
     // Counted whether or not the router is still there to hear about it.
     if (ev.finish != finish_reason::none) counters_.finished[static_cast<int>(ev.finish)]++;
@@ -196,6 +207,14 @@ bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
     if (done) owners_.erase(it);
   }
   return eng_.has_work();
+}
+
+void worker_service::fail_all(const std::string& message, std::vector<out_frame>& out) {
+  for (const auto& [id, o] : owners_) {
+    send_error(o.peer, o.request_id, proto::error_code::internal_error, message, out);
+    eng_.cancel(id);
+  }
+  owners_.clear();
 }
 
 void worker_service::heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out) {

@@ -43,6 +43,7 @@ struct service_counters {
   uint64_t prompt_tokens = 0;         // of finished requests
   uint64_t cached_prompt_tokens = 0;  // of finished requests
   uint64_t peers_gone = 0;
+  uint64_t step_failures = 0;  // steps that threw; their requests ended with internal_error
 };
 
 proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f);
@@ -76,6 +77,8 @@ class worker_service {
   void send_error(const std::string& peer, const std::string& request_id, std::string_view code,
                   const std::string& message, std::vector<out_frame>& out);
   void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms, std::vector<out_frame>& out);
+  // Ends every live request with an internal_error frame and cancels it in the engine.
+  void fail_all(const std::string& message, std::vector<out_frame>& out);
   template <class T>
   void send(const std::string& peer, const T& m, std::vector<out_frame>& out);
 
