@@ -243,6 +243,15 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
   float* scores = scratch;  // [n_q][stride]; lanes past n_keys are scratch
   // Keys per step: 32 or 16 where the block allows (more independent FMA chains for few heads).
   const int P = bs % 32 == 0 && n_q <= 2 ? 32 : bs % 16 == 0 ? 16 : 8;
+  // Query heads per pass: as many as the registers hold (acc[H][P / 8] plus P / 8 keys).
+  using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
+  static constexpr scores_fn by_heads_32[] = {nullptr, &scores_dm<T, 32, 1>, &scores_dm<T, 32, 2>};
+  static constexpr scores_fn by_heads_16[] = {nullptr, &scores_dm<T, 16, 1>, &scores_dm<T, 16, 2>, &scores_dm<T, 16, 3>,
+                                              &scores_dm<T, 16, 4>};
+  static constexpr scores_fn by_heads_8[] = {nullptr, &scores_dm<T, 8, 1>, &scores_dm<T, 8, 2>, &scores_dm<T, 8, 3>,
+                                             &scores_dm<T, 8, 4>};
+  const scores_fn* by_heads = P == 32 ? by_heads_32 : P == 16 ? by_heads_16 : by_heads_8;
+  const int64_t max_heads = P == 32 ? 2 : 4;
   for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
     const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
     const int64_t p0 = j0 % bs;
@@ -258,43 +267,11 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
           _mm_prefetch(static_cast<const char*>(kv.k_blocks[b + 2]) + head_off + c, _MM_HINT_T0);
     }
     for (int64_t h0 = 0; h0 < n_q;) {
+      const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
       float* o[4];
-      const int64_t left = n_q - h0;
-      if (P == 32) {
-        const int H = left >= 2 ? 2 : 1;
-        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
-        if (H == 2)
-          scores_dm<T, 32, 2>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-        else
-          scores_dm<T, 32, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-        h0 += H;
-      } else if (P == 16) {
-        const int H = left >= 4 ? 4 : left >= 3 ? 3 : left >= 2 ? 2 : 1;
-        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
-        switch (H) {
-          case 4:
-            scores_dm<T, 16, 4>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-            break;
-          case 3:
-            scores_dm<T, 16, 3>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-            break;
-          case 2:
-            scores_dm<T, 16, 2>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-            break;
-          default:
-            scores_dm<T, 16, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-            break;
-        }
-        h0 += H;
-      } else {
-        const int H = left >= 4 ? 4 : 1;
-        for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
-        if (H == 4)
-          scores_dm<T, 8, 4>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-        else
-          scores_dm<T, 8, 1>(q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
-        h0 += H;
-      }
+      for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
+      by_heads[H](q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+      h0 += H;
     }
   }
   for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * stride, n_keys);

@@ -175,31 +175,16 @@ void int_panels(const line64* panels, int64_t rows, int64_t p0, int64_t p1, cons
     const int64_t row0 = p * 16, n_rows = std::min<int64_t>(16, rows - row0);
     int64_t t0 = 0;
     for (; t0 + tt <= a.n_tok; t0 += tt) panel_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows);
-    switch (a.n_tok - t0) {
-      case 1:
-        panel_tokens<wt, 1>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 2:
-        panel_tokens<wt, 2>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 3:
-        panel_tokens<wt, 3>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 4:
-        panel_tokens<wt, 4>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 5:
-        panel_tokens<wt, 5>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 6:
-        panel_tokens<wt, 6>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 7:
-        panel_tokens<wt, 7>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      default:
-        break;
-    }
+    using tail_fn = void (*)(const line64*, int64_t, const q8_act_batch&, int64_t, float*, int64_t, int64_t, int64_t);
+    static constexpr tail_fn tails[tt] = {nullptr,
+                                          &panel_tokens<wt, 1>,
+                                          &panel_tokens<wt, 2>,
+                                          &panel_tokens<wt, 3>,
+                                          &panel_tokens<wt, 4>,
+                                          &panel_tokens<wt, 5>,
+                                          &panel_tokens<wt, 6>,
+                                          &panel_tokens<wt, 7>};
+    if (const int64_t rest = a.n_tok - t0) tails[rest](panel, nb, a, t0, y, ldy, row0, n_rows);
   }
 }
 

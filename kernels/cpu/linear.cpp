@@ -121,6 +121,25 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
   forward_gemv_fused({&out, 1}, x, ldx, n_tok, pool);
 }
 
+// One pool job over the panels of all layers in `outs`, concatenated and split evenly between the
+// threads: fn(i, p0, p1) runs panels [p0, p1) of layer i.
+template <class F>
+void linear::for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn) {
+  int64_t total = 0;
+  for (const auto& o : outs) total += o.w->n_panels_;
+  pool.run([&](int ith, int nth) {
+    int64_t p0, p1;
+    thread_pool::split(total, 1, ith, nth, p0, p1);
+    int64_t base = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const int64_t n = outs[i].w->n_panels_;
+      const int64_t b0 = std::max(p0, base) - base, b1 = std::min(p1, base + n) - base;
+      if (b0 < b1) fn(i, b0, b1);
+      base += n;
+    }
+  });
+}
+
 void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_t ldx, int64_t n_tok,
                         thread_pool& pool) {
   if (outs.empty() || n_tok == 0) return;
@@ -148,18 +167,9 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   a.d = sc.q8_d.data();
   a.s = sc.q8_s.data();
   for_tokens(n_tok, pool, [&](int64_t t) { quantize_q8_act_avx512(x + t * ldx, a, t); });
-  int64_t total = 0;
-  for (const auto& o : outs) total += o.w->n_panels_;
-  pool.run([&](int ith, int nth) {
-    int64_t p0, p1;
-    thread_pool::split(total, 1, ith, nth, p0, p1);
-    int64_t base = 0;
-    for (const auto& o : outs) {
-      const linear& w = *o.w;
-      const int64_t b0 = std::max(p0, base) - base, b1 = std::min(p1, base + w.n_panels_) - base;
-      if (b0 < b1) gemv_int_panels_avx512(w.type_, w.int_panels_.data(), w.rows_, b0, b1, a, o.y, o.ldy);
-      base += w.n_panels_;
-    }
+  linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
+    const linear& w = *outs[i].w;
+    gemv_int_panels_avx512(w.type_, w.int_panels_.data(), w.rows_, b0, b1, a, outs[i].y, outs[i].ldy);
   });
 }
 
@@ -220,25 +230,14 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
     for_tokens(n_tok, pool, [&](int64_t t) { convert_f32_to_bf16_avx512(x + t * ldx, xbw + t * cols, cols); });
     xb = xbw;
   }
-  int64_t total = 0;
-  for (const auto& o : outs) total += o.w->n_panels_;
-  pool.run([&](int ith, int nth) {
-    int64_t p0, p1;
-    thread_pool::split(total, 1, ith, nth, p0, p1);
-    int64_t base = 0;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const linear& w = *outs[i].w;
-      float* y = i == 0 ? y0 : outs[i].y;
-      const int64_t ldy = i == 0 ? ld0 : outs[i].ldy;
-      const int64_t b0 = std::max(p0, base) - base, b1 = std::min(p1, base + w.n_panels_) - base;
-      if (b0 < b1) {
-        if (wide)
-          gemm_panels_avx512(w.panels_.data(), cols, b0, b1, xb, cols, n_tok, y, ldy);
-        else
-          gemm_panels_avx2(w.panels_.data(), cols, b0, b1, x, ldx, n_tok, y, ldy);
-      }
-      base += w.n_panels_;
-    }
+  linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
+    const linear& w = *outs[i].w;
+    float* y = i == 0 ? y0 : outs[i].y;
+    const int64_t ldy = i == 0 ? ld0 : outs[i].ldy;
+    if (wide)
+      gemm_panels_avx512(w.panels_.data(), cols, b0, b1, xb, cols, n_tok, y, ldy);
+    else
+      gemm_panels_avx2(w.panels_.data(), cols, b0, b1, x, ldx, n_tok, y, ldy);
   });
   if (ragged)
     for (int64_t t = 0; t < n_tok; ++t) std::copy(y0 + t * ld0, y0 + t * ld0 + w0.rows(), outs[0].y + t * outs[0].ldy);

@@ -58,6 +58,8 @@ class linear {
  private:
   friend void forward_gemv_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   friend void forward_gemm_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
+  template <class F>
+  static void for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn);
   // The AVX2 integer kernel straight on the GGUF blocks (no AVX-512 VNNI, or forced portable).
   void forward_gemv_portable(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
                              thread_pool& pool) const;

@@ -331,13 +331,14 @@ TEST_CASE("paged attention equals attention over a contiguous cache") {
 }
 
 TEST_CASE("grouped-query attention equals attention head by head") {
+  const int64_t block_size = GENERATE(16, 8, 32);  // the heads layout steps 16, 8 or 32 keys at a time
   std::mt19937 rng(7);
   for (const kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
     for (const int64_t hd : {64, 24, 128, 20}) {  // 20: not a multiple of 8 (the per-head path)
       if (!kv_type_error(type, hd).empty()) continue;
       for (const int64_t n_q : {1, 3, 4}) {
         for (const int64_t n_keys : {1, 7, 8, 9, 37}) {
-          const int64_t bs = 16, n_kv = 2, stride = n_kv * hd, n_blocks = (n_keys + bs - 1) / bs;
+          const int64_t bs = block_size, n_kv = 2, stride = n_kv * hd, n_blocks = (n_keys + bs - 1) / bs;
           const int64_t row_bytes = kv_row_bytes(type, stride);
           std::vector<float> rows(static_cast<size_t>(n_blocks * bs * stride));
           std::normal_distribution<float> nd(0.f, 1.f);
