@@ -176,11 +176,12 @@ int run(const cli_args& a) {
   for (const auto& w : static_workers) caf::anon_send(disp, add_atom::value, w);
 
   // DNS discovery (a Kubernetes headless Service): new addresses join, vanished ones retire.
+  auto stop_dns = std::make_shared<std::atomic<bool>>(false);
   std::thread dns;
   if (a.has("workers-dns")) {
     const std::string name = a.get("workers-dns");
     const double every_s = a.get_float("dns-interval-s", 10.0);
-    dns = std::thread([name, every_s, disp, stop] {
+    dns = std::thread([name, every_s, disp, stop = stop_dns] {
       std::set<std::string> known;
       while (!stop->load()) {
         const auto now = resolve(name);
@@ -210,16 +211,22 @@ int run(const cli_args& a) {
   std::unique_ptr<api_handler> handler;
   // From here on, however run() ends (a port that cannot be bound included), the server, the
   // actors and the threads stop, in an order where nothing calls into what is already gone:
-  // the server's I/O threads first, then the actors, then the cache threads (whose callbacks
-  // reach the handler).
+  // the server's I/O threads first, then the DNS thread, then the dispatcher — before the link,
+  // whose inbox it writes to: a send to an inproc socket whose reader has gone blocks forever —
+  // then the link, then the cache threads (whose callbacks reach the handler).
   struct at_exit {
     std::function<void()> f;
     ~at_exit() { f(); }
   } shutdown{[&] {
     if (server) server->stop();
-    stop->store(true);
+    stop_dns->store(true);
     if (dns.joinable()) dns.join();
-    caf::anon_send_exit(disp, caf::exit_reason::user_shutdown);
+    {
+      caf::scoped_actor self{sys};
+      self->send_exit(disp, caf::exit_reason::user_shutdown);
+      self->wait_for(disp);
+    }
+    stop->store(true);
     sys.await_all_actors_done();
     cache.reset();
   }};

@@ -116,8 +116,14 @@ int run_serve(const cli_args& a, const char* default_model) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // The engine actor first, the link after it: the engine writes to the link's inbox, and a
+  // send to an inproc socket whose reader has gone blocks forever (shutdown would hang).
+  {
+    caf::scoped_actor self{sys};
+    self->send_exit(engine_act, caf::exit_reason::user_shutdown);
+    self->wait_for(engine_act);
+  }
   stop->store(true);
-  caf::anon_send_exit(engine_act, caf::exit_reason::user_shutdown);
   return link_alive->load() ? 0 : 1;
 }
 
