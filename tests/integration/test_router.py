@@ -245,7 +245,9 @@ def stream_in_thread(router, body, results, key):
 
 def test_priority_interactive_overtakes_queued_batch_work():
     w = Worker("--kv-blocks", "128", "--max-running", "1")
-    r = Router([w.endpoint], "--local-queue", "0")
+    # No aging: on a slow machine the queued batch requests would otherwise wait long enough to be
+    # promoted past the interactive one (aging is tested in the dispatcher and queue unit tests).
+    r = Router([w.endpoint], "--local-queue", "0", "--aging-s", "3600")
     try:
         results, threads = {}, []
         batch = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 200, "ignore_eos": True,
