@@ -66,7 +66,7 @@ bool has_word(const std::string& list, const std::string& word) {
 
 int run_bench_engine(const cli_args& a, const char* default_model) {
   a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip", "kv-type", "device",
-                 "cuda-graphs", "sections"});
+                 "cuda-graphs", "sections", "temperature", "top-p"});
   const device_choice dev = parse_device_choice(a);
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = llama_model::load(a.get("model", default_model), pool);
@@ -77,6 +77,17 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   if (dev.cuda && *kvt != cpu::kv_type::f16) throw std::invalid_argument("--kv-type: the CUDA backend stores f16");
   const int n_prompt = static_cast<int>(a.get_int("prompt-tokens", 128));
   const int n_gen = static_cast<int>(a.get_int("gen-tokens", 128));
+  // [batching]: greedy by default; --temperature / --top-p measure sampled decoding (seeded).
+  const float temperature = a.get_float("temperature", 0.0);
+  const float top_p = a.get_float("top-p", 1.0);
+  auto batching_params = [&](int i) {
+    sampling_params p = fixed_length(n_gen);
+    p.temperature = temperature;
+    p.top_p = top_p;
+    p.has_seed = true;
+    p.seed = static_cast<uint64_t>(i);
+    return p;
+  };
   std::vector<int> levels;
   {
     std::stringstream ss(a.get("concurrency", dev.cuda ? "1,8,64,256" : "1,4,16,32"));
@@ -173,7 +184,11 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
 
   // 1. Continuous batching vs one at a time, same requests, same engine settings.
   if (run_section("batching")) {
-    std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
+    if (temperature > 0)
+      std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), temperature %.2f, top-p %.2f\n",
+                  n_prompt, n_gen, temperature, top_p);
+    else
+      std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
     std::printf(
         "  output tok/s = generated tokens / wall time from submission (prefill included);\n"
         "  decode tok/s = tokens sampled in pure-decode steps / the time of those steps\n");
@@ -205,7 +220,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
       {
         const auto owned = make_engine(cfg);
         engine& e = *owned;
-        for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], fixed_length(n_gen), 0);
+        for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], batching_params(i), 0);
         t_cont = drain(e, decode_meter(e, 0));
       }
       if (has_word(skip, "sequential")) {
@@ -215,7 +230,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
         engine& e = *owned;
         t_seq = 0;
         for (int i = 0; i < c; ++i) {
-          e.submit("r" + std::to_string(i), prompts[i], fixed_length(n_gen), 0);
+          e.submit("r" + std::to_string(i), prompts[i], batching_params(i), 0);
           t_seq += drain(e, decode_meter(e, 1));
         }
       }

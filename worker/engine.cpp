@@ -6,6 +6,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "kernels/cpu/thread_pool.hpp"
+
 namespace sy {
 namespace {
 
@@ -37,7 +39,9 @@ engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config c
     : engine(model,
              std::make_unique<cpu_backend>(model, pool, config.n_kv_blocks, config.block_size,
                                            checked_kv_type(model, config.kv_type)),
-             config) {}
+             config) {
+  sampling_pool_ = &pool;
+}
 
 engine::engine(const llama_model& model, std::unique_ptr<forward_backend> backend, engine_config config)
     : model_(model),
@@ -176,24 +180,50 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     throw std::logic_error("engine: the backend returned " + std::to_string(out_.tokens.size()) + " rows and " +
                            std::to_string(out_.logits.size()) + " logits for " + std::to_string(row_sampling_.size()) +
                            " sampled sequences");
+  // Rows that came back as logits are sampled by their requests' host samplers (and their
+  // logprobs computed) first, spread over the pool when the engine has one: each touches only its
+  // own request and row.
+  picks_.assign(out_.tokens.size(), {});
+  host_rows_.clear();
+  {
+    size_t row = 0, host_row = 0;
+    for (const auto& s : plan.seqs) {
+      if (!s.sample) continue;
+      if (out_.tokens[row] == step_output::k_not_sampled) host_rows_.push_back({s.id, row, host_row++});
+      picks_[row].token = out_.tokens[row];
+      ++row;
+    }
+  }
+  auto sample_row = [&](const host_row_job& j) {
+    live_request& lr = *live_.at(j.id);
+    std::span<float> l(out_.logits.data() + j.logits_row * n_vocab, static_cast<size_t>(n_vocab));
+    if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
+    pick& p = picks_[j.row];
+    p.token = lr.smp.sample(l, sched_.tokens(j.id));
+    if (lr.params.logprobs > 0) p.logprobs = logprobs_of(lr.raw_logits, p.token, lr.params.logprobs);
+  };
+  if (sampling_pool_ && host_rows_.size() >= 2) {
+    sampling_pool_->run([&](int ith, int nth) {
+      for (size_t k = static_cast<size_t>(ith); k < host_rows_.size(); k += static_cast<size_t>(nth))
+        sample_row(host_rows_[k]);
+    });
+  } else {
+    for (const auto& j : host_rows_) sample_row(j);
+  }
   sampled_.clear();
-  size_t row = 0, host_row = 0;
+  size_t row = 0;
   for (const auto& s : plan.seqs) {
     if (!s.sample) continue;
     live_request& lr = *live_.at(s.id);
-    token_id tok = out_.tokens[row++];
-    if (tok == step_output::k_not_sampled) {
-      std::span<float> l(out_.logits.data() + (host_row++) * n_vocab, static_cast<size_t>(n_vocab));
-      if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
-      tok = lr.smp.sample(l, sched_.tokens(s.id));
-    }
+    pick& p = picks_[row++];
+    const token_id tok = p.token;
     bool stop = false;
     request_event& ev = event_for(s.id, events);
     if (!lr.params.ignore_eos && vocab.is_eog(tok)) {
       stop = true;
     } else {
       ev.tokens.push_back(tok);
-      if (lr.params.logprobs > 0) ev.logprobs.push_back(logprobs_of(lr.raw_logits, tok, lr.params.logprobs));
+      if (lr.params.logprobs > 0) ev.logprobs.push_back(std::move(p.logprobs));
       ev.text += lr.stops.push(lr.decoder.push(tok));
       stop = lr.stops.stopped();
     }

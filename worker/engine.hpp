@@ -137,6 +137,19 @@ class engine {
   std::vector<row_sampling> row_sampling_;  // one per sampled sequence, plan order
   step_output out_;
   std::vector<sampled_token> sampled_;
+  // Host sampling of a step: one job per row that came back as logits, and each row's result.
+  struct host_row_job {
+    request_id id;
+    size_t row;         // among the step's sampled rows
+    size_t logits_row;  // in out_.logits
+  };
+  struct pick {
+    token_id token = 0;
+    token_logprobs_info logprobs;
+  };
+  std::vector<host_row_job> host_rows_;
+  std::vector<pick> picks_;
+  cpu::thread_pool* sampling_pool_ = nullptr;  // the CPU engine's pool: rows sampled in parallel
   std::unordered_map<request_id, size_t> event_index_;
 };
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "kernels/cpu/simd.hpp"
 
 namespace sy {
 
@@ -71,6 +74,44 @@ token_logprobs_info logprobs_of(std::span<const float> logits, token_id chosen, 
   return out;
 }
 
+void sampler::select_top(size_t k) {
+  // A min-heap of the best k (weight, id) seen so far; the row is scanned 8 at a time and a
+  // chunk with nothing above the heap's worst is skipped with one compare.
+  auto better = [](const std::pair<float, token_id>& a, const std::pair<float, token_id>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  cand_.clear();
+  const float* w = weights_.data();
+  const int64_t n = static_cast<int64_t>(weights_.size());
+  int64_t i = 0;
+  for (; i < n && cand_.size() < k; ++i)
+    if (w[i] > 0.f) {
+      cand_.emplace_back(w[i], static_cast<token_id>(i));
+      std::push_heap(cand_.begin(), cand_.end(), better);
+    }
+  auto consider = [&](int64_t j) {
+    // Scanning by increasing id, an equal weight never beats the worst kept.
+    if (w[j] > cand_.front().first) {
+      std::pop_heap(cand_.begin(), cand_.end(), better);
+      cand_.back() = {w[j], static_cast<token_id>(j)};
+      std::push_heap(cand_.begin(), cand_.end(), better);
+    }
+  };
+  if (cand_.size() == k) {
+    for (; i < n && i % 8 != 0; ++i) consider(i);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 thr = _mm256_set1_ps(cand_.front().first);
+      int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(w + i), thr, _CMP_GT_OQ));
+      while (m) {
+        consider(i + __builtin_ctz(static_cast<unsigned>(m)));
+        m &= m - 1;
+      }
+    }
+    for (; i < n; ++i) consider(i);
+  }
+  std::sort(cand_.begin(), cand_.end(), better);
+}
+
 sampler::sampler(const sampling_params& p) : p_(p) { rng_.seed(p.has_seed ? p.seed : std::random_device{}()); }
 
 token_id sampler::sample(std::span<float> logits, std::span<const token_id> history) {
@@ -92,43 +133,83 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
   // Greedy; and the degenerate rows (all -inf/NaN, or +inf present) have one sensible answer.
   if (p_.temperature <= 0.f || !std::isfinite(mx)) return best;
 
-  cand_.clear();
-  for (int64_t i = 0; i < n_vocab; ++i)
-    if (logits[i] > -INFINITY) cand_.emplace_back(logits[i], static_cast<token_id>(i));  // drops NaN too
-  auto by_value = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < cand_.size()) {
-    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_value);
-    cand_.resize(static_cast<size_t>(p_.top_k));
+  // Weights w = exp((logit - max) / temperature) over the whole row, 8 at a time (w = 1 at the
+  // max; NaN and -inf get 0, as do weights that underflow: those could never be drawn).
+  const float inv_t = 1.f / p_.temperature;
+  weights_.resize(static_cast<size_t>(n_vocab));
+  float* w = weights_.data();
+  {
+    const __m256 vmx = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv_t);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n_vocab; i += 8) {
+      const __m256 l = _mm256_loadu_ps(logits.data() + i);
+      const __m256 finite = _mm256_cmp_ps(l, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ);  // false for NaN
+      const __m256 e = _mm256_and_ps(cpu::exp256(_mm256_mul_ps(_mm256_sub_ps(l, vmx), vinv)), finite);
+      _mm256_storeu_ps(w + i, e);
+      acc = _mm256_add_ps(acc, e);
+    }
+    total_ = cpu::hsum(acc);
+    for (; i < n_vocab; ++i) {
+      w[i] = logits[i] > -INFINITY ? std::exp((logits[i] - mx) * inv_t) : 0.f;
+      total_ += w[i];
+    }
   }
-  // Softmax with temperature (unsorted).
-  double sum = 0;
-  for (auto& c : cand_) {
-    c.first = std::exp((c.first - mx) / p_.temperature);
-    sum += c.first;
+  const bool top_p = p_.top_p<1.f, top_k = p_.top_k> 0 && p_.top_k < n_vocab;
+  if (!top_k && !top_p && p_.min_p <= 0.f) {  // the whole row: draw in index order
+    std::uniform_real_distribution<double> u(0.0, total_);
+    double r = u(rng_);
+    token_id last = best;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      if (w[i] <= 0.f) continue;
+      last = static_cast<token_id>(i);
+      r -= w[i];
+      if (r <= 0) return last;
+    }
+    return last;
   }
-  for (auto& c : cand_) c.first = static_cast<float>(c.first / sum);
-  if (p_.top_p < 1.f) {
-    std::sort(cand_.begin(), cand_.end(), by_value);
+  // Candidates, most likely first (ties: lower id first): the top k; for top-p alone a growing
+  // prefix until it holds top_p of the mass (the same set a full sort gives: the order is total).
+  if (top_k) {
+    select_top(static_cast<size_t>(p_.top_k));
+  } else if (top_p) {
+    for (size_t k = 64;; k *= 4) {
+      select_top(k);
+      double mass = 0;
+      for (const auto& c : cand_) mass += c.first;
+      if (mass >= p_.top_p * total_ || cand_.size() < k) break;
+    }
+  } else {  // min-p alone: only what can pass its floor (the largest weight is the argmax's)
+    cand_.clear();
+    const float floor = std::max(w[best] * p_.min_p, std::numeric_limits<float>::min());
+    for (int64_t i = 0; i < n_vocab; ++i)
+      if (w[i] >= floor) cand_.emplace_back(w[i], static_cast<token_id>(i));
+  }
+  if (top_p) {  // of the whole row's mass, or of the top k's (renormalised after top-k)
+    double mass = total_;
+    if (top_k) {
+      mass = 0;
+      for (const auto& c : cand_) mass += c.first;
+    }
     double cum = 0;
     size_t n = 0;
     while (n < cand_.size()) {
       cum += cand_[n++].first;
-      if (cum >= p_.top_p) break;
+      if (cum >= p_.top_p * mass) break;
     }
     cand_.resize(std::max<size_t>(n, 1));
   }
-  if (p_.min_p > 0.f) {
-    float pmax = 0;
-    for (const auto& c : cand_) pmax = std::max(pmax, c.first);
-    const float floor = pmax * p_.min_p;
+  if (p_.min_p > 0.f) {  // relative to the most likely candidate
+    float wmax = 0;
+    for (const auto& c : cand_) wmax = std::max(wmax, c.first);
+    const float floor = wmax * p_.min_p;
     cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < floor; }),
                 cand_.end());
   }
-  double total = 0;
-  for (const auto& c : cand_) total += c.first;
-  std::uniform_real_distribution<double> u(0.0, total);
+  double sum = 0;
+  for (const auto& c : cand_) sum += c.first;
+  if (cand_.empty() || !(sum > 0)) return best;
+  std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_);
   for (const auto& c : cand_) {
     r -= c.first;

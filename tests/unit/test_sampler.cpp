@@ -1,6 +1,7 @@
 // Sampling and stop strings, on synthetic logits (no model needed).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -60,6 +61,73 @@ TEST_CASE("argmax: the first largest non-NaN logit, whatever the row length, tie
       if (kind == 7) l[0] = nan;  // a NaN first
       INFO("n " << n << " kind " << kind);
       CHECK(argmax(l) == reference(l));
+    }
+  }
+}
+
+TEST_CASE("on a full-size row, draws follow the filtered softmax computed in double") {
+  // 1000 tokens (the vectorised paths), logits with a long tail and a few NaN/-inf entries.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> base(1000);
+  for (auto& v : base) v = nd(rng);
+  base[3] = std::nanf("");
+  base[4] = -INFINITY;
+  struct filter {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+  };
+  for (const filter f : {filter{1.f, 0, 1.f, 0.f}, filter{0.7f, 0, 0.9f, 0.f}, filter{1.f, 20, 1.f, 0.f},
+                         filter{1.f, 0, 1.f, 0.1f}, filter{1.2f, 50, 0.8f, 0.05f}}) {
+    INFO("temperature " << f.temperature << " top_k " << f.top_k << " top_p " << f.top_p << " min_p " << f.min_p);
+    // The reference: sort by logit (ties by id), softmax in double, then top-k, top-p, min-p.
+    std::vector<int> order;
+    for (int i = 0; i < 1000; ++i)
+      if (base[i] > -INFINITY) order.push_back(i);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return base[a] > base[b] || (base[a] == base[b] && a < b); });
+    if (f.top_k > 0) order.resize(f.top_k);
+    std::vector<double> prob;
+    double z = 0;
+    for (int i : order) z += std::exp((base[i] - base[order[0]]) / f.temperature);
+    for (int i : order) prob.push_back(std::exp((base[i] - base[order[0]]) / f.temperature) / z);
+    size_t keep = prob.size();
+    if (f.top_p < 1.f) {
+      double cum = 0;
+      for (keep = 0; keep < prob.size();) {
+        cum += prob[keep++];
+        if (cum >= f.top_p) break;
+      }
+    }
+    while (keep > 1 && prob[keep - 1] < prob[0] * f.min_p) --keep;
+    std::map<int, double> want;
+    double kept = 0;
+    for (size_t j = 0; j < keep; ++j) kept += prob[j];
+    for (size_t j = 0; j < keep; ++j) want[order[j]] = prob[j] / kept;
+
+    sampling_params p;
+    p.temperature = f.temperature;
+    p.top_k = f.top_k;
+    p.top_p = f.top_p;
+    p.min_p = f.min_p;
+    p.has_seed = true;
+    p.seed = 9;
+    sampler s(p);
+    std::map<int, int> seen;
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) {
+      auto l = base;
+      ++seen[s.sample(l, {})];
+    }
+    for (const auto& [tok, count] : seen) {
+      INFO("token " << tok);
+      REQUIRE(want.count(tok));  // never outside the filtered set
+    }
+    for (const auto& [tok, q] : want) {  // frequencies within 5 standard deviations
+      const double sd = std::sqrt(q * (1 - q) / n);
+      INFO("token " << tok << " p " << q);
+      CHECK(std::fabs(seen[tok] / double(n) - q) <= 5 * sd + 1e-4);
     }
   }
 }
