@@ -12,6 +12,45 @@ namespace sy {
 
 namespace {
 
+// out = the k largest finite values of v as (value, index), largest first (ties: lower index
+// first). A min-heap of the best seen so far; the row is scanned 8 at a time and a chunk with
+// nothing above the heap's worst is skipped with one compare.
+void top_finite(std::span<const float> v, size_t k, std::vector<std::pair<float, token_id>>& out) {
+  auto better = [](const std::pair<float, token_id>& a, const std::pair<float, token_id>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  out.clear();
+  const float* w = v.data();
+  const int64_t n = static_cast<int64_t>(v.size());
+  int64_t i = 0;
+  for (; i < n && out.size() < k; ++i)
+    if (std::isfinite(w[i])) {
+      out.emplace_back(w[i], static_cast<token_id>(i));
+      std::push_heap(out.begin(), out.end(), better);
+    }
+  auto consider = [&](int64_t j) {
+    // Scanning by increasing index, an equal value never beats the worst kept.
+    if (w[j] > out.front().first && std::isfinite(w[j])) {
+      std::pop_heap(out.begin(), out.end(), better);
+      out.back() = {w[j], static_cast<token_id>(j)};
+      std::push_heap(out.begin(), out.end(), better);
+    }
+  };
+  if (k > 0 && out.size() == k) {
+    for (; i < n && i % 8 != 0; ++i) consider(i);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 thr = _mm256_set1_ps(out.front().first);
+      int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(w + i), thr, _CMP_GT_OQ));
+      while (m) {
+        consider(i + __builtin_ctz(static_cast<unsigned>(m)));
+        m &= m - 1;
+      }
+    }
+    for (; i < n; ++i) consider(i);
+  }
+  std::sort(out.begin(), out.end(), better);
+}
+
 token_id argmax_scalar(std::span<const float> logits) {
   // NaN never wins (comparisons with NaN are false).
   size_t best = 0;
@@ -51,65 +90,43 @@ token_logprobs_info logprobs_of(std::span<const float> logits, token_id chosen, 
   token_logprobs_info out;
   out.token = chosen;
   if (logits.empty()) return out;
-  // log_softmax over the finite logits (NaN/inf-safe: non-finite entries get -inf).
-  float mx = -INFINITY;
-  for (const float v : logits)
-    if (std::isfinite(v)) mx = std::max(mx, v);
-  double sum = 0;
-  for (const float v : logits)
-    if (std::isfinite(v)) sum += std::exp(static_cast<double>(v - mx));
+  // log_softmax over the finite logits (NaN/inf-safe: non-finite entries get -inf), 8 at a time.
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  auto finite8 = [](__m256 v) {  // |v| < inf, false for NaN
+    return _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), v), _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+  };
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmax = _mm256_max_ps(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, finite8(v)), vmax);
+  }
+  float mx = cpu::hmax(vmax);
+  for (; i < n; ++i)
+    if (std::isfinite(x[i])) mx = std::max(mx, x[i]);
+  if (!std::isfinite(mx)) mx = 0;  // no finite logit at all: every log-probability is -inf below
+  __m256 acc = _mm256_setzero_ps();
+  const __m256 vmx = _mm256_set1_ps(mx);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_add_ps(acc, _mm256_and_ps(cpu::exp256(_mm256_sub_ps(v, vmx)), finite8(v)));
+  }
+  double sum = cpu::hsum(acc);
+  for (; i < n; ++i)
+    if (std::isfinite(x[i])) sum += std::exp(static_cast<double>(x[i] - mx));
   const float lse = mx + static_cast<float>(std::log(sum > 0 ? sum : 1.0));
   auto lp = [&](token_id t) {
-    const float v = t >= 0 && static_cast<size_t>(t) < logits.size() ? logits[t] : -INFINITY;
+    const float v = t >= 0 && static_cast<size_t>(t) < n ? x[t] : -INFINITY;
     return std::isfinite(v) ? v - lse : -INFINITY;
   };
   out.logprob = lp(chosen);
-  const size_t k = std::min(logits.size(), static_cast<size_t>(std::max(0, n_top)));
-  if (k == 0) return out;
-  std::vector<token_id> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<token_id>(i);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
-                    [&](token_id a, token_id b) { return lp(a) > lp(b) || (lp(a) == lp(b) && a < b); });
-  for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], lp(ids[i]));
+  if (n_top <= 0) return out;
+  // The n_top most likely finite tokens, best first (ties: lower id first).
+  std::vector<std::pair<float, token_id>> best;
+  top_finite(logits, static_cast<size_t>(n_top), best);
+  for (const auto& [v, t] : best) out.top.emplace_back(t, v - lse);
   return out;
-}
-
-void sampler::select_top(size_t k) {
-  // A min-heap of the best k (weight, id) seen so far; the row is scanned 8 at a time and a
-  // chunk with nothing above the heap's worst is skipped with one compare.
-  auto better = [](const std::pair<float, token_id>& a, const std::pair<float, token_id>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  cand_.clear();
-  const float* w = weights_.data();
-  const int64_t n = static_cast<int64_t>(weights_.size());
-  int64_t i = 0;
-  for (; i < n && cand_.size() < k; ++i)
-    if (w[i] > 0.f) {
-      cand_.emplace_back(w[i], static_cast<token_id>(i));
-      std::push_heap(cand_.begin(), cand_.end(), better);
-    }
-  auto consider = [&](int64_t j) {
-    // Scanning by increasing id, an equal weight never beats the worst kept.
-    if (w[j] > cand_.front().first) {
-      std::pop_heap(cand_.begin(), cand_.end(), better);
-      cand_.back() = {w[j], static_cast<token_id>(j)};
-      std::push_heap(cand_.begin(), cand_.end(), better);
-    }
-  };
-  if (cand_.size() == k) {
-    for (; i < n && i % 8 != 0; ++i) consider(i);
-    for (; i + 8 <= n; i += 8) {
-      const __m256 thr = _mm256_set1_ps(cand_.front().first);
-      int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(w + i), thr, _CMP_GT_OQ));
-      while (m) {
-        consider(i + __builtin_ctz(static_cast<unsigned>(m)));
-        m &= m - 1;
-      }
-    }
-    for (; i < n; ++i) consider(i);
-  }
-  std::sort(cand_.begin(), cand_.end(), better);
 }
 
 sampler::sampler(const sampling_params& p) : p_(p) { rng_.seed(p.has_seed ? p.seed : std::random_device{}()); }
@@ -171,10 +188,10 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
   // Candidates, most likely first (ties: lower id first): the top k; for top-p alone a growing
   // prefix until it holds top_p of the mass (the same set a full sort gives: the order is total).
   if (top_k) {
-    select_top(static_cast<size_t>(p_.top_k));
+    top_finite(weights_, static_cast<size_t>(p_.top_k), cand_);
   } else if (top_p) {
     for (size_t k = 64;; k *= 4) {
-      select_top(k);
+      top_finite(weights_, k, cand_);
       double mass = 0;
       for (const auto& c : cand_) mass += c.first;
       if (mass >= p_.top_p * total_ || cand_.size() < k) break;

@@ -55,8 +55,6 @@ class sampler {
   std::vector<std::pair<float, token_id>> cand_;
   std::vector<float> weights_;  // exp((logit - max) / temperature) of the row being sampled
   double total_ = 0;            // their sum
-  // cand_ = the k largest weights as (weight, id), best first (ties: lower id first).
-  void select_top(size_t k);
   std::vector<token_id> recent_;
 };
 
