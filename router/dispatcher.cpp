@@ -300,9 +300,19 @@ void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, st
     }
   }
   const std::string id = m.worker_id, model = m.model_id;
+  const worker_view& before = pool_.at(worker);
+  const bool restarted = before.state == worker_state::ready && before.info.worker_id != id;
+  if (restarted) {
+    // A new process behind the same address, back before its heartbeats were missed: what the
+    // old one was running is gone with it.
+    std::fprintf(stderr, "switchyard-router: worker %s restarted (now %s): its requests are re-sent or ended\n",
+                 before.endpoint.c_str(), id.c_str());
+    requeue_or_fail(worker, out);
+  }
   if (pool_.on_welcome(worker, std::move(m), now_s))
     std::fprintf(stderr, "switchyard-router: worker %s (%s) ready, serving %s\n", id.c_str(),
                  pool_.at(worker).endpoint.c_str(), model.c_str());
+  if (restarted) pump(now_s, out);
 }
 
 token_logprobs dispatcher::render_logprobs(const routed_request& r, const proto::token_logprob& lp) const {
@@ -558,6 +568,14 @@ void dispatcher::on_worker_dead(uint32_t worker, double now_s, std::vector<link_
   std::fprintf(stderr, "switchyard-router: worker %s missed its heartbeats: declared dead\n",
                pool_.at(worker).endpoint.c_str());
   out.push_back({worker, "_flush", {}});
+  requeue_or_fail(worker, out);
+  hello_sent_s_[worker] = now_s;
+  proto::hello h;
+  h.router_id = cfg_.router_id;
+  send(worker, h, out);
+}
+
+void dispatcher::requeue_or_fail(uint32_t worker, std::vector<link_frame>& out) {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
     if (a->dispatched && a->worker == worker) ids.push_back(id);
@@ -581,10 +599,6 @@ void dispatcher::on_worker_dead(uint32_t worker, double now_s, std::vector<link_
            out);
     }
   }
-  hello_sent_s_[worker] = now_s;
-  proto::hello h;
-  h.router_id = cfg_.router_id;
-  send(worker, h, out);
 }
 
 void dispatcher::tick(double now_s, std::vector<link_frame>& out) {

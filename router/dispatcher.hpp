@@ -120,6 +120,9 @@ class dispatcher {
   void on_tokens(uint32_t worker, const proto::tokens& m, clock::time_point t_recv, std::vector<link_frame>& out);
   void on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
   void on_welcome(uint32_t worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
+  // The requests dispatched to a worker that died or restarted: back to the front of the queue if
+  // nothing reached the client yet, else ended with worker_lost.
+  void requeue_or_fail(uint32_t worker, std::vector<link_frame>& out);
   void on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out);
   // Ends the request with an error: an HTTP error response, or a terminal SSE error event.
   void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);

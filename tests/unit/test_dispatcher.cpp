@@ -97,9 +97,9 @@ struct harness {
   void feed(uint32_t w, proto::msg_type type, const std::string& body, double now_s) {
     d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
   }
-  void welcome(uint32_t w, uint32_t max_running, double now_s) {
+  void welcome(uint32_t w, uint32_t max_running, double now_s, const std::string& worker_id = "") {
     proto::welcome m;
-    m.worker_id = "worker-" + std::to_string(w);
+    m.worker_id = worker_id.empty() ? "worker-" + std::to_string(w) : worker_id;
     m.model_id = k_model;
     m.context_length = 2048;
     m.kv_capacity_tokens = 4096;
@@ -451,6 +451,39 @@ TEST_CASE("dispatcher: a stream whose worker dies after sending tokens ends with
   h.tokens(0, wire(c.id, 1), 1, " upon", 2, 2.6);  // nothing more reaches the client
   CHECK(c.ex->log.size() == 5);
   CHECK(h.d.render_metrics().find("switchyard_router_worker_lost_total 1\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets its unstarted work again") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto quiet = h.request({}, 0.1);                    // nothing streamed yet
+  const auto streaming = h.request({.stream = true}, 0.1);  // has tokens at the client
+  REQUIRE(submits(h.take(), 0).size() == 2);
+  h.tokens(0, wire(streaming.id, 1), 1, "Once", 1, 0.2);
+  REQUIRE(streaming.ex->events.size() == 1);
+
+  // The process behind the address restarted: a welcome with a new worker id, heartbeats never
+  // missed. Without noticing, both requests would wait forever (they have no deadline).
+  h.welcome(0, 4, 0.5, "worker-0-restarted");
+  const auto f = h.take();
+  const auto s = submits(f, 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(quiet.id, 2));  // re-sent as a new attempt
+  CHECK(quiet.ex->log.empty());
+  const json err = streaming.ex->event(1);  // the started stream ends with worker_lost
+  CHECK(err["error"]["code"] == "worker_lost");
+  CHECK(streaming.ex->events.back() == "[DONE]");
+  CHECK(h.d.active() == 1);
+  CHECK(h.d.workers().at(0).state == worker_state::ready);
+  CHECK(h.d.workers().at(0).in_flight == 1);
+
+  h.tokens(0, wire(quiet.id, 2), 1, "fresh", 1, 0.6, "length");
+  REQUIRE(quiet.ex->log == std::vector<std::string>{"respond"});
+  CHECK(quiet.ex->body()["choices"][0]["text"] == "fresh");
+  // A repeated welcome from the same process changes nothing.
+  h.welcome(0, 4, 0.7, "worker-0-restarted");
+  CHECK(submits(h.take(), 0).empty());
 }
 
 TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dropped from the queue") {
