@@ -126,7 +126,7 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
   e.enqueued_s = now_s;
   e.deadline_s = deadline_s;
   e.tokens = tokens;
-  queue_.push(e);
+  queue_.push(req.model->id, e);
   if (!req.cache_key.empty()) {
     by_key_[req.cache_key] = e.id;
     if (cache_)
@@ -178,29 +178,32 @@ void dispatcher::send_stream_chunk(const routed_request& to, std::vector<bool>& 
 }
 
 void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
-  while (!queue_.empty()) {
-    const queue_entry* e = queue_.peek(now_s);
-    if (!e) break;
-    auto it = active_.find(e->id);
-    if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
-      queue_.remove(e->id);
-      continue;
-    }
-    active_request& a = *it->second;
-    if (a.block_hashes.empty()) {
-      for (size_t w = 0; w < pool_.size(); ++w) {
-        const worker_view& v = pool_.at(w);
-        if (v.state == worker_state::ready && v.info.model_id == a.r->model->id) {
-          a.block_hashes = prefix_block_hashes(a.r->prompt, v.info.kv_block_size);
-          break;
+  // Each model's queue on its own: a model without a free worker holds back only its own requests.
+  for (auto& [model, q] : queue_.by_model()) {
+    while (!q.empty()) {
+      const queue_entry* e = q.peek(now_s);
+      if (!e) break;
+      auto it = active_.find(e->id);
+      if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
+        q.remove(e->id);
+        continue;
+      }
+      active_request& a = *it->second;
+      if (a.block_hashes.empty()) {
+        for (size_t w = 0; w < pool_.size(); ++w) {
+          const worker_view& v = pool_.at(w);
+          if (v.state == worker_state::ready && v.info.model_id == model) {
+            a.block_hashes = prefix_block_hashes(a.r->prompt, v.info.kv_block_size);
+            break;
+          }
         }
       }
+      const auto w = pool_.choose(model, a.block_hashes);
+      if (!w) break;
+      q.pop(now_s);
+      a.queued = false;
+      dispatch(a, *w, now_s, out);
     }
-    const auto w = pool_.choose(a.r->model->id, a.block_hashes);
-    if (!w) break;
-    queue_.pop(now_s);
-    a.queued = false;
-    dispatch(a, *w, now_s, out);
   }
 }
 
@@ -497,7 +500,7 @@ std::unique_ptr<dispatcher::active_request> dispatcher::detach(uint64_t id) {
   std::unique_ptr<active_request> owned = std::move(it->second);
   active_.erase(it);
   const active_request& a = *owned;
-  if (a.queued) queue_.remove(id);
+  if (a.queued) queue_.remove(a.r->model->id, id);
   if (!a.r->cache_key.empty()) {
     auto k = by_key_.find(a.r->cache_key);
     if (k != by_key_.end() && k->second == id) by_key_.erase(k);
@@ -545,16 +548,7 @@ void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double 
     // no more work goes there until a heartbeat says otherwise.
     pool_.mark_draining(worker);
     cancel_on_worker(*a, out);
-    a->dispatched = false;
-    a->queued = true;
-    for (auto& cs : a->choices) cs = {};
-    a->n_finished = 0;
-    // Same deadline and token count as when first queued, so it still expires on time.
-    const int64_t tokens =
-        static_cast<int64_t>(a->r->prompt.size()) + static_cast<int64_t>(a->r->req.sampling.max_tokens) * a->r->req.n;
-    const double deadline_s = a->r->timeout_s > 0 ? a->t_enqueued_s + a->r->timeout_s : 0;
-    queue_.push_front({a->r->id, a->r->who->index, a->r->priority, a->t_enqueued_s, deadline_s, tokens});
-    redispatched_++;
+    requeue(*a);
     return;
   }
   const bool client_fault = m.code == proto::error_code::invalid_request;
@@ -575,6 +569,19 @@ void dispatcher::on_worker_dead(uint32_t worker, double now_s, std::vector<link_
   send(worker, h, out);
 }
 
+void dispatcher::requeue(active_request& a) {
+  a.dispatched = false;
+  a.queued = true;
+  for (auto& cs : a.choices) cs = {};
+  a.n_finished = 0;
+  a.t_first_token = {};
+  const int64_t tokens =
+      static_cast<int64_t>(a.r->prompt.size()) + static_cast<int64_t>(a.r->req.sampling.max_tokens) * a.r->req.n;
+  const double deadline_s = a.r->timeout_s > 0 ? a.t_enqueued_s + a.r->timeout_s : 0;
+  queue_.push_front(a.r->model->id, {a.r->id, a.r->who->index, a.r->priority, a.t_enqueued_s, deadline_s, tokens});
+  redispatched_++;
+}
+
 void dispatcher::requeue_or_fail(uint32_t worker, std::vector<link_frame>& out) {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
@@ -583,16 +590,7 @@ void dispatcher::requeue_or_fail(uint32_t worker, std::vector<link_frame>& out) 
     active_request& a = *active_.at(id);
     cancel_on_worker(a, out);  // in case it is only slow; a restarted worker ignores them
     if (!a.sent_tokens) {
-      a.dispatched = false;
-      a.queued = true;
-      for (auto& cs : a.choices) cs = {};
-      a.n_finished = 0;
-      a.t_first_token = {};
-      const int64_t tokens =
-          static_cast<int64_t>(a.r->prompt.size()) + static_cast<int64_t>(a.r->req.sampling.max_tokens) * a.r->req.n;
-      const double deadline_s = a.r->timeout_s > 0 ? a.t_enqueued_s + a.r->timeout_s : 0;
-      queue_.push_front({id, a.r->who->index, a.r->priority, a.t_enqueued_s, deadline_s, tokens});
-      redispatched_++;
+      requeue(a);
     } else {
       worker_lost_++;
       fail(a, make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
@@ -613,8 +611,8 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
   }
   for (const uint64_t id : queue_.expired(now_s)) {
     auto it = active_.find(id);
-    if (it == active_.end()) {
-      queue_.remove(id);
+    if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
+      for (auto& [model, q] : queue_.by_model()) q.remove(id);
       continue;
     }
     expired_++;

@@ -25,6 +25,7 @@
 #include "common/metrics.hpp"
 #include "router/admission.hpp"
 #include "router/cache_service.hpp"
+#include "router/model_queues.hpp"
 #include "router/model_registry.hpp"
 #include "router/priority_queue.hpp"
 #include "router/routed_request.hpp"
@@ -123,6 +124,9 @@ class dispatcher {
   // The requests dispatched to a worker that died or restarted: back to the front of the queue if
   // nothing reached the client yet, else ended with worker_lost.
   void requeue_or_fail(uint32_t worker, std::vector<link_frame>& out);
+  // Back to the front of its model's queue (a worker refused or lost it before it started), with
+  // its first enqueue time and deadline, so it still expires on time.
+  void requeue(active_request& a);
   void on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out);
   // Ends the request with an error: an HTTP error response, or a terminal SSE error event.
   void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);
@@ -146,7 +150,7 @@ class dispatcher {
   const tenant_registry& tenants_;
   model_registry& models_;
   admission_controller admission_;
-  priority_queue queue_;
+  model_queues queue_;
   worker_pool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<active_request>> active_;
   cache_service* cache_ = nullptr;

@@ -78,6 +78,7 @@ struct request_opts {
   double timeout_s = 0;
   std::string api_key{};  // picks the tenant
   bool gone = false;      // the client left before the dispatcher saw the request
+  std::string model = k_model;
 };
 
 struct client {
@@ -97,10 +98,11 @@ struct harness {
   void feed(uint32_t w, proto::msg_type type, const std::string& body, double now_s) {
     d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
   }
-  void welcome(uint32_t w, uint32_t max_running, double now_s, const std::string& worker_id = "") {
+  void welcome(uint32_t w, uint32_t max_running, double now_s, const std::string& worker_id = "",
+               const std::string& model = k_model) {
     proto::welcome m;
     m.worker_id = worker_id.empty() ? "worker-" + std::to_string(w) : worker_id;
-    m.model_id = k_model;
+    m.model_id = model;
     m.context_length = 2048;
     m.kv_capacity_tokens = 4096;
     m.kv_block_size = 16;
@@ -143,16 +145,16 @@ struct harness {
     REQUIRE(r->who != nullptr);
     r->priority = o.priority;
     r->req.kind = o.chat ? endpoint::chat_completions : endpoint::completions;
-    r->req.model = k_model;
+    r->req.model = o.model;
     r->req.n = o.n;
     r->req.stream = o.stream;
     r->req.include_usage = o.include_usage;
     r->req.sampling.max_tokens = o.max_tokens;
-    r->model = models.find(k_model);
+    r->model = models.find(o.model);
     REQUIRE(r->model != nullptr);
     r->prompt = r->model->tok.encode("The quick brown fox");
     r->meta.id = (o.chat ? "chatcmpl-" : "cmpl-") + std::to_string(r->id);
-    r->meta.model = k_model;
+    r->meta.model = o.model;
     r->meta.created = 1700000000;
     r->meta.kind = r->req.kind;
     r->t_received = r->t_parsed = std::chrono::steady_clock::now();
@@ -484,6 +486,30 @@ TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets 
   // A repeated welcome from the same process changes nothing.
   h.welcome(0, 4, 0.7, "worker-0-restarted");
   CHECK(submits(h.take(), 0).empty());
+}
+
+TEST_CASE("dispatcher: a model whose workers are busy does not hold back another model's requests") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  const uint32_t wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
+  h.welcome(wa, /*max_running=*/1, 0.0, "worker-a", "model-a");
+  h.welcome(wb, /*max_running=*/1, 0.0, "worker-b", "model-b");
+  h.take();
+  const auto a1 = h.request({.model = "model-a"}, 0.1);
+  const auto a2 = h.request({.model = "model-a"}, 0.2);  // waits: model-a's only slot is taken
+  CHECK(submits(h.take(), wa).size() == 1);
+  CHECK(h.d.queued() == 1);
+  const auto b1 = h.request({.model = "model-b"}, 0.3);  // behind a2 in time, but for a free worker
+  const auto s = submits(h.take(), wb);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(b1.id, 1));
+  CHECK(h.d.queued() == 1);
+  // a1 ends: a2 goes to model-a's worker.
+  h.tokens(wa, wire(a1.id, 1), 1, "x", 1, 0.4, "length");
+  const auto s2 = submits(h.take(), wa);
+  REQUIRE(s2.size() == 1);
+  CHECK(s2[0].request_id == wire(a2.id, 1));
+  CHECK(h.d.queued() == 0);
 }
 
 TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dropped from the queue") {
