@@ -190,7 +190,10 @@ struct cuda_forward::impl {
   }
   void upload_vector(dbuf<float>& d, const std::vector<float>& h) {
     d.alloc(h.size());
-    SY_CUDA_CHECK(cudaMemcpy(d.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    // On `stream`, not the legacy stream: the non-blocking stream that reads these does not wait for
+    // it, and a pageable cudaMemcpy may return before its DMA has landed.
+    SY_CUDA_CHECK(cudaMemcpyAsync(d.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    SY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += d.bytes();
   }
 
@@ -604,7 +607,10 @@ cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
   SY_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   SY_CUBLAS_CHECK(cublasCreate(&m.blas));
   SY_CUBLAS_CHECK(cublasSetStream(m.blas, m.stream));
-  SY_CUBLAS_CHECK(cublasSetMathMode(m.blas, CUBLAS_TENSOR_OP_MATH));
+  // Default math: fp16 x fp16 -> fp32 GemmEx with CUBLAS_COMPUTE_32F already runs on tensor cores
+  // (only the pedantic modes turn them off). CUBLAS_TENSOR_OP_MATH is deprecated in cuBLAS 13
+  // ("same effect as CUBLAS_COMPUTE_32F_FAST_16F, will be removed") and adds nothing here.
+  SY_CUBLAS_CHECK(cublasSetMathMode(m.blas, CUBLAS_DEFAULT_MATH));
   m.load(model);
   m.allocate_buffers();
   m.allocate_kv();  // what is left, after the buffers
