@@ -1,10 +1,10 @@
 // Storage for the KV cache: n_blocks blocks of block_size positions, for every layer, K and V.
 // Which block belongs to which sequence is the block pool's business (bookkeeping only); this
 // class only owns the bytes. Layout: k_[layer][block][...], each block in cpu::kv_layout::heads
-// (attention.hpp: per kv head a contiguous slice; f16/f32 keys dimension-major); a position's
-// K or V over all heads is kv_dim elements of `type`, cpu::kv_row_bytes(type, kv_dim) bytes (f16 by default: half the
-// memory of f32, so twice the sequences per byte; q8_0 takes 34 bytes per 32 elements, ~1.9x f16's sequences, and needs
-// kv_dim % 32 == 0).
+// (attention.hpp: per kv head a contiguous slice, keys dimension-major); a position's K or V
+// over all heads is kv_dim elements of `type`, cpu::kv_row_bytes(type, kv_dim) bytes (f16 by
+// default: half the memory of f32, so twice the sequences per byte; q8_0 takes 34 bytes per 32
+// elements, ~1.9x f16's sequences, and needs kv_dim % 32 == 0).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -56,8 +57,20 @@ void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_
     float dot;
     if (k_dim_major(kv)) {  // element d of key j sits at d * block_size + j % block_size
       const uint8_t* slice = static_cast<const uint8_t*>(kv.k_blocks[j / kv.block_size]) + head_off;
+      const int64_t p = j % kv.block_size;
       dot = 0;
-      for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * load1<T>(slice, d * kv.block_size + j % kv.block_size);
+      if constexpr (T == kv_type::q8_0) {  // per 32-element block: its scale times the block's sum
+        const uint16_t* sc = q8_dm_scales(slice);
+        const int8_t* k8 = q8_dm_values(slice, head_dim, kv.block_size);
+        for (int64_t b = 0; b < head_dim / qk; ++b) {
+          float part = 0;
+          for (int64_t d = b * qk; d < (b + 1) * qk; ++d)
+            part = std::fma(q[d], static_cast<float>(k8[d * kv.block_size + p]), part);
+          dot = std::fma(part, fp16_to_fp32(sc[b * kv.block_size + p]), dot);
+        }
+      } else {
+        for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * load1<T>(slice, d * kv.block_size + p);
+      }
       scores[j] = dot * scale;
       continue;
     }
@@ -234,24 +247,91 @@ inline void scores_dm(const float* q, int64_t head_dim, const uint8_t* kslice, i
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(out[h] + 8 * v, _mm256_mul_ps(acc[h][v], vs));
 }
 
-// Grouped attention over a heads-layout f32/f16 cache (block_size % 8 == 0, head_dim % 8 == 0).
+// The same for a dimension-major q8_0 K slice (q8_dm_scales / q8_dm_values): per 32-element block
+// b, part = fma over its d = 32b, 32b + 1, ... of q[d] * int8 key element, from zero; then
+// score = fma(part, d_b, score) over b = 0, 1, ... from zero, then * scale. The int8 values of 8
+// keys are converted once per d for all H heads. Again the same whatever P, H or the group.
+template <int P, int H>
+inline void scores_dm_q8(const float* q, int64_t head_dim, const uint8_t* kslice, int64_t bs, int64_t p0, float scale,
+                         float* const* out) {
+  constexpr int V = P / 8;
+  const uint16_t* sc = q8_dm_scales(kslice) + p0;
+  const int8_t* k8 = q8_dm_values(kslice, head_dim, bs) + p0;
+  __m256 tot[H][V];
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) tot[h][v] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < head_dim / qk; ++b) {
+    __m256 acc[H][V];
+    for (int h = 0; h < H; ++h)
+      for (int v = 0; v < V; ++v) acc[h][v] = _mm256_setzero_ps();
+    for (int64_t d = b * qk; d < (b + 1) * qk; ++d) {
+      __m256 k[V];
+      for (int v = 0; v < V; ++v)
+        k[v] = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k8 + d * bs + 8 * v))));
+      for (int h = 0; h < H; ++h) {
+        const __m256 qd = _mm256_broadcast_ss(q + h * head_dim + d);
+        for (int v = 0; v < V; ++v) acc[h][v] = _mm256_fmadd_ps(qd, k[v], acc[h][v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + b * bs + 8 * v)));
+      for (int h = 0; h < H; ++h) tot[h][v] = _mm256_fmadd_ps(acc[h][v], dv, tot[h][v]);
+    }
+  }
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out[h] + 8 * v, _mm256_mul_ps(tot[h][v], vs));
+}
+
+using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
+// Keys per step (P) and the scores kernels by number of heads per pass (index H, up to
+// max_heads): as many heads as the 16 registers hold. 32 keys per step where the block allows
+// and the heads are few (more independent FMA chains).
+struct scores_plan {
+  int P;
+  int64_t max_heads;
+  const scores_fn* by_heads;
+};
+template <kv_type T>
+scores_plan plan_scores(int64_t bs, int64_t n_q) {
+  if constexpr (T == kv_type::q8_0) {  // acc and tot per (head, 8 keys), plus the converted keys
+    static constexpr scores_fn by_heads_32[] = {nullptr, &scores_dm_q8<32, 1>};
+    static constexpr scores_fn by_heads_16[] = {nullptr, &scores_dm_q8<16, 1>, &scores_dm_q8<16, 2>,
+                                                &scores_dm_q8<16, 3>};
+    static constexpr scores_fn by_heads_8[] = {nullptr,
+                                               &scores_dm_q8<8, 1>,
+                                               &scores_dm_q8<8, 2>,
+                                               &scores_dm_q8<8, 3>,
+                                               &scores_dm_q8<8, 4>,
+                                               &scores_dm_q8<8, 5>,
+                                               &scores_dm_q8<8, 6>};
+    if (bs % 32 == 0 && n_q == 1) return {32, 1, by_heads_32};
+    if (bs % 16 == 0) return {16, 3, by_heads_16};
+    return {8, 6, by_heads_8};
+  } else {
+    static constexpr scores_fn by_heads_32[] = {nullptr, &scores_dm<T, 32, 1>, &scores_dm<T, 32, 2>};
+    static constexpr scores_fn by_heads_16[] = {nullptr, &scores_dm<T, 16, 1>, &scores_dm<T, 16, 2>,
+                                                &scores_dm<T, 16, 3>, &scores_dm<T, 16, 4>};
+    static constexpr scores_fn by_heads_8[] = {nullptr, &scores_dm<T, 8, 1>, &scores_dm<T, 8, 2>, &scores_dm<T, 8, 3>,
+                                               &scores_dm<T, 8, 4>};
+    if (bs % 32 == 0 && n_q <= 2) return {32, 2, by_heads_32};
+    if (bs % 16 == 0) return {16, 4, by_heads_16};
+    return {8, 4, by_heads_8};
+  }
+}
+
+// Grouped attention over a heads-layout cache (block_size % 8 == 0, head_dim % 8 == 0).
 template <kv_type T>
 void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                      int64_t head_dim, float scale, float* scratch, float* out) {
   const int64_t bs = kv.block_size, stride = (n_keys + 31) / 32 * 32;
-  const int64_t head_off = kv_head_offset(kv, kv_head, head_dim), pos_stride = kv_position_stride(kv, head_dim);
+  const int64_t head_off = kv_head_offset(kv, kv_head, head_dim);
   float* scores = scratch;  // [n_q][stride]; lanes past n_keys are scratch
-  // Keys per step: 32 or 16 where the block allows (more independent FMA chains for few heads).
-  const int P = bs % 32 == 0 && n_q <= 2 ? 32 : bs % 16 == 0 ? 16 : 8;
-  // Query heads per pass: as many as the registers hold (acc[H][P / 8] plus P / 8 keys).
-  using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
-  static constexpr scores_fn by_heads_32[] = {nullptr, &scores_dm<T, 32, 1>, &scores_dm<T, 32, 2>};
-  static constexpr scores_fn by_heads_16[] = {nullptr, &scores_dm<T, 16, 1>, &scores_dm<T, 16, 2>, &scores_dm<T, 16, 3>,
-                                              &scores_dm<T, 16, 4>};
-  static constexpr scores_fn by_heads_8[] = {nullptr, &scores_dm<T, 8, 1>, &scores_dm<T, 8, 2>, &scores_dm<T, 8, 3>,
-                                             &scores_dm<T, 8, 4>};
-  const scores_fn* by_heads = P == 32 ? by_heads_32 : P == 16 ? by_heads_16 : by_heads_8;
-  const int64_t max_heads = P == 32 ? 2 : 4;
+  const scores_plan plan = plan_scores<T>(bs, n_q);
+  const int P = plan.P;
+  const int64_t max_heads = plan.max_heads;
+  const scores_fn* by_heads = plan.by_heads;
   for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
     const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
     const int64_t p0 = j0 % bs;
@@ -268,7 +348,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
     }
     for (int64_t h0 = 0; h0 < n_q;) {
       const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
-      float* o[4];
+      float* o[8];
       for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
       by_heads[H](q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
       h0 += H;
@@ -322,9 +402,14 @@ void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_vi
         attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
       return;
     }
-    if (kv.type == kv_type::f32)
-      return attend_group_dm<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
-    return attend_group_dm<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+    switch (kv.type) {
+      case kv_type::f32:
+        return attend_group_dm<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+      case kv_type::f16:
+        return attend_group_dm<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+      case kv_type::q8_0:
+        return attend_group_dm<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+    }
   }
   switch (kv.type) {
     case kv_type::f32:
@@ -358,6 +443,20 @@ void store_kv_head(const float* src, void* block, const kv_layer_view& kv, int64
   uint8_t* slice = static_cast<uint8_t*>(block) + kv_head_offset(kv, kv_head, head_dim);
   if (!(is_key && k_dim_major(kv))) {
     store_kv_row(src, slice + pos_in_block * kv_position_stride(kv, head_dim), head_dim, kv.type);
+    return;
+  }
+  if (kv.type == kv_type::q8_0) {  // the key's Q8_0 row, each scale and value put in its place
+    const int64_t nb = head_dim / qk, bs = kv.block_size;
+    block_q8_0 small[8];
+    std::vector<block_q8_0> large(nb > 8 ? nb : 0);
+    block_q8_0* row = nb > 8 ? large.data() : small;
+    store_row_q8_0(src, row, head_dim);
+    auto* sc = reinterpret_cast<uint16_t*>(slice);
+    int8_t* k8 = reinterpret_cast<int8_t*>(slice) + 2 * nb * bs;
+    for (int64_t b = 0; b < nb; ++b) {
+      sc[b * bs + pos_in_block] = row[b].d;
+      for (int k = 0; k < qk; ++k) k8[(b * qk + k) * bs + pos_in_block] = row[b].qs[k];
+    }
     return;
   }
   for (int64_t d = 0; d < head_dim; ++d) {

@@ -61,9 +61,11 @@ inline std::optional<kv_type> parse_kv_type(const std::string& s, int64_t head_d
 // Layout of the rows inside a block.
 //  * rows: [position][row_stride] (all kv heads of a position together);
 //  * heads (the worker's CPU arena): [kv head][slice], one kv head's keys contiguous so attention
-//    streams them. For f32/f16 the K slice is dimension-major, [head_dim][block_size], so a key
-//    block's scores come out of plain FMAs with one key per lane (no horizontal sums); the V
-//    slice, and q8_0's K slice (GGML Q8_0 blocks along the head), are [block_size][head_dim].
+//    streams them. The K slice is dimension-major, so a key block's scores come out of plain
+//    FMAs with one key per lane (no horizontal sums): f32/f16 [head_dim][block_size]; q8_0 the
+//    fp16 scales [head_dim / 32][block_size], then the int8 values [head_dim][block_size] (the
+//    same d and q as a Q8_0 row of the key, only placed differently; same bytes per slice). The
+//    V slice is [block_size][head_dim] (q8_0: Q8_0 rows).
 enum class kv_layout : uint8_t { rows, heads };
 
 struct kv_layer_view {
@@ -74,8 +76,14 @@ struct kv_layer_view {
   kv_type type = kv_type::f32;
   kv_layout layout = kv_layout::rows;
 };
-// Whether K slices are [head_dim][block_size] (heads layout, f32/f16).
-inline bool k_dim_major(const kv_layer_view& kv) { return kv.layout == kv_layout::heads && kv.type != kv_type::q8_0; }
+// Whether K slices are dimension-major (heads layout, every type).
+inline bool k_dim_major(const kv_layer_view& kv) { return kv.layout == kv_layout::heads; }
+// A dimension-major q8_0 K slice of a block of block_size positions: the scale of key p's 32-element
+// block b at scales[b * block_size + p], its element d at values[d * block_size + p].
+inline const uint16_t* q8_dm_scales(const void* slice) { return static_cast<const uint16_t*>(slice); }
+inline const int8_t* q8_dm_values(const void* slice, int64_t head_dim, int64_t block_size) {
+  return static_cast<const int8_t*>(slice) + 2 * (head_dim / qk) * block_size;
+}
 // Bytes from a block's start to kv head `kv_head`'s slice (heads) or to its part of position 0 (rows).
 inline int64_t kv_head_offset(const kv_layer_view& kv, int64_t kv_head, int64_t head_dim) {
   const int64_t slice = kv_row_bytes(kv.type, head_dim);

@@ -336,7 +336,7 @@ TEST_CASE("grouped-query attention equals attention head by head") {
   for (const kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
     for (const int64_t hd : {64, 24, 128, 20}) {  // 20: not a multiple of 8 (the per-head path)
       if (!kv_type_error(type, hd).empty()) continue;
-      for (const int64_t n_q : {1, 3, 4}) {
+      for (const int64_t n_q : {1, 3, 4, 7}) {  // q8_0 runs up to 3 (16 keys) or 6 (8 keys) heads per pass
         for (const int64_t n_keys : {1, 7, 8, 9, 37}) {
           const int64_t bs = block_size, n_kv = 2, stride = n_kv * hd, n_blocks = (n_keys + bs - 1) / bs;
           const int64_t row_bytes = kv_row_bytes(type, stride);
@@ -375,7 +375,9 @@ TEST_CASE("grouped-query attention equals attention head by head") {
           // Against the f32 cache: within what the element type keeps, relative to the output scale.
           float out_scale = 0;
           for (float v : exact) out_scale = std::max(out_scale, std::fabs(v));
-          const float tol = type == kv_type::f32 ? 1e-6f : type == kv_type::f16 ? 2e-3f : 2e-2f;
+          // q8_0: a key element is off by up to d / 2 (d ~ max|k| / 127), which moves a score by
+          // ~0.015 here (0.2 * sqrt(128) * d / sqrt(12)); seen up to 0.024 of the output scale.
+          const float tol = type == kv_type::f32 ? 1e-6f : type == kv_type::f16 ? 2e-3f : 4e-2f;
           for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == Approx(exact[i]).margin(tol * out_scale));
           // Bitwise the same as each head run as a group of one (the engine relies on it).
           std::vector<float> one(hd);
@@ -383,17 +385,36 @@ TEST_CASE("grouped-query attention equals attention head by head") {
             attend_group(q.data() + g * hd, 1, n_keys, view, 1, hd, 0.2f, scratch.data(), one.data());
             for (int64_t i = 0; i < hd; ++i) REQUIRE(one[i] == got[g * hd + i]);
           }
-          // The same rows in the worker's heads layout (f32/f16 keys dimension-major): close to
-          // the reference, and each head bitwise the same as a group of one.
+          // The same rows in the worker's heads layout (keys dimension-major): close to the
+          // reference, and each head bitwise the same as a group of one. Key positions past n_keys
+          // stay unwritten (0xff bytes: NaN as f16/f32 and as q8_0 scales) and must not leak in.
           std::vector<uint8_t> hk(stored.size(), 0xff), hv(stored.size(), 0xff);  // K and V differ in layout
           kv_layer_view hm_layout{nullptr, nullptr, bs, stride, type, kv_layout::heads};
+          auto key_used = [&](int64_t b, int64_t p) { return (n_blocks - 1 - b) * bs + p < n_keys; };  // K: reversed
           for (int64_t b = 0; b < n_blocks; ++b)
             for (int64_t h = 0; h < n_kv; ++h)
               for (int64_t p = 0; p < bs; ++p) {
                 const float* src = rows.data() + (b * bs + p) * stride + h * hd;
-                store_kv_head(src, hk.data() + b * bs * row_bytes, hm_layout, p, h, hd, true);
+                if (key_used(b, p)) store_kv_head(src, hk.data() + b * bs * row_bytes, hm_layout, p, h, hd, true);
                 store_kv_head(src, hv.data() + b * bs * row_bytes, hm_layout, p, h, hd, false);
               }
+          if (type == kv_type::q8_0) {
+            // Dimension-major q8_0 keys: the very scales and int8 values of the key's Q8_0 row.
+            for (int64_t b = 0; b < n_blocks; ++b)
+              for (int64_t h = 0; h < n_kv; ++h) {
+                const uint8_t* slice = hk.data() + b * bs * row_bytes + h * bs * kv_row_bytes(type, hd);
+                for (int64_t p = 0; p < bs; ++p) {
+                  if (!key_used(b, p)) continue;
+                  const auto* row =
+                      reinterpret_cast<const block_q8_0*>(stored.data() + (b * bs + p) * row_bytes) + h * hd / qk;
+                  for (int64_t i = 0; i < hd / qk; ++i) {
+                    REQUIRE(q8_dm_scales(slice)[i * bs + p] == row[i].d);
+                    for (int k = 0; k < qk; ++k)
+                      REQUIRE(q8_dm_values(slice, hd, bs)[(i * qk + k) * bs + p] == row[i].qs[k]);
+                  }
+                }
+              }
+          }
           std::vector<const void*> kbh, vbh, unused_k, unused_v;
           kv_layer_view view_hm = view_of(hk.data(), row_bytes, kbh, unused_v, type);
           view_of(hv.data(), row_bytes, unused_k, vbh, type);
@@ -409,6 +430,7 @@ TEST_CASE("grouped-query attention equals attention head by head") {
           for (size_t i = 0; i < want.size(); ++i) {
             REQUIRE(got_hm[i] == Approx(ref_hm[i]).margin(1e-5));
             REQUIRE(got_hm[i] == Approx(want[i]).margin(1e-5));  // same stored values as the rows layout
+            REQUIRE(got_hm[i] == Approx(exact[i]).margin(std::max(tol * out_scale, 1e-5f)));  // f32: other order
           }
           for (size_t i = attend_group_scratch(n_q, n_keys, hd); i < scratch.size(); ++i)
             REQUIRE(scratch[i] == -7.f);  // nothing written past the documented scratch size
