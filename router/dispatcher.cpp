@@ -341,7 +341,9 @@ void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_
   choice_state& cs = a.choices[c];
   const std::string& fr = m.finish_reason;
   if (fr == "cancelled" || fr == "error") {
-    fail(a, make_error(500, "server_error", "worker_" + fr, "the worker ended the request: " + fr), out);
+    // The worker gave up on it without the client asking: an upstream failure, 502 like a worker
+    // error frame (the router itself did nothing wrong).
+    fail(a, make_error(502, "server_error", "worker_" + fr, "the worker ended the request: " + fr), out);
     return;
   }
   if (fr == "deadline") {

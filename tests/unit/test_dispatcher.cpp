@@ -623,6 +623,22 @@ TEST_CASE("dispatcher: a request whose answer cannot be written still ends and f
   CHECK(submits(h.take(), 0).size() == 1);
 }
 
+TEST_CASE("dispatcher: a request the worker ends on its own (finish error or cancelled) is a 502") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  for (const std::string reason : {"error", "cancelled"}) {
+    INFO(reason);
+    const auto c = h.request({}, 0.1);
+    REQUIRE(submits(h.take(), 0).size() == 1);
+    h.tokens(0, wire(c.id, 1), 0, "", 0, 0.2, reason);
+    REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+    CHECK(c.ex->responses[0].status == 502);
+    CHECK(c.ex->body()["error"]["code"] == "worker_" + reason);
+    CHECK(h.d.active() == 0);
+  }
+}
+
 TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes to another worker") {
   SY_REQUIRE_MODEL();
   harness h;
