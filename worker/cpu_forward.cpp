@@ -104,17 +104,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
 
   // Per-token work (norms, residual adds, RoPE, K/V stores, SwiGLU) split over the pool when the
   // step has enough tokens to pay for a job; the arithmetic per token is the same either way.
-  auto per_token = [&](auto&& fn) {
-    if (N < 16) {
-      for (int64_t i = 0; i < N; ++i) fn(i);
-      return;
-    }
-    pool_.run([&](int ith, int nth) {
-      int64_t i0, i1;
-      cpu::thread_pool::split(N, 1, ith, nth, i0, i1);
-      for (int64_t i = i0; i < i1; ++i) fn(i);
-    });
-  };
+  auto per_token = [&](auto&& fn) { pool_.for_each(N, 16, fn); };
   // x += tmp (the residual of the block before), then xn = rms_norm(x) with `norm`'s weights.
   auto add_then_norm = [&](bool add, const std::vector<float>& norm) {
     per_token([&](int64_t i) {

@@ -202,14 +202,11 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     p.token = lr.smp.sample(l, sched_.tokens(j.id));
     if (lr.params.logprobs > 0) p.logprobs = logprobs_of(lr.raw_logits, p.token, lr.params.logprobs);
   };
-  if (sampling_pool_ && host_rows_.size() >= 2) {
-    sampling_pool_->run([&](int ith, int nth) {
-      for (size_t k = static_cast<size_t>(ith); k < host_rows_.size(); k += static_cast<size_t>(nth))
-        sample_row(host_rows_[k]);
-    });
-  } else {
+  if (sampling_pool_)
+    sampling_pool_->for_each(static_cast<int64_t>(host_rows_.size()), 2,
+                             [&](int64_t k) { sample_row(host_rows_[static_cast<size_t>(k)]); });
+  else
     for (const auto& j : host_rows_) sample_row(j);
-  }
   sampled_.clear();
   size_t row = 0;
   for (const auto& s : plan.seqs) {

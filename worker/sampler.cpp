@@ -155,6 +155,7 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
   const float inv_t = 1.f / p_.temperature;
   weights_.resize(static_cast<size_t>(n_vocab));
   float* w = weights_.data();
+  double total = 0;  // their sum
   {
     const __m256 vmx = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv_t);
     __m256 acc = _mm256_setzero_ps();
@@ -166,15 +167,15 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
       _mm256_storeu_ps(w + i, e);
       acc = _mm256_add_ps(acc, e);
     }
-    total_ = cpu::hsum(acc);
+    total = cpu::hsum(acc);
     for (; i < n_vocab; ++i) {
       w[i] = logits[i] > -INFINITY ? std::exp((logits[i] - mx) * inv_t) : 0.f;
-      total_ += w[i];
+      total += w[i];
     }
   }
   const bool top_p = p_.top_p<1.f, top_k = p_.top_k> 0 && p_.top_k < n_vocab;
   if (!top_k && !top_p && p_.min_p <= 0.f) {  // the whole row: draw in index order
-    std::uniform_real_distribution<double> u(0.0, total_);
+    std::uniform_real_distribution<double> u(0.0, total);
     double r = u(rng_);
     token_id last = best;
     for (int64_t i = 0; i < n_vocab; ++i) {
@@ -194,7 +195,7 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
       top_finite(weights_, k, cand_);
       double mass = 0;
       for (const auto& c : cand_) mass += c.first;
-      if (mass >= p_.top_p * total_ || cand_.size() < k) break;
+      if (mass >= p_.top_p * total || cand_.size() < k) break;
     }
   } else {  // min-p alone: only what can pass its floor (the largest weight is the argmax's)
     cand_.clear();
@@ -203,7 +204,7 @@ token_id sampler::sample(std::span<float> logits, std::span<const token_id> hist
       if (w[i] >= floor) cand_.emplace_back(w[i], static_cast<token_id>(i));
   }
   if (top_p) {  // of the whole row's mass, or of the top k's (renormalised after top-k)
-    double mass = total_;
+    double mass = total;
     if (top_k) {
       mass = 0;
       for (const auto& c : cand_) mass += c.first;

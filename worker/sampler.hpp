@@ -54,7 +54,6 @@ class sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, token_id>> cand_;
   std::vector<float> weights_;  // exp((logit - max) / temperature) of the row being sampled
-  double total_ = 0;            // their sum
   std::vector<token_id> recent_;
 };
 

@@ -24,20 +24,8 @@ struct scratch {
 };
 thread_local scratch tls_scratch;
 
-// fn(t) for every token: on the caller alone for a few tokens, else split over the pool (the
-// activation conversions before a product; each token's result is the same either way).
-template <class F>
-void for_tokens(int64_t n_tok, thread_pool& pool, F&& fn) {
-  if (n_tok < 16) {
-    for (int64_t t = 0; t < n_tok; ++t) fn(t);
-    return;
-  }
-  pool.run([&](int ith, int nth) {
-    int64_t t0, t1;
-    thread_pool::split(n_tok, 1, ith, nth, t0, t1);
-    for (int64_t t = t0; t < t1; ++t) fn(t);
-  });
-}
+// Activation conversions before a product: split over the pool from this many tokens on.
+constexpr int64_t k_parallel_tokens = 16;
 
 }  // namespace
 
@@ -166,7 +154,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   a.qs = sc.q8_qs.data();
   a.d = sc.q8_d.data();
   a.s = sc.q8_s.data();
-  for_tokens(n_tok, pool, [&](int64_t t) { quantize_q8_act_avx512(x + t * ldx, a, t); });
+  pool.for_each(n_tok, k_parallel_tokens, [&](int64_t t) { quantize_q8_act_avx512(x + t * ldx, a, t); });
   linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     gemv_int_panels_avx512(w.type_, w.int_panels_.data(), w.rows_, b0, b1, a, outs[i].y, outs[i].ldy);
@@ -227,7 +215,8 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
     auto& buf = tls_scratch.bf16;
     buf.resize(static_cast<size_t>(n_tok * cols));
     uint16_t* xbw = buf.data();
-    for_tokens(n_tok, pool, [&](int64_t t) { convert_f32_to_bf16_avx512(x + t * ldx, xbw + t * cols, cols); });
+    pool.for_each(n_tok, k_parallel_tokens,
+                  [&](int64_t t) { convert_f32_to_bf16_avx512(x + t * ldx, xbw + t * cols, cols); });
     xb = xbw;
   }
   linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {

@@ -38,6 +38,22 @@ class thread_pool {
   // Splits [0, n) into contiguous ranges of whole `grain`s, one per thread.
   static void split(int64_t n, int64_t grain, int ith, int nth, int64_t& begin, int64_t& end);
 
+  // fn(i) for every i in [0, n): on the caller alone below `min_parallel` items (a job costs a
+  // few microseconds), else in contiguous ranges, one per thread. Each item's work is the same
+  // either way.
+  template <class F>
+  void for_each(int64_t n, int64_t min_parallel, F&& fn) {
+    if (n < min_parallel || n_threads_ == 1) {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    run([&](int ith, int nth) {
+      int64_t i0, i1;
+      split(n, 1, ith, nth, i0, i1);
+      for (int64_t i = i0; i < i1; ++i) fn(i);
+    });
+  }
+
  private:
   using trampoline = void (*)(void*, int, int);
   void run_job(void* ctx, trampoline call);

@@ -3,9 +3,11 @@
 // with guard bytes around outputs; and the row ops of the forward pass.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
@@ -510,6 +512,22 @@ TEST_CASE("thread pool runs every thread once per job and splits ranges exactly"
       }
       REQUIRE(covered == n);
     }
+}
+
+TEST_CASE("thread pool for_each visits every index once, alone or split") {
+  thread_pool pool(2);
+  for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+    std::atomic<int> other_thread{0};
+    const auto caller = std::this_thread::get_id();
+    pool.for_each(n, 16, [&](int64_t i) {
+      seen[static_cast<size_t>(i)]++;
+      if (std::this_thread::get_id() != caller) other_thread++;
+    });
+    for (const auto& c : seen) REQUIRE(c == 1);
+    if (n < 16) CHECK(other_thread == 0);  // below the threshold: no job
+    if (n >= 64) CHECK(other_thread > 0);  // split: the other thread took a range
+  }
 }
 
 TEST_CASE("thread pool rethrows a job's exception on the caller and stays usable") {
