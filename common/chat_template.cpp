@@ -1,16 +1,98 @@
-// ChatML rendering, recognised from the model's Jinja source rather than by running Jinja.
+// Chat formats recognised from a template's Jinja source and rendered as llama.cpp renders them
+// (see chat_template.hpp).
 #include "common/chat_template.hpp"
 
 #include "common/gguf.hpp"
 
+#include <array>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace sy {
 
 namespace {
 
+struct format_name {
+  chat_format format;
+  std::string_view name;
+};
+
+// The one table of names (llama.cpp's), in the order messages list them.
+constexpr std::array<format_name, 14> k_format_names = {{
+    {chat_format::chatml, "chatml"},
+    {chat_format::llama3, "llama3"},
+    {chat_format::llama2, "llama2"},
+    {chat_format::llama2_sys, "llama2-sys"},
+    {chat_format::llama2_sys_bos, "llama2-sys-bos"},
+    {chat_format::llama2_sys_strip, "llama2-sys-strip"},
+    {chat_format::mistral_v1, "mistral-v1"},
+    {chat_format::mistral_v3, "mistral-v3"},
+    {chat_format::mistral_v3_tekken, "mistral-v3-tekken"},
+    {chat_format::mistral_v7, "mistral-v7"},
+    {chat_format::mistral_v7_tekken, "mistral-v7-tekken"},
+    {chat_format::phi3, "phi3"},
+    {chat_format::zephyr, "zephyr"},
+    {chat_format::gemma, "gemma"},
+}};
+
 constexpr std::string_view k_im_start = "<|im_start|>";
 constexpr std::string_view k_im_end = "<|im_end|>";
+
+// ---- Recognition ---------------------------------------------------------------------------------
+
+// What a source is, by llama.cpp's rules: one of our formats, or the name of a llama.cpp format
+// we do not render (empty when llama.cpp recognises none either).
+struct detected {
+  chat_format format = chat_format::unsupported;
+  std::string_view other;
+};
+
+detected ours(chat_format f) { return {f, {}}; }
+detected theirs(std::string_view llama_cpp_name) { return {chat_format::unsupported, llama_cpp_name}; }
+
+// llama.cpp's llm_chat_detect_template rules, in its order, as far as its Llama 3 rule: every
+// earlier rule decides which of our formats a source is, including the rules for formats we do
+// not render (a source with <|im_start|> and <|im_sep|> is phi4, not ChatML). The rules after it
+// can only name formats we do not render, so a source none of these match is left unnamed.
+detected detect(std::string_view src) {
+  auto has = [src](std::string_view s) { return src.find(s) != std::string_view::npos; };
+  if (has("<|im_start|>")) {
+    if (has("<|im_sep|>")) return theirs("phi4");
+    if (has("<end_of_utterance>")) return theirs("smolvlm");
+    return ours(chat_format::chatml);
+  }
+  if (src.substr(0, 7) == "mistral" || has("[INST]")) {
+    if (has("[SYSTEM_PROMPT]")) return ours(chat_format::mistral_v7);
+    // Mistral's official v1, v3 and v3-tekken templates.
+    if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {
+      if (has(" [INST]")) return ours(chat_format::mistral_v1);
+      if (has("\"[INST]\"")) return ours(chat_format::mistral_v3_tekken);
+      return ours(chat_format::mistral_v3);
+    }
+    if (has("content.strip()")) return ours(chat_format::llama2_sys_strip);
+    if (has("bos_token + '[INST]")) return ours(chat_format::llama2_sys_bos);
+    if (has("<<SYS>>")) return ours(chat_format::llama2_sys);
+    return ours(chat_format::llama2);
+  }
+  if (has("<|assistant|>") && has("<|end|>")) return ours(chat_format::phi3);
+  if (has("[gMASK]<sop>")) return theirs("chatglm4");
+  if (has("<|assistant|>") && has("<|user|>")) {
+    if (has("<|tool_declare|>")) return theirs("exaone-moe");
+    return theirs(has("</s>") ? "falcon3" : "glmedge");
+  }
+  if (has("<|{{ item['role'] }}|>") && has("<|begin_of_image|>")) return theirs("glmedge");
+  if (has("<|user|>") && has("<|endoftext|>")) return ours(chat_format::zephyr);
+  if (has("bos_token + message['role']")) return theirs("monarch");
+  if (has("<start_of_turn>")) return ours(chat_format::gemma);
+  if (has("'\\n\\nAssistant: ' + eos_token")) return theirs("orion");
+  if (has("GPT4 Correct ")) return theirs("openchat");
+  if (has("USER: ") && has("ASSISTANT: ")) return theirs(has("SYSTEM: ") ? "vicuna-orca" : "vicuna");
+  if (has("### Instruction:") && has("<|EOT|>")) return theirs("deepseek");
+  if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) return theirs("command-r");
+  if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ours(chat_format::llama3);
+  return theirs("");
+}
 
 // Undoes the escapes a Jinja string literal may use (\n, \t, \\, \', \").
 std::string unescape_jinja(std::string_view s) {
@@ -77,24 +159,18 @@ std::string find_default_system(std::string_view src) {
   return {};
 }
 
-}  // namespace
+// ---- Rendering -----------------------------------------------------------------------------------
 
-chat_template chat_template::from_jinja(std::string_view jinja_source) {
-  if (jinja_source.find(k_im_start) == std::string_view::npos) {
-    throw std::runtime_error("unsupported chat template");
-  }
-  chat_template t;
-  t.format = chat_format::chatml;
-  t.default_system = find_default_system(jinja_source);
-  return t;
+// Without leading and trailing ASCII whitespace (C isspace: " \t\n\v\f\r"), like llama.cpp's trim.
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view k_space = " \t\n\v\f\r";
+  const size_t first = s.find_first_not_of(k_space);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(k_space) - first + 1);
 }
 
-chat_template chat_template::from_gguf(const gguf::file& f) {
-  return from_jinja(f.get_string("tokenizer.chat_template"));
-}
-
-std::string chat_template::apply(const std::vector<chat_message>& messages, bool add_generation_prompt) const {
-  std::string out;
+void render_chatml(const std::vector<chat_message>& messages, std::string_view default_system, bool gen,
+                   std::string& out) {
   auto turn = [&](std::string_view role, std::string_view content) {
     out.append(k_im_start).append(role).append("\n").append(content).append(k_im_end).append("\n");
   };
@@ -104,7 +180,204 @@ std::string chat_template::apply(const std::vector<chat_message>& messages, bool
     turn("system", default_system);
   }
   for (const chat_message& m : messages) turn(m.role, m.content);
-  if (add_generation_prompt) out.append(k_im_start).append("assistant\n");
+  if (gen) out.append(k_im_start).append("assistant\n");
+}
+
+void render_llama3(const std::vector<chat_message>& messages, bool gen, std::string& out) {
+  for (const chat_message& m : messages) {
+    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
+    out.append(trim(m.content)).append("<|eot_id|>");
+  }
+  if (gen) out.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// phi3 and zephyr: <|role|>\ncontent, then the end-of-turn marker.
+void render_role_tags(const std::vector<chat_message>& messages, std::string_view end, bool gen, std::string& out) {
+  for (const chat_message& m : messages) out.append("<|").append(m.role).append("|>\n").append(m.content).append(end);
+  if (gen) out.append("<|assistant|>\n");
+}
+
+void render_gemma(const std::vector<chat_message>& messages, bool gen, std::string& out) {
+  std::string system;  // system messages not yet written, trimmed and joined
+  for (const chat_message& m : messages) {
+    if (m.role == "system") {
+      system.append(trim(m.content));
+      continue;
+    }
+    const std::string_view role = m.role == "assistant" ? std::string_view("model") : std::string_view(m.role);
+    out.append("<start_of_turn>").append(role).append("\n");
+    if (!system.empty() && role != "model") {
+      out.append(system).append("\n\n");
+      system.clear();
+    }
+    out.append(trim(m.content)).append("<end_of_turn>\n");
+  }
+  if (gen) out.append("<start_of_turn>model\n");
+}
+
+void render_mistral_v7(const std::vector<chat_message>& messages, bool tekken, std::string& out) {
+  const std::string_view space = tekken ? "" : " ";
+  for (const chat_message& m : messages) {
+    if (m.role == "system") {
+      out.append("[SYSTEM_PROMPT]").append(space).append(m.content).append("[/SYSTEM_PROMPT]");
+    } else if (m.role == "user") {
+      out.append("[INST]").append(space).append(m.content).append("[/INST]");
+    } else {
+      out.append(space).append(m.content).append("</s>");
+    }
+  }
+}
+
+// mistral-v1, -v3 and -v3-tekken: an [INST] block holds the system and user messages up to the
+// next assistant message, which closes it.
+void render_mistral(const std::vector<chat_message>& messages, chat_format f, std::string& out) {
+  const std::string_view before = f == chat_format::mistral_v1 ? " " : "";
+  const std::string_view after = f == chat_format::mistral_v3_tekken ? "" : " ";
+  const bool trim_assistant = f == chat_format::mistral_v3;
+  bool in_turn = false;
+  for (const chat_message& m : messages) {
+    if (!in_turn) {
+      out.append(before).append("[INST]").append(after);
+      in_turn = true;
+    }
+    if (m.role == "system") {
+      out.append(m.content).append("\n\n");
+    } else if (m.role == "user") {
+      out.append(m.content).append(before).append("[/INST]");
+    } else {
+      out.append(after).append(trim_assistant ? trim(m.content) : std::string_view(m.content)).append("</s>");
+      in_turn = false;
+    }
+  }
+}
+
+// llama2 and its -sys, -sys-bos and -sys-strip variants. The first [INST] is written before any
+// message (so an empty conversation is "[INST] "); an assistant message closes the turn.
+void render_llama2(const std::vector<chat_message>& messages, chat_format f, std::string& out) {
+  const bool system_block = f != chat_format::llama2;
+  const bool bos_in_history = f == chat_format::llama2_sys_bos;
+  const bool strip = f == chat_format::llama2_sys_strip;
+  bool in_turn = true;
+  out.append("[INST] ");
+  for (const chat_message& m : messages) {
+    const std::string_view content = strip ? trim(m.content) : std::string_view(m.content);
+    if (!in_turn) {
+      in_turn = true;
+      out.append(bos_in_history ? "<s>[INST] " : "[INST] ");
+    }
+    if (m.role == "system") {
+      if (system_block) {
+        out.append("<<SYS>>\n").append(content).append("\n<</SYS>>\n\n");
+      } else {
+        out.append(content).append("\n");
+      }
+    } else if (m.role == "user") {
+      out.append(content).append(" [/INST]");
+    } else {
+      out.append(content).append("</s>");
+      in_turn = false;
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view chat_format_name(chat_format f) {
+  for (const format_name& n : k_format_names)
+    if (n.format == f) return n.name;
+  return {};
+}
+
+std::optional<chat_format> chat_format_from_name(std::string_view name) {
+  for (const format_name& n : k_format_names)
+    if (n.name == name) return n.format;
+  return std::nullopt;
+}
+
+std::string chat_format_names() {
+  std::string out;
+  for (const format_name& n : k_format_names) out.append(out.empty() ? "" : ", ").append(n.name);
+  return out;
+}
+
+chat_template chat_template::parse(std::string_view name_or_jinja) {
+  chat_template t;
+  if (name_or_jinja.empty()) return t;  // no template: ChatML, as llama.cpp falls back to
+  if (const auto named = chat_format_from_name(name_or_jinja)) {
+    t.format = *named;
+    return t;
+  }
+  const detected d = detect(name_or_jinja);
+  t.format = d.format;
+  if (d.format == chat_format::chatml) t.default_system = find_default_system(name_or_jinja);
+  if (d.format == chat_format::unsupported) {
+    t.unsupported_reason = d.other.empty() ? std::string("the template matches none of the formats Switchyard renders")
+                                           : "llama.cpp reads the template as its '" + std::string(d.other) +
+                                                 "' format, which Switchyard does not render";
+  }
+  return t;
+}
+
+chat_template chat_template::from_gguf(const gguf::file& f) {
+  const auto* v = f.find("tokenizer.chat_template");
+  return parse(v && v->type == gguf::value_type::string ? v->str : std::string_view());
+}
+
+std::string chat_template::read_option(const std::string& name_or_path) {
+  if (chat_format_from_name(name_or_path)) return name_or_path;
+  const std::string names = " (names: " + chat_format_names() + ")";
+  std::ifstream in(name_or_path, std::ios::binary);
+  if (!in) {
+    throw std::invalid_argument("--chat-template '" + name_or_path +
+                                "' is neither a chat format name nor a readable Jinja file" + names);
+  }
+  std::string source{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw std::invalid_argument("--chat-template " + name_or_path + ": cannot read the file");
+  if (source.empty()) throw std::invalid_argument("--chat-template " + name_or_path + ": the file is empty");
+  const chat_template t = parse(source);
+  if (!t.supported()) {
+    throw std::invalid_argument("--chat-template " + name_or_path + ": " + t.unsupported_reason +
+                                "; pass one of the names instead" + names);
+  }
+  return source;
+}
+
+std::string chat_template::apply(const std::vector<chat_message>& messages, bool add_generation_prompt) const {
+  std::string out;
+  switch (format) {
+    case chat_format::unsupported:
+      throw std::runtime_error("the chat template cannot be applied: " + unsupported_reason);
+    case chat_format::chatml:
+      render_chatml(messages, default_system, add_generation_prompt, out);
+      break;
+    case chat_format::llama3:
+      render_llama3(messages, add_generation_prompt, out);
+      break;
+    case chat_format::llama2:
+    case chat_format::llama2_sys:
+    case chat_format::llama2_sys_bos:
+    case chat_format::llama2_sys_strip:
+      render_llama2(messages, format, out);
+      break;
+    case chat_format::mistral_v1:
+    case chat_format::mistral_v3:
+    case chat_format::mistral_v3_tekken:
+      render_mistral(messages, format, out);
+      break;
+    case chat_format::mistral_v7:
+    case chat_format::mistral_v7_tekken:
+      render_mistral_v7(messages, format == chat_format::mistral_v7_tekken, out);
+      break;
+    case chat_format::phi3:
+      render_role_tags(messages, "<|end|>\n", add_generation_prompt, out);
+      break;
+    case chat_format::zephyr:
+      render_role_tags(messages, "<|endoftext|>\n", add_generation_prompt, out);
+      break;
+    case chat_format::gemma:
+      render_gemma(messages, add_generation_prompt, out);
+      break;
+  }
   return out;
 }
 

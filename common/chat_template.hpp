@@ -1,7 +1,22 @@
-// Chat templates: turn role/content messages into a prompt string. The format is chosen from
-// the model's `tokenizer.chat_template` metadata; ChatML is the one implemented so far.
+// Chat templates: turn role/content messages into a prompt string, in one of the fixed formats
+// of llama.cpp's llama_chat_apply_template, under llama.cpp's names and with its output byte for
+// byte (tests/unit/test_chat_template.cpp checks against llama.cpp's own renderings). No Jinja is
+// run: the format is recognised from the model's `tokenizer.chat_template` source by the
+// substring rules of llama.cpp's llm_chat_detect_template, in the same order, or given by name.
+//
+// Where this differs from llama.cpp, on purpose:
+//  * ChatML keeps the template's default system prompt: a fixed system message the source writes
+//    as one string literal when the conversation has none (SmolLM2, Qwen2.5) goes in front of the
+//    conversation. llama.cpp's ChatML ignores it.
+//  * A source that llama.cpp reads as a format Switchyard does not render (phi4, glmedge, ...),
+//    or as none, is not an error: the template is `unsupported`, with the reason. A model loads
+//    and serves completions; apply() throws, and callers refuse chat requests for it up front.
+//  * No template at all (an empty source) is ChatML, which is what llama.cpp falls back to when
+//    a model has none.
+// The prompt never starts with BOS: the tokenizer adds it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,19 +32,76 @@ struct chat_message {
   std::string content;
 };
 
-enum class chat_format { chatml };
+// What each format writes per message (llama.cpp's rendering; `trim` strips ASCII whitespace
+// " \t\n\v\f\r" at both ends; "gen" is the generation prompt, written only when asked for):
+//   chatml             <|im_start|>ROLE\nCONTENT<|im_end|>\n          gen <|im_start|>assistant\n
+//   llama3             <|start_header_id|>ROLE<|end_header_id|>\n\ntrim(CONTENT)<|eot_id|>
+//                                                      gen <|start_header_id|>assistant<|end_header_id|>\n\n
+//   phi3               <|ROLE|>\nCONTENT<|end|>\n                      gen <|assistant|>\n
+//   zephyr             <|ROLE|>\nCONTENT<|endoftext|>\n                gen <|assistant|>\n
+//   gemma              <start_of_turn>ROLE\ntrim(CONTENT)<end_of_turn>\n, ROLE "model" for the
+//                      assistant; system messages are trimmed, joined and put in front of the next
+//                      non-assistant message's content with "\n\n"          gen <start_of_turn>model\n
+//   mistral-v7         [SYSTEM_PROMPT] S[/SYSTEM_PROMPT], [INST] U[/INST], " A</s>"; -tekken: no
+//                      spaces; no generation prompt (the prompt ends in [/INST])
+//   mistral-v1/v3/v3-tekken  turns open with " [INST] " / "[INST] " / "[INST]"; system "S\n\n",
+//                      user "U [/INST]" / "U[/INST]", assistant " A</s>" / " trim(A)</s>" / "A</s>"
+//                      closes the turn; no generation prompt
+//   llama2 (and -sys, -sys-bos, -sys-strip)  "[INST] " first; user "U [/INST]", assistant "A</s>"
+//                      closes the turn, the next opens with "[INST] " (-sys-bos: "<s>[INST] ");
+//                      system "S\n" (llama2) or "<<SYS>>\nS\n<</SYS>>\n\n"; -sys-strip trims
+//                      every content; no generation prompt
+enum class chat_format {
+  unsupported,  // recognised as none of the formats below (see chat_template::unsupported_reason)
+  chatml,
+  llama3,
+  llama2,
+  llama2_sys,
+  llama2_sys_bos,
+  llama2_sys_strip,
+  mistral_v1,
+  mistral_v3,
+  mistral_v3_tekken,
+  mistral_v7,
+  mistral_v7_tekken,
+  phi3,
+  zephyr,
+  gemma,
+};
+
+// llama.cpp's name of a format ("chatml", "mistral-v3-tekken", ...); "" for unsupported.
+std::string_view chat_format_name(chat_format f);
+// The format of a name; nullopt for any other string.
+std::optional<chat_format> chat_format_from_name(std::string_view name);
+// Every name, comma-separated, for messages that tell an operator what to pass.
+std::string chat_format_names();
 
 struct chat_template {
   chat_format format = chat_format::chatml;
-  // Inserted as the first message when the conversation has no system message
-  // (SmolLM2's template does this); empty for none.
+  // ChatML only: inserted as the first message when the conversation does not start with a
+  // system message (SmolLM2's template does this); empty for none.
   std::string default_system;
+  // Why the template cannot be applied, when format is unsupported; else empty.
+  std::string unsupported_reason;
 
-  // Throws std::runtime_error when the metadata names a template we cannot render.
+  bool supported() const { return format != chat_format::unsupported; }
+
+  // A format name ("llama3") or a Jinja source (recognised by content); "" is ChatML. Never
+  // throws: a source that is not recognised gives an unsupported template. Routers parse what a
+  // worker's welcome carries with this, workers the model's metadata.
+  static chat_template parse(std::string_view name_or_jinja);
+  // parse() of the model's `tokenizer.chat_template`, or of "" when the model has none.
   static chat_template from_gguf(const gguf::file& f);
-  static chat_template from_jinja(std::string_view jinja_source);
 
-  // The prompt, ending with the assistant header when `add_generation_prompt`.
+  // The operator's --chat-template value: a format name, or the path of a Jinja file. Returns
+  // what parse() takes to rebuild that template (the name, or the file's text), which is also
+  // what a worker sends routers. Throws std::invalid_argument, with a message listing the names,
+  // for anything else: an unknown name that is no readable file, an empty file, a file whose
+  // template is unsupported.
+  static std::string read_option(const std::string& name_or_path);
+
+  // The prompt, ending with the assistant header when `add_generation_prompt` and the format has
+  // one. Throws std::runtime_error (with the reason) when the template is unsupported.
   std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true) const;
 };
 

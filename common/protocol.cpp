@@ -40,11 +40,11 @@ constexpr size_t k_max_depth = 8;
 
 // Shape-pass budget: container elements (array items + 2 per map pair) in one body. Each
 // decoded element costs sizeof(msgpack::object) (24 bytes), so this bounds pass 2's memory:
-// ~76 MB for a welcome, ~13 MB for a submit, ~6 MB for anything else.
+// ~101 MB for a welcome, ~13 MB for a submit, ~6 MB for anything else.
 size_t element_budget(msg_type t) {
   switch (t) {
     case msg_type::welcome:
-      return 3 * k_max_vocab + 4096;  // tokens + token_types + merges
+      return 4 * k_max_vocab + 4096;  // tokens + token_types + scores + merges
     case msg_type::submit:
       return k_max_prompt_tokens + 4096;
     default:
@@ -70,12 +70,23 @@ void fields(V& v, S& m) {
   v("pre", m.pre, {.max_bytes = k_max_name_bytes});
   v("tokens", m.tokens, {.max_n = k_max_vocab, .max_bytes = k_max_token_bytes});
   v("token_types", m.token_types, {.max_n = k_max_vocab});
+  v("scores", m.scores, {.max_n = k_max_vocab});
   v("merges", m.merges, {.max_n = k_max_vocab, .max_bytes = k_max_token_bytes});
   v("bos_id", m.bos_id);
   v("eos_id", m.eos_id);
   v("unk_id", m.unk_id);
   v("pad_id", m.pad_id);
+  v("eot_id", m.eot_id);
+  v("eom_id", m.eom_id);
+  v("fim_pre_id", m.fim_pre_id);
+  v("fim_suf_id", m.fim_suf_id);
+  v("fim_mid_id", m.fim_mid_id);
+  v("fim_pad_id", m.fim_pad_id);
+  v("fim_rep_id", m.fim_rep_id);
+  v("fim_sep_id", m.fim_sep_id);
   v("add_bos", m.add_bos);
+  v("add_eos", m.add_eos);
+  v("add_space_prefix", m.add_space_prefix);
   v("chat_template", m.chat_template, {.max_bytes = k_max_chat_template_bytes});
 }
 
@@ -432,10 +443,22 @@ void check(const welcome& m) {
   const tokenizer_spec& t = m.tokenizer;
   if (!t.token_types.empty() && t.token_types.size() != t.tokens.size())
     bad("tokenizer.token_types", "neither empty nor one per token");
+  if (!t.scores.empty() && t.scores.size() != t.tokens.size())
+    bad("tokenizer.scores", "neither empty nor one per token");
+  for (size_t i = 0; i < t.scores.size(); ++i)
+    if (std::isnan(t.scores[i])) bad("tokenizer.scores[" + std::to_string(i) + "]", "not a number");
   check_special_id(t.bos_id, t.tokens.size(), "bos_id");
   check_special_id(t.eos_id, t.tokens.size(), "eos_id");
   check_special_id(t.unk_id, t.tokens.size(), "unk_id");
   check_special_id(t.pad_id, t.tokens.size(), "pad_id");
+  check_special_id(t.eot_id, t.tokens.size(), "eot_id");
+  check_special_id(t.eom_id, t.tokens.size(), "eom_id");
+  check_special_id(t.fim_pre_id, t.tokens.size(), "fim_pre_id");
+  check_special_id(t.fim_suf_id, t.tokens.size(), "fim_suf_id");
+  check_special_id(t.fim_mid_id, t.tokens.size(), "fim_mid_id");
+  check_special_id(t.fim_pad_id, t.tokens.size(), "fim_pad_id");
+  check_special_id(t.fim_rep_id, t.tokens.size(), "fim_rep_id");
+  check_special_id(t.fim_sep_id, t.tokens.size(), "fim_sep_id");
 }
 
 void check(const heartbeat& m) {

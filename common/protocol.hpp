@@ -57,7 +57,7 @@ inline constexpr size_t k_max_text_delta_bytes = 128u << 10;
 inline constexpr size_t k_max_error_code_bytes = 64;
 inline constexpr size_t k_max_error_message_bytes = 4096;
 inline constexpr size_t k_max_reason_bytes = 1024;  // drain.reason
-inline constexpr size_t k_max_vocab = 1u << 20;     // tokenizer tokens, token_types, merges
+inline constexpr size_t k_max_vocab = 1u << 20;     // tokenizer tokens, token_types, scores, merges
 inline constexpr size_t k_max_token_bytes = 4096;   // one vocabulary entry or merge
 inline constexpr size_t k_max_chat_template_bytes = 1u << 20;
 inline constexpr size_t k_max_name_bytes = 64;  // tokenizer model / pre names
@@ -68,18 +68,33 @@ inline constexpr size_t k_max_name_bytes = 64;  // tokenizer model / pre names
 
 // The tokenizer as GGUF describes it (tokenizer.ggml.*), so a router can tokenize and apply the
 // chat template without the model file.
+// Ids are -1 when the model has none; the booleans are the effective values (the tokenizer
+// model's defaults applied), so a missing key reads as what older workers meant.
 struct tokenizer_spec {
-  std::string model;                 // tokenizer.ggml.model, e.g. "gpt2"
+  std::string model;                 // tokenizer.ggml.model: "gpt2" (BPE) or "llama" (SentencePiece)
   std::string pre;                   // tokenizer.ggml.pre, e.g. "smollm"
   std::vector<std::string> tokens;   // byte strings, indexed by token id
   std::vector<int32_t> token_types;  // empty or one per token (GGUF token type enum)
+  std::vector<float> scores;         // empty or one per token (SentencePiece merge priority)
   std::vector<std::string> merges;   // "left right", highest priority first
   int32_t bos_id = -1;               // -1: absent
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
-  bool add_bos = false;
-  std::string chat_template;  // Jinja source; empty when the model has none
+  int32_t eot_id = -1;  // end of turn (tokenizer.ggml.eot_token_id)
+  int32_t eom_id = -1;  // end of message (tokenizer.ggml.eom_token_id)
+  // Fill-in-the-middle ids as the metadata declares them (pad, repo and file separator end
+  // generation; undeclared ones are found by their text, as llama.cpp does).
+  int32_t fim_pre_id = -1;
+  int32_t fim_suf_id = -1;
+  int32_t fim_mid_id = -1;
+  int32_t fim_pad_id = -1;
+  int32_t fim_rep_id = -1;
+  int32_t fim_sep_id = -1;
+  bool add_bos = false;           // encode(add_bos = true) prepends BOS
+  bool add_eos = false;           // ... and appends EOS
+  bool add_space_prefix = false;  // SentencePiece: a space before text at the start / after a special token
+  std::string chat_template;      // Jinja source; empty when the model has none
 
   bool operator==(const tokenizer_spec&) const = default;
 };

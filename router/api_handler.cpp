@@ -206,6 +206,17 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
     return;
   }
   const model_entry& m = *r->model;
+  if (kind == endpoint::chat_completions && !m.tmpl.supported()) {
+    reject(*ex,
+           bad_request("model",
+                       "the chat template of the model '" + m.id + "' cannot be applied (" + m.tmpl.unsupported_reason +
+                           "): use /v1/completions with a formatted prompt, or the operator can start its "
+                           "workers with --chat-template NAME (" +
+                           chat_format_names() + ")",
+                       "chat_template_unsupported"),
+           request_id);
+    return;
+  }
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
   try {
     if (kind == endpoint::chat_completions) {

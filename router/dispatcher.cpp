@@ -292,12 +292,19 @@ void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, st
   }
   if (!models_.find(m.model_id)) {
     try {
-      auto entry = std::make_shared<model_entry>(model_entry{
-          m.model_id, m.context_length, unix_ms_now() / 1000, tokenizer::from_spec(m.tokenizer),
-          m.tokenizer.chat_template.empty() ? chat_template{} : chat_template::from_jinja(m.tokenizer.chat_template)});
+      // A template that cannot be applied does not stop the model: its completions are served
+      // and its chat requests refused (api_handler).
+      auto entry = std::make_shared<model_entry>(model_entry{m.model_id, m.context_length, unix_ms_now() / 1000,
+                                                             tokenizer::from_spec(m.tokenizer),
+                                                             chat_template::parse(m.tokenizer.chat_template)});
+      if (!entry->tmpl.supported())
+        std::fprintf(stderr,
+                     "switchyard-router: worker %s serves %s, whose chat template cannot be applied (%s): chat "
+                     "requests for it are refused\n",
+                     pool_.at(worker).endpoint.c_str(), m.model_id.c_str(), entry->tmpl.unsupported_reason.c_str());
       models_.put(std::move(entry));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "switchyard-router: worker %s serves %s, whose tokenizer or template is unusable: %s\n",
+      std::fprintf(stderr, "switchyard-router: worker %s serves %s, whose tokenizer is unusable: %s\n",
                    pool_.at(worker).endpoint.c_str(), m.model_id.c_str(), e.what());
       return;
     }

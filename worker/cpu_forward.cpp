@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <span>
@@ -101,6 +102,7 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
   // Per sequence, this layer's block pointers (rebuilt per layer; a few per sequence).
   std::vector<std::vector<const void*>> kb(batch.size()), vb(batch.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
+  const cpu::rope_config rope = model_.rope();
 
   // Per-token work (norms, residual adds, RoPE, K/V stores, SwiGLU) split over the pool when the
   // step has enough tokens to pay for a job; the arithmetic per token is the same either way.
@@ -119,8 +121,13 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     linears({{&L.wq, q_.data(), E}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
     per_token([&](int64_t i) {
       const int64_t pos = rows[i].pos;
-      cpu::rope_norm(q_.data() + i * E, hp.n_head, HD, hp.n_rot, pos, hp.rope_base);
-      cpu::rope_norm(k_.data() + i * KV, hp.n_head_kv, HD, hp.n_rot, pos, hp.rope_base);
+      if (hp.qkv_bias) {
+        cpu::add_inplace(q_.data() + i * E, L.bq.data(), E);
+        cpu::add_inplace(k_.data() + i * KV, L.bk.data(), KV);
+        cpu::add_inplace(v_.data() + i * KV, L.bv.data(), KV);
+      }
+      cpu::rope(q_.data() + i * E, hp.n_head, HD, pos, rope);
+      cpu::rope(k_.data() + i * KV, hp.n_head_kv, HD, pos, rope);
       const batch_seq& b = batch[rows[i].seq];
       const int32_t block = b.block_ids[pos / bs];
       for (int64_t h = 0; h < hp.n_head_kv; ++h) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -123,14 +124,20 @@ struct cuda_forward::impl {
   cublasHandle_t blas = nullptr;
   size_t weight_bytes = 0;
 
-  dbuf<__half> embd;  // [n_vocab][n_embd]
+  // token_embd.weight as stored in the file (any weight type): the gather dequantizes the step's
+  // rows to fp32 exactly as llama_model::embed does. A tied output head has its own fp16 copy.
+  dbuf<uint8_t> embd;
+  cpu::weight_type embd_type = cpu::weight_type::f32;
   struct layer {
     dbuf<float> attn_norm, ffn_norm;
+    dbuf<float> bq, bk, bv;  // Q/K/V biases (qkv_bias), else empty
     dlinear wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   std::vector<layer> layers;
   dbuf<float> output_norm;
   dlinear output;
+  dbuf<float> rope_factors;  // rope_freqs.weight (n_rot / 2 divisors), or empty
+  cuda::rope_params rope;    // the model's RoPE, freq_factors pointing into rope_factors
 
   int32_t n_blocks = 0;
   std::vector<dbuf<__half>> k_cache, v_cache;  // per layer: [n_blocks * block_size][kv_dim]
@@ -177,16 +184,29 @@ struct cuda_forward::impl {
   int32_t* dec_slots() const { return dec_meta.p + 3 * bucket_max; }
   int32_t* dec_tables() const { return dec_meta.p + 4 * bucket_max; }
 
-  // Raw GGUF bytes → device → fp16 [rows][cols].
-  void upload_linear(dlinear& L, const gguf::tensor_info& t, int64_t rows, int64_t cols) {
+  // Raw GGUF bytes -> device (the tensor as stored).
+  void upload_raw(dbuf<uint8_t>& d, const gguf::tensor_info& t) {
+    d.alloc(t.n_bytes);
+    SY_CUDA_CHECK(cudaMemcpyAsync(d.p, t.data, t.n_bytes, cudaMemcpyHostToDevice, stream));
+    SY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  // Raw GGUF bytes already on the device (`raw`, tensor t) -> fp16 [rows][cols].
+  void dequantize_linear(dlinear& L, const gguf::tensor_info& t, const uint8_t* raw, int64_t rows, int64_t cols) {
     L.rows = rows;
     L.cols = cols;
     L.w.alloc(static_cast<size_t>(rows * cols));
-    dbuf<uint8_t> raw(t.n_bytes);
-    SY_CUDA_CHECK(cudaMemcpyAsync(raw.p, t.data, t.n_bytes, cudaMemcpyHostToDevice, stream));
-    cuda::dequantize_to_f16(raw.p, to_weight_type(t), rows, cols, L.w.p, stream);
-    SY_CUDA_CHECK(cudaStreamSynchronize(stream));  // `raw` is freed next
+    try {
+      cuda::dequantize_to_f16(raw, to_weight_type(t), rows, cols, L.w.p, stream);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error("cuda_forward: tensor '" + t.name + "': " + e.what());
+    }
+    SY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += L.w.bytes();
+  }
+  void upload_linear(dlinear& L, const gguf::tensor_info& t, int64_t rows, int64_t cols) {
+    dbuf<uint8_t> raw;
+    upload_raw(raw, t);
+    dequantize_linear(L, t, raw.p, rows, cols);  // synchronizes: `raw` is freed next
   }
   void upload_vector(dbuf<float>& d, const std::vector<float>& h) {
     d.alloc(h.size());
@@ -231,11 +251,14 @@ void cuda_forward::impl::load(const llama_model& m) {
     if (!t) throw std::runtime_error("cuda_forward: missing tensor " + name);
     return *t;
   };
-  {
-    dlinear e;
-    upload_linear(e, tensor("token_embd.weight"), hp.n_vocab, E);
-    embd = std::move(e.w);
-  }
+  const gguf::tensor_info& te = tensor("token_embd.weight");
+  embd_type = to_weight_type(te);
+  if (E % cpu::block_elements(embd_type) != 0)
+    throw std::runtime_error("cuda_forward: token_embd.weight is " + std::string(cpu::weight_type_name(embd_type)) +
+                             " with rows of " + std::to_string(E) + " elements, not a multiple of its block (" +
+                             std::to_string(cpu::block_elements(embd_type)) + ")");
+  upload_raw(embd, te);
+  weight_bytes += embd.bytes();
   layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t i = 0; i < hp.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -243,6 +266,14 @@ void cuda_forward::impl::load(const llama_model& m) {
     const llama_layer& cpu_l = m.layers()[static_cast<size_t>(i)];
     upload_vector(L.attn_norm, cpu_l.attn_norm);
     upload_vector(L.ffn_norm, cpu_l.ffn_norm);
+    if (hp.qkv_bias) {
+      if (cpu_l.bq.size() != static_cast<size_t>(E) || cpu_l.bk.size() != static_cast<size_t>(KV) ||
+          cpu_l.bv.size() != static_cast<size_t>(KV))
+        throw std::runtime_error("cuda_forward: layer " + std::to_string(i) + " lacks its Q/K/V biases");
+      upload_vector(L.bq, cpu_l.bq);
+      upload_vector(L.bk, cpu_l.bk);
+      upload_vector(L.bv, cpu_l.bv);
+    }
     upload_linear(L.wq, tensor(p + "attn_q.weight"), E, E);
     upload_linear(L.wk, tensor(p + "attn_k.weight"), KV, E);
     upload_linear(L.wv, tensor(p + "attn_v.weight"), KV, E);
@@ -252,7 +283,23 @@ void cuda_forward::impl::load(const llama_model& m) {
     upload_linear(L.w_down, tensor(p + "ffn_down.weight"), E, F);
   }
   upload_vector(output_norm, m.output_norm());
-  upload_linear(output, tensor(f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight"), hp.n_vocab, E);
+  // Tied embeddings: the output head is token_embd.weight, dequantized from the copy already here.
+  if (f.find_tensor("output.weight"))
+    upload_linear(output, tensor("output.weight"), hp.n_vocab, E);
+  else
+    dequantize_linear(output, te, embd.p, hp.n_vocab, E);
+
+  rope.n_rot = hp.n_rot;
+  rope.base = hp.rope_base;
+  rope.freq_scale = hp.rope_freq_scale;
+  rope.neox = hp.rope_neox;
+  if (!hp.rope_freq_factors.empty()) {
+    if (hp.rope_freq_factors.size() != static_cast<size_t>(hp.n_rot / 2))
+      throw std::runtime_error("cuda_forward: rope_freqs.weight has " + std::to_string(hp.rope_freq_factors.size()) +
+                               " values, RoPE rotates " + std::to_string(hp.n_rot / 2) + " pairs");
+    upload_vector(rope_factors, hp.rope_freq_factors);
+    rope.freq_factors = rope_factors.p;
+  }
 }
 
 void cuda_forward::impl::allocate_buffers() {
@@ -328,15 +375,20 @@ void cuda_forward::impl::enqueue_layers(int64_t N, const int32_t* ids, const int
   const int64_t bs = cfg.block_size;
   const float scale = 1.f / std::sqrt(static_cast<float>(HD));
   cudaStream_t st = stream;
-  cuda::embed_rows(embd.p, ids, N, E, V, x.p, st);
+  cuda::embed_rows(embd.p, embd_type, ids, N, E, V, x.p, st);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const layer& L = layers[static_cast<size_t>(l)];
     if (l == 0) cuda::rms_norm(x.p, L.attn_norm.p, xn.p, N, E, hp.rms_eps, st);
     gemm(L.wq, xn.p, N, q.p);
     gemm(L.wk, xn.p, N, k.p);
     gemm(L.wv, xn.p, N, v.p);
-    cuda::rope(q.p, pos, N, hp.n_head, HD, hp.n_rot, hp.rope_base, st);
-    cuda::rope(k.p, pos, N, hp.n_head_kv, HD, hp.n_rot, hp.rope_base, st);
+    if (hp.qkv_bias) {  // as cpu_forward: the biases join before RoPE (and before V is cached)
+      cuda::add_bias(q.p, L.bq.p, N, E, st);
+      cuda::add_bias(k.p, L.bk.p, N, KV, st);
+      cuda::add_bias(v.p, L.bv.p, N, KV, st);
+    }
+    cuda::rope(q.p, pos, N, hp.n_head, HD, rope, st);
+    cuda::rope(k.p, pos, N, hp.n_head_kv, HD, rope, st);
     cuda::kv_write(k.p, v.p, slots, N, KV, k_cache[l].p, v_cache[l].p, st);
     cuda::paged_attention(q.p, k_cache[l].p, v_cache[l].p, tables, width, seq, pos, N, hp.n_head, hp.n_head_kv, HD, bs,
                           scale, attn.p, st);
@@ -594,6 +646,13 @@ cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
     throw std::runtime_error(dev + " (" + m.prop.name + ") is sm_" + std::to_string(m.prop.major) +
                              std::to_string(m.prop.minor) + "; the CUDA kernels need sm_80 or newer");
   const llama_hparams& hp = model.hparams();
+  // What this backend implements of llama_model: the "llama" and "qwen2" architectures (RoPE in
+  // normal or neox mode with linear scaling and per-frequency divisors, Q/K/V biases) over every
+  // weight type the loader accepts. An architecture the CPU side learns later is refused here by
+  // name rather than run with the wrong graph.
+  if (hp.arch != "llama" && hp.arch != "qwen2")
+    throw std::runtime_error("cuda_forward: architecture '" + hp.arch +
+                             "' is not implemented by the CUDA backend (llama, qwen2); use --device cpu");
   if (hp.head_dim != 64 && hp.head_dim != 128)
     throw std::runtime_error("cuda_forward: the attention kernel supports head sizes 64 and 128, the model has " +
                              std::to_string(hp.head_dim));

@@ -4,6 +4,13 @@
 // for the rest (kernels/cuda/), and the KV cache in device memory as fp16 blocks addressed by the
 // same block tables the CPU engine uses.
 //
+// Serves what llama_model loads, with cpu_forward's semantics: architectures "llama" (Llama 2/3.x
+// with rope_freqs.weight divisors, Mistral, SmolLM2) and "qwen2" (Q/K/V biases added before RoPE,
+// neox RoPE), RoPE linear scaling, every weight type (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1,
+// q8_0, q4_K, q5_K, q6_K). The embedding table stays on the device as stored in the file and the
+// step's rows are dequantized to fp32 exactly as llama_model::embed does; every matrix (a tied
+// output head included) is fp16, each weight the CPU's dequantized value rounded once.
+//
 // Two paths per step:
 //   - decode-only steps (every sequence feeds one token and wants its logits, at most the
 //     largest batch-size bucket of sequences, block tables within max_blocks_per_seq) run one

@@ -1,6 +1,7 @@
 #include "worker/llama_model.hpp"
 
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "kernels/cpu/thread_pool.hpp"
@@ -18,12 +19,22 @@ cpu::weight_type to_weight_type(const gguf::tensor_info& t) {
       return cpu::weight_type::q4_0;
     case gguf::tensor_type::q4_1:
       return cpu::weight_type::q4_1;
+    case gguf::tensor_type::q5_0:
+      return cpu::weight_type::q5_0;
+    case gguf::tensor_type::q5_1:
+      return cpu::weight_type::q5_1;
     case gguf::tensor_type::q8_0:
       return cpu::weight_type::q8_0;
+    case gguf::tensor_type::q4_k:
+      return cpu::weight_type::q4_k;
+    case gguf::tensor_type::q5_k:
+      return cpu::weight_type::q5_k;
+    case gguf::tensor_type::q6_k:
+      return cpu::weight_type::q6_k;
     default:
       throw std::runtime_error("tensor '" + t.name + "' has type " + gguf::type_name(t.type) +
-                               ", which Switchyard cannot load (f32, f16, bf16, q4_0, "
-                               "q4_1, q8_0)");
+                               ", which Switchyard cannot load (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, "
+                               "q8_0, q4_K, q5_K, q6_K)");
   }
 }
 
@@ -39,7 +50,9 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   const gguf::file& f = m->file_;
   llama_hparams& hp = m->hp_;
   hp.arch = f.get_string("general.architecture");
-  if (hp.arch != "llama") throw std::runtime_error(path + ": architecture '" + hp.arch + "' is not supported (llama)");
+  if (hp.arch != "llama" && hp.arch != "qwen2")
+    throw std::runtime_error(path + ": architecture '" + hp.arch +
+                             "' is not supported (supported: " + k_supported_architectures + ")");
   const std::string a = hp.arch + ".";
   if (const auto* v = f.find("general.name"); v && v->type == gguf::value_type::string) hp.name = std::string(v->str);
   hp.n_ctx_train = static_cast<int64_t>(f.get_uint(a + "context_length"));
@@ -53,9 +66,33 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   if (hp.n_head <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
     throw std::runtime_error(path + ": inconsistent attention head counts");
   hp.head_dim = hp.n_embd / hp.n_head;
+  for (const char* key : {"attention.key_length", "attention.value_length"})
+    if (f.find(a + key) && static_cast<int64_t>(f.get_uint(a + key)) != hp.head_dim)
+      throw std::runtime_error(path + ": " + a + key + " = " + std::to_string(f.get_uint(a + key)) +
+                               " differs from embedding_length / head_count = " + std::to_string(hp.head_dim) +
+                               ", which Switchyard does not support");
   hp.n_rot = static_cast<int64_t>(f.get_uint_or(a + "rope.dimension_count", hp.head_dim));
-  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 512)
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 512 || hp.n_rot <= 0)
     throw std::runtime_error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " is invalid");
+  hp.rope_neox = hp.arch == "qwen2";
+  hp.qkv_bias = hp.arch == "qwen2";
+  // RoPE scaling: linear (positions divided by the factor) is applied; Llama 3.1+ scaling comes as
+  // the per-frequency divisors in rope_freqs.weight; YaRN and others are refused by name.
+  if (const auto* v = f.find(a + "rope.scaling.type"); v && v->type == gguf::value_type::string) {
+    const std::string type(v->str);
+    const double factor = f.get_float_or(a + "rope.scaling.factor", 1.0);
+    if (type == "linear") {
+      if (!(factor > 0)) throw std::runtime_error(path + ": rope.scaling.factor must be positive");
+      hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+    } else if (type != "none" && !(factor == 1.0 || factor == 0.0)) {
+      throw std::runtime_error(path + ": RoPE scaling '" + type + "' is not supported (none, linear, llama3)");
+    }
+  }
+  if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+    f.tensor("rope_freqs.weight", {static_cast<uint64_t>(hp.n_rot / 2)});
+    hp.rope_freq_factors.resize(static_cast<size_t>(hp.n_rot / 2));
+    cpu::dequantize_row(to_weight_type(*t), t->data, hp.rope_freq_factors.data(), hp.n_rot / 2);
+  }
 
   m->tok_ = std::make_unique<tokenizer>(tokenizer::from_gguf(f));
   m->chat_ = chat_template::from_gguf(f);
@@ -76,9 +113,13 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   auto lin = [&](const std::string& name, int64_t cols, int64_t rows) {
     const auto& t = f.tensor(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
     m->weight_bytes_ += t.n_bytes;
-    cpu::linear l(to_weight_type(t), t.data, rows, cols, pool);
-    m->repacked_bytes_ += l.panel_bytes();
-    return l;
+    try {
+      cpu::linear l(to_weight_type(t), t.data, rows, cols, pool);
+      m->repacked_bytes_ += l.repacked_bytes();
+      return l;
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(path + ": tensor '" + name + "': " + e.what());
+    }
   };
   const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff;
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
@@ -87,6 +128,11 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
     llama_layer& L = m->layers_[static_cast<size_t>(i)];
     L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
     L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
+    if (hp.qkv_bias) {
+      L.bq = load_vector(f, p + "attn_q.bias", E);
+      L.bk = load_vector(f, p + "attn_k.bias", KV);
+      L.bv = load_vector(f, p + "attn_v.bias", KV);
+    }
     L.wq = lin(p + "attn_q.weight", E, E);
     L.wk = lin(p + "attn_k.weight", E, KV);
     L.wv = lin(p + "attn_v.weight", E, KV);
@@ -99,6 +145,24 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   // Tied embeddings: without output.weight the embedding matrix is the output head.
   m->output_ = lin(f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", E, hp.n_vocab);
   return m;
+}
+
+cpu::rope_config llama_model::rope() const {
+  cpu::rope_config c;
+  c.n_rot = hp_.n_rot;
+  c.base = hp_.rope_base;
+  c.freq_scale = hp_.rope_freq_scale;
+  c.freq_factors = hp_.rope_freq_factors.empty() ? nullptr : hp_.rope_freq_factors.data();
+  c.neox = hp_.rope_neox;
+  return c;
+}
+
+std::string llama_model::type_summary() const {
+  std::map<std::string, int> n;
+  for (const auto& t : file_.tensors()) ++n[gguf::type_name(t.type)];
+  std::string out;
+  for (const auto& [name, count] : n) out += (out.empty() ? "" : ", ") + name + " x " + std::to_string(count);
+  return out;
 }
 
 void llama_model::embed(token_id id, float* out) const {

@@ -11,12 +11,17 @@
 #include "common/gguf.hpp"
 #include "common/tokenizer.hpp"
 #include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/ops.hpp"
 
 namespace sy::cpu {
 class thread_pool;
 }
 
 namespace sy {
+
+// Architectures (GGUF general.architecture) this runtime implements: "llama" (Llama 2/3.x,
+// Mistral, SmolLM2) and "qwen2" (Q/K/V biases, neox RoPE).
+inline constexpr const char* k_supported_architectures = "llama, qwen2";
 
 struct llama_hparams {
   std::string arch;  // general.architecture
@@ -31,6 +36,10 @@ struct llama_hparams {
   int64_t head_dim = 0;  // n_embd / n_head
   int64_t n_rot = 0;     // rotated dims per head
   float rope_base = 10000.f;
+  float rope_freq_scale = 1.f;           // 1 / rope.scaling.factor (linear scaling), else 1
+  bool rope_neox = false;                // qwen2: rotate (i, i + n_rot/2)
+  std::vector<float> rope_freq_factors;  // rope_freqs.weight (Llama 3.1+ scaling), n_rot / 2 or empty
+  bool qkv_bias = false;                 // qwen2: attn_{q,k,v}.bias
   float rms_eps = 1e-5f;
 
   int64_t kv_dim() const { return n_head_kv * head_dim; }
@@ -42,6 +51,7 @@ cpu::weight_type to_weight_type(const gguf::tensor_info& t);
 
 struct llama_layer {
   std::vector<float> attn_norm, ffn_norm;  // f32 copies of the norm weights
+  std::vector<float> bq, bk, bv;           // f32 Q/K/V biases (qkv_bias), else empty
   cpu::linear wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
@@ -59,9 +69,13 @@ class llama_model {
   const cpu::linear& output() const { return output_; }
   // Embedding row of `id` as f32 (n_embd values).
   void embed(token_id id, float* out) const;
-  // Bytes of weights as stored in the file, and of the repacked copies.
+  // The RoPE settings of this model (cpu/ops.hpp), pointing into hparams().
+  cpu::rope_config rope() const;
+  // Bytes of the matrices as stored in the file, and of the repacked copies held besides.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t repacked_bytes() const { return repacked_bytes_; }
+  // "q4_K x 98, q6_K x 13, f32 x 33": the file's tensor types, for logs.
+  std::string type_summary() const;
 
  private:
   explicit llama_model(gguf::file f) : file_(std::move(f)) {}

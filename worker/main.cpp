@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/chat_template.hpp"
 #include "common/cli_args.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -56,31 +58,46 @@ void usage() {
                "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
                "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
                "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
-               "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off]\n"
-               "  generate --prompt TEXT [--chat] [--system TEXT] [--model PATH] [--max-tokens N]\n"
-               "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-               "           [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N] [--stats]\n"
+               "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
+               "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
+               "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+               "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
+               "           [--stats]\n"
                "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
                "           [--threads N] [--json FILE]\n"
-               "  tokenize --prompt TEXT [--chat] [--system TEXT]             (token ids as JSON)\n"
+               "  tokenize --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE]   (token ids as JSON)\n"
                "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
                "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
                "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
                "           [--skip batching,sequential,prefix,memory] [--device cpu|cuda:N] [--cuda-graphs on|off]\n"
                "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
                "  info     [--model PATH]\n"
-               "The model defaults to $SY_MODEL or %s.\n",
-               k_program, k_serve, default_model());
+               "The model defaults to $SY_MODEL or %s.\n"
+               "--chat-template: one of %s, or a Jinja file; default: the model's.\n",
+               k_program, k_serve, default_model(), sy::chat_format_names().c_str());
 }
 
-// --prompt as token ids; with --chat through the model's chat template (and --system).
-std::vector<sy::token_id> prompt_ids(const sy::llama_model& model, const sy::cli_args& a) {
+// --chat-template's template, checked before the model loads; nullopt when not given.
+std::optional<sy::chat_template> chat_template_option(const sy::cli_args& a) {
+  if (!a.has("chat-template")) return std::nullopt;
+  return sy::chat_template::parse(sy::chat_template::read_option(a.get("chat-template")));
+}
+
+// --prompt as token ids; with --chat through the chat template (--chat-template's, else the
+// model's) and --system.
+std::vector<sy::token_id> prompt_ids(const sy::llama_model& model, const sy::cli_args& a,
+                                     const std::optional<sy::chat_template>& chat_override) {
   std::string prompt = a.get("prompt");
   if (a.has("chat")) {
+    const sy::chat_template& tmpl = chat_override ? *chat_override : model.chat();
+    if (!tmpl.supported()) {
+      throw std::runtime_error("--chat: the model's chat template cannot be applied (" + tmpl.unsupported_reason +
+                               "); pass --chat-template NAME (" + sy::chat_format_names() + ") or a Jinja file");
+    }
     std::vector<sy::chat_message> msgs;
     if (a.has("system")) msgs.push_back({"system", a.get("system")});
     msgs.push_back({"user", prompt});
-    prompt = model.chat().apply(msgs, true);
+    prompt = tmpl.apply(msgs, true);
   }
   return model.vocab().encode(prompt, true, a.has("chat"));
 }
@@ -90,12 +107,13 @@ double now_ms() {
 }
 
 int cmd_generate(const sy::cli_args& a) {
-  a.check_known({"model", "prompt", "chat", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                 "repeat-penalty", "seed", "stop", "ignore-eos", "ctx", "threads", "stats"});
+  a.check_known({"model", "prompt", "chat", "system", "chat-template", "max-tokens", "temperature", "top-k", "top-p",
+                 "min-p", "repeat-penalty", "seed", "stop", "ignore-eos", "ctx", "threads", "stats"});
   if (!a.has("prompt")) throw std::invalid_argument("generate needs --prompt");
+  const auto chat_override = chat_template_option(a);
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
-  const auto ids = prompt_ids(*model, a);
+  const auto ids = prompt_ids(*model, a, chat_override);
   sy::sampling_params sp;
   sp.max_tokens = static_cast<int32_t>(a.get_int("max-tokens", 256));
   sp.temperature = static_cast<float>(a.get_float("temperature", 0.0));
@@ -195,10 +213,11 @@ int cmd_bench(const sy::cli_args& a) {
 
 // Token ids of a prompt (after the chat template with --chat), as a JSON array on stdout.
 int cmd_tokenize(const sy::cli_args& a) {
-  a.check_known({"model", "prompt", "chat", "system", "threads"});
+  a.check_known({"model", "prompt", "chat", "system", "chat-template", "threads"});
+  const auto chat_override = chat_template_option(a);
   sy::cpu::thread_pool pool(1);
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
-  const auto ids = prompt_ids(*model, a);
+  const auto ids = prompt_ids(*model, a, chat_override);
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
   std::printf("%s]\n", out.c_str());
@@ -251,6 +270,7 @@ int cmd_info(const sy::cli_args& a) {
 int cmd_serve_check(const sy::cli_args& a) {
   a.check_known(sy::serve_options());
   const sy::device_choice dev = sy::parse_device_choice(a);
+  chat_template_option(a);  // a bad --chat-template fails as serve's would
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
   const auto eng = sy::make_serve_engine(a, dev, *model, pool);

@@ -7,7 +7,9 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/chat_template.hpp"
 #include "common/cli_args.hpp"
+#include "common/protocol.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/actor_protocol.hpp"
@@ -22,6 +24,11 @@ namespace sy {
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known(serve_options());
   const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
+  // So does a bad --chat-template. Its name, or its file's text, is what routers are sent.
+  const std::string chat_override = a.has("chat-template") ? chat_template::read_option(a.get("chat-template")) : "";
+  if (chat_override.size() > proto::k_max_chat_template_bytes)
+    throw std::invalid_argument("--chat-template: the file is larger than " +
+                                std::to_string(proto::k_max_chat_template_bytes) + " bytes");
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -40,6 +47,12 @@ int run_serve(const cli_args& a, const char* default_model) {
   sc.model_id = model_path.substr(model_path.find_last_of('/') + 1);
   if (sc.model_id.size() > 5 && sc.model_id.substr(sc.model_id.size() - 5) == ".gguf")
     sc.model_id.resize(sc.model_id.size() - 5);
+  sc.chat_template = chat_override;
+  if (chat_override.empty() && !model->chat().supported())
+    std::fprintf(stderr,
+                 "switchyard-worker: warning: the chat template of %s cannot be applied (%s); routers will refuse "
+                 "/v1/chat/completions for it (completions work). Pass --chat-template NAME (%s) or a Jinja file.\n",
+                 sc.model_id.c_str(), model->chat().unsupported_reason.c_str(), chat_format_names().c_str());
 
   auto metrics = std::make_shared<shared_metrics>();
   auto link_counts = std::make_shared<link_counters>();

@@ -30,24 +30,7 @@ std::string engine_id(const std::string& peer, const std::string& request_id) {
 }  // namespace
 
 proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f) {
-  proto::tokenizer_spec t;
-  t.model = f.get_string("tokenizer.ggml.model");
-  if (const auto* v = f.find("tokenizer.ggml.pre"); v && v->type == gguf::value_type::string)
-    t.pre = std::string(v->str);
-  for (auto s : f.get_strings("tokenizer.ggml.tokens")) t.tokens.emplace_back(s);
-  if (const auto* v = f.find("tokenizer.ggml.token_type"); v && v->type == gguf::value_type::array)
-    for (const auto& x : v->items) t.token_types.push_back(static_cast<int32_t>(x.as_int()));
-  if (f.find("tokenizer.ggml.merges"))
-    for (auto s : f.get_strings("tokenizer.ggml.merges")) t.merges.emplace_back(s);
-  auto id = [&](const char* key) {
-    const auto* v = f.find(key);
-    return v && v->is_integer() ? static_cast<int32_t>(v->as_int()) : -1;
-  };
-  t.bos_id = id("tokenizer.ggml.bos_token_id");
-  t.eos_id = id("tokenizer.ggml.eos_token_id");
-  t.unk_id = id("tokenizer.ggml.unknown_token_id");
-  t.pad_id = id("tokenizer.ggml.padding_token_id");
-  t.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  proto::tokenizer_spec t = tokenizer::spec_from_gguf(f);  // every tokenizer.ggml.* field, defaults applied
   if (const auto* v = f.find("tokenizer.chat_template"); v && v->type == gguf::value_type::string)
     t.chat_template = std::string(v->str);
   return t;
@@ -63,6 +46,7 @@ worker_service::worker_service(engine& eng, service_config config) : eng_(eng), 
   welcome_.max_running = static_cast<uint32_t>(ec.sched.max_running);
   welcome_.tokenizer = tokenizer_spec_from(eng_.model().file());
   welcome_.tokenizer.add_bos = eng_.model().vocab().add_bos();  // the effective value, default included
+  if (!config_.chat_template.empty()) welcome_.tokenizer.chat_template = config_.chat_template;
 }
 
 template <class T>

@@ -28,6 +28,9 @@ struct out_frame {
 struct service_config {
   std::string worker_id = "worker";
   std::string model_id = "model";
+  // --chat-template: what routers render chats with instead of the model's own template, as
+  // chat_template::parse() takes it (a format name or Jinja source); empty: the model's.
+  std::string chat_template;
 };
 
 // Counters for /metrics (monotonic unless noted).

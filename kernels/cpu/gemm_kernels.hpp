@@ -57,12 +57,28 @@ constexpr int64_t int_panel_lines(weight_type t, int64_t k) { return k / 32 * (n
 void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                        int64_t p1, line64* out);
 
+// bf16 panels [p0, p1) of a `rows` x k matrix, written to out[(p - p0) * 16 * k ...] (kernels/cpu/repack.cpp):
+// from its GGUF rows (any weight type, dequantized then rounded to nearest even), or from its
+// integer panels (q4_0/q4_1/q8_0; the same values). Rows past the end are zero.
+void pack_bf16_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
+                      int64_t p1, uint16_t* out);
+void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t k, int64_t p0, int64_t p1,
+                               uint16_t* out);
+
 // y[t * ldy + r] = dot(W row r, token t) for rows in panels [p0, p1) (clipped to `rows`) and
 // every token of `a`. Each (row, token) result is computed by the same instruction sequence
 // whatever the number of tokens: results do not depend on the batch.
 void gemv_int_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
                             const q8_act_batch& a, float* y, int64_t ldy);
+// Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
+// k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act
+// blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; q8_K blocks (k / 256 per
+// token) for q4_K/q5_K/q6_K; f32 rows (ldx apart) for f32/f16/bf16.
 void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
-                     int64_t k, float* y);
+                     int64_t k, int64_t n_tok, float* y, int64_t ldy);
+void gemv_q8k_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_K* a,
+                   int64_t k, int64_t n_tok, float* y, int64_t ldy);
+void gemv_f32act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const float* x,
+                      int64_t ldx, int64_t k, int64_t n_tok, float* y, int64_t ldy);
 
 }  // namespace sy::cpu

@@ -1,16 +1,19 @@
 // A linear layer's weight (rows = output features, cols = input features) and y = x W^T over a
 // batch of tokens.
 //
-// Two representations; the caller picks one per token by its role (cpu_forward.hpp), never by
-// the batch size, so a token's result does not depend on what else is in the step:
-//  * forward_gemv (generated tokens, output head): integer kernels on the q4_0/q4_1/q8_0 weights
-//    against activations quantized to 8 bits per 32 (as llama.cpp does). With AVX-512 VNNI the
-//    weights are repacked at load into 16-row integer panels (gemm_kernels.hpp: one vpdpbusd
-//    serves 16 rows, ~3.5x faster than dotting row by row); the portable AVX2 kernel reads the
-//    GGUF blocks as they are;
-//  * forward_gemm (prompt tokens): a bf16 copy repacked into 16-row panels at load
-//    (gemm_kernels.hpp), run as a register-tiled GEMM (AVX-512 BF16 dot products, or f32 FMA).
-// Float weight types (f32/f16/bf16) always take the panel path.
+// One resident copy of the weights: the GGUF rows in the memory map (plus, on AVX-512 VNNI
+// machines, q4_0/q4_1/q8_0 repacked into integer panels, after which the map's pages are let go).
+// Two paths; the caller picks one per token by its role (cpu_forward.hpp), never by the batch
+// size, so a token's result does not depend on what else is in the step:
+//  * forward_gemv (generated tokens, output head): for quantized weights, integer kernels against
+//    activations quantized to 8 bits as llama.cpp does (per 32 for q4_0..q8_0, per 256 for the
+//    K-quants); with AVX-512 VNNI q4_0/q4_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp).
+//    Float weights (f32/f16/bf16): f32 FMAs on the rows as stored;
+//  * forward_gemm (prompt tokens): a register-tiled GEMM (AVX-512 BF16 dot products, or f32 FMA)
+//    over bf16 16-row panels built from the weights a few panels at a time into a per-thread
+//    scratch, so the conversion is paid once per step and panel and no bf16 copy stays resident;
+//    except K-quants on CPUs without AVX-512 BF16, whose prompt tokens take the integer kernel
+//    (faster there; see prompt_on_integer_kernel).
 #pragma once
 
 #include <cstdint>
@@ -48,8 +51,14 @@ class linear {
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   weight_type type() const { return type_; }
-  bool has_integer_path() const;
-  size_t panel_bytes() const { return panels_.size() * sizeof(uint16_t); }
+  // Bytes of the weights as stored in the file, and of what this layer holds besides (the
+  // integer panels, where built).
+  size_t file_bytes() const { return static_cast<size_t>(row_bytes_ * rows_); }
+  size_t repacked_bytes() const { return int_panels_.size() * sizeof(line64); }
+  // Whether forward_gemm runs on the integer kernel rather than the bf16 panel GEMM: for K-quants
+  // on CPUs without AVX-512 BF16, where it is the faster of the two (gemv_avx2.cpp's K-quant kernel
+  // reaches ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core).
+  bool prompt_on_integer_kernel() const;
 
   // y[t * ldy + r] = sum_k W[r][k] x[t * ldx + k], t < n_tok, r < rows, by either path.
   void forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const;
@@ -60,18 +69,19 @@ class linear {
   friend void forward_gemm_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   template <class F>
   static void for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn);
-  // The AVX2 integer kernel straight on the GGUF blocks (no AVX-512 VNNI, or forced portable).
-  void forward_gemv_portable(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
-                             thread_pool& pool) const;
+  // Whether the AVX-512 VNNI kernel may run this layer now (built and not forced portable).
+  bool vnni_ready() const;
+
+  // bf16 panels [p0, p1) into out (prompt GEMM), from the integer panels where built.
+  void pack_panels(int64_t p0, int64_t p1, uint16_t* out) const;
 
   weight_type type_ = weight_type::f32;
-  const uint8_t* data_ = nullptr;
+  const uint8_t* data_ = nullptr;  // GGUF rows, row_bytes_ apart, in the model's memory map
   int64_t rows_ = 0, cols_ = 0;
   int64_t row_bytes_ = 0;
-  int64_t n_panels_ = 0;
-  std::vector<uint16_t, huge_page_allocator<uint16_t>> panels_;  // n_panels_ * 16 * cols_ bf16 values
+  int64_t n_panels_ = 0;  // 16-row groups
   std::vector<line64, huge_page_allocator<line64>>
-      int_panels_;  // integer weights for the AVX-512 VNNI kernel (gemm_kernels.hpp)
+      int_panels_;  // q4_0/q4_1/q8_0 for the AVX-512 VNNI kernel (gemm_kernels.hpp); else empty
 };
 
 }  // namespace sy::cpu

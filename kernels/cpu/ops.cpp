@@ -19,26 +19,36 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   for (i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
-void rope_norm(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base) {
-  // theta_i = pos * base^(-2i/n_rot): computed as llama.cpp does, by repeated multiplication of
-  // theta_scale = base^(-2/n_rot), so results match the reference bit for bit in the common case.
-  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const rope_config& c) {
+  const int64_t half = c.n_rot / 2;
+  const float theta_scale = std::pow(c.base, -2.0f / static_cast<float>(c.n_rot));
   float cos_sin[2 * 256];
   float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
-    cos_sin[2 * i] = std::cos(theta);
-    cos_sin[2 * i + 1] = std::sin(theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float ff = c.freq_factors ? c.freq_factors[i] : 1.0f;
+    const float t = c.freq_scale * (theta / ff);
+    cos_sin[2 * i] = std::cos(t);
+    cos_sin[2 * i + 1] = std::sin(t);
     theta *= theta_scale;
   }
+  const int64_t step = c.neox ? 1 : 2, other = c.neox ? half : 1;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
-    for (int64_t i = 0; i < n_rot / 2; ++i) {
-      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * c - b * s;
-      v[2 * i + 1] = a * s + b * c;
+    for (int64_t i = 0; i < half; ++i) {
+      const float cs = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+      float* p = v + i * step;
+      const float a = p[0], b = p[other];
+      p[0] = a * cs - b * sn;
+      p[other] = a * sn + b * cs;
     }
   }
+}
+
+void rope_norm(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base) {
+  rope_config c;
+  c.n_rot = n_rot;
+  c.base = base;
+  rope(x, n_heads, head_dim, pos, c);
 }
 
 void exp_inplace(float* x, int64_t n) {

@@ -8,8 +8,21 @@ namespace sy::cpu {
 
 // out = x / sqrt(mean(x^2) + eps) * w, for one row of n.
 void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps);
-// RoPE, llama.cpp "normal" mode: rotates adjacent pairs (x[2i], x[2i+1]) of each head by
-// pos * base^(-2i / n_rot). `x` holds n_heads heads of head_dim, n_rot <= head_dim.
+// Rotary position embedding as llama.cpp computes it. Pair i < n_rot / 2 of each head turns by
+//   theta_i = freq_scale * (pos * base^(-2i / n_rot)) / freq_factors[i]
+// (base^(-2i/n_rot) by repeated multiplication, as llama.cpp does, so results match it bit for
+// bit in the common case). "normal" mode rotates adjacent pairs (x[2i], x[2i+1]) (Llama, Mistral);
+// neox mode rotates (x[i], x[i + n_rot/2]) (Qwen2).
+struct rope_config {
+  int64_t n_rot = 0;                    // rotated dimensions per head, <= head_dim, even, <= 512
+  float base = 10000.f;                 // rope.freq_base
+  float freq_scale = 1.f;               // 1 / rope.scaling.factor for linear scaling
+  const float* freq_factors = nullptr;  // n_rot / 2 divisors (rope_freqs.weight: Llama 3.1+), or null
+  bool neox = false;
+};
+// `x` holds n_heads heads of head_dim.
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const rope_config& c);
+// Normal mode, no scaling (rope() with defaults).
 void rope_norm(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base);
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);

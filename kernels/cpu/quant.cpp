@@ -7,6 +7,17 @@
 
 namespace sy::cpu {
 
+// The 32 unsigned 5-bit values of a q5_0/q5_1 block from its qh (4 bytes) followed by qs (16).
+void unpack_q5(const uint8_t* qh_qs, uint8_t* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_qs, 4);
+  const uint8_t* qs = qh_qs + 4;
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 15) | (((qh >> j) & 1) << 4));
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+  }
+}
+
 const char* weight_type_name(weight_type t) {
   switch (t) {
     case weight_type::f32:
@@ -21,8 +32,23 @@ const char* weight_type_name(weight_type t) {
       return "q4_1";
     case weight_type::q8_0:
       return "q8_0";
+    case weight_type::q5_0:
+      return "q5_0";
+    case weight_type::q5_1:
+      return "q5_1";
+    case weight_type::q4_k:
+      return "q4_K";
+    case weight_type::q5_k:
+      return "q5_K";
+    case weight_type::q6_k:
+      return "q6_K";
   }
   return "?";
+}
+
+int64_t block_elements(weight_type t) {
+  if (is_float_type(t)) return 1;
+  return is_k_quant(t) ? qk_k : qk;
 }
 
 size_t row_bytes(weight_type t, int64_t n) {
@@ -38,6 +64,16 @@ size_t row_bytes(weight_type t, int64_t n) {
       return n / qk * sizeof(block_q4_1);
     case weight_type::q8_0:
       return n / qk * sizeof(block_q8_0);
+    case weight_type::q5_0:
+      return n / qk * sizeof(block_q5_0);
+    case weight_type::q5_1:
+      return n / qk * sizeof(block_q5_1);
+    case weight_type::q4_k:
+      return n / qk_k * sizeof(block_q4_K);
+    case weight_type::q5_k:
+      return n / qk_k * sizeof(block_q5_K);
+    case weight_type::q6_k:
+      return n / qk_k * sizeof(block_q6_K);
   }
   return 0;
 }
@@ -98,6 +134,26 @@ void dequantize_row(weight_type t, const void* row, float* out, int64_t n) {
       }
       return;
     }
+    case weight_type::q5_0:
+    case weight_type::q5_1: {
+      const bool q5_1 = t == weight_type::q5_1;
+      const auto* p = static_cast<const uint8_t*>(row);
+      const size_t bytes = q5_1 ? sizeof(block_q5_1) : sizeof(block_q5_0);
+      for (int64_t i = 0; i < n / qk; ++i) {
+        uint8_t q[32];
+        const float d = fp16_to_fp32(q5_1 ? reinterpret_cast<const block_q5_1*>(p)[i].d
+                                          : reinterpret_cast<const block_q5_0*>(p)[i].d);
+        const float m = q5_1 ? fp16_to_fp32(reinterpret_cast<const block_q5_1*>(p)[i].m) : -16.f * d;
+        unpack_q5(p + i * bytes + (q5_1 ? 4 : 2), q);
+        for (int j = 0; j < qk; ++j) out[i * qk + j] = d * q[j] + m;
+      }
+      return;
+    }
+    case weight_type::q4_k:
+    case weight_type::q5_k:
+    case weight_type::q6_k:
+      dequantize_row_k(t, row, out, n);
+      return;
   }
   throw std::logic_error("dequantize_row: unknown type");
 }
@@ -149,6 +205,20 @@ float dot_row_q8_act_ref(weight_type t, const void* row, const block_q8_act* a, 
         for (int j = 0; j < qk; ++j) isum += b.qs[j] * a[i].qs[j];
         dw = fp16_to_fp32(b.d);
         cw = 0;
+        break;
+      }
+      case weight_type::q5_0:
+      case weight_type::q5_1: {
+        const bool q5_1 = t == weight_type::q5_1;
+        const auto* p = static_cast<const uint8_t*>(row) + i * (q5_1 ? sizeof(block_q5_1) : sizeof(block_q5_0));
+        uint8_t q[32];
+        unpack_q5(p + (q5_1 ? 4 : 2), q);
+        for (int j = 0; j < qk; ++j) isum += q[j] * a[i].qs[j];
+        uint16_t d, m;
+        std::memcpy(&d, p, 2);
+        std::memcpy(&m, p + 2, 2);
+        dw = fp16_to_fp32(d);
+        cw = q5_1 ? fp16_to_fp32(m) : -16.f * dw;
         break;
       }
       default:

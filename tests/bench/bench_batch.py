@@ -21,8 +21,9 @@ for three engines:
 Per level the engines alternate (Switchyard, then llama.cpp) so machine drift hits both; with
 --rounds N every figure is the median of N rounds. Not part of CI.
 
-llama.cpp comes from llama-cpp-python, which this script does not install (it compiles llama.cpp,
-~10 minutes): run tests/bench/setup_llamacpp.sh once, or pass --python for a Python that has it.
+llama.cpp comes from llama-cpp-python's bindings over a llama.cpp built for this CPU, which this
+script does not build (~8 minutes): run tests/bench/setup_llamacpp.sh once, or pass --python for a
+Python that has llama_cpp.
 
 usage: tests/bench/bench_batch.py [--levels 1,4,16,32] [--prompt 128] [--gen 128] [--threads N]
                                   [--rounds 1] [--json out.json]
@@ -211,7 +212,8 @@ def tail(text, n=20):
 
 
 def find_python(arg):
-    cands = [arg] if arg else ["/opt/llamaref/bin/python", os.path.join(ROOT, ".venv-bench", "bin", "python")]
+    cands = [arg] if arg else [os.path.join(ROOT, "build", "llama.cpp-bench", "bin", "python"), "/opt/llamaref/bin/python",
+                               os.path.join(ROOT, ".venv-bench", "bin", "python")]
     for py in cands:
         if not os.path.exists(py):
             continue
@@ -221,9 +223,9 @@ def find_python(arg):
             return py, p.stdout.strip()
         if arg:
             fail(f"{py} cannot import llama_cpp and numpy:\n{tail(p.stderr, 5)}\n"
-                 "create a venv with tests/bench/setup_llamacpp.sh (it builds llama-cpp-python, ~10 min)")
+                 "build it with tests/bench/setup_llamacpp.sh (compiles llama.cpp, ~8 min)")
     fail("llama-cpp-python not found (looked for " + ", ".join(cands) + ").\n"
-         "  create it with: tests/bench/setup_llamacpp.sh   (makes .venv-bench, compiles llama.cpp, ~10 min)\n"
+         "  create it with: tests/bench/setup_llamacpp.sh   (compiles llama.cpp into build/llama.cpp-bench, ~8 min)\n"
          "  or point at an existing one: --python /path/to/venv/bin/python")
 
 
@@ -266,7 +268,8 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "switchyard-worker"))
     ap.add_argument("--python", default=None,
-                    help="python with llama_cpp and numpy (default: /opt/llamaref or .venv-bench)")
+                    help="python with llama_cpp and numpy (default: build/llama.cpp-bench/bin/python, made by "
+                         "tests/bench/setup_llamacpp.sh)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--levels", default="1,4,16,32", help="comma-separated concurrency levels")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence")

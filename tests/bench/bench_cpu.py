@@ -6,9 +6,9 @@ llama-bench: pp = one forward over N prompt tokens from an empty cache (tokens/s
 single-token forwards from an empty cache (tokens/s). The engines alternate, R rounds each,
 and the median of each figure is reported with the ratio.
 
-llama.cpp is driven through llama-cpp-python, which this script does not install (it compiles
-llama.cpp, ~10 minutes): run tests/bench/setup_llamacpp.sh once, or pass --python for a Python
-that has it. Not part of CI.
+llama.cpp is driven through llama-cpp-python's bindings over a llama.cpp built for this CPU, which
+this script does not build (~8 minutes): run tests/bench/setup_llamacpp.sh once, or pass --python
+for a Python that has llama_cpp. Not part of CI.
 
 usage: tests/bench/bench_cpu.py [--threads 2] [--pp 512] [--tg 128] [--rounds 3] [--json out.json]
 """
@@ -55,7 +55,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "switchyard-worker"))
-    ap.add_argument("--python", default=None, help="python with llama_cpp (default: .venv-bench or /opt/llamaref)")
+    ap.add_argument("--python", default=None, help="python with llama_cpp (default: build/llama.cpp-bench/bin/python)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
@@ -65,7 +65,8 @@ def main():
 
     py = a.python
     if py is None:
-        for cand in (os.path.join(ROOT, ".venv-bench", "bin", "python"), "/opt/llamaref/bin/python"):
+        for cand in (os.path.join(ROOT, "build", "llama.cpp-bench", "bin", "python"),
+                     os.path.join(ROOT, ".venv-bench", "bin", "python"), "/opt/llamaref/bin/python"):
             if os.path.exists(cand):
                 py = cand
                 break

@@ -1,17 +1,20 @@
 // Parity of the elementwise / row CUDA ops with their CPU references (STYLE 12): embedding
-// gather, RMSNorm (plain and fused with the residual add), add_inplace, f32 -> f16, RoPE, SwiGLU,
-// KV write and weight dequantization. Each case draws fresh random inputs, poisons the device
-// output with NaN bytes before the launch, surrounds every output with guard bytes that must come
-// back unchanged, and compares with the CPU op by normalised MSE (or bit for bit where the device
-// must round exactly as the host does). Exits 77 without a device.
+// gather (every weight type), RMSNorm (plain and fused with the residual add), add_inplace,
+// f32 -> f16, RoPE (normal and neox, linear scaling, per-frequency divisors), the Q/K/V bias add,
+// SwiGLU, KV write and weight dequantization (every weight type). Each case draws fresh random inputs, poisons the
+// device output with NaN bytes before the launch, surrounds every output with guard bytes that must come back
+// unchanged, and compares with the CPU op by normalised MSE (or bit for bit where the device must round exactly as the
+// host does). Exits 77 without a device.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <numbers>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -20,6 +23,7 @@
 
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/bias_add.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dequantize.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -28,9 +32,11 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
 #include "tests/gpu/gpu_check.hpp"
+#include "tests/gpu/random_weights.hpp"
 
 namespace {
 
+using sy::gpu_test::k_all_types;
 using sy::gpu_test::random_floats;
 using sy::gpu_test::suite;
 
@@ -115,38 +121,60 @@ void sync(cudaStream_t st) { SY_CUDA_CHECK(cudaStreamSynchronize(st)); }
 // ---- embedding ------------------------------------------------------------------------------
 
 void test_embedding(suite& s, cudaStream_t st) {
+  using sy::cpu::weight_type;
   struct shape {
     int64_t n_vocab, n_embd, n_tokens;
   };
-  for (const shape sh : {shape{49152, 576, 64}, shape{1000, 576, 37}, shape{50, 7, 5}, shape{3, 33, 1}}) {
-    const std::string what = "embed_rows vocab " + std::to_string(sh.n_vocab) + " embd " + std::to_string(sh.n_embd) +
-                             " tokens " + std::to_string(sh.n_tokens);
-    const auto table = float_to_half_bits(random_floats(sh.n_vocab * sh.n_embd, next_seed()));
-    std::mt19937 rng(next_seed());
-    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(sh.n_vocab - 1));
-    std::vector<int32_t> ids(sh.n_tokens);
-    for (auto& id : ids) id = pick(rng);
-    // Out-of-range ids must give zeros.
-    const int32_t bad_ids[] = {-1, static_cast<int32_t>(sh.n_vocab), INT32_MAX, INT32_MIN};
-    for (size_t j = 0; j < std::size(bad_ids) && 2 * j + 1 < ids.size(); ++j) ids[2 * j + 1] = bad_ids[j];
+  for (const weight_type t : k_all_types) {
+    const int64_t block = sy::cpu::block_elements(t);
+    std::vector<shape> shapes;
+    if (block == 1)
+      shapes = {{49152, 576, 64}, {1000, 576, 37}, {50, 7, 5}, {3, 33, 1}};
+    else if (block == 32)
+      shapes = {{1000, 576, 37}, {50, 64, 5}, {3, 32, 1}};
+    else
+      shapes = {{1200, 256, 37}, {300, 768, 64}, {3, 256, 1}};
+    for (const shape sh : shapes) {
+      const std::string what = std::string("embed_rows ") + sy::cpu::weight_type_name(t) + " vocab " +
+                               std::to_string(sh.n_vocab) + " embd " + std::to_string(sh.n_embd) + " tokens " +
+                               std::to_string(sh.n_tokens);
+      const auto table = sy::gpu_test::random_weights(t, sh.n_vocab, sh.n_embd, next_seed());
+      const size_t rb = sy::cpu::row_bytes(t, sh.n_embd);
+      std::mt19937 rng(next_seed());
+      std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(sh.n_vocab - 1));
+      std::vector<int32_t> ids(sh.n_tokens);
+      for (auto& id : ids) id = pick(rng);
+      ids[0] = static_cast<int32_t>(sh.n_vocab - 1);  // the last row: no read past the table
+      // Out-of-range ids must give zeros.
+      const int32_t bad_ids[] = {-1, static_cast<int32_t>(sh.n_vocab), INT32_MAX, INT32_MIN};
+      for (size_t j = 0; j < std::size(bad_ids) && 2 * j + 1 < ids.size(); ++j) ids[2 * j + 1] = bad_ids[j];
 
-    std::vector<float> want(sh.n_tokens * sh.n_embd, 0.f);
-    for (int64_t t = 0; t < sh.n_tokens; ++t)
-      if (ids[t] >= 0 && ids[t] < sh.n_vocab)
-        for (int64_t i = 0; i < sh.n_embd; ++i)
-          want[t * sh.n_embd + i] = sy::cpu::fp16_to_fp32(table[ids[t] * sh.n_embd + i]);
+      // The reference: llama_model::embed, i.e. cpu::dequantize_row of the row, bit for bit.
+      std::vector<float> want(sh.n_tokens * sh.n_embd, 0.f);
+      for (int64_t tk = 0; tk < sh.n_tokens; ++tk)
+        if (ids[tk] >= 0 && ids[tk] < sh.n_vocab)
+          sy::cpu::dequantize_row(t, table.data() + ids[tk] * rb, want.data() + tk * sh.n_embd, sh.n_embd);
 
-    guarded<uint16_t> d_table(table.size());
-    guarded<int32_t> d_ids(ids.size());
-    guarded<float> d_out(want.size());
-    d_table.upload(table);
-    d_ids.upload(ids);
-    d_out.poison();
-    sy::cuda::embed_rows(d_table.as_half(), d_ids.get(), sh.n_tokens, sh.n_embd, sh.n_vocab, d_out.get(), st);
-    sync(st);
-    check_bits(s, d_out.download(), want, what);
-    check_guards(s, d_out, what);
+      guarded<uint8_t> d_table(table.size());
+      guarded<int32_t> d_ids(ids.size());
+      guarded<float> d_out(want.size());
+      d_table.upload(table);
+      d_ids.upload(ids);
+      d_out.poison();
+      sy::cuda::embed_rows(d_table.get(), t, d_ids.get(), sh.n_tokens, sh.n_embd, sh.n_vocab, d_out.get(), st);
+      sync(st);
+      check_bits(s, d_out.download(), want, what);
+      check_guards(s, d_out, what);
+    }
   }
+  // A row that is not whole blocks is refused up front.
+  bool threw = false;
+  try {
+    sy::cuda::embed_rows(nullptr, weight_type::q6_k, nullptr, 1, 288, 1, nullptr, st);
+  } catch (const std::invalid_argument&) {
+    threw = true;
+  }
+  s.check(threw, "embed_rows refuses n_embd % 256 != 0 for q6_K");
 }
 
 // ---- RMSNorm, fused add + RMSNorm, add_inplace, f32 -> f16 -------------------------------------
@@ -229,47 +257,147 @@ void test_add_and_convert(suite& s, cudaStream_t st) {
 
 // ---- RoPE -----------------------------------------------------------------------------------
 
+// Llama 3.1-style divisors (1 for the high frequencies, `factor` for the low ones, a smooth ramp
+// between) for n_pairs pairs, or uniform random ones in [1, 32].
+std::vector<float> rope_divisors(int64_t n_pairs, float base, bool llama3) {
+  std::vector<float> ff(static_cast<size_t>(n_pairs));
+  std::mt19937 rng(next_seed());
+  std::uniform_real_distribution<float> any(1.f, 32.f);
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    if (!llama3) {
+      ff[i] = any(rng);
+      continue;
+    }
+    const double wavelen = 2 * std::numbers::pi * std::pow(static_cast<double>(base), 2.0 * i / (2.0 * n_pairs));
+    const double lo = 8192 / 4.0, hi = 8192 / 1.0, factor = 32;
+    if (wavelen < lo)
+      ff[i] = 1.f;
+    else if (wavelen > hi)
+      ff[i] = static_cast<float>(factor);
+    else {
+      const double smooth = (8192 / wavelen - 1) / 3;
+      ff[i] = static_cast<float>(1 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return ff;
+}
+
 void test_rope(suite& s, cudaStream_t st) {
   struct shape {
     int64_t n_tok, n_heads, head_dim, n_rot;
     float base;
   };
-  // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64, rope base 100000.
-  for (const shape sh :
-       {shape{5, 9, 64, 64, 100000.f}, shape{5, 3, 64, 64, 100000.f}, shape{33, 9, 64, 32, 10000.f},
-        shape{3, 2, 10, 6, 10000.f}, shape{1, 1, 128, 128, 500000.f}, shape{300, 3, 64, 64, 100000.f}}) {
-    const std::string dims = " tok " + std::to_string(sh.n_tok) + " heads " + std::to_string(sh.n_heads) + " dim " +
-                             std::to_string(sh.head_dim) + " rot " + std::to_string(sh.n_rot);
-    const int64_t row = sh.n_heads * sh.head_dim, total = sh.n_tok * row;
-    const auto x = random_floats(total, next_seed());
-    std::mt19937 rng(next_seed());
-    std::uniform_int_distribution<int32_t> pick(0, 8191);
-    std::vector<int32_t> pos(sh.n_tok);
-    for (auto& p : pos) p = pick(rng);
-    pos[0] = 0;
-    if (sh.n_tok > 1) pos[1] = 8191;
+  struct mode {
+    bool neox;
+    int factors;  // 0: none, 1: Llama 3.1-style, 2: random
+    float freq_scale;
+  };
+  // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64, rope base 100000. Qwen2-0.5B: 14 query
+  // heads, 2 KV heads, head_dim 64, base 1e6. Llama 3.2: head_dim 64 / 128, base 500000.
+  for (const shape sh : {shape{5, 9, 64, 64, 100000.f}, shape{5, 3, 64, 64, 100000.f}, shape{33, 9, 64, 32, 10000.f},
+                         shape{3, 2, 10, 6, 10000.f}, shape{1, 1, 128, 128, 500000.f}, shape{300, 3, 64, 64, 100000.f},
+                         shape{17, 14, 64, 64, 1000000.f}, shape{9, 8, 128, 128, 500000.f}}) {
+    for (const mode md : {mode{false, 0, 1.f}, mode{true, 0, 1.f}, mode{false, 1, 1.f}, mode{true, 2, 1.f},
+                          mode{true, 0, 0.25f}, mode{false, 2, 0.5f}}) {
+      const std::string dims = std::string(md.neox ? " neox" : " normal") +
+                               (md.factors == 1   ? " llama3-factors"
+                                : md.factors == 2 ? " random-factors"
+                                                  : "") +
+                               " scale " + std::to_string(md.freq_scale) + " tok " + std::to_string(sh.n_tok) +
+                               " heads " + std::to_string(sh.n_heads) + " dim " + std::to_string(sh.head_dim) +
+                               " rot " + std::to_string(sh.n_rot);
+      const int64_t row = sh.n_heads * sh.head_dim, total = sh.n_tok * row;
+      const auto x = random_floats(total, next_seed());
+      std::mt19937 rng(next_seed());
+      std::uniform_int_distribution<int32_t> pick(0, 8191);
+      std::vector<int32_t> pos(sh.n_tok);
+      for (auto& p : pos) p = pick(rng);
+      pos[0] = 0;
+      if (sh.n_tok > 1) pos[1] = 8191;
+      if (sh.n_tok > 2) pos[2] = 131071;  // a Llama 3.1 context length
+      const std::vector<float> ff =
+          md.factors ? rope_divisors(sh.n_rot / 2, sh.base, md.factors == 1) : std::vector<float>();
 
-    std::vector<float> want = x;
-    for (int64_t t = 0; t < sh.n_tok; ++t)
-      sy::cpu::rope_norm(want.data() + t * row, sh.n_heads, sh.head_dim, sh.n_rot, pos[t], sh.base);
+      sy::cpu::rope_config c;
+      c.n_rot = sh.n_rot;
+      c.base = sh.base;
+      c.freq_scale = md.freq_scale;
+      c.freq_factors = ff.empty() ? nullptr : ff.data();
+      c.neox = md.neox;
+      std::vector<float> want = x;
+      for (int64_t t = 0; t < sh.n_tok; ++t) sy::cpu::rope(want.data() + t * row, sh.n_heads, sh.head_dim, pos[t], c);
 
-    guarded<float> d_x(total);
-    guarded<int32_t> d_pos(pos.size());
-    d_x.upload(x);
+      guarded<float> d_x(total), d_ff(std::max<size_t>(ff.size(), 1));
+      guarded<int32_t> d_pos(pos.size());
+      d_x.upload(x);
+      d_pos.upload(pos);
+      if (!ff.empty()) d_ff.upload(ff);
+      sy::cuda::rope_params p;
+      p.n_rot = sh.n_rot;
+      p.base = sh.base;
+      p.freq_scale = md.freq_scale;
+      p.freq_factors = ff.empty() ? nullptr : d_ff.get();
+      p.neox = md.neox;
+      sy::cuda::rope(d_x.get(), d_pos.get(), sh.n_tok, sh.n_heads, sh.head_dim, p, st);
+      sync(st);
+      const auto got = d_x.download();
+      // The angles are the CPU's bit for bit; cos/sin may differ in the last bit (~1e-14 nmse).
+      s.check_nmse(got, want, 1e-10, "rope" + dims);
+      // Elements from n_rot on are not rotated: they stay bit for bit.
+      std::vector<float> got_tail, want_tail;
+      for (int64_t h = 0; h < sh.n_tok * sh.n_heads; ++h)
+        for (int64_t i = sh.n_rot; i < sh.head_dim; ++i) {
+          got_tail.push_back(got[h * sh.head_dim + i]);
+          want_tail.push_back(x[h * sh.head_dim + i]);
+        }
+      check_bits(s, got_tail, want_tail, "rope leaves dims past n_rot alone" + dims);
+      check_guards(s, d_x, "rope" + dims);
+    }
+  }
+  // Mode mix-ups must not pass unnoticed: neox and normal differ on the same input.
+  {
+    const int64_t n_heads = 2, head_dim = 64;
+    const auto x = random_floats(n_heads * head_dim, next_seed());
+    const std::vector<int32_t> pos = {1000};
+    guarded<float> d_x(x.size());
+    guarded<int32_t> d_pos(1);
     d_pos.upload(pos);
-    sy::cuda::rope(d_x.get(), d_pos.get(), sh.n_tok, sh.n_heads, sh.head_dim, sh.n_rot, sh.base, st);
+    sy::cuda::rope_params p;
+    p.n_rot = head_dim;
+    std::vector<float> results[2];
+    for (int neox = 0; neox < 2; ++neox) {
+      d_x.upload(x);
+      p.neox = neox;
+      sy::cuda::rope(d_x.get(), d_pos.get(), 1, n_heads, head_dim, p, st);
+      sync(st);
+      results[neox] = d_x.download();
+    }
+    s.check(suite::nmse(results[1], results[0]) > 1e-2, "rope: neox and normal modes differ");
+  }
+}
+
+// ---- Q/K/V bias -------------------------------------------------------------------------------
+
+void test_add_bias(suite& s, cudaStream_t st) {
+  struct shape {
+    int64_t n_rows, n;
+  };
+  // Qwen2-0.5B: Q 896, K/V 128; the tiny test family: 256 and 128.
+  for (const shape sh : {shape{1, 896}, shape{37, 128}, shape{5, 7}, shape{300, 256}, shape{70000, 33}}) {
+    const std::string dims = " rows " + std::to_string(sh.n_rows) + " n " + std::to_string(sh.n);
+    const auto y = random_floats(sh.n_rows * sh.n, next_seed(), 3.f);
+    const auto bias = random_floats(sh.n, next_seed(), 0.5f);
+    std::vector<float> want = y;
+    for (int64_t r = 0; r < sh.n_rows; ++r) sy::cpu::add_inplace(want.data() + r * sh.n, bias.data(), sh.n);
+
+    guarded<float> d_y(y.size()), d_bias(bias.size());
+    d_y.upload(y);
+    d_bias.upload(bias);
+    sy::cuda::add_bias(d_y.get(), d_bias.get(), sh.n_rows, sh.n, st);
     sync(st);
-    const auto got = d_x.download();
-    s.check_nmse(got, want, 1e-10, "rope" + dims);
-    // Elements from n_rot on are not rotated: they stay bit for bit.
-    std::vector<float> got_tail, want_tail;
-    for (int64_t h = 0; h < sh.n_tok * sh.n_heads; ++h)
-      for (int64_t i = sh.n_rot; i < sh.head_dim; ++i) {
-        got_tail.push_back(got[h * sh.head_dim + i]);
-        want_tail.push_back(x[h * sh.head_dim + i]);
-      }
-    check_bits(s, got_tail, want_tail, "rope leaves dims past n_rot alone" + dims);
-    check_guards(s, d_x, "rope" + dims);
+    check_bits(s, d_y.download(), want, "add_bias" + dims);
+    check_bits(s, d_bias.download(), bias, "add_bias leaves the bias alone" + dims);
+    check_guards(s, d_y, "add_bias" + dims);
   }
 }
 
@@ -342,61 +470,23 @@ void test_kv_write(suite& s, cudaStream_t st) {
 
 // ---- dequantize -----------------------------------------------------------------------------
 
-// n_rows rows of random weights of type t, as GGUF stores them.
-std::vector<uint8_t> random_weights(sy::cpu::weight_type t, int64_t n_rows, int64_t n_cols) {
-  using sy::cpu::weight_type;
-  const size_t rb = sy::cpu::row_bytes(t, n_cols);
-  std::vector<uint8_t> out(rb * n_rows);
-  std::mt19937 rng(next_seed());
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  auto put16 = [&](size_t at, uint16_t h) { std::memcpy(out.data() + at, &h, 2); };
-  switch (t) {
-    case weight_type::f32:
-      for (size_t i = 0; i < out.size() / 4; ++i) {
-        // Mostly ordinary weights; some fp16 subnormals and some values that overflow fp16.
-        const float f = normal(rng) * (i % 11 == 0 ? 1e-6f : (i % 13 == 0 ? 1e5f : 1.f));
-        std::memcpy(out.data() + 4 * i, &f, 4);
-      }
-      return out;
-    case weight_type::f16:
-      for (size_t i = 0; i < out.size() / 2; ++i) put16(2 * i, sy::cpu::fp32_to_fp16(normal(rng)));
-      return out;
-    case weight_type::bf16:
-      for (size_t i = 0; i < out.size() / 2; ++i)
-        put16(2 * i, sy::cpu::fp32_to_bf16(normal(rng) * (i % 11 == 0 ? 1e-7f : 1.f)));
-      return out;
-    case weight_type::q4_0:
-    case weight_type::q8_0:
-    case weight_type::q4_1: {
-      const size_t block = t == weight_type::q4_0
-                               ? sizeof(sy::cpu::block_q4_0)
-                               : (t == weight_type::q4_1 ? sizeof(sy::cpu::block_q4_1) : sizeof(sy::cpu::block_q8_0));
-      for (auto& b : out) b = static_cast<uint8_t>(byte(rng));  // the quants
-      for (size_t at = 0; at < out.size(); at += block) {
-        put16(at, sy::cpu::fp32_to_fp16(std::fabs(normal(rng)) * 0.02f + 1e-4f));              // d
-        if (t == weight_type::q4_1) put16(at + 2, sy::cpu::fp32_to_fp16(normal(rng) * 0.1f));  // m
-      }
-      return out;
-    }
-  }
-  return out;
-}
-
 void test_dequantize(suite& s, cudaStream_t st) {
   using sy::cpu::weight_type;
   struct shape {
     int64_t n_rows, n_cols;
   };
-  for (const weight_type t : {weight_type::f32, weight_type::f16, weight_type::bf16, weight_type::q4_0,
-                              weight_type::q4_1, weight_type::q8_0}) {
-    const bool blocked = t == weight_type::q4_0 || t == weight_type::q4_1 || t == weight_type::q8_0;
-    std::vector<shape> shapes = {{576, 576}, {1536, 576}, {7, 64}, {3, 32}};
-    if (!blocked) shapes.insert(shapes.end(), {shape{5, 37}, shape{1, 1}});
+  for (const weight_type t : k_all_types) {
+    const int64_t block = sy::cpu::block_elements(t);
+    std::vector<shape> shapes;
+    if (block == 256)
+      shapes = {{256, 768}, {1536, 256}, {7, 512}, {3, 256}};
+    else
+      shapes = {{576, 576}, {1536, 576}, {7, 64}, {3, 32}};
+    if (block == 1) shapes.insert(shapes.end(), {shape{5, 37}, shape{1, 1}});
     for (const shape sh : shapes) {
       const std::string what = std::string("dequantize_to_f16 ") + sy::cpu::weight_type_name(t) + " " +
                                std::to_string(sh.n_rows) + "x" + std::to_string(sh.n_cols);
-      const auto src = random_weights(t, sh.n_rows, sh.n_cols);
+      const auto src = sy::gpu_test::random_weights(t, sh.n_rows, sh.n_cols, next_seed());
       const size_t rb = sy::cpu::row_bytes(t, sh.n_cols);
       std::vector<float> row(sh.n_cols);
       std::vector<uint16_t> want(sh.n_rows * sh.n_cols);
@@ -415,14 +505,20 @@ void test_dequantize(suite& s, cudaStream_t st) {
       check_guards(s, d_dst, what);
     }
   }
-  // A block type with a partial block is refused up front.
-  bool threw = false;
-  try {
-    sy::cuda::dequantize_to_f16(nullptr, weight_type::q8_0, 1, 33, nullptr, st);
-  } catch (const std::invalid_argument&) {
-    threw = true;
-  }
-  s.check(threw, "dequantize_to_f16 refuses n_cols % 32 != 0 for q8_0");
+  // A partial block is refused up front: 32 for the small blocks, 256 for the K-quants.
+  auto refuses = [&](weight_type t, int64_t n_cols) {
+    try {
+      sy::cuda::dequantize_to_f16(nullptr, t, 1, n_cols, nullptr, st);
+    } catch (const std::invalid_argument&) {
+      return true;
+    }
+    return false;
+  };
+  s.check(refuses(weight_type::q8_0, 33), "dequantize_to_f16 refuses n_cols % 32 != 0 for q8_0");
+  s.check(refuses(weight_type::q5_1, 48), "dequantize_to_f16 refuses n_cols % 32 != 0 for q5_1");
+  for (const weight_type t : {weight_type::q4_k, weight_type::q5_k, weight_type::q6_k})
+    s.check(refuses(t, 288),
+            std::string("dequantize_to_f16 refuses n_cols % 256 != 0 for ") + sy::cpu::weight_type_name(t));
 }
 
 }  // namespace
@@ -435,6 +531,7 @@ int main() {
     test_rms_norm(s, st);
     test_add_and_convert(s, st);
     test_rope(s, st);
+    test_add_bias(s, st);
     test_silu_mul(s, st);
     test_kv_write(s, st);
     test_dequantize(s, st);

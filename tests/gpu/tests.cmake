@@ -13,9 +13,18 @@ if(SY_CUDA_ENABLED)
     add_test(NAME gpu/cuda_${t} COMMAND test_cuda_${t})
     set_tests_properties(gpu/cuda_${t} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
   endforeach()
+  # The weight decoder of dequantize/embedding, checked on the host against the CPU reference:
+  # runs everywhere (no device needed), so layout bugs show without a GPU.
+  add_executable(test_quant_decode gpu/test_quant_decode.cpp)
+  target_link_libraries(test_quant_decode PRIVATE sy_kernels_cuda sy_kernels_cpu)
+  add_test(NAME gpu/quant_decode_host COMMAND test_quant_decode)
+  set_tests_properties(gpu/quant_decode_host PROPERTIES TIMEOUT 120)
   add_executable(test_cuda_forward gpu/test_cuda_forward.cpp)
   target_link_libraries(test_cuda_forward PRIVATE sy_cuda_forward)
-  target_compile_definitions(test_cuda_forward PRIVATE SY_MODEL_PATH="${SY_MODEL_PATH}")
+  # The generated model families: $SY_TEST_MODELS_DIR at run time, else this build's test-models/
+  # (tests/tools/test_models.sh); the device check carries a few (deploy/gpu-check.sh).
+  target_compile_definitions(test_cuda_forward PRIVATE SY_MODEL_PATH="${SY_MODEL_PATH}"
+                                                       SY_TEST_MODELS_DIR="${CMAKE_BINARY_DIR}/test-models")
   add_test(NAME gpu/cuda_forward COMMAND test_cuda_forward)
   set_tests_properties(gpu/cuda_forward PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
   # The engine on the CUDA backend: vs the CPU engine, graphs vs eager, seeded device sampling.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/protocol.hpp"
+#include "router/api_handler.hpp"
 #include "router/dispatcher.hpp"
 #include "tests/unit/router_fakes.hpp"
 
@@ -740,4 +741,62 @@ TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") 
   CHECK(has("switchyard_router_active_requests 0"));
   CHECK(has("switchyard_router_workers{state=\"ready\"} 1"));
   CHECK(has("switchyard_router_client_cancels_total 1"));
+}
+
+TEST_CASE("dispatcher: a model whose chat template cannot be applied serves completions, and chats get a 400") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  const uint32_t w = h.add_worker("tcp://w0:5555", 0.0);
+  proto::welcome m;
+  m.worker_id = "worker-0";
+  m.model_id = k_model;
+  m.context_length = 2048;
+  m.kv_capacity_tokens = 4096;
+  m.kv_block_size = 16;
+  m.max_running = 4;
+  m.tokenizer = *model_spec();
+  m.tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
+  h.feed(w, proto::msg_type::welcome, proto::encode(m), 0.0);
+  h.heartbeat(w, 0.1);
+  CHECK(h.d.workers().n_ready() == 1);  // the worker is taken all the same
+  const auto model = h.models.find(k_model);
+  REQUIRE(model != nullptr);
+  CHECK_FALSE(model->tmpl.supported());
+  h.take();
+
+  // The HTTP layer refuses a chat request for it, saying why and what the operator can do...
+  std::vector<std::shared_ptr<routed_request>> submitted;
+  api_handler api(
+      api_config{}, h.tenants, h.models, [&](std::shared_ptr<routed_request> r) { submitted.push_back(std::move(r)); },
+      [](uint64_t) {}, std::make_shared<router_status>(), nullptr);
+  auto post = [&](const std::string& path, const std::string& body) {
+    http_request req;
+    req.method = "POST";
+    req.target = req.path = path;
+    req.body = body;
+    auto ex = std::make_shared<fake_exchange>();
+    api(ex, std::move(req));
+    return ex;
+  };
+  const auto chat =
+      post("/v1/chat/completions", R"({"model":"smollm2-135m","messages":[{"role":"user","content":"Hi"}]})");
+  REQUIRE(chat->responses.size() == 1);
+  CHECK(chat->responses[0].status == 400);
+  const json e = chat->body()["error"];
+  CHECK(e["type"] == "invalid_request_error");
+  CHECK(e["code"] == "chat_template_unsupported");
+  CHECK(e["param"] == "model");
+  const std::string message = e["message"];
+  CHECK_THAT(message, Catch::Matchers::Contains("the chat template of the model 'smollm2-135m' cannot be applied") &&
+                          Catch::Matchers::Contains("--chat-template NAME (chatml, llama3,") &&
+                          Catch::Matchers::Contains("/v1/completions"));
+  CHECK(submitted.empty());
+
+  // ...and passes its completions on, which the worker serves as usual.
+  const auto completion = post("/v1/completions", R"({"model":"smollm2-135m","prompt":"Hello","max_tokens":4})");
+  CHECK(completion->responses.empty());
+  REQUIRE(submitted.size() == 1);
+  CHECK(submitted[0]->prompt == model->tok.encode("Hello", true, true));
+  h.d.on_request(submitted[0], 0.2, h.out);
+  CHECK(submits(h.take(), w).size() == 1);
 }

@@ -55,11 +55,23 @@ proto::tokenizer_spec make_tokenizer(size_t n_vocab) {
   }
   t.merges.reserve(n_vocab);
   for (size_t i = 0; i < n_vocab; ++i) t.merges.push_back("Ġ" + std::to_string(i) + " x");
+  t.scores.reserve(n_vocab);
+  for (size_t i = 0; i < n_vocab; ++i) t.scores.push_back(i == 3 ? -1e9f : -0.25f * static_cast<float>(i));
   t.bos_id = 1;
   t.eos_id = 2;
   t.unk_id = 0;
   t.pad_id = 2;
+  t.eot_id = 3;
+  t.eom_id = 4;
+  t.fim_pre_id = 5;
+  t.fim_suf_id = 6;
+  t.fim_mid_id = 7;
+  t.fim_pad_id = 8;
+  t.fim_rep_id = 9;
+  t.fim_sep_id = 10;
   t.add_bos = true;
+  t.add_eos = true;
+  t.add_space_prefix = true;
   t.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
   return t;
 }
@@ -556,6 +568,18 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
     w.tokenizer.eos_id = 10;
     expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.eos_id");
     w.tokenizer = make_tokenizer(10);
+    w.tokenizer.scores.pop_back();
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.scores");
+    w.tokenizer = make_tokenizer(10);
+    w.tokenizer.scores[7] = std::nanf("");
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.scores[7]: not a number");
+    w.tokenizer = make_tokenizer(10);
+    w.tokenizer.eot_id = -2;
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.eot_id");
+    w.tokenizer = make_tokenizer(10);
+    w.tokenizer.fim_sep_id = 10;
+    expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "tokenizer.fim_sep_id");
+    w.tokenizer = make_tokenizer(10);
     w.tokenizer.tokens[4] = std::string(proto::k_max_token_bytes + 1, 't');
     expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field,
                  "tokenizer.tokens[4]: longer than 4096 bytes");
@@ -631,6 +655,31 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
     const proto::decode_result d = decode("drain", std::string("\x80", 1));
     REQUIRE(d.ok());
     CHECK(d.get_if<proto::drain>()->reason.empty());
+  }
+  SECTION("a tokenizer spec from before scores, eot/eom/fim ids, add_eos and add_space_prefix") {
+    // What an older worker sends: a byte-level BPE spec with only the original keys.
+    const std::string spec = map_body()
+                                 .add("model", "gpt2")
+                                 .add("pre", "smollm")
+                                 .add("tokens", std::vector<std::string>{"a", "b", "ab"})
+                                 .add("merges", std::vector<std::string>{"a b"})
+                                 .add("bos_id", 0)
+                                 .add("eos_id", 2)
+                                 .add("add_bos", true)
+                                 .str();
+    const proto::decode_result r =
+        decode("welcome", map_body().add("version", proto::k_protocol_version).add_raw("tokenizer", spec).str());
+    INFO((r.ok() ? "" : r.failure().message));
+    REQUIRE(r.ok());
+    const proto::tokenizer_spec& t = r.get_if<proto::welcome>()->tokenizer;
+    CHECK(t.tokens.size() == 3);
+    CHECK(t.add_bos);
+    CHECK(t.scores.empty());
+    CHECK(t.eot_id == -1);
+    CHECK(t.eom_id == -1);
+    CHECK(t.fim_pad_id == -1);
+    CHECK_FALSE(t.add_eos);
+    CHECK_FALSE(t.add_space_prefix);  // byte-level BPE never adds one
   }
   SECTION("nil counts as missing") {
     const proto::decode_result r =

@@ -1,0 +1,117 @@
+"""Several models behind one router, one worker each: SmolLM2 and the generated Llama 3, Qwen2 and
+Mistral files (tests/tools/make_test_models.py). The router learns each model's tokenizer, chat
+template and context length from its worker, routes every request by its `model` field, and
+counts prompt tokens exactly as llama.cpp tokenizes the same chat (tests/tools/llamacpp_ref_logits.py)."""
+import json
+import os
+
+import openai
+import pytest
+
+from cluster import MODEL_ID, Router
+from worker_client import BUILD, MODEL, Worker
+
+MODELS_DIR = os.environ.get("SY_TEST_MODELS_DIR", os.path.join(BUILD, "test-models"))
+# family -> (file, --max-context): different context lengths, so the router must keep each.
+FAMILIES = {
+    "llama3": ("llama3/llama3-q4_k_m.gguf", 1024),
+    "qwen2": ("qwen2/qwen2-q5_k_m.gguf", 2048),
+    "mistral": ("mistral/mistral-q6_k.gguf", 512),
+}
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(MODEL) or not all(os.path.exists(os.path.join(MODELS_DIR, f)) for f, _ in FAMILIES.values()),
+    reason="SmolLM2 or the generated family models are missing (deploy/setup.sh; ctest -R models/generate)")
+
+
+def model_id(path):
+    return os.path.basename(path)[: -len(".gguf")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    workers = {"smollm2": Worker("--kv-blocks", "128", "--max-running", "4")}
+    for fam, (f, ctx) in FAMILIES.items():
+        workers[fam] = Worker("--model", os.path.join(MODELS_DIR, f), "--kv-blocks", "128", "--max-running", "4",
+                              "--max-context", str(ctx))
+    router = Router([w.endpoint for w in workers.values()])
+    yield router, workers
+    assert router.stop() == 0
+    for w in workers.values():
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    router, _ = cluster
+    return openai.OpenAI(base_url=router.url + "/v1", api_key="anything", max_retries=0, timeout=60)
+
+
+def reference(fam):
+    with open(os.path.join(MODELS_DIR, FAMILIES[fam][0]) + ".logits.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def finished(worker):
+    return sum(v for k, v in worker.metrics().items() if k.startswith("switchyard_worker_requests_finished_total"))
+
+
+def test_models_lists_every_model_with_its_context_length(cluster):
+    router, _ = cluster
+    status, _, body = router.get("/v1/models")
+    assert status == 200
+    cards = {m["id"]: m for m in json.loads(body)["data"]}
+    assert set(cards) == {MODEL_ID} | {model_id(f) for f, _ in FAMILIES.values()}
+    for f, ctx in FAMILIES.values():
+        assert cards[model_id(f)]["max_model_len"] == ctx
+
+
+@pytest.mark.parametrize("fam", sorted(FAMILIES))
+def test_chat_prompt_tokens_equal_llama_cpps_and_the_request_reaches_that_models_worker(cluster, client, fam):
+    _, workers = cluster
+    ref = reference(fam)
+    # The system + user conversation of the reference: llama.cpp applied the model's template and
+    # tokenized the result; the router must count the same tokens.
+    case = next(c for c in ref["cases"] if c["chat"] and "You are a helpful assistant." in c["prompt"])
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    before = {k: finished(w) for k, w in workers.items()}
+    r = client.chat.completions.create(model=model_id(FAMILIES[fam][0]), messages=messages, max_tokens=8,
+                                       temperature=0, extra_body={"ignore_eos": True})
+    assert r.usage.prompt_tokens == len(case["prompt_ids"])
+    assert r.usage.completion_tokens == 8
+    assert r.choices[0].finish_reason == "length"
+    after = {k: finished(w) for k, w in workers.items()}
+    assert after[fam] == before[fam] + 1
+    assert all(after[k] == before[k] for k in workers if k != fam)
+
+
+@pytest.mark.parametrize("fam", sorted(FAMILIES))
+def test_streamed_completion_equals_non_streamed_for_each_family(client, fam):
+    kw = dict(model=model_id(FAMILIES[fam][0]), prompt="The capital of France is", max_tokens=12, temperature=0,
+              extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kw)
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].usage.completion_tokens == 12
+    assert whole.usage.prompt_tokens == len(reference(fam)["cases"][0]["prompt_ids"])
+
+
+def test_context_length_is_checked_per_model(cluster):
+    router, _ = cluster
+    # ~700 tokens: over mistral's 512, within qwen2's 2048.
+    prompt = "one two three four five six seven " * 100
+    for fam, want in (("mistral", 400), ("qwen2", 200)):
+        status, _, body = router.post("/v1/completions", {"model": model_id(FAMILIES[fam][0]), "prompt": prompt,
+                                                          "max_tokens": 4})
+        assert status == want, body
+        if want == 400:
+            assert b"context" in body
+
+
+def test_unknown_model_is_404_naming_it(cluster):
+    router, _ = cluster
+    status, _, body = router.post("/v1/chat/completions", {"model": "llama3-q9_z",
+                                                           "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 404
+    assert b"llama3-q9_z" in body

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Reference outputs for the generated test models (tests/tools/make_test_models.py), read by
+tests/unit/test_model_families.cpp. For every model of the manifest, next to the file:
+
+  <model>.logits.json
+    cases[]: a prompt's token ids (llama.cpp's tokenizer), 32 greedy tokens chosen by llama.cpp,
+             and at each of those positions, under teacher forcing in one batch:
+               top:   llama.cpp's top-10 (id, logit)
+               exact: the top-10 of a float64 numpy forward on the dequantized weights
+    rows{}:  for each weight tensor, rows 0, n/2 and n-1 dequantized by gguf-py (llama.cpp's own
+             Python reader), to check our dequantization value by value.
+
+    llamacpp_ref_logits.py --models DIR
+
+Needs numpy, gguf and llama.cpp through llama-cpp-python's bindings (tests/tools/test_models.sh
+sets PYTHONPATH and LLAMA_CPP_LIB_PATH). A json newer than its model is kept.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+N_GEN = 32
+TOP_K = 10
+
+PLAIN_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:",
+    "Il était une fois, dans un petit village au bord de la mer,",
+    "数据",
+]
+CHATS = [
+    [{"role": "system", "content": "You are a helpful assistant."},
+     {"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+]
+
+
+def field(r, key, default=None):
+    f = r.fields.get(key)
+    return default if f is None else f.contents()
+
+
+class ExactModel:
+    """The Llama / Qwen2 forward in float64 on the dequantized weights."""
+
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.arch = field(r, "general.architecture")
+        a = self.arch + "."
+        self.w = {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+                  .astype(np.float64) for t in r.tensors}
+        self.n_layer = field(r, a + "block_count")
+        self.n_head = field(r, a + "attention.head_count")
+        self.n_kv = field(r, a + "attention.head_count_kv")
+        self.eps = field(r, a + "attention.layer_norm_rms_epsilon")
+        self.base = field(r, a + "rope.freq_base", 10000.0)
+        n_embd = field(r, a + "embedding_length")
+        self.hd = n_embd // self.n_head
+        self.neox = self.arch == "qwen2"
+        self.ff = self.w.get("rope_freqs.weight")
+        self.out = self.w["output.weight"] if "output.weight" in self.w else self.w["token_embd.weight"]
+
+    def rms(self, x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * g
+
+    def rope(self, x, pos):
+        hd = self.hd
+        i = np.arange(hd // 2)
+        th = pos[:, None] * self.base ** (-2.0 * i / hd)
+        if self.ff is not None:
+            th = th / self.ff[None, :]
+        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        o = np.empty_like(x)
+        if self.neox:
+            a, b = x[..., : hd // 2], x[..., hd // 2:]
+            o[..., : hd // 2], o[..., hd // 2:] = a * c - b * s, a * s + b * c
+        else:
+            a, b = x[..., 0::2], x[..., 1::2]
+            o[..., 0::2], o[..., 1::2] = a * c - b * s, a * s + b * c
+        return o
+
+    def logits(self, ids):
+        w, n, hd = self.w, len(ids), self.hd
+        x = w["token_embd.weight"][ids]
+        pos = np.arange(n, dtype=np.float64)
+        mask = np.triu(np.full((n, n), -np.inf), 1)[None]
+        group = self.n_head // self.n_kv
+        for l in range(self.n_layer):
+            p = f"blk.{l}."
+            h = self.rms(x, w[p + "attn_norm.weight"])
+            q, k, v = h @ w[p + "attn_q.weight"].T, h @ w[p + "attn_k.weight"].T, h @ w[p + "attn_v.weight"].T
+            if p + "attn_q.bias" in w:
+                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+            q = self.rope(q.reshape(n, self.n_head, hd), pos)
+            k = self.rope(k.reshape(n, self.n_kv, hd), pos)
+            v = v.reshape(n, self.n_kv, hd)
+            k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+            att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+            att = np.exp(att - att.max(-1, keepdims=True))
+            att /= att.sum(-1, keepdims=True)
+            o = np.einsum("hqk,khd->qhd", att, v).reshape(n, self.n_head * hd)
+            x = x + o @ w[p + "attn_output.weight"].T
+            h = self.rms(x, w[p + "ffn_norm.weight"])
+            g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+            x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+        return self.rms(x, w["output_norm.weight"]) @ self.out.T
+
+
+def top_pairs(row):
+    order = np.argsort(-row, kind="stable")[:TOP_K]
+    return [[int(i), round(float(row[i]), 4)] for i in order]
+
+
+def chat_prompt(llm, messages):
+    import ctypes
+    import llama_cpp
+    tmpl = llama_cpp.llama_model_chat_template(llm.model, None)
+    arr = (llama_cpp.llama_chat_message * len(messages))()
+    keep = []
+    for i, m in enumerate(messages):
+        role, content = m["role"].encode(), m["content"].encode()
+        keep += [role, content]
+        arr[i].role, arr[i].content = role, content
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_chat_apply_template(tmpl, arr, len(messages), True, buf, len(buf))
+    if n < 0:
+        raise RuntimeError("llama_chat_apply_template failed")
+    return buf.raw[:n].decode("utf-8")
+
+
+def logits_case(llm, exact, text, chat):
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=chat)
+    n = len(ids)
+    # Greedy tokens chosen from batched evaluation of prompt + tokens so far: llama.cpp's one-token
+    # decode steps drift from batched rows, and the reference must be its own argmax.
+    tokens = []
+    for j in range(N_GEN):
+        llm.reset()
+        llm.eval(ids + tokens)
+        tokens.append(int(np.argmax(llm.scores[n - 1 + j])))
+    llm.reset()
+    llm.eval(ids + tokens[:-1])
+    forced = [np.array(llm.scores[n - 1 + j], dtype=np.float64) for j in range(N_GEN)]
+    ex = exact.logits(np.array(ids + tokens[:-1]))
+    return {"prompt": text, "chat": chat, "prompt_ids": ids, "tokens": tokens,
+            "top": [top_pairs(l) for l in forced],
+            "exact": [top_pairs(ex[n - 1 + j]) for j in range(N_GEN)]}
+
+
+def sample_rows(path):
+    r = GGUFReader(path)
+    rows = {}
+    for t in r.tensors:
+        if len(t.shape) != 2:
+            continue
+        m = dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+        idx = sorted({0, m.shape[0] // 2, m.shape[0] - 1})
+        rows[t.name] = {"type": t.tensor_type.name, "index": idx,
+                        "values": [[float(v) for v in m[i].astype(np.float32)] for i in idx]}
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", required=True)
+    args = ap.parse_args()
+    import llama_cpp
+    from llama_cpp import Llama
+    with open(os.path.join(args.models, "manifest.json")) as f:
+        manifest = json.load(f)
+    for m in manifest["models"]:
+        if m["shape"] != "tiny":
+            continue
+        path = os.path.join(args.models, m["path"])
+        out = path + ".logits.json"
+        if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(path):
+            continue
+        llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=512, logits_all=True,
+                    type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
+        exact = ExactModel(path)
+        cases = [logits_case(llm, exact, p, False) for p in PLAIN_PROMPTS]
+        cases += [logits_case(llm, exact, chat_prompt(llm, c), True) for c in CHATS]
+        agree = sum(c["top"][j][0][0] == c["exact"][j][0][0] for c in cases for j in range(N_GEN))
+        print(f"llamacpp_ref_logits: {m['path']}: llama.cpp vs exact top-1 {agree}/{len(cases) * N_GEN}",
+              file=sys.stderr)
+        doc = {"model": m["path"], "family": m["family"], "type": m["type"], "n_gen": N_GEN, "top_k": TOP_K,
+               "llamacpp_exact_top1": agree, "cases": cases, "rows": sample_rows(path)}
+        with open(out + ".part", "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+        os.replace(out + ".part", out)
+        del llm
+
+
+if __name__ == "__main__":
+    main()

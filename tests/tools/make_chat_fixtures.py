@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Records llama.cpp's chat-template renderings into tests/fixtures/chat_templates.json.
+
+llama.cpp's C function llama_chat_apply_template (called through llama-cpp-python's low-level
+ctypes bindings, no model loaded) renders a set of conversations, with and without the
+generation prompt:
+
+  formats  every format Switchyard renders, given by name ("chatml", "llama3", ...);
+  sources  every Jinja file in tests/fixtures/chat_templates/, given as the template source, so
+           llama.cpp recognises the format itself. `llama_cpp_format` is the format whose renderings
+           equal those of the source (null when llama.cpp recognises none); SOURCES below names the
+           one expected, and the tool stops if llama.cpp disagrees.
+
+Switchyard differs from llama.cpp in one place on purpose: a ChatML template's fixed default
+system prompt (SmolLM2's, Qwen2.5's) is kept. For those sources llama.cpp is given the
+conversation with that system message in front (when it does not start with one), which is
+what the template itself renders; the prompt is stored as `default_system`.
+
+Usage (llama.cpp built by tests/tools/build_llamacpp.sh build/llama.cpp; a Python with numpy and
+typing_extensions, which importing llama_cpp needs; jinja2, when present, syntax-checks the files):
+  PYTHONPATH=build/llama.cpp/python LLAMA_CPP_LIB_PATH=build/llama.cpp/lib \
+      python3 tests/tools/make_chat_fixtures.py [--out tests/fixtures/chat_templates.json]
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import llama_cpp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE_DIR = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
+
+FORMATS = [
+    "chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
+    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "zephyr", "gemma",
+]
+
+# file -> (the format llama.cpp is expected to recognise, or None; ChatML default system prompt)
+SOURCES = {
+    "smollm2-instruct.jinja": ("chatml", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
+    "qwen2.5-instruct.jinja": ("chatml", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+    "llama-3.1-instruct.jinja": ("llama3", ""),
+    "llama-3.2-instruct.jinja": ("llama3", ""),
+    "mistral-7b-instruct-v0.1.jinja": ("mistral-v1", ""),
+    "mistral-7b-instruct-v0.1-2023.jinja": ("llama2", ""),
+    "mistral-7b-instruct-v0.3.jinja": ("mistral-v3", ""),
+    "mistral-nemo-instruct.jinja": ("mistral-v3-tekken", ""),
+    "mistral-small-3-instruct.jinja": ("mistral-v7", ""),
+    "llama-2-chat.jinja": ("llama2-sys-strip", ""),
+    "codellama-instruct.jinja": ("llama2-sys-bos", ""),
+    "llama-2-sys-single-bos.jinja": ("llama2-sys", ""),
+    "phi-3-mini-instruct.jinja": ("phi3", ""),
+    "zephyr-7b-beta.jinja": ("glmedge", ""),  # llama.cpp's rules read <|user|> + <|assistant|> as GLM-Edge
+    "zephyr-role-tags.jinja": ("zephyr", ""),
+    "gemma-2-it.jinja": ("gemma", ""),
+    "phi-4.jinja": ("phi4", ""),
+    "role-colon.jinja": (None, ""),
+}
+
+
+def msg(role, content):
+    return {"role": role, "content": content}
+
+
+CONVERSATIONS = [
+    ("system_user", [msg("system", "You are a helpful assistant."), msg("user", "Hello!")]),
+    ("user_only", [msg("user", "What is the capital of France?")]),
+    ("multi_turn", [
+        msg("system", "Answer in one sentence."),
+        msg("user", "Hi"),
+        msg("assistant", "Hello! How can I help?"),
+        msg("user", "Tell me a joke."),
+    ]),
+    ("multi_turn_no_system", [
+        msg("user", "2+2?"),
+        msg("assistant", "4"),
+        msg("user", "And times 3?"),
+        msg("assistant", "12"),
+        msg("user", "Thanks"),
+    ]),
+    ("ends_with_assistant", [msg("user", "Say hi"), msg("assistant", "Hi!")]),
+    ("whitespace", [
+        msg("system", "  Be terse.\n"),
+        msg("user", "\n  Hello there  \n\n"),
+        msg("assistant", "  Hi!  \n"),
+        msg("user", "\tbye\t"),
+    ]),
+    ("ascii_space_kinds", [msg("user", "\r\n\v\f line one\nline two \t\r\n")]),
+    ("non_ascii_space", [msg("user", "\u00a0nbsp kept\u00a0")]),
+    ("empty_contents", [msg("system", ""), msg("user", ""), msg("assistant", ""), msg("user", "x")]),
+    ("empty_user", [msg("user", "")]),
+    ("two_systems", [msg("system", " First. "), msg("system", "Second."), msg("user", "Go")]),
+    ("system_mid", [msg("user", "a"), msg("assistant", "b"), msg("system", "c"), msg("user", "d")]),
+    ("unicode", [msg("user", "Gr\u00fc\u00dfe, \u4e16\u754c \U0001f30d")]),
+    ("empty", []),
+]
+
+
+def render(tmpl, messages, add_generation_prompt):
+    """llama.cpp's rendering, or None when it refuses the template."""
+    keep = []  # the encoded strings must outlive the call
+    chat = (llama_cpp.llama_chat_message * max(1, len(messages)))()
+    for i, m in enumerate(messages):
+        role, content = m["role"].encode(), m["content"].encode()
+        keep += [role, content]
+        chat[i].role = role
+        chat[i].content = content
+    t = tmpl.encode()
+    n = llama_cpp.llama_chat_apply_template(t, chat, len(messages), add_generation_prompt, None, 0)
+    if n < 0:
+        return None
+    buf = ctypes.create_string_buffer(n + 1)
+    n2 = llama_cpp.llama_chat_apply_template(t, chat, len(messages), add_generation_prompt, buf, n + 1)
+    assert n2 == n, (n, n2)
+    return buf.raw[:n].decode("utf-8")
+
+
+def render_all(tmpl, default_system=""):
+    """[{conversation, add_generation_prompt, text}] for every conversation, or None."""
+    out = []
+    for name, messages in CONVERSATIONS:
+        if default_system and messages and messages[0]["role"] != "system":
+            messages = [msg("system", default_system)] + messages
+        for gen in (True, False):
+            text = render(tmpl, messages, gen)
+            if text is None:
+                return None
+            out.append({"conversation": name, "add_generation_prompt": gen, "text": text})
+    return out
+
+
+def builtin_names():
+    n = llama_cpp.llama_chat_builtin_templates(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    llama_cpp.llama_chat_builtin_templates(arr, n)
+    return [arr[i].decode() for i in range(n)]
+
+
+def syntax_check(path, source):
+    try:
+        import jinja2
+    except ImportError:
+        return
+    try:
+        jinja2.Environment().parse(source)
+    except jinja2.TemplateSyntaxError as e:
+        sys.exit(f"{path}: not valid Jinja: {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "chat_templates.json"))
+    args = ap.parse_args()
+
+    names = builtin_names()
+    for f in FORMATS:
+        if f not in names:
+            sys.exit(f"llama.cpp has no built-in format '{f}'")
+    by_name = {n: render_all(n) for n in names}
+
+    formats = [{"name": f, "renders": by_name[f]} for f in FORMATS]
+
+    on_disk = sorted(f for f in os.listdir(SOURCE_DIR) if f.endswith(".jinja"))
+    if sorted(SOURCES) != on_disk:
+        sys.exit(f"SOURCES and {SOURCE_DIR} differ: {sorted(set(SOURCES) ^ set(on_disk))}")
+    sources = []
+    for file in on_disk:
+        expected, default_system = SOURCES[file]
+        path = os.path.join(SOURCE_DIR, file)
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+        syntax_check(path, source)
+        raw = render_all(source)
+        matches = sorted(n for n, r in by_name.items() if raw is not None and r == raw)
+        if expected is None:
+            if raw is not None:
+                sys.exit(f"{file}: llama.cpp renders it (as {matches}), expected no format")
+        elif expected not in matches:
+            sys.exit(f"{file}: llama.cpp's renderings match {matches or 'no built-in format'}, expected {expected}")
+        sources.append({
+            "file": file,
+            "llama_cpp_format": expected,
+            "default_system": default_system,
+            "renders": render_all(source, default_system) if expected in FORMATS else [],
+        })
+        print(f"{file:40s} {expected or '(none)':18s} {'also matches ' + str(matches) if len(matches) > 1 else ''}")
+
+    doc = {
+        "about": "llama.cpp's llama_chat_apply_template output (llama-cpp-python " + llama_cpp.__version__ +
+                 "), recorded by tests/tools/make_chat_fixtures.py; checked by tests/unit/test_chat_template.cpp",
+        "conversations": [{"name": n, "messages": m} for n, m in CONVERSATIONS],
+        "formats": formats,
+        "sources": sources,
+    }
+    with open(args.out, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+    n_cases = sum(len(f["renders"]) for f in formats) + sum(len(s["renders"]) for s in sources)
+    print(f"wrote {args.out}: {len(formats)} formats, {len(sources)} sources, {n_cases} renderings")
+
+
+if __name__ == "__main__":
+    main()

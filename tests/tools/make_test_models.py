@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""Writes small random-weight GGUF models of the families Switchyard serves, with real
+tokenizers trained offline and each family's chat template and metadata, then quantizes them
+with llama.cpp's own quantizer (llama_model_quantize through llama-cpp-python's bindings).
+
+No model hub is reachable on these machines and only SmolLM2-135M ships in a package, so the
+weight types and architectures people bring (Llama 3.x, Qwen2/2.5, Mistral; Q4_K_M, Q5_K_M,
+Q6_K, Q8_0, F16, BF16, ...) are checked on files made here. Shapes are realistic at small width
+(GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b` makes a
+Llama-3.2-1B-shaped file for the benchmark.
+
+    make_test_models.py --out DIR [--families llama3,qwen2,mistral] [--types f16,q4_k_m,...]
+                        [--shape tiny|1b]
+
+Needs numpy, gguf, tokenizers, sentencepiece, and llama.cpp (tests/tools/build_llamacpp.sh:
+PYTHONPATH=<dir>/python LLAMA_CPP_LIB_PATH=<dir>/lib). Writes DIR/<family>/<family>-<type>.gguf
+and DIR/manifest.json. Deterministic for a given environment; reruns skip files that exist.
+"""
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+import gguf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ------------------------------------------------------------------------------------------------
+# Training text: English prose and code from the Python standard library, plus short passages in
+# other scripts (accents, Cyrillic, Greek, CJK, Arabic, Devanagari, emoji) so that the byte-level
+# and byte-fallback paths are exercised.
+
+MULTILINGUAL = [
+    "Le petit déjeuner est servi à huit heures. Où est la gare ? Ça coûte vingt-cinq euros.",
+    "Die Straße ist schön, aber die Brücke über den Fluss wird gerade repariert. Grüße aus Köln!",
+    "El niño comió jalapeños en la mañana; ¿quién pagó la cuenta? ¡Qué día tan largo!",
+    "Привет, мир! Как дела? Сегодня хорошая погода, и мы идём гулять в парк.",
+    "Γειά σου Κόσμε. Η θάλασσα είναι ήρεμη σήμερα και ο ουρανός καθαρός.",
+    "你好，世界！今天天气很好，我们去公园散步吧。机器学习模型需要大量的数据。",
+    "日本語のテキストとカタカナ、ひらがな。東京は大きな都市です。",
+    "안녕하세요, 세계! 반갑습니다. 오늘은 날씨가 좋네요.",
+    "مرحبا بالعالم، كيف حالك؟ هذا نص قصير باللغة العربية.",
+    "नमस्ते दुनिया, आप कैसे हैं? यह एक छोटा वाक्य है।",
+    "Emoji: 😀 😃 😄 🍕 🌮 🚀 ✨ 👍🏽 👨‍👩‍👧‍👦 🇫🇷 🇯🇵 — and math: ∀x ∈ ℝ, x² ≥ 0, ½ + ¼ = ¾.",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 2024 3.14159 1,000,000 +1 (555) 123-4567.",
+    "Café crème, naïve façade, Ångström, Øresund, Ærø, Łódź, Kraków, İstanbul.",
+]
+
+STDLIB_MODULES = ["textwrap", "argparse", "json/__init__", "json/decoder", "shlex", "string", "heapq",
+                  "bisect", "fnmatch", "glob", "calendar", "csv", "difflib", "base64", "colorsys"]
+
+
+def corpus():
+    import sysconfig
+    lib = sysconfig.get_paths()["stdlib"]
+    texts = []
+    for m in STDLIB_MODULES:
+        path = os.path.join(lib, m + ".py")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+    texts += MULTILINGUAL * 20
+    return texts
+
+
+# ------------------------------------------------------------------------------------------------
+# Tokenizers
+
+LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def train_bpe(pattern, vocab_size, specials, pad_to=0):
+    """Byte-level BPE (tokenizers), specials appended at the end as in Llama 3 / Qwen2.
+    Returns (tokens, token_types, merges, id_of)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = model["vocab"]
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    types = [TOKEN_NORMAL] * len(tokens)
+    # Filler up to a realistic vocabulary size (never produced: no merge leads to them).
+    for i in range(max(0, pad_to - len(tokens) - len(specials))):
+        tokens.append(f"<|filler_{i}|>")
+        types.append(TOKEN_UNUSED)
+    for s in specials:
+        tokens.append(s)
+        types.append(TOKEN_CONTROL)
+    return tokens, types, merges, {t: i for i, t in enumerate(tokens)}
+
+
+def train_spm(vocab_size, control):
+    """SentencePiece BPE with byte fallback, the way Llama 2 / Mistral vocabularies are made:
+    <unk>=0, <s>=1, </s>=2, then `control` symbols, digits split, no normalization."""
+    import sentencepiece as spm
+    buf = io.BytesIO()
+    lines = [line for t in corpus() for line in t.splitlines() if line.strip()]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size, model_type="bpe",
+        byte_fallback=True, split_digits=True, allow_whitespace_only_pieces=True,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, control_symbols=control, character_coverage=0.9995,
+        shuffle_input_sentence=False, num_threads=1, minloglevel=2, max_sentence_length=1 << 16)
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        if sp.is_unknown(i):
+            types.append(TOKEN_UNKNOWN)
+        elif sp.is_control(i):
+            types.append(TOKEN_CONTROL)
+        elif sp.is_byte(i):
+            types.append(TOKEN_BYTE)
+        elif sp.is_unused(i):
+            types.append(TOKEN_UNUSED)
+        else:
+            types.append(TOKEN_NORMAL)
+    return tokens, scores, types
+
+
+# ------------------------------------------------------------------------------------------------
+# Chat templates, as the families' model cards publish them (abridged where tools are involved).
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content']|trim %}\n"
+    "    {%- set messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set system_message = \"\" %}\n"
+    "{%- endif %}\n"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{{- system_message }}\n"
+    "{{- \"<|eot_id|>\" }}\n"
+    "{%- for message in messages %}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+    "{%- endif %}\n")
+
+QWEN2_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "{%- else %}\n"
+    "    {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'system' and loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n")
+
+MISTRAL_V3_TEMPLATE = (
+    "{%- if messages[0][\"role\"] == \"system\" %}\n"
+    "    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "{%- if not tools is defined %}\n"
+    "    {%- set tools = none %}\n"
+    "{%- endif %}\n"
+    "{{- bos_token }}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if tools is not none and (message == user_messages[-1]) %}\n"
+    "            {{- \"[AVAILABLE_TOOLS] [\" }}{{- tools|tojson }}{{- \"[/AVAILABLE_TOOLS]\" }}\n"
+    "        {%- endif %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n"
+    "            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n"
+    "        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n")
+
+# ------------------------------------------------------------------------------------------------
+# Families
+
+SHAPES = {
+    # n_embd, n_ff, n_layer, n_head, n_head_kv, vocab (trained merges), vocab padded to
+    "tiny": dict(n_embd=256, n_ff=768, n_layer=2, n_head=4, n_head_kv=2, vocab=1200, pad_to=0, ctx=4096),
+    "1b": dict(n_embd=2048, n_ff=8192, n_layer=16, n_head=32, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
+}
+
+FAMILIES = ["llama3", "qwen2", "mistral"]
+
+# llama.cpp ftype per weight-type name (llama_cpp.LLAMA_FTYPE_*).
+FTYPES = {
+    "f32": "LLAMA_FTYPE_ALL_F32", "f16": "LLAMA_FTYPE_MOSTLY_F16", "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+    "q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0", "q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1",
+    "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q4_k_s": "LLAMA_FTYPE_MOSTLY_Q4_K_S",
+    "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
+}
+DEFAULT_TYPES = ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k_m", "q5_k_m", "q6_k"]
+
+
+def llama3_rope_factors(head_dim, base, factor=32.0, low=1.0, high=4.0, original_ctx=8192):
+    """Per-frequency divisors of Llama 3.1/3.2 RoPE scaling (rope_freqs.weight in GGUF)."""
+    out = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / base ** (i / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < original_ctx / high:
+            out.append(1.0)
+        elif wavelen > original_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (original_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_family(family, shape, path):
+    s = SHAPES[shape]
+    E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
+    HD = E // H
+    arch = "qwen2" if family == "qwen2" else "llama"
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"switchyard-test-{family}-{shape}")
+    w.add_context_length(s["ctx"] if family != "mistral" else 32768)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(HKV)
+    w.add_rope_dimension_count(HD)
+    w.add_layer_norm_rms_eps(1e-5 if family != "qwen2" else 1e-6)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    tied = family in ("llama3", "qwen2")
+    extra = {}
+    if family == "llama3":
+        w.add_rope_freq_base(500000.0)
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
+                    "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
+        tokens, types, merges, id_of = train_bpe(LLAMA3_PAT, s["vocab"], specials, s["pad_to"])
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("llama-bpe")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(id_of["<|begin_of_text|>"])
+        w.add_eos_token_id(id_of["<|eot_id|>"])
+        w.add_pad_token_id(id_of["<|finetune_right_pad_id|>"])
+        w.add_add_bos_token(True)
+        w.add_chat_template(LLAMA3_TEMPLATE)
+        extra["rope_freqs.weight"] = llama3_rope_factors(HD, 500000.0)
+    elif family == "qwen2":
+        w.add_rope_freq_base(1000000.0)
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        tokens, types, merges, id_of = train_bpe(QWEN2_PAT, s["vocab"], specials, s["pad_to"])
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("qwen2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(id_of["<|endoftext|>"])
+        w.add_eos_token_id(id_of["<|im_end|>"])
+        w.add_pad_token_id(id_of["<|endoftext|>"])
+        w.add_add_bos_token(False)
+        w.add_chat_template(QWEN2_TEMPLATE)
+    else:  # mistral: llama architecture, SentencePiece vocabulary, [INST] template (v0.3)
+        w.add_rope_freq_base(1000000.0)
+        control = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                   "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]
+        tokens, scores, types = train_spm(max(s["vocab"], 1000), control)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        w.add_add_space_prefix(True)
+        w.add_chat_template(MISTRAL_V3_TEMPLATE)
+    n_vocab = len(tokens)
+    w.add_vocab_size(n_vocab)
+
+    # Weights: N(0, 1/fan_in) products, norms near 1, an output head scaled so logits spread over a
+    # few units (clear winners at most positions, as in trained models).
+    rng = np.random.default_rng(FAMILIES.index(family) * 1000 + sorted(SHAPES).index(shape))
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * (gain / math.sqrt(cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    KV = HKV * HD
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E), dtype=np.float32) * (6.0 / math.sqrt(E)
+                                                                                               if tied else 1.0)))
+    for name, arr in extra.items():
+        w.add_tensor(name, arr)
+    for l in range(L):
+        p = f"blk.{l}."
+        w.add_tensor(p + "attn_norm.weight", norm(E))
+        w.add_tensor(p + "attn_q.weight", mat(E, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", mat(KV, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", mat(KV, E))
+        if family == "qwen2":
+            w.add_tensor(p + "attn_q.bias", (0.5 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
+            w.add_tensor(p + "attn_k.bias", (0.5 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
+            w.add_tensor(p + "attn_v.bias", (0.1 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
+        w.add_tensor(p + "attn_output.weight", mat(E, E))
+        w.add_tensor(p + "ffn_norm.weight", norm(E))
+        w.add_tensor(p + "ffn_gate.weight", mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", mat(E, F))
+    w.add_tensor("output_norm.weight", norm(E))
+    if not tied:
+        w.add_tensor("output.weight", mat(n_vocab, E, 6.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src, dst, type_name):
+    import ctypes
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, FTYPES[type_name])
+    params.nthread = os.cpu_count() or 2
+    tmp = dst + ".part"
+    rc = llama_cpp.llama_model_quantize(src.encode(), tmp.encode(), ctypes.byref(params))
+    if rc != 0:
+        sys.exit(f"llama_model_quantize({src} -> {type_name}) failed: {rc}")
+    os.replace(tmp, dst)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--types", default=",".join(DEFAULT_TYPES))
+    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    manifest_path = os.path.join(args.out, "manifest.json")
+    manifest = {"models": []}
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    have = {(m["family"], m["type"], m["shape"]) for m in manifest["models"]}
+    for family in args.families.split(","):
+        if family not in FAMILIES:
+            sys.exit(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+        d = os.path.join(args.out, family)
+        os.makedirs(d, exist_ok=True)
+        stem = family if args.shape == "tiny" else f"{family}-{args.shape}"
+        src = os.path.join(d, f"{stem}-f32.gguf")
+        if not os.path.exists(src):
+            print(f"make_test_models: writing {src}", file=sys.stderr)
+            write_family(family, args.shape, src + ".part")
+            os.replace(src + ".part", src)
+        for t in args.types.split(","):
+            if t not in FTYPES:
+                sys.exit(f"unknown type {t!r} (known: {', '.join(FTYPES)})")
+            dst = src if t == "f32" else os.path.join(d, f"{stem}-{t}.gguf")
+            if not os.path.exists(dst):
+                print(f"make_test_models: quantizing {os.path.basename(dst)}", file=sys.stderr)
+                quantize(src, dst, t)
+            if (family, t, args.shape) not in have:
+                manifest["models"].append({"family": family, "type": t, "shape": args.shape,
+                                           "path": os.path.relpath(dst, args.out)})
+                have.add((family, t, args.shape))
+    with open(manifest_path + ".part", "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(manifest_path + ".part", manifest_path)
+
+
+if __name__ == "__main__":
+    main()

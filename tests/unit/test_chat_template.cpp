@@ -1,0 +1,316 @@
+// Chat templates against llama.cpp: every format, by name and recognised from real model
+// templates (tests/fixtures/chat_templates/*.jinja), renders what llama.cpp's
+// llama_chat_apply_template rendered for the same conversations, as recorded by
+// tests/tools/make_chat_fixtures.py into tests/fixtures/chat_templates.json. Then the
+// --chat-template option, and a model whose template cannot be applied: it loads, serves
+// completions, and says why chats fail (model cases skip with a warning without the model file).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/chat_template.hpp"
+#include "common/gguf.hpp"
+#include "common/protocol.hpp"
+#include "tests/unit/model_env.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/engine.hpp"
+#include "worker/worker_service.hpp"
+
+using Catch::Matchers::Contains;
+using sy::chat_format;
+using sy::chat_message;
+using sy::chat_template;
+using json = nlohmann::json;
+
+namespace {
+
+const json& fixture() {
+  static const json doc = [] {
+    std::ifstream in(std::string(SY_FIXTURES_DIR) + "/chat_templates.json");
+    if (!in) throw std::runtime_error("tests/fixtures/chat_templates.json is missing");
+    return json::parse(in);
+  }();
+  return doc;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string template_source(const std::string& file) {
+  return read_text(std::string(SY_FIXTURES_DIR) + "/chat_templates/" + file);
+}
+
+// The fixture's conversations by name.
+const std::map<std::string, std::vector<chat_message>>& conversations() {
+  static const auto by_name = [] {
+    std::map<std::string, std::vector<chat_message>> out;
+    for (const json& c : fixture().at("conversations")) {
+      std::vector<chat_message>& msgs = out[c.at("name").get<std::string>()];
+      for (const json& m : c.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+    }
+    return out;
+  }();
+  return by_name;
+}
+
+// Checks every recorded rendering; returns how many were compared.
+size_t check_renders(const chat_template& t, const json& renders, const std::string& what) {
+  size_t n = 0;
+  for (const json& r : renders) {
+    const std::string conv = r.at("conversation");
+    const bool gen = r.at("add_generation_prompt");
+    INFO(what << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt");
+    CHECK(t.apply(conversations().at(conv), gen) == r.at("text").get<std::string>());
+    ++n;
+  }
+  return n;
+}
+
+// A temporary file, removed when the test ends.
+struct temp_file {
+  explicit temp_file(const std::string& name, const std::string& text = "")
+      : path(std::filesystem::temp_directory_path() / ("sy_" + std::to_string(::getpid()) + "_" + name)) {
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  ~temp_file() { std::filesystem::remove(path); }
+  std::filesystem::path path;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Against llama.cpp
+
+TEST_CASE("chat template: every format, by name, renders what llama.cpp renders") {
+  const json& formats = fixture().at("formats");
+  REQUIRE(formats.size() == 14);
+  size_t n = 0;
+  for (const json& f : formats) {
+    const std::string name = f.at("name");
+    const chat_template t = chat_template::parse(name);
+    REQUIRE(t.supported());
+    CHECK(sy::chat_format_name(t.format) == name);
+    CHECK(t.default_system.empty());
+    n += check_renders(t, f.at("renders"), name);
+  }
+  CHECK(n == 14 * 2 * conversations().size());
+}
+
+TEST_CASE("chat template: model templates are recognised as llama.cpp recognises them") {
+  const json& sources = fixture().at("sources");
+  REQUIRE(sources.size() >= 18);
+  size_t n_supported = 0, n_renders = 0;
+  for (const json& s : sources) {
+    const std::string file = s.at("file");
+    INFO("template " << file);
+    const chat_template t = chat_template::parse(template_source(file));
+    const std::string expected = s.at("llama_cpp_format").is_null() ? "" : s.at("llama_cpp_format").get<std::string>();
+    if (sy::chat_format_from_name(expected)) {
+      CHECK(sy::chat_format_name(t.format) == expected);
+      CHECK(t.default_system == s.at("default_system").get<std::string>());
+      n_renders += check_renders(t, s.at("renders"), file);
+      ++n_supported;
+    } else {
+      // llama.cpp renders these as a format Switchyard does not (phi4, glmedge), or refuses them.
+      CHECK_FALSE(t.supported());
+      CHECK_THAT(t.unsupported_reason,
+                 Contains(expected.empty() ? "matches none of the formats" : "'" + expected + "' format"));
+      CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
+    }
+  }
+  CHECK(n_supported == 15);
+  CHECK(n_renders == n_supported * 2 * conversations().size());
+}
+
+TEST_CASE("chat template: ChatML keeps the default system prompt that llama.cpp ignores") {
+  const chat_template smol = chat_template::parse(template_source("smollm2-instruct.jinja"));
+  const chat_template qwen = chat_template::parse(template_source("qwen2.5-instruct.jinja"));
+  CHECK(smol.default_system == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(qwen.default_system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  CHECK(qwen.apply({{"user", "Hi"}}, false) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n");
+  // Given by name, ChatML has no default.
+  CHECK(chat_template::parse("chatml").apply({{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recognition details (llama.cpp's rules and order)
+
+TEST_CASE("chat template: names and formats map one to one") {
+  const std::string names = sy::chat_format_names();
+  CHECK(names ==
+        "chatml, llama3, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, "
+        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma");
+  for (int i = static_cast<int>(chat_format::chatml); i <= static_cast<int>(chat_format::gemma); ++i) {
+    const auto f = static_cast<chat_format>(i);
+    const std::string_view name = sy::chat_format_name(f);
+    CHECK_FALSE(name.empty());
+    CHECK(sy::chat_format_from_name(name) == f);
+  }
+  CHECK(sy::chat_format_name(chat_format::unsupported).empty());
+  CHECK_FALSE(sy::chat_format_from_name("phi4"));
+  CHECK_FALSE(sy::chat_format_from_name("Llama3"));
+  CHECK_FALSE(sy::chat_format_from_name(""));
+}
+
+TEST_CASE("chat template: rules apply in llama.cpp's order") {
+  auto format_of = [](std::string_view src) { return chat_template::parse(src).format; };
+  // No template: ChatML, like llama.cpp's fallback.
+  CHECK(format_of("") == chat_format::chatml);
+  CHECK(chat_template::parse("").supported());
+  // <|im_start|> wins over everything after it, unless <|im_sep|> (phi4) or <end_of_utterance>.
+  CHECK(format_of("<|im_start|>[INST]<|start_header_id|><|end_header_id|>") == chat_format::chatml);
+  CHECK_THAT(chat_template::parse("<|im_start|><|im_sep|>").unsupported_reason, Contains("'phi4'"));
+  CHECK_THAT(chat_template::parse("<|im_start|><end_of_utterance>").unsupported_reason, Contains("'smolvlm'"));
+  // A source that starts with "mistral" is in the [INST] family.
+  CHECK(format_of("mistral whatever") == chat_format::llama2);
+  CHECK(format_of("[INST] <start_of_turn>") == chat_format::llama2);
+  CHECK(format_of("[INST][SYSTEM_PROMPT]' [INST] ' + system_message") == chat_format::mistral_v7);
+  CHECK(format_of("[AVAILABLE_TOOLS] [INST]") == chat_format::mistral_v1);
+  CHECK(format_of("[AVAILABLE_TOOLS]\"[INST]\"") == chat_format::mistral_v3_tekken);
+  CHECK(format_of("[AVAILABLE_TOOLS]'[INST]'") == chat_format::mistral_v3);
+  CHECK(format_of("[INST] content.strip() bos_token + '[INST] <<SYS>>") == chat_format::llama2_sys_strip);
+  CHECK(format_of("[INST] bos_token + '[INST] <<SYS>>") == chat_format::llama2_sys_bos);
+  CHECK(format_of("[INST] <<SYS>>") == chat_format::llama2_sys);
+  // <|assistant|> with <|end|> is Phi-3; with <|user|> it is one of GLM-Edge / Falcon 3 /
+  // EXAONE, which shadow Zephyr's rule (the Zephyr model card's template reads as glmedge).
+  CHECK(format_of("<|assistant|><|end|><|user|><|endoftext|>") == chat_format::phi3);
+  CHECK_THAT(chat_template::parse("<|assistant|><|user|><|endoftext|>").unsupported_reason, Contains("'glmedge'"));
+  CHECK_THAT(chat_template::parse("<|assistant|><|user|></s>").unsupported_reason, Contains("'falcon3'"));
+  CHECK(format_of("<|user|><|endoftext|>") == chat_format::zephyr);
+  // Gemma comes before Llama 3; Llama 3 needs both header tokens.
+  CHECK(format_of("<start_of_turn><|start_header_id|><|end_header_id|>") == chat_format::gemma);
+  CHECK(format_of("<|start_header_id|><|end_header_id|>") == chat_format::llama3);
+  CHECK_FALSE(chat_template::parse("<|start_header_id|>").supported());
+  CHECK_THAT(chat_template::parse("USER: x ASSISTANT: y").unsupported_reason, Contains("'vicuna'"));
+  CHECK(chat_template::parse("{{ m }}").unsupported_reason ==
+        "the template matches none of the formats Switchyard renders");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --chat-template
+
+TEST_CASE("chat template option: a name, a Jinja file, or a clear error") {
+  CHECK(chat_template::read_option("llama3") == "llama3");
+  CHECK(chat_template::parse(chat_template::read_option("mistral-v7-tekken")).format == chat_format::mistral_v7_tekken);
+
+  const std::string gemma = template_source("gemma-2-it.jinja");
+  temp_file file("gemma.jinja", gemma);
+  const std::string spec = chat_template::read_option(file.path.string());
+  CHECK(spec == gemma);  // the file's text: what a worker sends routers
+  CHECK(chat_template::parse(spec).format == chat_format::gemma);
+
+  temp_file smol("smollm2.jinja", template_source("smollm2-instruct.jinja"));
+  CHECK(chat_template::parse(chat_template::read_option(smol.path.string())).default_system ==
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+
+  CHECK_THROWS_AS(chat_template::read_option("llama-3"), std::invalid_argument);
+  CHECK_THROWS_WITH(chat_template::read_option("llama-3"),
+                    Contains("'llama-3' is neither a chat format name nor a readable Jinja file") &&
+                        Contains("chatml, llama3, llama2, llama2-sys") && Contains("gemma"));
+  temp_file empty("empty.jinja");
+  CHECK_THROWS_WITH(chat_template::read_option(empty.path.string()), Contains("the file is empty"));
+  temp_file phi4("phi4.jinja", template_source("phi-4.jinja"));
+  CHECK_THROWS_WITH(chat_template::read_option(phi4.path.string()),
+                    Contains("'phi4' format") && Contains("pass one of the names instead") && Contains("chatml"));
+}
+
+TEST_CASE("chat template: an unsupported template is a state, and apply says why") {
+  const chat_template t = chat_template::parse(template_source("role-colon.jinja"));
+  CHECK(t.format == chat_format::unsupported);
+  CHECK_FALSE(t.supported());
+  CHECK_THAT(t.unsupported_reason, Contains("matches none of the formats Switchyard renders"));
+  CHECK_THROWS_AS(t.apply({{"user", "hi"}}), std::runtime_error);
+  CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains("the chat template cannot be applied"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker: loading and the welcome
+
+namespace {
+
+// The model file with its `tokenizer.chat_template` overwritten in place (same length) by a
+// template no rule recognises.
+std::string with_unrecognised_template() {
+  std::string bytes = read_text(SY_MODEL_PATH);
+  const std::string key = "tokenizer.chat_template";
+  const size_t at = bytes.find(key);
+  REQUIRE(at != std::string::npos);
+  size_t p = at + key.size();
+  uint32_t type = 0;
+  uint64_t len = 0;
+  std::memcpy(&type, bytes.data() + p, 4);
+  std::memcpy(&len, bytes.data() + p + 4, 8);
+  REQUIRE(type == static_cast<uint32_t>(sy::gguf::value_type::string));
+  p += 12;
+  const std::string replacement = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
+  REQUIRE(len >= replacement.size());
+  bytes.replace(p, len, replacement + std::string(len - replacement.size(), ' '));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("a model whose chat template cannot be applied loads and serves completions") {
+  REQUIRE_MODEL();
+  temp_file file("unsupported_template.gguf", with_unrecognised_template());
+  sy::cpu::thread_pool pool(1);
+  std::unique_ptr<sy::llama_model> m;
+  REQUIRE_NOTHROW(m = sy::llama_model::load(file.path.string(), pool));
+  CHECK_FALSE(m->chat().supported());
+  CHECK_THAT(m->chat().unsupported_reason, Contains("matches none of the formats"));
+  CHECK_THROWS_WITH(m->chat().apply({{"user", "hi"}}), Contains("cannot be applied"));
+  CHECK(m->vocab().encode("The capital of France is", true) ==
+        sy::test::env()->model->vocab().encode("The capital of France is", true));
+
+  // What its worker sends routers: the source as it is; a router parses it the same way.
+  const sy::proto::tokenizer_spec spec = sy::tokenizer_spec_from(m->file());
+  CHECK_THAT(spec.chat_template, Contains("{{ m['role'] }}: {{ m['content'] }}"));
+  CHECK_FALSE(chat_template::parse(spec.chat_template).supported());
+}
+
+TEST_CASE("a worker's welcome carries --chat-template in place of the model's template") {
+  REQUIRE_MODEL();
+  const sy::llama_model& model = *sy::test::env()->model;
+  auto welcome_template = [&](const std::string& chat_override) {
+    sy::engine_config cfg;
+    cfg.n_kv_blocks = 8;
+    sy::engine eng(model, std::make_unique<sy::cpu_backend>(model, sy::test::env()->pool, 8, 16, sy::cpu::kv_type::f16),
+                   cfg);
+    sy::service_config sc;
+    sc.chat_template = chat_override;
+    sy::worker_service w(eng, sc);
+    std::vector<sy::out_frame> out;
+    sy::proto::hello h;
+    h.router_id = "r";
+    w.on_frame("peer", std::string(sy::proto::name(sy::proto::msg_type::hello)), sy::proto::encode(h), 1000, out);
+    for (const auto& f : out) {
+      if (f.type != sy::proto::name(sy::proto::msg_type::welcome)) continue;
+      const auto r = sy::proto::decode(f.type, f.body);
+      REQUIRE(r.ok());
+      return r.get_if<sy::proto::welcome>()->tokenizer.chat_template;
+    }
+    FAIL("no welcome");
+    return std::string();
+  };
+  const std::string own = welcome_template("");
+  CHECK_THAT(own, Contains("<|im_start|>"));  // the model's Jinja source
+  CHECK(chat_template::parse(own).default_system == model.chat().default_system);
+  const std::string named = welcome_template("llama3");
+  CHECK(named == "llama3");
+  CHECK(chat_template::parse(named).format == chat_format::llama3);
+}

@@ -1,0 +1,261 @@
+// Every generated model family and weight type (tests/tools/make_test_models.py: Llama 3, Qwen2,
+// Mistral at small width, quantized by llama.cpp's own quantizer) against llama.cpp and against
+// exact float64 arithmetic on the same file (tests/tools/llamacpp_ref_logits.py). Run through
+// tests/model_families.sh, which skips visibly (exit 77) when the models were not generated.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "worker/engine.hpp"
+#include "worker/generator.hpp"
+#include "worker/llama_model.hpp"
+
+using namespace sy;
+
+#ifndef SY_TEST_MODELS_DIR
+#define SY_TEST_MODELS_DIR "build/test-models"
+#endif
+
+namespace {
+
+struct model_case {
+  std::string family, type, path;
+  nlohmann::json ref;  // <path>.logits.json
+};
+
+cpu::thread_pool& pool() {
+  static cpu::thread_pool p(2);
+  return p;
+}
+
+const std::vector<model_case>& cases() {
+  static const std::vector<model_case> all = [] {
+    std::vector<model_case> out;
+    std::ifstream f(std::string(SY_TEST_MODELS_DIR) + "/manifest.json");
+    if (!f) return out;
+    const nlohmann::json manifest = nlohmann::json::parse(f);
+    for (const auto& m : manifest["models"]) {
+      if (m["shape"] != "tiny") continue;
+      model_case c{m["family"], m["type"], std::string(SY_TEST_MODELS_DIR) + "/" + m["path"].get<std::string>(), {}};
+      std::ifstream r(c.path + ".logits.json");
+      if (r) c.ref = nlohmann::json::parse(r);
+      out.push_back(std::move(c));
+    }
+    return out;
+  }();
+  return all;
+}
+
+// One loaded model at a time (the tests walk the manifest in order).
+const llama_model& load(const model_case& c) {
+  static std::string path;
+  static std::unique_ptr<llama_model> m;
+  if (path != c.path) {
+    m.reset();
+    m = llama_model::load(c.path, pool());
+    path = c.path;
+  }
+  return *m;
+}
+
+std::vector<token_id> top_ids(const float* row, int64_t n, int k) {
+  std::vector<token_id> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<token_id>(i);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](token_id a, token_id b) { return row[a] > row[b]; });
+  order.resize(static_cast<size_t>(k));
+  return order;
+}
+
+// The smallest top-1 agreement allowed. Against llama.cpp: 92 %. Against exact arithmetic: what
+// llama.cpp itself reaches on the same file (llamacpp_exact_top1 in the json: 181-192 of the 192
+// positions; the 4-bit and K-quant files of the SentencePiece family are the hardest) less 3
+// positions — no worse than llama.cpp, within the flips of near-ties. Both quantize activations to
+// 8 bits inside the integer products (prompt tokens too, for K-quants on AVX2), so neither is
+// exact. Measured here (AVX2 kernels): 183-192 against llama.cpp, 180-192 against exact arithmetic.
+constexpr double k_min_agree_llamacpp = 0.92;
+constexpr int k_exact_slack = 3;
+
+}  // namespace
+
+TEST_CASE("the model manifest lists every family and weight type") {
+  REQUIRE_FALSE(cases().empty());
+  std::map<std::string, int> families;
+  for (const auto& c : cases()) ++families[c.family];
+  CHECK(families.size() >= 3);
+  for (const auto& c : cases()) {
+    INFO(c.path);
+    CHECK(c.ref.is_object());
+  }
+}
+
+TEST_CASE("every generated model loads and dequantizes its weights exactly as llama.cpp's reader") {
+  for (const auto& c : cases()) {
+    INFO(c.path);
+    const llama_model& m = load(c);
+    WARN(c.family << " " << c.type << ": " << m.type_summary());
+    const auto& f = m.file();
+    int tensors = 0;
+    for (const auto& [name, rows] : c.ref["rows"].items()) {
+      const gguf::tensor_info* t = f.find_tensor(name);
+      REQUIRE(t != nullptr);
+      const int64_t cols = static_cast<int64_t>(t->shape[0]);
+      const cpu::weight_type wt = to_weight_type(*t);
+      const size_t rb = cpu::row_bytes(wt, cols);
+      std::vector<float> got(static_cast<size_t>(cols));
+      const auto& idx = rows["index"];
+      for (size_t i = 0; i < idx.size(); ++i) {
+        cpu::dequantize_row(wt, t->data + idx[i].get<int64_t>() * rb, got.data(), cols);
+        const auto& want = rows["values"][i];
+        REQUIRE(static_cast<int64_t>(want.size()) == cols);
+        int bad = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const double w = want[j].get<double>();
+          bad += std::fabs(got[j] - w) > 1e-6 * std::fabs(w) + 1e-9;
+        }
+        INFO(name << " (" << rows["type"].get<std::string>() << ") row " << idx[i]);
+        CHECK(bad == 0);
+      }
+      ++tensors;
+    }
+    CHECK(tensors >= 7);
+  }
+}
+
+// Teacher forcing: at each of llama.cpp's 32 greedy positions per prompt, our top-1 must be the
+// reference's at the share of positions set above, and the reference's top-1 within our top 3
+// everywhere. Both references: llama.cpp (which quantizes activations inside every product, as we
+// do in decode) and exact float64 arithmetic on the dequantized weights.
+TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic for every family and type") {
+  const bool portable = GENERATE(true, false);
+  if (!portable && !cpu::use_avx512_kernels()) return;  // only one kernel family on this CPU
+  cpu::force_portable_kernels(portable);
+  for (const auto& c : cases()) {
+    const llama_model& m = load(c);
+    generator gen(m, pool(), 512);
+    const int64_t n_vocab = m.hparams().n_vocab;
+    int positions = 0, agree_lc = 0, agree_ex = 0, in_top3 = 0;
+    double max_diff = 0;
+    for (const auto& k : c.ref["cases"]) {
+      std::vector<token_id> seq = k["prompt_ids"].get<std::vector<token_id>>();
+      const auto gen_tokens = k["tokens"].get<std::vector<token_id>>();
+      const size_t n_prompt = seq.size();
+      seq.insert(seq.end(), gen_tokens.begin(), gen_tokens.end() - 1);
+      const auto logits = gen.score(seq);
+      for (size_t j = 0; j < gen_tokens.size(); ++j) {
+        const float* row = logits.data() + (n_prompt - 1 + j) * n_vocab;
+        const auto top = top_ids(row, n_vocab, 3);
+        const token_id lc = k["top"][j][0][0].get<token_id>(), ex = k["exact"][j][0][0].get<token_id>();
+        ++positions;
+        agree_lc += top[0] == lc;
+        agree_ex += top[0] == ex;
+        in_top3 += std::find(top.begin(), top.end(), ex) != top.end();
+        for (const auto& pair : k["exact"][j])
+          max_diff = std::max(max_diff, std::fabs(row[pair[0].get<token_id>()] - pair[1].get<double>()));
+      }
+    }
+    const int lc_ex = c.ref["llamacpp_exact_top1"].get<int>();
+    WARN(c.family << " " << c.type << " (" << (portable ? "avx2" : cpu::kernel_isa_name()) << "): top-1 vs llama.cpp "
+                  << agree_lc << "/" << positions << ", vs exact " << agree_ex << "/" << positions
+                  << " (llama.cpp vs exact " << lc_ex << "), exact top-1 in our top 3 " << in_top3
+                  << ", max |logit - exact| on its top-10 " << max_diff);
+    INFO(c.path);
+    CHECK(positions == 6 * 32);
+    CHECK(agree_lc >= k_min_agree_llamacpp * positions);
+    CHECK(agree_ex >= lc_ex - k_exact_slack);
+    CHECK(in_top3 == positions);
+  }
+  cpu::force_portable_kernels(false);
+}
+
+TEST_CASE("greedy generation reproduces llama.cpp's tokens until its first near-tie") {
+  for (const auto& c : cases()) {
+    const llama_model& m = load(c);
+    generator gen(m, pool(), 512);
+    for (const auto& k : c.ref["cases"]) {
+      const auto prompt = k["prompt_ids"].get<std::vector<token_id>>();
+      const auto ref = k["tokens"].get<std::vector<token_id>>();
+      // Up to where llama.cpp's own top-2 margin or exact arithmetic's is small: below that,
+      // rounding may legitimately flip the choice.
+      size_t firm = 0;
+      auto margin = [&](const char* key, size_t j) {
+        return k[key][j][0][1].get<double>() - k[key][j][1][1].get<double>();
+      };
+      while (firm < ref.size() && margin("top", firm) > 0.3 && margin("exact", firm) > 0.3 &&
+             k["top"][firm][0][0] == k["exact"][firm][0][0])
+        ++firm;
+      sampling_params p;
+      p.max_tokens = static_cast<int32_t>(std::max<size_t>(firm, 1));
+      p.ignore_eos = true;
+      const auto res = gen.generate(prompt, p);
+      INFO(c.path << ": prompt '" << k["prompt"].get<std::string>().substr(0, 40) << "', firm prefix " << firm);
+      CHECK(std::equal(res.tokens.begin(), res.tokens.begin() + static_cast<int64_t>(firm), ref.begin()));
+    }
+  }
+}
+
+// The serving engine on one quantized file per family: continuous batching, chunked prefill, the
+// prefix cache and a q8_0 KV cache give each request the tokens it gets alone.
+TEST_CASE("every family batches, chunks and caches prefixes without changing results") {
+  for (const auto& c : cases()) {
+    if (c.type != "q4_k_m") continue;
+    const llama_model& m = load(c);
+    for (auto kv : {cpu::kv_type::f16, cpu::kv_type::q8_0}) {
+      INFO(c.path << (kv == cpu::kv_type::q8_0 ? " (q8_0 KV)" : " (f16 KV)"));
+      engine_config cfg;
+      cfg.n_kv_blocks = 128;
+      cfg.max_context = 512;
+      cfg.kv_type = kv;
+      cfg.sched.max_tokens_per_step = 24;  // chunked prefill of the longer prompts
+      std::vector<std::vector<token_id>> prompts;
+      for (const auto& k : c.ref["cases"]) prompts.push_back(k["prompt_ids"].get<std::vector<token_id>>());
+      sampling_params p;
+      p.max_tokens = 12;
+      p.ignore_eos = true;
+      auto run = [&](engine& e, const std::vector<std::string>& ids) {
+        std::map<std::string, std::vector<token_id>> out;
+        std::vector<request_event> ev;
+        for (int i = 0; i < 10000 && e.has_work(); ++i) {
+          ev.clear();
+          e.step(0, ev);
+          for (auto& x : ev) out[x.id].insert(out[x.id].end(), x.tokens.begin(), x.tokens.end());
+        }
+        REQUIRE_FALSE(e.has_work());
+        for (const auto& id : ids) REQUIRE(out[id].size() == 12);
+        return out;
+      };
+      std::map<std::string, std::vector<token_id>> alone;
+      {
+        engine e(m, pool(), cfg);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          const std::string id = "p" + std::to_string(i);
+          REQUIRE_FALSE(e.submit(id, prompts[i], p, 0));
+          alone[id] = run(e, {id})[id];
+        }
+        // Again, now served from the prefix cache.
+        REQUIRE_FALSE(e.submit("again", prompts.back(), p, 0));
+        CHECK(run(e, {"again"})["again"] == alone["p" + std::to_string(prompts.size() - 1)]);
+        CHECK(e.stats().prefix_hit_tokens >= 16);
+      }
+      engine e(m, pool(), cfg);
+      std::vector<std::string> ids;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        ids.push_back("p" + std::to_string(i));
+        REQUIRE_FALSE(e.submit(ids.back(), prompts[i], p, 0));
+      }
+      const auto together = run(e, ids);
+      for (const auto& id : ids) {
+        INFO(id);
+        CHECK(together.at(id) == alone.at(id));
+      }
+      CHECK(e.pool().stats().in_use == 0);
+    }
+  }
+}
