@@ -125,7 +125,7 @@ by = lambda doc, key: {r[key]: r for r in (doc or {}).get("levels", [])}
 son, soff = by((on or {}).get("decode"), "batch"), by((off or {}).get("decode"), "batch")
 thf = by(hf, "batch")
 if on and on.get("decode"):
-    print(f"  copy bandwidth {on['decode']['copy_bandwidth_gb_s']:.0f} GB/s; decode steps with 128-token prompts")
+    print(f"  copy bandwidth {on['decode']['bandwidth_gb_s']:.0f} GB/s; decode steps with 128-token prompts")
 print(f"  {'batch':>5} | {'step ms':>8} {'tok/s':>8} {'bw util':>7} {'TTFT ms':>8} | {'eager ms':>8} | "
       f"{'HF tok/s':>8} {'HF TTFT':>8} | {'vs HF':>6}")
 for b in sorted(set(son) | set(thf)):

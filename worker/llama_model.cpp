@@ -115,6 +115,7 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
     m->weight_bytes_ += t.n_bytes;
     try {
       cpu::linear l(to_weight_type(t), t.data, rows, cols, pool);
+      l.release_source_pages();  // t.data is in the model's memory map
       m->repacked_bytes_ += l.repacked_bytes();
       return l;
     } catch (const std::runtime_error& e) {

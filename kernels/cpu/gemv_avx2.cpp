@@ -111,14 +111,17 @@ void row_legacy(const uint8_t* row, const block_q8_act* a, int64_t nb, float* y,
 // bits of w0's bytes, mins 0-3 those of w1; scales 4-7 are w2's low nibbles with w0's top 2 bits
 // above them, mins 4-7 w2's high nibbles with w1's top 2 bits.
 inline __m128i k_scales_mins(const uint8_t* packed) {
-  uint32_t w[3];
-  std::memcpy(w, packed, 12);
-  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  const uint32_t sc_lo = w[0] & low6, mn_lo = w[1] & low6;
-  const uint32_t sc_hi = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);
-  const uint32_t mn_hi = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);
-  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(mn_lo),
-                        static_cast<int>(mn_hi));
+  // Bytes 0..11 in lanes 0..11 (the block's next 4 bytes, its qh/qs, ride along and are masked off).
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  // p: lanes 0-3 w0, 4-7 w2, 8-11 w1, 12-15 w2 (the low 6 bits / nibbles of each result lane);
+  // h: lanes 4-7 w0, 12-15 w1 (the bytes whose top 2 bits go above the nibbles); zero elsewhere.
+  const __m128i p = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i h = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  const __m128i lo = _mm_and_si128(p, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+  const __m128i hi_nib =
+      _mm_and_si128(_mm_srli_epi16(p, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+  const __m128i top = _mm_and_si128(_mm_srli_epi16(h, 2), _mm_set1_epi8(0x30));
+  return _mm_or_si128(_mm_or_si128(lo, hi_nib), top);
 }
 
 // q4_K / q5_K, row against T tokens: the super-block's weights are unpacked once per 32-element
@@ -147,9 +150,7 @@ void row_k45(const uint8_t* row, const block_q8_K* a, int64_t nb, float* y, int6
     for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
     __m256i qh = _mm256_setzero_si256();
     if constexpr (W == weight_type::q5_k) qh = load256(b + 16);
-      // Not unrolled: GCC 12 otherwise interleaves the four sub-block pairs and spills the products.
-#pragma GCC unroll 1
-    for (int g = 0; g < 4; ++g) {
+    auto sub_block_pair = [&](int g) {
       const __m256i q = load256(qs + 32 * g);
       __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       if constexpr (W == weight_type::q5_k) {
@@ -166,6 +167,16 @@ void row_k45(const uint8_t* row, const block_q8_K* a, int64_t nb, float* y, int6
         const __m256i p_hi = _mm256_madd_epi16(maddubs(hi, load256(xq + 32)), s_hi);
         sumi[t] = _mm256_add_epi32(_mm256_add_epi32(sumi[t], p_lo), p_hi);
       }
+    };
+    if constexpr (T <= 2) {  // few registers in use: unrolled, the shuffle controls are constants
+      sub_block_pair(0);
+      sub_block_pair(1);
+      sub_block_pair(2);
+      sub_block_pair(3);
+    } else {
+      // Not unrolled: GCC 12 otherwise interleaves the sub-block pairs and spills the products.
+#pragma GCC unroll 1
+      for (int g = 0; g < 4; ++g) sub_block_pair(g);
     }
     for (int t = 0; t < T; ++t) {
       const block_q8_K& x = a[t * nb + i];
@@ -196,25 +207,36 @@ void row_q6k(const uint8_t* row, const block_q8_K* a, int64_t nb, float* y, int6
     const __m256i sd_lo = _mm256_unpacklo_epi16(sc16, sc16), sd_hi = _mm256_unpackhi_epi16(sc16, sc16);
     __m256i sumi[T];
     for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int n = 0; n < 2; ++n) {
+    auto chunk = [&](int n, int c, __m256i ql0, __m256i ql1, __m256i qh) {
+      const __m256i lsrc = c & 1 ? ql1 : ql0;
+      const __m256i lbits = _mm256_and_si256(c < 2 ? lsrc : _mm256_srli_epi16(lsrc, 4), m4);
+      const __m256i hbits = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4);
+      const __m256i q = _mm256_or_si256(lbits, hbits);  // q + 32, in [0, 63]
+      const int j = 8 * n + 2 * c;                      // first scale of the chunk
+      const int lane = (j & 3) + 4 * (j >> 3);          // its 32-bit lane in sd_lo / sd_hi
+      const __m256i idx = _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1);
+      const __m256i s16 = _mm256_permutevar8x32_epi32((j & 4) ? sd_hi : sd_lo, idx);
+      for (int t = 0; t < T; ++t) {
+        const __m256i p = maddubs(q, load256(a[t * nb + i].qs + 128 * n + 32 * c));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, s16));
+      }
+    };
+    auto half = [&](int n, auto unrolled) {
       const __m256i ql0 = load256(b.ql + 64 * n), ql1 = load256(b.ql + 64 * n + 32);
       const __m256i qh = load256(b.qh + 32 * n);
+      if constexpr (decltype(unrolled)::value) {
+        for (int c = 0; c < 4; ++c) chunk(n, c, ql0, ql1, qh);
+      } else {
 #pragma GCC unroll 1
-      for (int c = 0; c < 4; ++c) {
-        const __m256i lsrc = c & 1 ? ql1 : ql0;
-        const __m256i lbits = _mm256_and_si256(c < 2 ? lsrc : _mm256_srli_epi16(lsrc, 4), m4);
-        const __m256i hbits = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4);
-        const __m256i q = _mm256_or_si256(lbits, hbits);  // q + 32, in [0, 63]
-        const int j = 8 * n + 2 * c;                      // first scale of the chunk
-        const int lane = (j & 3) + 4 * (j >> 3);          // its 32-bit lane in sd_lo / sd_hi
-        const __m256i idx = _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1);
-        const __m256i s16 = _mm256_permutevar8x32_epi32((j & 4) ? sd_hi : sd_lo, idx);
-        for (int t = 0; t < T; ++t) {
-          const __m256i p = maddubs(q, load256(a[t * nb + i].qs + 128 * n + 32 * c));
-          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, s16));
-        }
+        for (int c = 0; c < 4; ++c) chunk(n, c, ql0, ql1, qh);
       }
+    };
+    if constexpr (T <= 2) {  // few registers in use: unrolled, the permute indices are constants
+      half(0, std::true_type{});
+      half(1, std::true_type{});
+    } else {
+#pragma GCC unroll 1
+      for (int n = 0; n < 2; ++n) half(n, std::false_type{});
     }
     for (int t = 0; t < T; ++t) {
       // The +32 of every q: subtract 32 * sum_j scales[j] * bsums[j].

@@ -9,7 +9,9 @@ namespace {
 
 constexpr size_t k_huge = size_t{2} << 20;
 
-bool advise() {
+}  // namespace
+
+bool huge_pages_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("SY_HUGE_PAGES");
     return !(e && std::strcmp(e, "0") == 0);
@@ -17,14 +19,12 @@ bool advise() {
   return on;
 }
 
-}  // namespace
-
 void* huge_alloc(size_t n) {
   if (n == 0) n = 1;
   const size_t rounded = (n + k_huge - 1) / k_huge * k_huge;
   void* p = std::aligned_alloc(k_huge, rounded);
   if (!p) throw std::bad_alloc();
-  if (advise()) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+  if (huge_pages_enabled()) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
   return p;
 }
 

@@ -12,6 +12,8 @@
 
 namespace sy::cpu {
 
+// False when SY_HUGE_PAGES=0: no advice, and the weights stay in the model's memory map.
+bool huge_pages_enabled();
 // Allocates n bytes (2 MiB-aligned, zero-filled by the kernel on first touch) with huge-page advice.
 void* huge_alloc(size_t n);
 void huge_free(void* p) noexcept;

@@ -42,7 +42,7 @@ bool integer_type(weight_type t) { return !is_float_type(t); }
 bool vnni_type(weight_type t) { return t == weight_type::q4_0 || t == weight_type::q4_1 || t == weight_type::q8_0; }
 
 // Returns the memory map's pages under [p, p + n) to the kernel (they are re-read from the page
-// cache if touched again): the layer computes from its repacked copy.
+// cache if touched again). Only for file mappings: on anonymous memory it would zero the data.
 void release_pages(const uint8_t* p, size_t n) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
@@ -53,13 +53,14 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool)
-    : type_(type), data_(static_cast<const uint8_t*>(data)), rows_(rows), cols_(cols) {
+    : type_(type), source_(static_cast<const uint8_t*>(data)), data_(source_), rows_(rows), cols_(cols) {
   if (cols % block_elements(type) != 0 || cols % qk != 0)
     throw std::runtime_error("linear: input width " + std::to_string(cols) + " is not a multiple of " +
                              std::to_string(std::max<int64_t>(qk, block_elements(type))) + " (" +
                              weight_type_name(type) + ")");
   row_bytes_ = static_cast<int64_t>(row_bytes(type, cols));
   n_panels_ = (rows + panel_rows - 1) / panel_rows;
+
   const auto& f = cpu_features();
   if (vnni_type(type_) && cols_ <= k_max_int_cols && f.avx512 && f.avx512_vnni) {
     int_panels_.resize(static_cast<size_t>(n_panels_ * int_panel_lines(type_, cols)));
@@ -68,8 +69,18 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
       thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
       repack_int_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, int_panels_.data());
     });
-    if (std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr) release_pages(data_, file_bytes());
+  } else if (huge_pages_enabled()) {
+    // The GGUF rows copied once onto huge pages, the map's pages let go: decode streams every
+    // weight each step, and on the map's 4 KiB pages that is a TLB miss every 4 KiB (measured on
+    // the 1B Q4_K_M file, Zen 3, alternating runs: tg64 23-26 vs 16-23 tok/s, pp64 72-74 vs 56-72).
+    own_.assign(source_, source_ + file_bytes());
+    data_ = own_.data();
   }
+}
+
+void linear::release_source_pages() const {
+  if ((!own_.empty() || !int_panels_.empty()) && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr)
+    release_pages(source_, file_bytes());
 }
 
 bool linear::vnni_ready() const { return !int_panels_.empty() && use_avx512_kernels(); }

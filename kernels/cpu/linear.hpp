@@ -1,8 +1,8 @@
 // A linear layer's weight (rows = output features, cols = input features) and y = x W^T over a
 // batch of tokens.
 //
-// One resident copy of the weights: the GGUF rows in the memory map (plus, on AVX-512 VNNI
-// machines, q4_0/q4_1/q8_0 repacked into integer panels, after which the map's pages are let go).
+// One resident copy of the weights: the GGUF rows copied onto huge pages at load (or, on AVX-512
+// VNNI machines, q4_0/q4_1/q8_0 repacked into integer panels); the map's pages are let go.
 // Two paths; the caller picks one per token by its role (cpu_forward.hpp), never by the batch
 // size, so a token's result does not depend on what else is in the step:
 //  * forward_gemv (generated tokens, output head): for quantized weights, integer kernels against
@@ -45,16 +45,26 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
 class linear {
  public:
   linear() = default;
-  // `data` (row-major, `type` blocks) must outlive this object (it points into the mmap).
+  // `data` (row-major, `type` blocks, in the model's memory map) must outlive this object.
   linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool);
+  // When the layer holds its own copy (huge-page rows or integer panels), returns the source rows'
+  // pages to the kernel: only for a source in a file mapping (the model's), where they are re-read
+  // from the page cache if touched again (the portable fallback of an int-panel layer).
+  // SY_KEEP_MAPPED_WEIGHTS=1 keeps them.
+  void release_source_pages() const;
+  // Movable (the owned copy moves with its pointer), not copyable.
+  linear(linear&&) noexcept = default;
+  linear& operator=(linear&&) noexcept = default;
+  linear(const linear&) = delete;
+  linear& operator=(const linear&) = delete;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   weight_type type() const { return type_; }
-  // Bytes of the weights as stored in the file, and of what this layer holds besides (the
-  // integer panels, where built).
+  // Bytes of the weights as stored in the file, and of what this layer holds in memory of its own
+  // (the huge-page copy of the rows, or the integer panels).
   size_t file_bytes() const { return static_cast<size_t>(row_bytes_ * rows_); }
-  size_t repacked_bytes() const { return int_panels_.size() * sizeof(line64); }
+  size_t repacked_bytes() const { return int_panels_.size() * sizeof(line64) + own_.size(); }
   // Whether forward_gemm runs on the integer kernel rather than the bf16 panel GEMM: for K-quants
   // on CPUs without AVX-512 BF16, where it is the faster of the two (gemv_avx2.cpp's K-quant kernel
   // reaches ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core).
@@ -76,12 +86,16 @@ class linear {
   void pack_panels(int64_t p0, int64_t p1, uint16_t* out) const;
 
   weight_type type_ = weight_type::f32;
-  const uint8_t* data_ = nullptr;  // GGUF rows, row_bytes_ apart, in the model's memory map
+  const uint8_t* source_ = nullptr;  // the caller's rows (the model's memory map)
+  const uint8_t* data_ = nullptr;    // the rows computed from: own_ or source_, row_bytes_ apart
   int64_t rows_ = 0, cols_ = 0;
   int64_t row_bytes_ = 0;
   int64_t n_panels_ = 0;  // 16-row groups
   std::vector<line64, huge_page_allocator<line64>>
       int_panels_;  // q4_0/q4_1/q8_0 for the AVX-512 VNNI kernel (gemm_kernels.hpp); else empty
+  // The GGUF rows copied onto huge pages (data_ points here), unless int panels replace them or
+  // SY_HUGE_PAGES=0 (data_ then points into the map).
+  std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;
 };
 
 }  // namespace sy::cpu

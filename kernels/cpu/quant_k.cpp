@@ -1,6 +1,7 @@
 // Reference (scalar) conversions of the K-quant formats (quant.hpp): dequantization, the q8_K
 // activation quantization and the dot products the fast kernels must reproduce exactly in their
 // integer part.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -105,9 +106,9 @@ void quantize_row_q8_K(const float* x, block_q8_K* y, int64_t n) {
       continue;
     }
     const float iscale = -127.f / vmax;
-    for (int j = 0; j < qk_k; ++j) {
+    for (int j = 0; j < qk_k; ++j) {  // finite here, so a plain clamp (an inlined min/max)
       const float v = std::nearbyint(iscale * x[j]);
-      b.qs[j] = static_cast<int8_t>(std::fmin(127.f, std::fmax(-128.f, v)));
+      b.qs[j] = static_cast<int8_t>(std::clamp(v, -128.f, 127.f));
     }
     for (int g = 0; g < 16; ++g) {
       int s = 0;

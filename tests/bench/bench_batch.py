@@ -26,7 +26,7 @@ script does not build (~8 minutes): run tests/bench/setup_llamacpp.sh once, or p
 Python that has llama_cpp.
 
 usage: tests/bench/bench_batch.py [--levels 1,4,16,32] [--prompt 128] [--gen 128] [--threads N]
-                                  [--rounds 1] [--json out.json]
+                                  [--rounds 1] [--model FILE] [--no-sequential] [--json out.json]
 """
 import argparse
 import json
@@ -232,7 +232,7 @@ def find_python(arg):
 def run_ours(a, level, out):
     cmd = [a.worker, "bench-engine", "--model", a.model, "--threads", str(a.threads),
            "--concurrency", str(level), "--prompt-tokens", str(a.prompt), "--gen-tokens", str(a.gen),
-           "--skip", "prefix,memory", "--json", out]
+           "--skip", "prefix,memory" + (",sequential" if a.no_sequential else ""), "--json", out]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         fail(f"switchyard-worker bench-engine failed (exit {p.returncode}): {' '.join(cmd)}\n"
@@ -242,8 +242,10 @@ def run_ours(a, level, out):
     row = next((r for r in js.get("batching", []) if r["concurrency"] == level), None)
     if row is None:
         fail(f"no batching row for concurrency {level} in {out}: {js}", 1)
+    nan = float("nan")
     return {"continuous_tok_s": row["continuous_tok_s"], "continuous_decode_tok_s": row["continuous_decode_tok_s"],
-            "sequential_tok_s": row["sequential_tok_s"], "sequential_decode_tok_s": row["sequential_decode_tok_s"],
+            "sequential_tok_s": row.get("sequential_tok_s", nan),
+            "sequential_decode_tok_s": row.get("sequential_decode_tok_s", nan),
             "kernels": js.get("kernels"), "threads": js.get("threads"), "kv_type": js.get("kv_type")}
 
 
@@ -281,6 +283,8 @@ def main():
     ap.add_argument("--llama-flash-attn", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--llama-kv-unified", action=argparse.BooleanOptionalAction, default=None,
                     help="one KV buffer shared by all sequences (default: the library's, off in recent versions)")
+    ap.add_argument("--no-sequential", action="store_true",
+                    help="skip Switchyard's one-request-at-a-time runs (long on large models)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 

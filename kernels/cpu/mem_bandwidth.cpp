@@ -1,0 +1,41 @@
+#include "kernels/cpu/mem_bandwidth.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/huge_pages.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+
+namespace sy::cpu {
+
+double read_bandwidth(thread_pool& pool, size_t bytes, int rounds) {
+  const size_t n = bytes / sizeof(__m256i);
+  std::vector<__m256i, huge_page_allocator<__m256i>> buf(n, _mm256_set1_epi32(1));
+  std::vector<int64_t> sink(static_cast<size_t>(pool.size()));
+  double best = 0;
+  for (int r = 0; r <= rounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int ith, int nth) {
+      int64_t b, e;
+      thread_pool::split(static_cast<int64_t>(n), 4, ith, nth, b, e);
+      __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = b; i + 4 <= e; i += 4) {
+        a0 = _mm256_add_epi32(a0, _mm256_load_si256(&buf[i]));
+        a1 = _mm256_add_epi32(a1, _mm256_load_si256(&buf[i + 1]));
+        a2 = _mm256_add_epi32(a2, _mm256_load_si256(&buf[i + 2]));
+        a3 = _mm256_add_epi32(a3, _mm256_load_si256(&buf[i + 3]));
+      }
+      const __m256i s = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
+      sink[ith] = _mm256_extract_epi32(s, 0);  // keeps the loads
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::max(best, static_cast<double>(n * sizeof(__m256i)) / s);
+  }
+  return best;
+}
+
+}  // namespace sy::cpu
