@@ -70,17 +70,17 @@ constexpr block_layout layout_of(tensor_type t) {
     case tensor_type::q8_1:
       return {"q8_1", 32, 36};
     case tensor_type::q2_k:
-      return {"q2_k", 256, 84};
+      return {"q2_K", 256, 84};
     case tensor_type::q3_k:
-      return {"q3_k", 256, 110};
+      return {"q3_K", 256, 110};
     case tensor_type::q4_k:
-      return {"q4_k", 256, 144};
+      return {"q4_K", 256, 144};
     case tensor_type::q5_k:
-      return {"q5_k", 256, 176};
+      return {"q5_K", 256, 176};
     case tensor_type::q6_k:
-      return {"q6_k", 256, 210};
+      return {"q6_K", 256, 210};
     case tensor_type::q8_k:
-      return {"q8_k", 256, 292};
+      return {"q8_K", 256, 292};
   }
   return {nullptr, 0, 0};
 }

@@ -10,6 +10,7 @@
 #include "common/chat_template.hpp"
 #include "common/gguf.hpp"
 #include "common/tokenizer.hpp"
+#include "kernels/cpu/huge_pages.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/ops.hpp"
 
@@ -87,6 +88,11 @@ class llama_model {
   cpu::weight_type embd_type_ = cpu::weight_type::f32;
   const uint8_t* embd_data_ = nullptr;
   size_t embd_row_bytes_ = 0;
+  // One huge-page arena for every matrix's own copy (cpu::linear::arena_bytes each), or null.
+  struct arena_free {
+    void operator()(uint8_t* p) const noexcept { cpu::huge_free(p); }
+  };
+  std::unique_ptr<uint8_t, arena_free> weights_;
   std::vector<llama_layer> layers_;
   std::vector<float> output_norm_;
   cpu::linear output_;

@@ -52,7 +52,25 @@ void release_pages(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool)
+namespace {
+bool builds_int_panels(weight_type t, int64_t cols) {
+  const auto& f = cpu_features();
+  return vnni_type(t) && cols <= k_max_int_cols && f.avx512 && f.avx512_vnni;
+}
+constexpr size_t k_arena_align = 64;
+}  // namespace
+
+size_t linear::arena_bytes(weight_type type, int64_t rows, int64_t cols) {
+  size_t n = 0;
+  if (builds_int_panels(type, cols)) {
+    n = static_cast<size_t>((rows + panel_rows - 1) / panel_rows * int_panel_lines(type, cols)) * sizeof(line64);
+  } else if (huge_pages_enabled()) {
+    n = row_bytes(type, cols) * static_cast<size_t>(rows);
+  }
+  return (n + k_arena_align - 1) / k_arena_align * k_arena_align;
+}
+
+linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool, void* arena)
     : type_(type), source_(static_cast<const uint8_t*>(data)), data_(source_), rows_(rows), cols_(cols) {
   if (cols % block_elements(type) != 0 || cols % qk != 0)
     throw std::runtime_error("linear: input width " + std::to_string(cols) + " is not a multiple of " +
@@ -60,33 +78,38 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
                              weight_type_name(type) + ")");
   row_bytes_ = static_cast<int64_t>(row_bytes(type, cols));
   n_panels_ = (rows + panel_rows - 1) / panel_rows;
-
-  const auto& f = cpu_features();
-  if (vnni_type(type_) && cols_ <= k_max_int_cols && f.avx512 && f.avx512_vnni) {
-    int_panels_.resize(static_cast<size_t>(n_panels_ * int_panel_lines(type_, cols)));
+  held_bytes_ = arena_bytes(type, rows, cols);
+  uint8_t* held = static_cast<uint8_t*>(arena);
+  if (held_bytes_ > 0 && held == nullptr) {
+    own_.resize(held_bytes_);
+    held = own_.data();
+  }
+  if (builds_int_panels(type_, cols_)) {
+    line64* panels = reinterpret_cast<line64*>(held);
     pool.run([&](int ith, int nth) {
       int64_t p0, p1;
       thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
-      repack_int_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, int_panels_.data());
+      repack_int_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, panels);
     });
-  } else if (huge_pages_enabled()) {
+    int_panels_ = panels;
+  } else if (held_bytes_ > 0) {
     // The GGUF rows copied once onto huge pages, the map's pages let go: decode streams every
     // weight each step, and on the map's 4 KiB pages that is a TLB miss every 4 KiB (measured on
     // the 1B Q4_K_M file, Zen 3, alternating runs: tg64 23-26 vs 16-23 tok/s, pp64 72-74 vs 56-72).
-    own_.assign(source_, source_ + file_bytes());
-    data_ = own_.data();
+    std::memcpy(held, source_, file_bytes());
+    data_ = held;
   }
 }
 
 void linear::release_source_pages() const {
-  if ((!own_.empty() || !int_panels_.empty()) && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr)
+  if (held_bytes_ > 0 && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr)
     release_pages(source_, file_bytes());
 }
 
-bool linear::vnni_ready() const { return !int_panels_.empty() && use_avx512_kernels(); }
+bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_kernels(); }
 
 void linear::pack_panels(int64_t p0, int64_t p1, uint16_t* out) const {
-  if (!int_panels_.empty()) return pack_bf16_panels_from_int(type_, int_panels_.data(), cols_, p0, p1, out);
+  if (int_panels_) return pack_bf16_panels_from_int(type_, int_panels_, cols_, p0, p1, out);
   pack_bf16_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, out);
 }
 
@@ -161,7 +184,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     const linear& w = *outs[i].w;
     float* y = outs[i].y;
     const int64_t ldy = outs[i].ldy;
-    if (w.vnni_ready()) return gemv_int_panels_avx512(w.type_, w.int_panels_.data(), w.rows_, b0, b1, a, y, ldy);
+    if (w.vnni_ready()) return gemv_int_panels_avx512(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
     const int64_t r0 = b0 * panel_rows, r1 = std::min(b1 * panel_rows, w.rows_);
     if (is_k_quant(w.type_))
       return gemv_q8k_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, sc.q8k.data(), cols, n_tok, y, ldy);

@@ -46,7 +46,14 @@ class linear {
  public:
   linear() = default;
   // `data` (row-major, `type` blocks, in the model's memory map) must outlive this object.
-  linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool);
+  // `arena`: arena_bytes() of memory (64-byte aligned, outliving this object) for the layer's own
+  // copy; null: the layer allocates it (a model gives all its layers one arena, so the huge-page
+  // rounding is paid once, not per matrix).
+  linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool, void* arena = nullptr);
+  // Bytes of memory of its own a layer of this shape holds on this machine (a multiple of 64): its
+  // integer panels (AVX-512 VNNI, q4_0/q4_1/q8_0), else the copy of its rows, or 0 with
+  // SY_HUGE_PAGES=0 (it then computes from the source rows).
+  static size_t arena_bytes(weight_type type, int64_t rows, int64_t cols);
   // When the layer holds its own copy (huge-page rows or integer panels), returns the source rows'
   // pages to the kernel: only for a source in a file mapping (the model's), where they are re-read
   // from the page cache if touched again (the portable fallback of an int-panel layer).
@@ -64,7 +71,7 @@ class linear {
   // Bytes of the weights as stored in the file, and of what this layer holds in memory of its own
   // (the huge-page copy of the rows, or the integer panels).
   size_t file_bytes() const { return static_cast<size_t>(row_bytes_ * rows_); }
-  size_t repacked_bytes() const { return int_panels_.size() * sizeof(line64) + own_.size(); }
+  size_t repacked_bytes() const { return held_bytes_; }
   // Whether forward_gemm runs on the integer kernel rather than the bf16 panel GEMM: for K-quants
   // on CPUs without AVX-512 BF16, where it is the faster of the two (gemv_avx2.cpp's K-quant kernel
   // reaches ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core).
@@ -91,11 +98,12 @@ class linear {
   int64_t rows_ = 0, cols_ = 0;
   int64_t row_bytes_ = 0;
   int64_t n_panels_ = 0;  // 16-row groups
-  std::vector<line64, huge_page_allocator<line64>>
-      int_panels_;  // q4_0/q4_1/q8_0 for the AVX-512 VNNI kernel (gemm_kernels.hpp); else empty
-  // The GGUF rows copied onto huge pages (data_ points here), unless int panels replace them or
-  // SY_HUGE_PAGES=0 (data_ then points into the map).
-  std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;
+  // q4_0/q4_1/q8_0 repacked for the AVX-512 VNNI kernel (gemm_kernels.hpp), in the arena or own_;
+  // else null. Otherwise the arena or own_ holds the copy of the rows data_ points to (none with
+  // SY_HUGE_PAGES=0: data_ == source_).
+  const line64* int_panels_ = nullptr;
+  size_t held_bytes_ = 0;                                   // arena_bytes() of this layer
+  std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;  // when no arena was given
 };
 
 }  // namespace sy::cpu

@@ -115,3 +115,20 @@ def test_unknown_model_is_404_naming_it(cluster):
                                                            "messages": [{"role": "user", "content": "hi"}]})
     assert status == 404
     assert b"llama3-q9_z" in body
+
+
+@pytest.mark.parametrize("fam", sorted(FAMILIES))
+def test_sampling_and_logprobs_work_for_each_family(client, fam):
+    model = model_id(FAMILIES[fam][0])
+    messages = [{"role": "user", "content": "Write a haiku about the sea."}]
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0, logprobs=True,
+                                       top_logprobs=2, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 6
+    assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+    # Seeded sampling is reproducible; a different seed is allowed to differ.
+    kw = dict(model=model, messages=messages, max_tokens=12, temperature=0.9, top_p=0.95, seed=11,
+              extra_body={"ignore_eos": True})
+    a, b = client.chat.completions.create(**kw), client.chat.completions.create(**kw)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.usage.completion_tokens == 12

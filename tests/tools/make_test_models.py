@@ -219,6 +219,7 @@ FTYPES = {
     "q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0", "q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1",
     "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q4_k_s": "LLAMA_FTYPE_MOSTLY_Q4_K_S",
     "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    "q2_k": "LLAMA_FTYPE_MOSTLY_Q2_K",
 }
 DEFAULT_TYPES = ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k_m", "q5_k_m", "q6_k"]
 
@@ -239,11 +240,11 @@ def llama3_rope_factors(head_dim, base, factor=32.0, low=1.0, high=4.0, original
     return np.array(out, dtype=np.float32)
 
 
-def write_family(family, shape, path):
+def write_family(family, shape, path, arch=None):
     s = SHAPES[shape]
     E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
     HD = E // H
-    arch = "qwen2" if family == "qwen2" else "llama"
+    arch = arch or ("qwen2" if family == "qwen2" else "llama")
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"switchyard-test-{family}-{shape}")
     w.add_context_length(s["ctx"] if family != "mistral" else 32768)
@@ -397,6 +398,22 @@ def main():
                 manifest["models"].append({"family": family, "type": t, "shape": args.shape,
                                            "path": os.path.relpath(dst, args.out)})
                 have.add((family, t, args.shape))
+    # Files a worker must refuse with one clear error (tests/unit/test_model_families.cpp): an
+    # architecture it does not implement, and weight types it does not load (Q2_K: q2_K/q3_K).
+    if args.shape == "tiny":
+        d = os.path.join(args.out, "unsupported")
+        os.makedirs(d, exist_ok=True)
+        bad_arch = os.path.join(d, "phi3-arch.gguf")
+        if not os.path.exists(bad_arch):
+            write_family("llama3", "tiny", bad_arch + ".part", arch="phi3")
+            os.replace(bad_arch + ".part", bad_arch)
+        bad_type = os.path.join(d, "llama3-q2_k.gguf")
+        if not os.path.exists(bad_type):
+            quantize(os.path.join(args.out, "llama3", "llama3-f32.gguf"), bad_type, "q2_k")
+        manifest["unsupported"] = [
+            {"path": os.path.relpath(bad_arch, args.out), "error": ["architecture 'phi3' is not supported"]},
+            {"path": os.path.relpath(bad_type, args.out), "error": ["tensor 'blk.", "has type q2_K"]},
+        ]
     with open(manifest_path + ".part", "w") as f:
         json.dump(manifest, f, indent=1)
     os.replace(manifest_path + ".part", manifest_path)

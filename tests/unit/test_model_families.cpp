@@ -96,6 +96,26 @@ TEST_CASE("the model manifest lists every family and weight type") {
   }
 }
 
+TEST_CASE("a file of an unsupported architecture or weight type is refused with one error naming it") {
+  std::ifstream f(std::string(SY_TEST_MODELS_DIR) + "/manifest.json");
+  REQUIRE(f.good());
+  const nlohmann::json manifest = nlohmann::json::parse(f);
+  REQUIRE(manifest.contains("unsupported"));
+  for (const auto& u : manifest["unsupported"]) {
+    const std::string path = std::string(SY_TEST_MODELS_DIR) + "/" + u["path"].get<std::string>();
+    INFO(path);
+    std::string what;
+    try {
+      llama_model::load(path, pool());
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    WARN(what);
+    REQUIRE_FALSE(what.empty());
+    for (const auto& part : u["error"]) CHECK_THAT(what, Catch::Contains(part.get<std::string>()));
+  }
+}
+
 TEST_CASE("every generated model loads and dequantizes its weights exactly as llama.cpp's reader") {
   for (const auto& c : cases()) {
     INFO(c.path);
