@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Starts, stops or shows a local Switchyard cluster: N workers + one router on loopback.
-#   deploy/cluster.sh start [--workers N] [--port P] [--threads T] [--kv-memory-mb M] [--tenants FILE]
-#                           [--redis-port R | --no-redis]
+#   deploy/cluster.sh start [--model FILE]... [--workers N] [--port P] [--threads T] [--kv-memory-mb M]
+#                           [--tenants FILE] [--redis-port R | --no-redis]
 #   deploy/cluster.sh stop | status
+# --model (repeatable; default SmolLM2-135M-Instruct Q4_1): worker i serves model i mod the number
+# of models, and N defaults to that number, so `--model A.gguf --model B.gguf` is one worker each;
+# the router routes requests by their `model` field (the file name without .gguf).
 # Workers listen on tcp://127.0.0.1:5555.. (metrics on 9100..), the router on http://127.0.0.1:P
 # (8000), Redis (the response cache, deploy/redis.conf) on 127.0.0.1:R (6380). Logs and pids live in
 # run/. Expects a build (deploy/up.sh does everything).
@@ -10,13 +13,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 run="$root/run"
-model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+models=()
 cmd=${1:-status}
 shift || true
 
-workers=1 port=8000 threads=$(nproc) kv_mb=512 tenants= redis_port=6380
+workers= port=8000 threads=$(nproc) kv_mb=512 tenants= redis_port=6380
 while [ $# -gt 0 ]; do
   case "$1" in
+    --model) models+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
@@ -41,12 +45,16 @@ stop_all() {
 
 case "$cmd" in
   start)
+    [ ${#models[@]} -gt 0 ] || models=("$root/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    for m in "${models[@]}"; do [ -f "$m" ] || { echo "cluster: no model file $m" >&2; exit 2; }; done
+    workers=${workers:-${#models[@]}}
     mkdir -p "$run"
     stop_all
     per_worker=$(( threads / workers )); [ "$per_worker" -ge 1 ] || per_worker=1
     endpoints=
     for i in $(seq 0 $((workers - 1))); do
       ep="tcp://127.0.0.1:$((5555 + i))"
+      model=${models[$((i % ${#models[@]}))]}
       "$build/worker/switchyard-worker" serve --model "$model" --listen "$ep" --metrics-port $((9100 + i)) \
         --threads "$per_worker" --kv-memory-mb "$kv_mb" --worker-id "worker-$i" >"$run/worker-$i.log" 2>&1 &
       echo $! >"$run/worker-$i.pid"
@@ -63,7 +71,10 @@ case "$cmd" in
     "$build/router/switchyard-router" --port "$port" --workers "$endpoints" "${extra[@]}" >"$run/router.log" 2>&1 &
     echo $! >"$run/router.pid"
     for _ in $(seq 1 300); do
-      if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1; then
+      # Ready when the router is, and lists every model (each worker's welcome has arrived).
+      listed=$(curl -sf "http://127.0.0.1:$port/v1/models" 2>/dev/null | grep -o '"object":"model"' | wc -l || true)
+      if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 &&
+         [ "$listed" -ge "$(printf '%s\n' "${models[@]}" | sort -u | wc -l)" ]; then
         echo "cluster: router http://127.0.0.1:$port ready with $workers worker(s) ($per_worker threads each)${redis_port:+, Redis cache on 127.0.0.1:$redis_port}; logs in run/"
         exit 0
       fi

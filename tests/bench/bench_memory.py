@@ -13,7 +13,7 @@ budget, and RSS / (file + KV). llama-server comes from tests/bench/setup_llamacp
 (build/llama.cpp-bench/bin/llama-server). Not part of CI.
 
 usage: tests/bench/bench_memory.py --model FILE [--kv-mb 128] [--clients 8] [--prompt 128] [--gen 64]
-                                   [--threads 2] [--json out.json]
+                                   [--threads 2] [--worker PATH] [--json out.json]
 """
 import argparse
 import concurrent.futures
@@ -58,7 +58,7 @@ def prompts(a, vocab=1000):
 
 def run_switchyard(a):
     port, mport = free_port(), free_port()
-    worker = os.path.join(ROOT, "build", "worker", "switchyard-worker")
+    worker = a.worker
     p = subprocess.Popen([worker, "serve", "--model", a.model, "--listen", f"tcp://127.0.0.1:{port}", "--metrics-port",
                           str(mport), "--threads", str(a.threads), "--kv-memory-mb", str(a.kv_mb),
                           "--max-running", str(a.clients)], stderr=subprocess.PIPE, text=True)
@@ -127,6 +127,9 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "switchyard-worker"),
+                    help="a build with CUDA links the CUDA runtime and cuBLAS (~150 MiB resident even on the "
+                         "CPU); -DSY_CUDA=OFF builds do not")
     ap.add_argument("--json")
     a = ap.parse_args()
     file_bytes = os.path.getsize(a.model)
