@@ -94,7 +94,8 @@ struct tokenizer_spec {
   bool add_bos = false;           // encode(add_bos = true) prepends BOS
   bool add_eos = false;           // ... and appends EOS
   bool add_space_prefix = false;  // SentencePiece: a space before text at the start / after a special token
-  std::string chat_template;      // Jinja source; empty when the model has none
+  std::string chat_template;      // what chat_template::parse reads: the model's Jinja source, or the
+                                  // operator's --chat-template (a name, a file's text); empty: none
 
   bool operator==(const tokenizer_spec&) const = default;
 };

@@ -53,9 +53,11 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 namespace {
+// Integer panels only where the AVX-512 kernels will run (VNNI and BF16, as use_avx512_kernels
+// asks): on a VNNI-only CPU (Cascade Lake, Ice Lake) they would sit unused next to the rows.
 bool builds_int_panels(weight_type t, int64_t cols) {
   const auto& f = cpu_features();
-  return vnni_type(t) && cols <= k_max_int_cols && f.avx512 && f.avx512_vnni;
+  return vnni_type(t) && cols <= k_max_int_cols && f.avx512 && f.avx512_vnni && f.avx512_bf16;
 }
 constexpr size_t k_arena_align = 64;
 }  // namespace
@@ -102,8 +104,7 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
 }
 
 void linear::release_source_pages() const {
-  if (held_bytes_ > 0 && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr)
-    release_pages(source_, file_bytes());
+  if (held_bytes_ > 0 && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr) release_pages(source_, file_bytes());
 }
 
 bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_kernels(); }
