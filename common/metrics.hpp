@@ -46,6 +46,17 @@ class histogram {
   uint64_t n_ = 0;
 };
 
+// A Prometheus label value with its backslashes, double quotes and newlines escaped.
+inline std::string label_value(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (const char c : v) {
+    if (c == '\\' || c == '"' || c == '\n') out += '\\';
+    out += c == '\n' ? 'n' : c;
+  }
+  return out;
+}
+
 inline void metric(std::string& out, const std::string& name, const char* type, const std::string& help, double v,
                    const std::string& labels = "") {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";

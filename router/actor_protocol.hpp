@@ -2,12 +2,12 @@
 //
 //   http thread -> dispatcher  (submit_atom, shared_ptr<routed_request>)  a validated request
 //   http thread -> dispatcher  (gone_atom, uint64 id)                      its client went away
-//   link -> dispatcher         (frame_atom, uint32 worker, type, body, int64 t_recv_ns)
-//   main -> dispatcher         (add_atom, endpoint) / (retire_atom, endpoint)  worker list changes
+//   link -> dispatcher         (frame_atom, worker_ref, type, body, int64 t_recv_ns)
+//   main -> dispatcher         (add_atom, endpoint) / (retire_atom, endpoint)  listed / no longer
 //   main -> dispatcher         (drain_atom)                                stop admitting
 //   dispatcher -> self         (tick_atom)                                 every 100 ms
 // The dispatcher sends frames to workers through an inproc ZeroMQ PUSH socket the link polls
-// (k_link_inbox): [worker index, 4 bytes little-endian][type][body].
+// (k_link_inbox): [worker_ref, 4 bytes little-endian][type][body].
 #pragma once
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "router/routed_request.hpp"
+#include "router/worker_ref.hpp"
 
 namespace sy::router {
 

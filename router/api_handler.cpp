@@ -112,15 +112,18 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   if (path == "/ready") {
-    bool ready;
+    const char* not_ready = nullptr;
     {
       std::lock_guard<std::mutex> lk(status_->mu);
-      ready = status_->ready;
+      if (status_->shutting_down || status_->draining)
+        not_ready = "not ready: shutting down";
+      else if (!status_->ready)
+        not_ready = "not ready: no worker is ready";
     }
-    ex->respond({ready ? 200 : 503,
+    ex->respond({not_ready ? 503 : 200,
                  "application/json",
                  {},
-                 ready ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready: no worker is up, or draining\"}"});
+                 std::string("{\"status\":\"") + (not_ready ? not_ready : "ready") + "\"}"});
     return;
   }
   if (path == "/metrics") {

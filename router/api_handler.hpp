@@ -4,7 +4,7 @@
 // validated request is handed over through `submit`.
 //
 //   GET  /health                liveness (always 200 while the process serves HTTP)
-//   GET  /ready                 200 when some worker is up and the router is not draining
+//   GET  /ready                 200 when some worker is ready and the router is not shutting down
 //   GET  /metrics               Prometheus text
 //   GET  /v1/models             the models workers serve (authenticated)
 //   POST /v1/completions        (authenticated)
@@ -33,8 +33,11 @@ namespace sy::router {
 struct router_status {
   std::mutex mu;
   std::string dispatcher_metrics;  // Prometheus text
-  bool ready = false;
-  bool draining = false;
+  bool ready = false;              // the dispatcher's: some worker ready, not draining
+  bool draining = false;           // the dispatcher refuses new requests (503)
+  // SIGTERM received (main): /ready answers 503 at once, while requests are still admitted for
+  // --shutdown-delay-s so that load balancers stop sending before the router stops accepting.
+  bool shutting_down = false;
   size_t active = 0;
   // Token frame received -> bytes written to the client (observed on I/O threads).
   histogram write_overhead_s{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};

@@ -1,6 +1,7 @@
 #include "router/dispatcher.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cstdio>
 
@@ -43,25 +44,86 @@ dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, mo
       cache_(cache) {}
 
 template <class T>
-void dispatcher::send(uint32_t worker, const T& m, std::vector<link_frame>& out) {
+void dispatcher::send(worker_ref worker, const T& m, std::vector<link_frame>& out) {
   out.push_back({worker, std::string(proto::name(proto::type_of<T>)), proto::encode(m)});
 }
 
 void dispatcher::add_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out) {
-  const size_t before = pool_.size();
-  const size_t w = pool_.add(endpoint);
-  if (w == before) {
-    out.push_back({static_cast<uint32_t>(w), "_connect", endpoint});
-    hello_sent_s_.push_back(now_s);
-    proto::hello h;
-    h.router_id = cfg_.router_id;
-    send(static_cast<uint32_t>(w), h, out);
+  const auto [w, joined] = pool_.add(endpoint);
+  if (joined) {
+    out.push_back({w, "_connect", endpoint});
+    greet(w, now_s, out);
+  }
+  log_worker_changes();
+  pump(now_s, out);  // a retired worker listed again takes work at once
+}
+
+void dispatcher::retire_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out) {
+  pool_.retire(endpoint);
+  remove_workers(now_s, out);  // one that runs nothing of ours goes at once
+  log_worker_changes();
+}
+
+void dispatcher::greet(worker_ref w, double now_s, std::vector<link_frame>& out) {
+  hello_sent_s_[w] = now_s;
+  proto::hello h;
+  h.router_id = cfg_.router_id;
+  send(w, h, out);
+}
+
+void dispatcher::remove_workers(double now_s, std::vector<link_frame>& out) {
+  for (const worker_ref w : pool_.removable(now_s)) {
+    const worker_view& v = pool_.at(w);
+    const std::string endpoint = v.endpoint;
+    const bool relist = v.listed;
+    // Nothing of ours runs there: a retired worker is removable only once its in-flight count
+    // is back to zero, and a dead one had its requests re-queued or ended when it died.
+    const auto stranded = std::count_if(active_.begin(), active_.end(), [w](const auto& kv) {
+      return kv.second->dispatched && kv.second->worker == w;
+    });
+    assert(stranded == 0 && "a worker was removed while requests still referred to it");
+    if (stranded != 0) {  // never in a correct build; the requests must not wait for a closed connection
+      std::fprintf(stderr, "switchyard-router: BUG: worker %s removed with %zu requests on it: re-sent or ended\n",
+                   endpoint.c_str(), static_cast<size_t>(stranded));
+      requeue_or_fail(w, out);
+    }
+    out.push_back({w, "_close", {}});
+    hello_sent_s_.erase(w);
+    pool_.remove(w);
+    if (relist) add_worker(endpoint, now_s, out);  // dead too long but still listed: start afresh
   }
 }
 
-void dispatcher::retire_worker(const std::string& endpoint) {
-  for (size_t w = 0; w < pool_.size(); ++w)
-    if (pool_.at(w).endpoint == endpoint) pool_.retire(w);
+void dispatcher::log_worker_changes() {
+  for (const worker_change& c : pool_.take_changes()) {
+    const char* ep = c.endpoint.c_str();
+    if (!c.from) {
+      std::fprintf(stderr, "switchyard-router: worker %s joined (%s)\n", ep, std::string(name(*c.to)).c_str());
+    } else if (!c.to) {
+      std::fprintf(stderr, "switchyard-router: worker %s removed (was %s)\n", ep, std::string(name(*c.from)).c_str());
+    } else {
+      std::string why;
+      const worker_view* v = pool_.find(c.ref);
+      switch (*c.to) {
+        case worker_state::ready:
+          if (v) why = v->info.worker_id + ", serving " + v->info.model_id;
+          break;
+        case worker_state::draining:
+          why = "refuses new work";
+          break;
+        case worker_state::retired:
+          why = "no longer listed: finishing what it runs";
+          break;
+        case worker_state::dead:
+          why = "missed its heartbeats";
+          break;
+        case worker_state::connecting:
+          break;
+      }
+      std::fprintf(stderr, "switchyard-router: worker %s %s -> %s%s%s%s\n", ep, std::string(name(*c.from)).c_str(),
+                   std::string(name(*c.to)).c_str(), why.empty() ? "" : " (", why.c_str(), why.empty() ? "" : ")");
+    }
+  }
 }
 
 void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
@@ -190,8 +252,7 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
       }
       active_request& a = *it->second;
       if (a.block_hashes.empty()) {
-        for (size_t w = 0; w < pool_.size(); ++w) {
-          const worker_view& v = pool_.at(w);
+        for (const auto& [ref, v] : pool_.all()) {
           if (v.state == worker_state::ready && v.info.model_id == model) {
             a.block_hashes = prefix_block_hashes(a.r->prompt, v.info.kv_block_size);
             break;
@@ -207,10 +268,10 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
   }
 }
 
-void dispatcher::dispatch(active_request& a, size_t worker, double now_s, std::vector<link_frame>& out) {
+void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, std::vector<link_frame>& out) {
   const routed_request& r = *a.r;
   a.dispatched = true;
-  a.worker = static_cast<uint32_t>(worker);
+  a.worker = worker;
   a.attempt++;
   a.t_dispatched = clock::now();
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
@@ -252,10 +313,10 @@ dispatcher::active_request* dispatcher::find_wire(std::string_view wire, uint32_
   return &a;
 }
 
-void dispatcher::on_frame(uint32_t worker, std::string_view type, std::string_view body, double now_s,
+void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_view body, double now_s,
                           clock::time_point t_recv, std::vector<link_frame>& out) {
-  if (worker >= pool_.size()) {
-    bad_frames_++;
+  if (!pool_.find(worker)) {  // sent before its worker was removed, still on its way
+    late_frames_++;
     return;
   }
   auto decoded = proto::decode(type, body);
@@ -282,10 +343,11 @@ void dispatcher::on_frame(uint32_t worker, std::string_view type, std::string_vi
   } else {
     bad_frames_++;
   }
+  log_worker_changes();
   pump(now_s, out);
 }
 
-void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, std::vector<link_frame>& out) {
+void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out) {
   if (auto err = proto::check_version(m.version)) {
     std::fprintf(stderr, "switchyard-router: worker %s: %s\n", pool_.at(worker).endpoint.c_str(), err->message.c_str());
     return;
@@ -309,9 +371,9 @@ void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, st
       return;
     }
   }
-  const std::string id = m.worker_id, model = m.model_id;
+  const std::string id = m.worker_id;
   const worker_view& before = pool_.at(worker);
-  const bool restarted = before.state == worker_state::ready && before.info.worker_id != id;
+  const bool restarted = before.liveness == worker_liveness::up && before.info.worker_id != id;
   if (restarted) {
     // A new process behind the same address, back before its heartbeats were missed: what the
     // old one was running is gone with it.
@@ -319,9 +381,7 @@ void dispatcher::on_welcome(uint32_t worker, proto::welcome& m, double now_s, st
                  before.endpoint.c_str(), id.c_str());
     requeue_or_fail(worker, out);
   }
-  if (pool_.on_welcome(worker, std::move(m), now_s))
-    std::fprintf(stderr, "switchyard-router: worker %s (%s) ready, serving %s\n", id.c_str(),
-                 pool_.at(worker).endpoint.c_str(), model.c_str());
+  pool_.on_welcome(worker, std::move(m), now_s);  // logged as a state change
   if (restarted) pump(now_s, out);
 }
 
@@ -335,7 +395,7 @@ token_logprobs dispatcher::render_logprobs(const routed_request& r, const proto:
   return t;
 }
 
-void dispatcher::on_tokens(uint32_t worker, const proto::tokens& m, clock::time_point t_recv,
+void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::time_point t_recv,
                            std::vector<link_frame>& out) {
   uint32_t c = 0;
   active_request* ap = find_wire(m.request_id, &c);
@@ -545,7 +605,7 @@ void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_fram
   pump(now_s, out);  // its slot is free for the next in the queue
 }
 
-void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out) {
+void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, double now_s, std::vector<link_frame>& out) {
   uint32_t c = 0;
   active_request* a = find_wire(m.request_id, &c);
   if (!a || a->worker != worker) {
@@ -567,15 +627,10 @@ void dispatcher::on_worker_error(uint32_t worker, const proto::error& m, double 
        out);
 }
 
-void dispatcher::on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out) {
-  std::fprintf(stderr, "switchyard-router: worker %s missed its heartbeats: declared dead\n",
-               pool_.at(worker).endpoint.c_str());
+void dispatcher::on_worker_dead(worker_ref worker, double now_s, std::vector<link_frame>& out) {
   out.push_back({worker, "_flush", {}});
   requeue_or_fail(worker, out);
-  hello_sent_s_[worker] = now_s;
-  proto::hello h;
-  h.router_id = cfg_.router_id;
-  send(worker, h, out);
+  if (pool_.at(worker).listed) greet(worker, now_s, out);  // in case it comes back
 }
 
 void dispatcher::requeue(active_request& a) {
@@ -591,7 +646,7 @@ void dispatcher::requeue(active_request& a) {
   redispatched_++;
 }
 
-void dispatcher::requeue_or_fail(uint32_t worker, std::vector<link_frame>& out) {
+void dispatcher::requeue_or_fail(worker_ref worker, std::vector<link_frame>& out) {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
     if (a->dispatched && a->worker == worker) ids.push_back(id);
@@ -609,15 +664,7 @@ void dispatcher::requeue_or_fail(uint32_t worker, std::vector<link_frame>& out) 
 }
 
 void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
-  for (const size_t w : pool_.check_liveness(now_s)) on_worker_dead(static_cast<uint32_t>(w), now_s, out);
-  for (size_t w = 0; w < pool_.size(); ++w) {
-    if (pool_.at(w).state != worker_state::ready && now_s - hello_sent_s_[w] >= cfg_.hello_retry_s) {
-      hello_sent_s_[w] = now_s;
-      proto::hello h;
-      h.router_id = cfg_.router_id;
-      send(static_cast<uint32_t>(w), h, out);
-    }
-  }
+  for (const worker_ref w : pool_.check_liveness(now_s)) on_worker_dead(w, now_s, out);
   for (const uint64_t id : queue_.expired(now_s)) {
     auto it = active_.find(id);
     if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
@@ -639,6 +686,17 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     fail(*active_.at(id),
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
+  // After the requests this tick ended: a retired worker whose last one just ended goes now.
+  remove_workers(now_s, out);
+  for (const auto& [w, v] : pool_.all()) {
+    if (v.liveness != worker_liveness::up && now_s - hello_sent_s_[w] >= cfg_.hello_retry_s) {
+      // Only the latest hello matters: older ones still waiting for a connection are dropped,
+      // so a worker that comes up after a long absence is not flooded with them.
+      out.push_back({w, "_flush", {}});
+      greet(w, now_s, out);
+    }
+  }
+  log_worker_changes();
   // Output rate over ~1 s windows, smoothed: the queue-wait estimate for admission.
   if (now_s - rate_window_start_s_ >= 1.0) {
     const double rate = static_cast<double>(rate_window_tokens_) / (now_s - rate_window_start_s_);
@@ -654,7 +712,21 @@ bool dispatcher::ready(double now_s) const {
   return !draining_ && pool_.n_ready() > 0;
 }
 
-std::string dispatcher::render_metrics() const {
+std::string dispatcher::render_metrics(double now_s) const {
+  // Per model: every model a worker has announced (0 when idle, so a scaler sees the series),
+  // plus any still named by a request.
+  struct per_model {
+    size_t active = 0;
+    double oldest_wait_s = 0;  // of its queued requests
+  };
+  std::map<std::string, per_model> models;
+  for (const auto& m : models_.all()) models[m->id];
+  for (const auto& [model, q] : queue_.by_model()) models[model];
+  for (const auto& [id, a] : active_) {
+    per_model& pm = models[a->r->model->id];
+    pm.active++;
+    if (a->queued) pm.oldest_wait_s = std::max(pm.oldest_wait_s, now_s - a->t_enqueued_s);
+  }
   std::string out;
   out += "# HELP switchyard_router_requests_total Requests answered, by HTTP status (499: client went away).\n";
   out += "# TYPE switchyard_router_requests_total counter\n";
@@ -667,28 +739,42 @@ std::string dispatcher::render_metrics() const {
     out += "switchyard_router_admission_rejections_total{reason=\"" + std::string(name(r)) + "\"} " +
            std::to_string(admission_.rejected(r)) + "\n";
   }
-  out += "# HELP switchyard_router_queue_depth Requests waiting in the cluster queue, by class.\n";
+  out += "# HELP switchyard_router_queue_depth Requests waiting in the cluster queue, by model and class.\n";
   out += "# TYPE switchyard_router_queue_depth gauge\n";
-  for (size_t i = 0; i < k_n_priority_classes; ++i) {
-    const auto c = static_cast<priority_class>(i);
-    out += "switchyard_router_queue_depth{class=\"" + std::string(name(c)) + "\"} " + std::to_string(queue_.size(c)) +
-           "\n";
+  for (const auto& [model, pm] : models) {
+    const auto q = queue_.by_model().find(model);
+    for (size_t i = 0; i < k_n_priority_classes; ++i) {
+      const auto c = static_cast<priority_class>(i);
+      const size_t n = q == queue_.by_model().end() ? 0 : q->second.size(c);
+      out += "switchyard_router_queue_depth{model=\"" + label_value(model) + "\",class=\"" + std::string(name(c)) +
+             "\"} " + std::to_string(n) + "\n";
+    }
   }
+  out +=
+      "# HELP switchyard_router_queue_oldest_wait_seconds How long the longest-waiting queued request of each "
+      "model has waited (0: none queued).\n";
+  out += "# TYPE switchyard_router_queue_oldest_wait_seconds gauge\n";
+  for (const auto& [model, pm] : models)
+    out += "switchyard_router_queue_oldest_wait_seconds{model=\"" + label_value(model) + "\"} " +
+           histogram::fmt(pm.oldest_wait_s) + "\n";
   metric(out, "switchyard_router_queued_tokens", "gauge", "Prompt + max_tokens of queued requests.",
          static_cast<double>(queue_.tokens()));
-  metric(out, "switchyard_router_active_requests", "gauge", "Requests admitted and not yet answered.",
-         static_cast<double>(active_.size()));
-  out += "# HELP switchyard_router_workers Workers by state.\n# TYPE switchyard_router_workers gauge\n";
-  for (const auto s : {worker_state::connecting, worker_state::ready, worker_state::dead}) {
-    size_t n = 0;
-    for (size_t w = 0; w < pool_.size(); ++w) n += pool_.at(w).state == s;
-    out += "switchyard_router_workers{state=\"" + std::string(name(s)) + "\"} " + std::to_string(n) + "\n";
-  }
+  out +=
+      "# HELP switchyard_router_active_requests Requests admitted and not yet answered (queued or running), by "
+      "model.\n";
+  out += "# TYPE switchyard_router_active_requests gauge\n";
+  for (const auto& [model, pm] : models)
+    out +=
+        "switchyard_router_active_requests{model=\"" + label_value(model) + "\"} " + std::to_string(pm.active) + "\n";
+  out += "# HELP switchyard_router_workers Workers by state (each in exactly one).\n";
+  out += "# TYPE switchyard_router_workers gauge\n";
+  for (const auto s : k_worker_states)
+    out += "switchyard_router_workers{state=\"" + std::string(name(s)) + "\"} " + std::to_string(pool_.count(s)) + "\n";
   out += "# HELP switchyard_router_worker_in_flight Requests this router has running or queued on each worker.\n";
   out += "# TYPE switchyard_router_worker_in_flight gauge\n";
-  for (size_t w = 0; w < pool_.size(); ++w)
-    out += "switchyard_router_worker_in_flight{worker=\"" + pool_.at(w).endpoint + "\"} " +
-           std::to_string(pool_.at(w).in_flight) + "\n";
+  for (const auto& [w, v] : pool_.all())
+    out += "switchyard_router_worker_in_flight{worker=\"" + label_value(v.endpoint) + "\"} " +
+           std::to_string(v.in_flight) + "\n";
   metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(prompt_tokens_));
   metric(out, "switchyard_router_completion_tokens_total", "counter", "Completion tokens of finished requests.",

@@ -11,6 +11,11 @@
 // A worker declared dead: requests that have not sent the client any token go back to the
 // front of the queue (attempt + 1, frames of the old attempt are ignored); the others end with
 // a terminal error event. Nothing waits forever: queued requests expire at their deadline.
+//
+// Workers (worker_pool.hpp for their states): a worker that is no longer listed gets no new
+// requests and is removed — its connection closed ("_close"), its metric labels gone — once
+// what it runs has ended; a dead one is removed after the pool's grace, and greeted afresh under
+// a new ref if it is still listed. No request refers to a worker when it is removed.
 #pragma once
 
 #include <chrono>
@@ -33,11 +38,11 @@
 
 namespace sy::router {
 
-// A frame for the link: [worker index][type][body]. Types starting with '_' are link
-// commands: "_connect" (body: endpoint; the worker index must be new and next in order),
-// "_flush" (drop frames still waiting to be sent to that worker).
+// A frame for the link: [worker ref][type][body]. Types starting with '_' are link commands:
+// "_connect" (body: endpoint; a ref the link has not seen), "_flush" (drop frames still waiting
+// to be sent to that worker), "_close" (close its connection; the ref is never used again).
 struct link_frame {
-  uint32_t worker = 0;
+  worker_ref worker = 0;
   std::string type;
   std::string body;
 };
@@ -59,14 +64,16 @@ class dispatcher {
   dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models,
              cache_service* cache = nullptr);
 
+  // Lists a worker (static list or discovery): a new one is connected and greeted.
   void add_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out);
-  // No new requests go there (it left the DNS answer); what runs there finishes.
-  void retire_worker(const std::string& endpoint);
+  // No longer listed (it left the DNS answer): no new requests go there, what runs there
+  // finishes, then it is removed.
+  void retire_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out);
   void on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
   void on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out);
-  void on_frame(uint32_t worker, std::string_view type, std::string_view body, double now_s, clock::time_point t_recv,
+  void on_frame(worker_ref worker, std::string_view type, std::string_view body, double now_s, clock::time_point t_recv,
                 std::vector<link_frame>& out);
-  // Liveness, expiry, hello retries, dispatch. Call every ~100 ms.
+  // Liveness, worker removal, expiry, hello retries, dispatch. Call every ~100 ms.
   void tick(double now_s, std::vector<link_frame>& out);
   // Stop admitting (503); what is queued and running finishes.
   void drain() { draining_ = true; }
@@ -75,7 +82,7 @@ class dispatcher {
   size_t active() const { return active_.size(); }
   size_t queued() const { return queue_.size(); }
   const worker_pool& workers() const { return pool_; }
-  std::string render_metrics() const;
+  std::string render_metrics(double now_s) const;
 
  private:
   struct choice_state {
@@ -100,7 +107,7 @@ class dispatcher {
     admission_permit permit;
     bool queued = false;
     bool dispatched = false;
-    uint32_t worker = 0;
+    worker_ref worker = 0;  // where it runs, when dispatched
     uint32_t attempt = 0;
     bool stream_open = false;  // start_stream sent
     bool sent_tokens = false;  // some token reached the client: no re-dispatch from here on
@@ -117,17 +124,22 @@ class dispatcher {
   };
 
   void pump(double now_s, std::vector<link_frame>& out);
-  void dispatch(active_request& a, size_t worker, double now_s, std::vector<link_frame>& out);
-  void on_tokens(uint32_t worker, const proto::tokens& m, clock::time_point t_recv, std::vector<link_frame>& out);
-  void on_worker_error(uint32_t worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
-  void on_welcome(uint32_t worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
+  void dispatch(active_request& a, worker_ref worker, double now_s, std::vector<link_frame>& out);
+  void on_tokens(worker_ref worker, const proto::tokens& m, clock::time_point t_recv, std::vector<link_frame>& out);
+  void on_worker_error(worker_ref worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
+  void on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
   // The requests dispatched to a worker that died or restarted: back to the front of the queue if
   // nothing reached the client yet, else ended with worker_lost.
-  void requeue_or_fail(uint32_t worker, std::vector<link_frame>& out);
+  void requeue_or_fail(worker_ref worker, std::vector<link_frame>& out);
   // Back to the front of its model's queue (a worker refused or lost it before it started), with
   // its first enqueue time and deadline, so it still expires on time.
   void requeue(active_request& a);
-  void on_worker_dead(uint32_t worker, double now_s, std::vector<link_frame>& out);
+  void on_worker_dead(worker_ref worker, double now_s, std::vector<link_frame>& out);
+  void greet(worker_ref worker, double now_s, std::vector<link_frame>& out);
+  // Takes out every worker the pool says may go (closing its connection), relisting the dead
+  // ones still listed.
+  void remove_workers(double now_s, std::vector<link_frame>& out);
+  void log_worker_changes();
   // Ends the request with an error: an HTTP error response, or a terminal SSE error event.
   void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);
   void finish(active_request& a);  // all choices done: final response / usage chunk + [DONE]
@@ -138,7 +150,7 @@ class dispatcher {
   active_request* find_wire(std::string_view wire_id, uint32_t* choice);
   token_logprobs render_logprobs(const routed_request& r, const proto::token_logprob& lp) const;
   template <class T>
-  void send(uint32_t worker, const T& m, std::vector<link_frame>& out);
+  void send(worker_ref worker, const T& m, std::vector<link_frame>& out);
   void count_status(int status) { status_counts_[status]++; }
   bool attach_follower(std::shared_ptr<routed_request>& r);
   void send_stream_chunk(const routed_request& to, std::vector<bool>& started, uint32_t c, std::string_view text,
@@ -154,9 +166,9 @@ class dispatcher {
   worker_pool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<active_request>> active_;
   cache_service* cache_ = nullptr;
-  std::unordered_map<std::string, uint64_t> by_key_;    // cache key -> generating request
-  std::unordered_map<uint64_t, uint64_t> follower_of_;  // coalesced request -> its leader
-  std::vector<double> hello_sent_s_;                    // per worker
+  std::unordered_map<std::string, uint64_t> by_key_;     // cache key -> generating request
+  std::unordered_map<uint64_t, uint64_t> follower_of_;   // coalesced request -> its leader
+  std::unordered_map<worker_ref, double> hello_sent_s_;  // per worker in the pool
   bool draining_ = false;
   double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
   double rate_window_start_s_ = 0;

@@ -48,7 +48,7 @@ struct shell {
     out.clear();
   }
   void publish(double t) {
-    std::string text = d->render_metrics();
+    std::string text = d->render_metrics(t);
     std::lock_guard<std::mutex> lk(status->mu);
     status->dispatcher_metrics = std::move(text);
     status->ready = d->ready(t);
@@ -82,7 +82,9 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
       [s, self](add_atom, const std::string& endpoint) {
         s->guarded("adding a worker", [&] { s->d->add_worker(endpoint, now_s(self), s->out); });
       },
-      [s](retire_atom, const std::string& endpoint) { s->d->retire_worker(endpoint); },
+      [s, self](retire_atom, const std::string& endpoint) {
+        s->guarded("retiring a worker", [&] { s->d->retire_worker(endpoint, now_s(self), s->out); });
+      },
       [s, self](drain_atom) {
         s->d->drain();
         s->publish(now_s(self));  // `active` as of now: main waits for it to reach 0

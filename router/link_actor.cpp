@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -22,8 +23,9 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
     zmq::socket_t sock;
     std::deque<std::vector<zmq::message_t>> backlog;
   };
-  std::vector<peer> peers;
+  std::map<worker_ref, peer> peers;  // this thread only; a peer's socket closes when it is erased
   std::vector<zmq::pollitem_t> items;
+  std::vector<worker_ref> polled;  // items[i + 1] is peers[polled[i]]
 
   auto try_send = [&](peer& p, std::vector<zmq::message_t>& parts) -> bool {
     try {
@@ -38,20 +40,23 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
   std::vector<zmq::message_t> parts;
   while (!stop->load()) {
     items.clear();
+    polled.clear();
     items.push_back({inbox.handle(), 0, ZMQ_POLLIN, 0});
-    for (auto& p : peers) {
+    bool any_backlog = false;
+    for (auto& [w, p] : peers) {
       short ev = ZMQ_POLLIN;
       if (!p.backlog.empty()) ev |= ZMQ_POLLOUT;
+      any_backlog |= !p.backlog.empty();
       items.push_back({p.sock.handle(), 0, ev, 0});
+      polled.push_back(w);
     }
     // With backlogs a short timeout also retries sends that ZMQ_IMMEDIATE refused.
-    bool any_backlog = false;
-    for (auto& p : peers) any_backlog |= !p.backlog.empty();
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(any_backlog ? 10 : 100));
 
-    for (size_t w = 0; w < peers.size(); ++w) {
-      peer& p = peers[w];
-      if (items[w + 1].revents & ZMQ_POLLIN) {
+    for (size_t i = 0; i < polled.size(); ++i) {
+      const worker_ref w = polled[i];
+      peer& p = peers.at(w);
+      if (items[i + 1].revents & ZMQ_POLLIN) {
         for (int burst = 0; burst < 256; ++burst) {
           parts.clear();
           if (!zmq::recv_multipart(p.sock, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
@@ -60,8 +65,7 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
           const int64_t t_ns =
               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
                   .count();
-          self->send(dispatcher, frame_atom::value, static_cast<uint32_t>(w), parts[0].to_string(),
-                     parts[1].to_string(), t_ns);
+          self->send(dispatcher, frame_atom::value, w, parts[0].to_string(), parts[1].to_string(), t_ns);
         }
       }
       while (!p.backlog.empty() && try_send(p, p.backlog.front())) p.backlog.pop_front();
@@ -72,11 +76,11 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
         parts.clear();
         if (!zmq::recv_multipart(inbox, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
         if (parts.size() != 3 || parts[0].size() != 4) continue;
-        uint32_t w = 0;
+        worker_ref w = 0;
         std::memcpy(&w, parts[0].data(), 4);
         const std::string type = parts[1].to_string();
         if (type == "_connect") {
-          if (w != peers.size()) continue;  // the dispatcher numbers workers in order
+          if (peers.count(w)) continue;  // refs are never reused: a second connect is a mistake
           peer p{zmq::socket_t(*ctx, zmq::socket_type::dealer), {}};
           p.sock.set(zmq::sockopt::immediate, 1);
           p.sock.set(zmq::sockopt::sndhwm, cfg.high_water_mark);
@@ -85,14 +89,22 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
           p.sock.set(zmq::sockopt::reconnect_ivl, 100);
           p.sock.set(zmq::sockopt::reconnect_ivl_max, 2000);
           p.sock.connect(parts[2].to_string());
-          peers.push_back(std::move(p));
+          peers.emplace(w, std::move(p));
           continue;
         }
-        if (w >= peers.size()) continue;
-        peer& p = peers[w];
-        if (type == "_flush") {
+        auto it = peers.find(w);
+        if (it == peers.end()) {  // closed (or never opened): nothing can reach that worker
+          counters->dropped++;
+          continue;
+        }
+        peer& p = it->second;
+        if (type == "_flush" || type == "_close") {
           counters->dropped += p.backlog.size();
           p.backlog.clear();
+          if (type == "_close") {
+            peers.erase(it);  // closes the socket (linger 0) and its connection to the worker
+            counters->closed++;
+          }
           continue;
         }
         std::vector<zmq::message_t> out;

@@ -2,15 +2,18 @@
 // owned by this blocking actor on its own thread (STYLE 9). Frames from workers go to the
 // dispatcher; frames for workers come from the dispatcher through the inproc inbox.
 //
-// Sockets use ZMQ_IMMEDIATE (nothing is queued for a worker that is not connected) and a
-// bounded high-water mark; a frame the socket refuses waits in a per-worker backlog (bounded:
-// the oldest are dropped and counted) and is retried when the socket can take it. "_flush"
-// empties a worker's backlog (it was declared dead).
+// Sockets are keyed by worker ref ("_connect" opens one, "_close" closes it: only this thread
+// touches them, so the dispatcher asks by message). They use ZMQ_IMMEDIATE (nothing is queued
+// for a worker that is not connected) and a bounded high-water mark; a frame the socket refuses
+// waits in a per-worker backlog (bounded: the oldest are dropped and counted) and is retried
+// when the socket can take it. "_flush" empties a worker's backlog (it was declared dead).
 #pragma once
 
 #include <atomic>
 #include <caf/blocking_actor.hpp>
 #include <memory>
+
+#include "router/worker_ref.hpp"
 
 namespace zmq {
 class context_t;
@@ -22,7 +25,8 @@ struct link_counters {
   std::atomic<uint64_t> frames_in{0};
   std::atomic<uint64_t> frames_out{0};
   std::atomic<uint64_t> backlogged{0};  // sends that had to wait
-  std::atomic<uint64_t> dropped{0};     // given up (backlog full, or flushed)
+  std::atomic<uint64_t> dropped{0};     // given up (backlog full, flushed, or for a closed worker)
+  std::atomic<uint64_t> closed{0};      // worker connections closed ("_close")
 };
 
 struct link_config {

@@ -2,7 +2,6 @@
 //
 //   switchyard-router --workers tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 [--port 8000] ...
 //   switchyard-router --workers-dns workers.switchyard.svc:5555     (re-resolved periodically)
-#include <netdb.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "router/dispatcher_actor.hpp"
 #include "router/http_server.hpp"
 #include "router/link_actor.hpp"
+#include "router/worker_discovery.hpp"
 
 using namespace sy;
 using namespace sy::router;
@@ -27,11 +27,17 @@ using namespace sy::router;
 namespace {
 
 const char* k_usage =
-    "usage: switchyard-router (--workers tcp://HOST:PORT[,...] | --workers-dns NAME:PORT) [options]\n"
+    "usage: switchyard-router [--workers tcp://HOST:PORT[,...]] [--workers-dns NAME:PORT | --workers-file F]\n"
+    "                         [options]                  (at least one source of workers)\n"
     "  --host H / --port P        HTTP listen address (127.0.0.1:8000)\n"
     "  --tenants FILE             API keys and limits (JSON); without it the router runs open\n"
     "  --http-threads N           I/O threads (2)\n"
-    "  --dns-interval-s S         re-resolve --workers-dns every S seconds (10)\n"
+    "  --workers-dns NAME:PORT    workers are the addresses NAME resolves to (a headless Service)\n"
+    "  --dns-family 4|6           resolve IPv4 (A) or IPv6 (AAAA) addresses only (4)\n"
+    "  --workers-file FILE        workers are the endpoints FILE lists, one per line\n"
+    "  --dns-interval-s S         look --workers-dns / --workers-file up again every S seconds (10)\n"
+    "  --shutdown-delay-s S       after SIGTERM, /ready says 503 but requests are admitted S more seconds (0)\n"
+    "  --drain-timeout-s S        then what runs may finish for at most S seconds (30)\n"
     "  --max-queued-requests N    cluster queue cap (4096)      --max-queued-tokens N (4194304)\n"
     "  --local-queue N            requests per worker beyond its max running (2)\n"
     "  --heartbeat-timeout-ms MS  silence after which a worker is dead (2000)\n"
@@ -44,24 +50,14 @@ const char* k_usage =
     "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
     "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n";
 
-// tcp://A:PORT for every IPv4/IPv6 address NAME resolves to (empty on failure).
-std::set<std::string> resolve(const std::string& name_port) {
-  std::set<std::string> out;
-  const auto colon = name_port.rfind(':');
-  if (colon == std::string::npos) return out;
-  const std::string host = name_port.substr(0, colon), port = name_port.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return out;
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    char ip[NI_MAXHOST];
-    if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof ip, nullptr, 0, NI_NUMERICHOST) != 0) continue;
-    const std::string addr = a->ai_family == AF_INET6 ? "[" + std::string(ip) + "]" : std::string(ip);
-    out.insert("tcp://" + addr + ":" + port);
-  }
-  freeaddrinfo(res);
-  return out;
+// Waits up to `seconds` (in 100 ms steps) until done() holds; false when a second SIGINT/SIGTERM
+// (blocked, in `sigs`) cut the wait short.
+bool wait_unless_signalled(const sigset_t& sigs, double seconds, const std::function<bool()>& done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const timespec step{0, 100 * 1000 * 1000};
+  while (!done() && std::chrono::steady_clock::now() < end)
+    if (sigtimedwait(&sigs, nullptr, &step) > 0) return false;
+  return true;
 }
 
 int run(const cli_args& a) {
@@ -69,7 +65,11 @@ int run(const cli_args& a) {
                  "port",
                  "workers",
                  "workers-dns",
+                 "workers-file",
+                 "dns-family",
                  "dns-interval-s",
+                 "shutdown-delay-s",
+                 "drain-timeout-s",
                  "tenants",
                  "http-threads",
                  "max-queued-requests",
@@ -88,10 +88,21 @@ int run(const cli_args& a) {
                  "cache-lookup-timeout-ms",
                  "cache-threads",
                  "no-cache-seeded"});
-  if (a.has("help") || (!a.has("workers") && !a.has("workers-dns"))) {
+  if (a.has("help") || (!a.has("workers") && !a.has("workers-dns") && !a.has("workers-file"))) {
     std::fputs(k_usage, a.has("help") ? stdout : stderr);
     return a.has("help") ? 0 : 2;
   }
+  if (a.has("workers-dns") && a.has("workers-file"))
+    throw std::invalid_argument("--workers-dns and --workers-file: one discovery source at most");
+  const long long dns_family = a.get_int("dns-family", 4);
+  if (dns_family != 4 && dns_family != 6) throw std::invalid_argument("--dns-family must be 4 or 6");
+  if (std::string n, p; a.has("workers-dns") && !split_name_port(a.get("workers-dns"), n, p))
+    throw std::invalid_argument("--workers-dns must be NAME:PORT");
+  const double discovery_every_s = a.get_float("dns-interval-s", 10.0);
+  const double shutdown_delay_s = a.get_float("shutdown-delay-s", 0.0);
+  const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
+  if (discovery_every_s <= 0 || shutdown_delay_s < 0 || drain_timeout_s < 0)
+    throw std::invalid_argument("--dns-interval-s must be > 0; --shutdown-delay-s, --drain-timeout-s >= 0");
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
@@ -121,6 +132,7 @@ int run(const cli_args& a) {
   dc.admission.max_queued_tokens = a.get_int("max-queued-tokens", 4 << 20);
   dc.pool.local_queue = static_cast<int32_t>(a.get_int("local-queue", 2));
   dc.pool.heartbeat_timeout_s = static_cast<double>(a.get_int("heartbeat-timeout-ms", 2000)) / 1000.0;
+  dc.pool.dead_grace_s = 2 * dc.pool.heartbeat_timeout_s;
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
   api_config ac;
   ac.default_timeout_s = a.get_float("request-timeout-s", 600.0);
@@ -175,25 +187,27 @@ int run(const cli_args& a) {
   }
   for (const auto& w : static_workers) caf::anon_send(disp, add_atom::value, w);
 
-  // DNS discovery (a Kubernetes headless Service): new addresses join, vanished ones retire.
-  auto stop_dns = std::make_shared<std::atomic<bool>>(false);
-  std::thread dns;
-  if (a.has("workers-dns")) {
-    const std::string name = a.get("workers-dns");
-    const double every_s = a.get_float("dns-interval-s", 10.0);
-    dns = std::thread([name, every_s, disp, stop = stop_dns] {
-      std::set<std::string> known;
+  // Discovery (a Kubernetes headless Service, or a file): new endpoints join, vanished ones
+  // retire (router/worker_discovery.hpp). Endpoints of the static list stay whatever it says.
+  auto stop_discovery = std::make_shared<std::atomic<bool>>(false);
+  std::thread discovery;
+  if (a.has("workers-dns") || a.has("workers-file")) {
+    const bool dns = a.has("workers-dns");
+    const std::string source = dns ? a.get("workers-dns") : a.get("workers-file");
+    const int family = dns_family == 6 ? AF_INET6 : AF_INET;
+    const std::set<std::string> pinned(static_workers.begin(), static_workers.end());
+    discovery = std::thread([=, stop = stop_discovery] {
+      worker_discovery d(dns ? "DNS name " + source + " (IPv" + std::to_string(dns_family) + ")"
+                             : "workers file " + source);
       while (!stop->load()) {
-        const auto now = resolve(name);
-        if (!now.empty()) {
-          for (const auto& e : now)
-            if (!known.count(e)) caf::anon_send(disp, add_atom::value, e);
-          for (const auto& e : known)
-            if (!now.count(e)) caf::anon_send(disp, retire_atom::value, e);
-          known = now;
-        }
-        for (int i = 0; i < static_cast<int>(every_s * 10) && !stop->load(); ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        lookup_result r = dns ? resolve_workers(source, family) : read_workers_file(source);
+        std::erase_if(r.endpoints, [&](const std::string& e) { return pinned.count(e) != 0; });
+        const auto u = d.apply(r);
+        if (!u.log.empty()) std::fprintf(stderr, "switchyard-router: %s\n", u.log.c_str());
+        for (const auto& e : u.change.joined) caf::anon_send(disp, add_atom::value, e);
+        for (const auto& e : u.change.left) caf::anon_send(disp, retire_atom::value, e);
+        const int steps = std::max(1, static_cast<int>(discovery_every_s * 10 + 0.5));  // of 100 ms
+        for (int i = 0; i < steps && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
   }
@@ -211,7 +225,7 @@ int run(const cli_args& a) {
   std::unique_ptr<api_handler> handler;
   // From here on, however run() ends (a port that cannot be bound included), the server, the
   // actors and the threads stop, in an order where nothing calls into what is already gone:
-  // the server's I/O threads first, then the DNS thread, then the dispatcher — before the link,
+  // the server's I/O threads first, then the discovery thread, then the dispatcher — before the link,
   // whose inbox it writes to: a send to an inproc socket whose reader has gone blocks forever —
   // then the link, then the cache threads (whose callbacks reach the handler).
   struct at_exit {
@@ -219,8 +233,8 @@ int run(const cli_args& a) {
     ~at_exit() { f(); }
   } shutdown{[&] {
     if (server) server->stop();
-    stop_dns->store(true);
-    if (dns.joinable()) dns.join();
+    stop_discovery->store(true);
+    if (discovery.joinable()) discovery.join();
     {
       caf::scoped_actor self{sys};
       self->send_exit(disp, caf::exit_reason::user_shutdown);
@@ -248,21 +262,38 @@ int run(const cli_args& a) {
   });
   handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
   current->store(handler.get());
+  std::string sources = a.get("workers", "");
+  if (a.has("workers-dns")) sources += (sources.empty() ? "dns " : ", dns ") + a.get("workers-dns");
+  if (a.has("workers-file")) sources += (sources.empty() ? "file " : ", file ") + a.get("workers-file");
   std::fprintf(stderr, "switchyard-router: listening on http://%s:%d (%d I/O threads); workers: %s\n", hc.host.c_str(),
-               server->port(), hc.threads,
-               a.has("workers-dns") ? ("dns " + a.get("workers-dns")).c_str() : a.get("workers").c_str());
+               server->port(), hc.threads, sources.c_str());
 
+  // Shutdown (docs/router.md, "Pods"): /ready turns 503 at once; requests are still admitted
+  // for --shutdown-delay-s (load balancers stop sending meanwhile), then refused (503) while
+  // what runs finishes, for --drain-timeout-s at most. A second signal skips what is left.
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "switchyard-router: signal received, draining\n");
-  caf::anon_send(disp, drain_atom::value);
-  for (int i = 0; i < 300; ++i) {  // what runs may finish (30 s at most)
-    {
-      std::lock_guard<std::mutex> lk(status->mu);
-      if (status->draining && status->active == 0) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lk(status->mu);
+    status->shutting_down = true;
   }
+  bool patient = true;
+  if (shutdown_delay_s > 0) {
+    std::fprintf(stderr, "switchyard-router: signal received: not ready, still admitting for %g s\n", shutdown_delay_s);
+    patient = wait_unless_signalled(sigs, shutdown_delay_s, [] { return false; });
+  }
+  std::fprintf(stderr, "switchyard-router: draining (at most %g s)\n", drain_timeout_s);
+  caf::anon_send(disp, drain_atom::value);
+  size_t left = 0;
+  const auto drained = [&] {
+    std::lock_guard<std::mutex> lk(status->mu);
+    left = status->active;
+    return status->draining && status->active == 0;
+  };
+  if (patient) patient = wait_unless_signalled(sigs, drain_timeout_s, drained);
+  if (!drained())
+    std::fprintf(stderr, "switchyard-router: %s with %zu requests unfinished\n",
+                 patient ? "drain timeout" : "second signal", left);
   return 0;  // `shutdown` stops everything
 }
 

@@ -49,6 +49,7 @@ class model_queues {
   }
   // Model id -> its queue (queues stay once created: a model's set is small).
   std::map<std::string, priority_queue>& by_model() { return queues_; }
+  const std::map<std::string, priority_queue>& by_model() const { return queues_; }
 
  private:
   priority_queue& of(const std::string& model) { return queues_.try_emplace(model, cfg_).first->second; }

@@ -1,6 +1,7 @@
 #include "router/worker_pool.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 namespace sy::router {
@@ -11,6 +12,10 @@ std::string_view name(worker_state s) {
       return "connecting";
     case worker_state::ready:
       return "ready";
+    case worker_state::draining:
+      return "draining";
+    case worker_state::retired:
+      return "retired";
     case worker_state::dead:
       return "dead";
   }
@@ -34,97 +39,184 @@ std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, uint3
   return out;
 }
 
-size_t worker_pool::add(const std::string& endpoint) {
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    if (workers_[w].endpoint == endpoint) {
-      workers_[w].retired = false;
-      return w;
-    }
-  }
-  worker_view v;
-  v.endpoint = endpoint;
-  workers_.push_back(std::move(v));
-  prefixes_.emplace_back();
-  return workers_.size() - 1;
+worker_view& worker_pool::get(worker_ref w) {
+  auto it = workers_.find(w);
+  assert(it != workers_.end() && "unknown worker ref");
+  return it->second;
 }
 
-bool worker_pool::on_welcome(size_t w, proto::welcome info, double now_s) {
-  worker_view& v = workers_[w];
-  const bool became_ready = v.state != worker_state::ready;
-  if (became_ready || v.info.worker_id != info.worker_id) {
-    // A (re)started worker has an empty prefix cache.
+const worker_view* worker_pool::find(worker_ref w) const {
+  auto it = workers_.find(w);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const worker_view& worker_pool::at(worker_ref w) const {
+  const worker_view* v = find(w);
+  assert(v && "unknown worker ref");
+  return *v;
+}
+
+void worker_pool::update_state(worker_view& v) {
+  worker_state s = worker_state::ready;
+  if (v.liveness == worker_liveness::dead)
+    s = worker_state::dead;
+  else if (!v.listed)
+    s = worker_state::retired;
+  else if (v.liveness == worker_liveness::connecting)
+    s = worker_state::connecting;
+  else if (v.load.draining)
+    s = worker_state::draining;
+  if (s == v.state) return;
+  changes_.push_back({v.ref, v.endpoint, v.state, s});
+  v.state = s;
+}
+
+worker_pool::added worker_pool::add(const std::string& endpoint) {
+  for (auto& [ref, v] : workers_) {
+    if (v.endpoint == endpoint) {
+      v.listed = true;
+      update_state(v);
+      return {ref, false};
+    }
+  }
+  const worker_ref ref = next_ref_++;
+  worker_view& v = workers_[ref];
+  v.ref = ref;
+  v.endpoint = endpoint;
+  prefixes_[ref];
+  changes_.push_back({ref, endpoint, std::nullopt, v.state});
+  return {ref, true};
+}
+
+bool worker_pool::retire(const std::string& endpoint) {
+  for (auto& [ref, v] : workers_) {
+    if (v.endpoint == endpoint) {
+      v.listed = false;
+      update_state(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool worker_pool::on_welcome(worker_ref w, proto::welcome info, double now_s) {
+  worker_view& v = get(w);
+  const bool became_up = v.liveness != worker_liveness::up;
+  if (became_up || v.info.worker_id != info.worker_id) {
+    // A (re)started worker has an empty prefix cache, runs nothing of ours and is not draining.
     prefixes_[w] = prefix_index{};
     v.in_flight = 0;
+    v.load = {};
   }
   info.tokenizer = {};
   v.info = std::move(info);
   prefixes_[w].capacity =
       v.info.kv_block_size ? std::max<size_t>(64, 2 * v.info.kv_capacity_tokens / v.info.kv_block_size) : 0;
-  v.state = worker_state::ready;
+  v.liveness = worker_liveness::up;
   v.last_seen_s = now_s;
-  return became_ready;
+  update_state(v);
+  return became_up;
 }
 
-void worker_pool::on_heartbeat(size_t w, const proto::heartbeat& hb, double now_s) {
-  worker_view& v = workers_[w];
+void worker_pool::on_heartbeat(worker_ref w, const proto::heartbeat& hb, double now_s) {
+  worker_view& v = get(w);
   v.load = hb;
-  if (v.state == worker_state::ready) v.last_seen_s = now_s;
+  if (v.liveness == worker_liveness::up) v.last_seen_s = now_s;
+  update_state(v);
 }
 
-std::vector<size_t> worker_pool::check_liveness(double now_s) {
-  std::vector<size_t> died;
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    worker_view& v = workers_[w];
-    if (v.state == worker_state::ready && now_s - v.last_seen_s > cfg_.heartbeat_timeout_s) {
-      v.state = worker_state::dead;
+void worker_pool::mark_draining(worker_ref w) {
+  worker_view& v = get(w);
+  v.load.draining = true;
+  update_state(v);
+}
+
+std::vector<worker_ref> worker_pool::check_liveness(double now_s) {
+  std::vector<worker_ref> died;
+  for (auto& [ref, v] : workers_) {
+    if (v.liveness == worker_liveness::up && now_s - v.last_seen_s > cfg_.heartbeat_timeout_s) {
+      v.liveness = worker_liveness::dead;
+      v.dead_since_s = now_s;
       v.in_flight = 0;
-      died.push_back(w);
+      update_state(v);
+      died.push_back(ref);
     }
   }
   return died;
 }
 
-bool worker_pool::has_slot(const worker_view& v) const {
-  return v.state == worker_state::ready && !v.retired && !v.load.draining &&
-         v.in_flight < static_cast<int32_t>(v.info.max_running) + cfg_.local_queue;
+std::vector<worker_ref> worker_pool::removable(double now_s) const {
+  std::vector<worker_ref> out;
+  for (const auto& [ref, v] : workers_) {
+    const bool drained = !v.listed && v.in_flight == 0;
+    const bool long_dead = v.liveness == worker_liveness::dead && now_s - v.dead_since_s >= cfg_.dead_grace_s;
+    if (drained || long_dead) out.push_back(ref);
+  }
+  return out;
 }
 
-size_t worker_pool::cached_blocks(size_t w, std::span<const uint64_t> block_hashes) const {
-  const prefix_index& p = prefixes_[w];
+void worker_pool::remove(worker_ref w) {
+  auto it = workers_.find(w);
+  if (it == workers_.end()) return;
+  changes_.push_back({w, it->second.endpoint, it->second.state, std::nullopt});
+  workers_.erase(it);
+  prefixes_.erase(w);
+}
+
+std::vector<worker_change> worker_pool::take_changes() {
+  std::vector<worker_change> out;
+  out.swap(changes_);
+  return out;
+}
+
+size_t worker_pool::count(worker_state s) const {
+  size_t n = 0;
+  for (const auto& [ref, v] : workers_) n += v.state == s;
+  return n;
+}
+
+bool worker_pool::has_slot(const worker_view& v) const {
+  return v.state == worker_state::ready && v.in_flight < static_cast<int32_t>(v.info.max_running) + cfg_.local_queue;
+}
+
+size_t worker_pool::cached_blocks(worker_ref w, std::span<const uint64_t> block_hashes) const {
+  auto it = prefixes_.find(w);
+  if (it == prefixes_.end()) return 0;
+  const prefix_index& p = it->second;
   size_t n = 0;
   while (n < block_hashes.size() && p.where.count(block_hashes[n])) ++n;
   return n;
 }
 
-std::optional<size_t> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes) const {
+std::optional<worker_ref> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes) const {
   int32_t min_load = std::numeric_limits<int32_t>::max(), max_load = -1;
-  std::optional<size_t> least;
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    const worker_view& v = workers_[w];
+  std::optional<worker_ref> least;
+  for (const auto& [ref, v] : workers_) {
     if (!has_slot(v) || v.info.model_id != model) continue;
     if (v.in_flight < min_load) {
       min_load = v.in_flight;
-      least = w;
+      least = ref;
     }
     max_load = std::max(max_load, v.in_flight);
   }
   if (!least || max_load - min_load > cfg_.balance_threshold) return least;
-  std::optional<size_t> best;
+  std::optional<worker_ref> best;
   size_t best_blocks = 0;
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    const worker_view& v = workers_[w];
+  int32_t best_load = 0;
+  for (const auto& [ref, v] : workers_) {
     if (!has_slot(v) || v.info.model_id != model) continue;
-    const size_t blocks = cached_blocks(w, block_hashes);
-    if (!best || blocks > best_blocks || (blocks == best_blocks && v.in_flight < workers_[*best].in_flight)) {
-      best = w;
+    const size_t blocks = cached_blocks(ref, block_hashes);
+    if (!best || blocks > best_blocks || (blocks == best_blocks && v.in_flight < best_load)) {
+      best = ref;
       best_blocks = blocks;
+      best_load = v.in_flight;
     }
   }
   return best;
 }
 
-void worker_pool::on_dispatched(size_t w, std::span<const uint64_t> block_hashes) {
-  worker_view& v = workers_[w];
+void worker_pool::on_dispatched(worker_ref w, std::span<const uint64_t> block_hashes) {
+  worker_view& v = get(w);
   v.in_flight++;
   v.dispatched++;
   v.prefix_hit_blocks += cached_blocks(w, block_hashes);
@@ -143,14 +235,9 @@ void worker_pool::on_dispatched(size_t w, std::span<const uint64_t> block_hashes
   }
 }
 
-void worker_pool::on_finished(size_t w) {
-  if (workers_[w].in_flight > 0) workers_[w].in_flight--;
-}
-
-size_t worker_pool::n_ready() const {
-  return static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), [](const worker_view& v) {
-    return v.state == worker_state::ready && !v.retired;
-  }));
+void worker_pool::on_finished(worker_ref w) {
+  auto it = workers_.find(w);
+  if (it != workers_.end() && it->second.in_flight > 0) it->second.in_flight--;
 }
 
 }  // namespace sy::router

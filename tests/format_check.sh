@@ -9,4 +9,18 @@ if ! out=$(echo "$files" | xargs clang-format --dry-run --Werror 2>&1); then
   echo "run: git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' | xargs clang-format -i"
   exit 1
 fi
+# ctest splits a discovered test name at ';' (CMake's list separator) into two tests that fail.
+bad=$(git ls-files 'tests/*.cpp' | python3 -c '
+import re, sys
+for path in sys.stdin.read().split():
+    src = open(path, encoding="utf-8").read()
+    for m in re.finditer(r"TEST_CASE\(\s*((?:\"(?:[^\"\\\\]|\\\\.)*\"\s*)+)", src):
+        name = "".join(re.findall(r"\"((?:[^\"\\\\]|\\\\.)*)\"", m.group(1)))
+        if ";" in name:
+            print(path + ": " + name)
+')
+if [ -n "$bad" ]; then
+  echo "a Catch2 test name contains ';' (ctest splits it in two): $bad"
+  exit 1
+fi
 echo "formatted: $(echo "$files" | wc -l) files"

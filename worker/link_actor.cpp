@@ -18,6 +18,7 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
   router.set(zmq::sockopt::rcvhwm, cfg.high_water_mark);
   router.set(zmq::sockopt::linger, 0);
   router.bind(cfg.listen);
+  counters->bound = true;
   zmq::socket_t outbox(*ctx, zmq::socket_type::pull);
   outbox.set(zmq::sockopt::linger, 0);
   outbox.bind(k_outbox_endpoint);

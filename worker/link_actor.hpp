@@ -29,6 +29,7 @@ struct link_counters {
   std::atomic<uint64_t> unreachable{0};          // sends to a peer that is gone
   std::atomic<uint64_t> hwm_blocked{0};          // sends refused by a full queue (retried)
   std::atomic<uint64_t> dropped{0};              // given up after retries
+  std::atomic<bool> bound{false};                // the ROUTER socket is bound: routers can connect
 };
 
 // Runs until *stop becomes true. Throws (ending the actor) if the socket cannot bind.

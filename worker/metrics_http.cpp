@@ -12,8 +12,9 @@
 
 namespace sy {
 
-metrics_http::metrics_http(const std::string& host, int port, std::function<std::string()> render)
-    : render_(std::move(render)) {
+metrics_http::metrics_http(const std::string& host, int port, std::function<std::string()> render,
+                           std::function<std::string()> not_ready)
+    : render_(std::move(render)), not_ready_(std::move(not_ready)) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw std::runtime_error(std::string("metrics: socket: ") + std::strerror(errno));
   int one = 1;
@@ -69,6 +70,10 @@ void metrics_http::serve() {
     } else if (req.rfind("GET /health", 0) == 0) {
       status = "200 OK";
       body = "ok\n";
+    } else if (req.rfind("GET /ready", 0) == 0) {
+      const std::string why = not_ready_();
+      status = why.empty() ? "200 OK" : "503 Service Unavailable";
+      body = why.empty() ? "ready\n" : "not ready: " + why + "\n";
     }
     const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
                              "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +

@@ -35,6 +35,55 @@ int run_serve(const cli_args& a, const char* default_model) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
+  if (drain_timeout_s < 0) throw std::invalid_argument("--drain-timeout-s must be >= 0");
+
+  // /metrics, /health and /ready answer from the start, before the model loads: /ready says 503
+  // until the model is loaded and the link bound, 200 while serving, 503 again once draining.
+  auto metrics = std::make_shared<shared_metrics>();
+  auto link_counts = std::make_shared<link_counters>();
+  enum class phase : int { loading, serving, draining };
+  auto now = std::make_shared<std::atomic<phase>>(phase::loading);
+  std::unique_ptr<metrics_http> http;
+  const int metrics_port = static_cast<int>(a.get_int("metrics-port", 9100));
+  if (metrics_port >= 0)
+    http = std::make_unique<metrics_http>(
+        a.get("metrics-host", "127.0.0.1"), metrics_port,
+        [metrics, link_counts] {
+          metrics_snapshot copy;
+          {
+            std::lock_guard<std::mutex> lk(metrics->mu);
+            copy = metrics->snap;
+          }
+          std::string out = render_metrics(copy);
+          const link_counters& l = *link_counts;
+          metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.",
+                 static_cast<double>(l.frames_in.load()));
+          metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.",
+                 static_cast<double>(l.frames_out.load()));
+          metric(out, "switchyard_worker_link_unreachable_total", "counter",
+                 "Sends to a router that is gone (its requests are cancelled).",
+                 static_cast<double>(l.unreachable.load()));
+          metric(out, "switchyard_worker_link_hwm_blocked_total", "counter",
+                 "Sends refused by a full peer queue (high-water mark), retried.",
+                 static_cast<double>(l.hwm_blocked.load()));
+          metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.",
+                 static_cast<double>(l.dropped.load()));
+          metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter",
+                 "Frames that were not [type][body].", static_cast<double>(l.malformed_envelopes.load()));
+          return out;
+        },
+        [now, link_counts]() -> std::string {
+          switch (now->load()) {
+            case phase::loading:
+              return "loading the model";
+            case phase::serving:
+              return link_counts->bound ? "" : "binding the link";
+            case phase::draining:
+              return "draining";
+          }
+          return "unknown";
+        });
 
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   const std::string model_path = a.get("model", default_model);
@@ -54,35 +103,6 @@ int run_serve(const cli_args& a, const char* default_model) {
                  "/v1/chat/completions for it (completions work). Pass --chat-template NAME (%s) or a Jinja file.\n",
                  sc.model_id.c_str(), model->chat().unsupported_reason.c_str(), chat_format_names().c_str());
 
-  auto metrics = std::make_shared<shared_metrics>();
-  auto link_counts = std::make_shared<link_counters>();
-  std::unique_ptr<metrics_http> http;
-  const int metrics_port = static_cast<int>(a.get_int("metrics-port", 9100));
-  if (metrics_port >= 0)
-    http = std::make_unique<metrics_http>(a.get("metrics-host", "127.0.0.1"), metrics_port, [metrics, link_counts] {
-      metrics_snapshot copy;
-      {
-        std::lock_guard<std::mutex> lk(metrics->mu);
-        copy = metrics->snap;
-      }
-      std::string out = render_metrics(copy);
-      const link_counters& l = *link_counts;
-      metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.",
-             static_cast<double>(l.frames_in.load()));
-      metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.",
-             static_cast<double>(l.frames_out.load()));
-      metric(out, "switchyard_worker_link_unreachable_total", "counter",
-             "Sends to a router that is gone (its requests are cancelled).", static_cast<double>(l.unreachable.load()));
-      metric(out, "switchyard_worker_link_hwm_blocked_total", "counter",
-             "Sends refused by a full peer queue (high-water mark), retried.",
-             static_cast<double>(l.hwm_blocked.load()));
-      metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.",
-             static_cast<double>(l.dropped.load()));
-      metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter", "Frames that were not [type][body].",
-             static_cast<double>(l.malformed_envelopes.load()));
-      return out;
-    });
-
   zmq::context_t ctx(1);
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
@@ -92,6 +112,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
+  now->store(phase::serving);  // ready once the link has bound (link_counts->bound)
 
   const std::string device =
       dev.cuda ? eng->backend().describe() : std::string("cpu (") + cpu::kernel_isa_name() + " kernels)";
@@ -105,8 +126,9 @@ int run_serve(const cli_args& a, const char* default_model) {
       device.c_str(), used.n_kv_blocks, used.block_size, static_cast<double>(eng->backend().kv_bytes()) / (1 << 20),
       cpu::kv_type_name(used.kv_type), static_cast<long long>(used.max_context), used.sched.max_running, pool.size());
 
-  // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: accept nothing
-  // new, finish what is running (at most 30 s), stop.
+  // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: /ready says
+  // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second
+  // signal stops at once.
   auto link_alive = std::make_shared<std::atomic<bool>>(true);
   sys.spawn([link_act, link_alive](caf::event_based_actor* self) {
     self->monitor(link_act);
@@ -120,15 +142,22 @@ int run_serve(const cli_args& a, const char* default_model) {
   });
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "switchyard-worker: %s, draining\n", link_alive->load() ? "signal received" : "link failed");
+  now->store(phase::draining);
+  std::fprintf(stderr, "switchyard-worker: %s, draining (at most %g s)\n",
+               link_alive->load() ? "signal received" : "link failed", drain_timeout_s);
   caf::anon_send(engine_act, drain_atom::value);
-  for (int i = 0; i < 300; ++i) {
-    {
-      std::lock_guard<std::mutex> lk(metrics->mu);
-      if (metrics->snap.draining && metrics->snap.engine.running == 0 && metrics->snap.engine.waiting == 0) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const auto drained = [&] {
+    std::lock_guard<std::mutex> lk(metrics->mu);
+    return metrics->snap.draining && metrics->snap.engine.running == 0 && metrics->snap.engine.waiting == 0;
+  };
+  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout_s);
+  const timespec step{0, 100 * 1000 * 1000};
+  bool cut_short = false;
+  while (!drained() && std::chrono::steady_clock::now() < drain_end && !cut_short)
+    cut_short = sigtimedwait(&sigs, nullptr, &step) > 0;
+  if (!drained())
+    std::fprintf(stderr, "switchyard-worker: %s: stopping with requests unfinished\n",
+                 cut_short ? "second signal" : "drain timeout");
   // The engine actor first, the link after it: the engine writes to the link's inbox, and a
   // send to an inproc socket whose reader has gone blocks forever (shutdown would hang).
   {

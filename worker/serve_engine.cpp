@@ -25,10 +25,10 @@ int64_t available_memory_bytes() {
 
 const std::vector<std::string>& serve_options() {
   static const std::vector<std::string> k = {
-      "model",         "listen",      "metrics-host",    "metrics-port",       "kv-blocks", "kv-memory-mb",
-      "block-size",    "max-context", "max-running",     "max-batch-tokens",   "threads",   "worker-id",
-      "hwm",           "kv-type",     "no-prefix-cache", "kv-memory-fraction", "device",    "cuda-graphs",
-      "chat-template",
+      "model",         "listen",          "metrics-host",    "metrics-port",       "kv-blocks", "kv-memory-mb",
+      "block-size",    "max-context",     "max-running",     "max-batch-tokens",   "threads",   "worker-id",
+      "hwm",           "kv-type",         "no-prefix-cache", "kv-memory-fraction", "device",    "cuda-graphs",
+      "chat-template", "drain-timeout-s",
   };
   return k;
 }

@@ -257,7 +257,7 @@ def test_priority_interactive_overtakes_queued_batch_work():
         # One batch request runs on the worker, three wait in the router's queue: only now does
         # the interactive request arrive (however slow this machine is right now).
         deadline = time.time() + 60
-        while r.metrics().get('switchyard_router_queue_depth{class="batch"}') != 3:
+        while r.metrics().get(f'switchyard_router_queue_depth{{model="{MODEL_ID}",class="batch"}}') != 3:
             assert time.time() < deadline, "the batch requests never queued up"
             time.sleep(0.05)
         inter = dict(batch, priority=-1, max_tokens=8)
@@ -284,7 +284,7 @@ def test_queue_cap_gives_503_with_retry_after():
         for i in range(2):  # one runs, one waits in the queue
             threads.append(stream_in_thread(r, body, results, f"r{i}"))
         deadline = time.time() + 60
-        while r.metrics().get('switchyard_router_queue_depth{class="standard"}') != 1:
+        while r.metrics().get(f'switchyard_router_queue_depth{{model="{MODEL_ID}",class="standard"}}') != 1:
             assert time.time() < deadline, "the second request never queued"
             time.sleep(0.05)
         status, headers, raw = r.post("/v1/completions", body)
@@ -343,7 +343,10 @@ def test_worker_killed_mid_stream_every_request_ends():
             model=MODEL_ID, prompt="Still there?", max_tokens=4)
         assert ok.choices[0].text is not None
         m = r.metrics()
-        assert m['switchyard_router_workers{state="dead"}'] == 1
+        # Declared dead; past twice the heartbeat timeout it is greeted afresh (still listed).
+        assert m['switchyard_router_workers{state="dead"}'] + m['switchyard_router_workers{state="connecting"}'] == 1
+        assert m['switchyard_router_workers{state="ready"}'] == 1
+        assert f"worker {workers[0].endpoint} ready -> dead" in open(r.log.name).read()
         assert m["switchyard_router_worker_lost_total"] == lost
     finally:
         r.stop()
@@ -389,11 +392,12 @@ def test_two_thousand_streaming_clients_then_all_disconnect():
         deadline = time.time() + 30
         while time.time() < deadline:
             m, wm = r.metrics(), w.metrics()
-            if (m["switchyard_router_active_requests"] == 0 and wm["switchyard_worker_requests_running"] == 0
+            active = m[f'switchyard_router_active_requests{{model="{MODEL_ID}"}}']
+            if (active == 0 and wm["switchyard_worker_requests_running"] == 0
                     and wm["switchyard_worker_requests_waiting"] == 0):
                 break
             time.sleep(0.2)
-        assert m["switchyard_router_active_requests"] == 0
+        assert m[f'switchyard_router_active_requests{{model="{MODEL_ID}"}}'] == 0
         assert m["switchyard_router_client_cancels_total"] + m.get('switchyard_router_requests_total{status="200"}', 0) \
             == 2000
         assert wm["switchyard_worker_kv_blocks_free"] == wm["switchyard_worker_kv_blocks_total"]
@@ -412,6 +416,8 @@ def test_workers_found_through_dns():
     try:
         status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2})
         assert status == 200, raw
+        m = r.metrics()  # one address family: the worker counts once
+        assert sum(v for k, v in m.items() if k.startswith("switchyard_router_workers{")) == 1
     finally:
         r.stop()
         w.stop()

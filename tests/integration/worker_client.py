@@ -43,6 +43,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def http_get(port, path, timeout=2):
+    """(status, body) of GET `path` on 127.0.0.1:`port` (a server that closes after answering)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split(" ")[1]), body
+
+
 def tokenize(prompt, chat=True):
     cmd = [WORKER, "tokenize", "--model", MODEL, "--prompt", prompt] + (["--chat"] if chat else [])
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -58,23 +69,23 @@ class Worker:
             [WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
              "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
-        while time.time() < deadline:  # ready when /metrics answers
+        while time.time() < deadline:  # until /ready says 200: model loaded, link bound
             if self.proc.poll() is not None:
                 raise RuntimeError("worker exited: " + self.proc.stderr.read())
             try:
-                self.metrics()
-                return
+                if self.get("/ready")[0] == 200:
+                    return
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.05)
         raise RuntimeError("worker did not come up")
 
+    def get(self, path):
+        """(status, body) of GET `path` on the metrics port."""
+        return http_get(self.metrics_port, path)
+
     def metrics(self):
-        with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=2) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        return parse_prometheus(data.decode().partition("\r\n\r\n")[2])
+        return parse_prometheus(self.get("/metrics")[1])
 
     def stop(self, sig=15, timeout=40):
         return stop_process(self.proc, sig, timeout)

@@ -47,14 +47,14 @@ std::vector<std::string> types(const std::vector<link_frame>& frames) {
   return out;
 }
 
-std::vector<proto::submit> submits(const std::vector<link_frame>& frames, uint32_t worker) {
+std::vector<proto::submit> submits(const std::vector<link_frame>& frames, worker_ref worker) {
   std::vector<proto::submit> out;
   for (const auto& f : frames)
     if (f.worker == worker && f.type == "submit") out.push_back(as<proto::submit>(f));
   return out;
 }
 
-std::vector<proto::cancel> cancels(const std::vector<link_frame>& frames, uint32_t worker) {
+std::vector<proto::cancel> cancels(const std::vector<link_frame>& frames, worker_ref worker) {
   std::vector<proto::cancel> out;
   for (const auto& f : frames)
     if (f.worker == worker && f.type == "cancel") out.push_back(as<proto::cancel>(f));
@@ -92,14 +92,21 @@ struct harness {
   explicit harness(dispatcher_config cfg = test_config(), tenant_registry t = tenant_registry::open_access())
       : tenants(std::move(t)), d(std::move(cfg), tenants, models) {}
 
-  uint32_t add_worker(const std::string& endpoint, double now_s) {
+  // The ref of the worker at `endpoint`, listed now.
+  worker_ref add_worker(const std::string& endpoint, double now_s) {
     d.add_worker(endpoint, now_s, out);
-    return static_cast<uint32_t>(d.workers().size() - 1);
+    return ref_of(endpoint);
   }
-  void feed(uint32_t w, proto::msg_type type, const std::string& body, double now_s) {
+  worker_ref ref_of(const std::string& endpoint) const {
+    for (const auto& [ref, v] : d.workers().all())
+      if (v.endpoint == endpoint) return ref;
+    FAIL("no worker at " << endpoint);
+    return 0;
+  }
+  void feed(worker_ref w, proto::msg_type type, const std::string& body, double now_s) {
     d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
   }
-  void welcome(uint32_t w, uint32_t max_running, double now_s, const std::string& worker_id = "",
+  void welcome(worker_ref w, uint32_t max_running, double now_s, const std::string& worker_id = "",
                const std::string& model = k_model) {
     proto::welcome m;
     m.worker_id = worker_id.empty() ? "worker-" + std::to_string(w) : worker_id;
@@ -111,13 +118,13 @@ struct harness {
     m.tokenizer = *model_spec();
     feed(w, proto::msg_type::welcome, proto::encode(m), now_s);
   }
-  void heartbeat(uint32_t w, double now_s, bool draining = false) {
+  void heartbeat(worker_ref w, double now_s, bool draining = false) {
     proto::heartbeat m;
     m.draining = draining;
     feed(w, proto::msg_type::heartbeat, proto::encode(m), now_s);
   }
   // One tokens message: `n_new` new token ids, the text they decode to, usage totals so far.
-  void tokens(uint32_t w, const std::string& wire_id, uint32_t n_new, const std::string& text, uint32_t completion,
+  void tokens(worker_ref w, const std::string& wire_id, uint32_t n_new, const std::string& text, uint32_t completion,
               double now_s, const std::string& finish = "", uint32_t prompt = 0, uint32_t cached = 0) {
     proto::tokens m;
     m.request_id = wire_id;
@@ -127,7 +134,7 @@ struct harness {
     m.usage = {prompt, cached, completion};
     feed(w, proto::msg_type::tokens, proto::encode(m), now_s);
   }
-  void error(uint32_t w, const std::string& wire_id, std::string_view code, double now_s) {
+  void error(worker_ref w, const std::string& wire_id, std::string_view code, double now_s) {
     proto::error m;
     m.request_id = wire_id;
     m.code = std::string(code);
@@ -181,7 +188,7 @@ std::string wire(uint64_t id, uint32_t attempt, uint32_t choice = 0) {
 // A harness with `n` workers welcomed at t=0, their connect/hello/welcome frames drained.
 void start_workers(harness& h, size_t n, uint32_t max_running) {
   for (size_t w = 0; w < n; ++w) {
-    const uint32_t i = h.add_worker("tcp://w" + std::to_string(w) + ":5555", 0.0);
+    const worker_ref i = h.add_worker("tcp://w" + std::to_string(w) + ":5555", 0.0);
     h.welcome(i, max_running, 0.0);
   }
   h.take();
@@ -192,7 +199,7 @@ void start_workers(harness& h, size_t n, uint32_t max_running) {
 TEST_CASE("dispatcher: a new worker is connected, greeted, and ready after its welcome") {
   SY_REQUIRE_MODEL();
   harness h;
-  const uint32_t w = h.add_worker("tcp://w0:5555", 0.0);
+  const worker_ref w = h.add_worker("tcp://w0:5555", 0.0);
   auto f = h.take();
   REQUIRE(types(f) == std::vector<std::string>{"_connect", "hello"});
   CHECK(f[0].worker == w);
@@ -208,9 +215,9 @@ TEST_CASE("dispatcher: a new worker is connected, greeted, and ready after its w
   CHECK(h.d.workers().n_ready() == 0);
   CHECK(h.models.find(k_model) == nullptr);
 
-  h.d.tick(1.2, h.out);  // unanswered hello is retried after hello_retry_s
+  h.d.tick(1.2, h.out);  // unanswered hello is retried after hello_retry_s, the stale one dropped
   f = h.take();
-  REQUIRE(types(f) == std::vector<std::string>{"hello"});
+  REQUIRE(types(f) == std::vector<std::string>{"_flush", "hello"});
 
   h.welcome(w, 4, 1.3);
   h.heartbeat(w, 1.4);
@@ -361,7 +368,7 @@ TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After"
   const auto later = h.request({.api_key = "sk-slow"}, 2.1);  // the bucket refilled
   CHECK(later.ex->log.empty());
   CHECK(submits(h.take(), 0).size() == 2);
-  CHECK(h.d.render_metrics().find("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1\n") !=
+  CHECK(h.d.render_metrics(10.0).find("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1\n") !=
         std::string::npos);
 }
 
@@ -386,7 +393,7 @@ TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
   CHECK(b["error"]["type"] == "overloaded_error");
   CHECK(h.d.queued() == 1);
   CHECK(h.d.active() == 2);
-  CHECK(h.d.render_metrics().find("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 1\n") !=
+  CHECK(h.d.render_metrics(10.0).find("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 1\n") !=
         std::string::npos);
 }
 
@@ -426,7 +433,7 @@ TEST_CASE("dispatcher: a request on a dead worker that sent nothing is re-submit
   CHECK(b["choices"][0]["text"] == "fresh text");
   CHECK(b["choices"][0]["finish_reason"] == "length");
   CHECK(b["usage"]["completion_tokens"] == 2);
-  const std::string metrics = h.d.render_metrics();
+  const std::string metrics = h.d.render_metrics(10.0);
   CHECK(metrics.find("switchyard_router_redispatched_total 1\n") != std::string::npos);
   CHECK(metrics.find("switchyard_router_late_frames_total 2\n") != std::string::npos);
 }
@@ -453,7 +460,7 @@ TEST_CASE("dispatcher: a stream whose worker dies after sending tokens ends with
 
   h.tokens(0, wire(c.id, 1), 1, " upon", 2, 2.6);  // nothing more reaches the client
   CHECK(c.ex->log.size() == 5);
-  CHECK(h.d.render_metrics().find("switchyard_router_worker_lost_total 1\n") != std::string::npos);
+  CHECK(h.d.render_metrics(10.0).find("switchyard_router_worker_lost_total 1\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets its unstarted work again") {
@@ -489,10 +496,242 @@ TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets 
   CHECK(submits(h.take(), 0).empty());
 }
 
+// ---- worker lifecycle: retirement and removal against requests in flight --------------------
+
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+
+std::vector<link_frame> of_type(const std::vector<link_frame>& frames, const std::string& type) {
+  std::vector<link_frame> out;
+  for (const auto& f : frames)
+    if (f.type == type) out.push_back(f);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dispatcher: a retired worker gets no new request, finishes its stream, then is removed and closed") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  const auto c = h.request({.stream = true}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.tokens(0, wire(c.id, 1), 1, "Once", 1, 0.2);
+
+  h.d.retire_worker("tcp://w0:5555", 0.3, h.out);  // it left the DNS answer
+  CHECK(h.take().empty());                         // still running c: nothing closed
+  CHECK(h.d.workers().at(0).state == worker_state::retired);
+  std::string m = h.d.render_metrics(0.3);
+  CHECK(has_line(m, "switchyard_router_workers{state=\"retired\"} 1"));
+  CHECK(has_line(m, "switchyard_router_workers{state=\"ready\"} 1"));
+  CHECK(has_line(m, "switchyard_router_worker_in_flight{worker=\"tcp://w0:5555\"} 1"));
+
+  const auto d = h.request({}, 0.4);  // new work goes to the other worker only
+  auto f = h.take();
+  CHECK(submits(f, 0).empty());
+  REQUIRE(submits(f, 1).size() == 1);
+
+  h.heartbeat(0, 0.5);
+  h.d.tick(0.6, h.out);
+  CHECK(of_type(h.take(), "_close").empty());
+  h.tokens(0, wire(c.id, 1), 1, " upon", 2, 0.7, "stop");  // the stream ends normally
+  REQUIRE(c.ex->log ==
+          std::vector<std::string>{"start_stream", "send_event", "send_event", "send_event", "end_stream"});
+  CHECK(c.ex->events[2] == "[DONE]");
+
+  h.d.tick(0.8, h.out);  // nothing of ours runs there any more: removed, its connection closed
+  f = h.take();
+  const auto closed = of_type(f, "_close");
+  REQUIRE(closed.size() == 1);
+  CHECK(closed[0].worker == 0);
+  CHECK(h.d.workers().find(0) == nullptr);
+  CHECK(h.d.workers().size() == 1);
+  m = h.d.render_metrics(0.8);
+  CHECK(m.find("tcp://w0:5555") == std::string::npos);  // its labels are gone
+  CHECK(has_line(m, "switchyard_router_workers{state=\"retired\"} 0"));
+  CHECK(has_line(m, "switchyard_router_workers{state=\"ready\"} 1"));
+
+  h.tokens(0, wire(c.id, 1), 1, " late", 3, 0.9);  // a frame still on its way: dropped, counted as late
+  CHECK(has_line(h.d.render_metrics(0.9), "switchyard_router_late_frames_total 1"));
+  CHECK(has_line(h.d.render_metrics(0.9), "switchyard_router_bad_frames_total 0"));
+  h.tokens(1, wire(d.id, 1), 1, "fine", 1, 1.0, "stop");
+  CHECK(d.ex->responses.at(0).status == 200);
+
+  h.d.add_worker("tcp://w0:5555", 1.1, h.out);  // listed again later: a new connection, a new ref
+  f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"_connect", "hello"});
+  CHECK(f[0].worker != 0);
+  CHECK(f[0].worker != 1);
+  CHECK(f[0].body == "tcp://w0:5555");
+}
+
+TEST_CASE("dispatcher: an idle worker that is retired is removed at once") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  h.d.retire_worker("tcp://w1:5555", 0.1, h.out);
+  const auto f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"_close"});
+  CHECK(f[0].worker == 1);
+  CHECK(h.d.workers().size() == 1);
+  h.d.retire_worker("tcp://unknown:5555", 0.2, h.out);  // never listed: nothing happens
+  CHECK(h.take().empty());
+}
+
+TEST_CASE("dispatcher: a retired worker that dies mid-drain has its requests re-sent or ended, then goes at once") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  const auto quiet = h.request({}, 0.1);
+  const auto streaming = h.request({.stream = true}, 0.1);
+  auto f = h.take();
+  REQUIRE(submits(f, 0).size() == 1);  // one on each worker: the least loaded takes the second
+  REQUIRE(submits(f, 1).size() == 1);
+  const bool quiet_on_0 = submits(f, 0)[0].request_id == wire(quiet.id, 1);
+  const worker_ref q = quiet_on_0 ? 0 : 1, s = quiet_on_0 ? 1 : 0;
+  h.tokens(s, wire(streaming.id, 1), 1, "Once", 1, 0.2);
+  // Both workers leave the answer; the quiet one's worker keeps beating, the other goes silent.
+  h.d.retire_worker("tcp://w" + std::to_string(s) + ":5555", 0.3, h.out);
+  CHECK(h.take().empty());
+  h.heartbeat(q, 1.5);
+  h.d.tick(2.1, h.out);
+  f = h.take();
+  // The streaming worker died: its stream ends with worker_lost, and it is removed in the same tick.
+  const auto closed = of_type(f, "_close");
+  REQUIRE(closed.size() == 1);
+  CHECK(closed[0].worker == s);
+  CHECK(streaming.ex->event(1)["error"]["code"] == "worker_lost");
+  CHECK(h.d.workers().find(s) == nullptr);
+
+  // Now the other one is retired while running `quiet`, and dies too: `quiet` never reached its
+  // client, so it waits in the queue (no worker left) rather than being lost.
+  h.d.retire_worker("tcp://w" + std::to_string(q) + ":5555", 2.2, h.out);
+  CHECK(of_type(h.take(), "_close").empty());
+  h.d.tick(3.6, h.out);
+  f = h.take();
+  REQUIRE(of_type(f, "_close").size() == 1);
+  CHECK(h.d.workers().size() == 0);
+  CHECK(quiet.ex->log.empty());
+  CHECK(h.d.queued() == 1);
+
+  // A new worker joins: the request runs there, as a new attempt.
+  const worker_ref n = h.add_worker("tcp://w9:5555", 3.7);
+  h.welcome(n, 4, 3.8);
+  const auto again = submits(h.take(), n);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].request_id == wire(quiet.id, 2));
+  h.tokens(n, wire(quiet.id, 2), 1, "done", 1, 3.9, "stop");
+  CHECK(quiet.ex->responses.at(0).status == 200);
+}
+
+TEST_CASE("dispatcher: a dead worker still listed is removed after the grace and greeted afresh under a new ref") {
+  SY_REQUIRE_MODEL();
+  harness h;  // heartbeat timeout 2 s, dead grace 4 s
+  start_workers(h, 2, 4);
+  const auto c = h.request({}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  for (double t = 0.5; t < 2.4; t += 0.5) h.heartbeat(1, t);
+  h.d.tick(2.1, h.out);  // worker 0 dead: c goes to worker 1
+  auto f = h.take();
+  REQUIRE(submits(f, 1).size() == 1);
+  CHECK(submits(f, 1)[0].request_id == wire(c.id, 2));
+  CHECK(h.d.workers().at(0).state == worker_state::dead);
+  CHECK(has_line(h.d.render_metrics(2.1), "switchyard_router_workers{state=\"dead\"} 1"));
+
+  for (double t = 2.5; t < 6.5; t += 0.5) {
+    h.heartbeat(1, t);
+    h.d.tick(t, h.out);
+  }
+  f = h.take();  // hellos in case it comes back, but no removal yet (dead since 2.1)
+  CHECK(of_type(f, "_close").empty());
+  CHECK(of_type(f, "hello").size() >= 3);
+  h.heartbeat(1, 6.2);
+  h.d.tick(6.2, h.out);
+  f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"_close", "_connect", "hello"});
+  CHECK(f[0].worker == 0);
+  const worker_ref fresh = f[1].worker;
+  CHECK(fresh != 0);
+  CHECK(f[1].body == "tcp://w0:5555");
+  CHECK(f[2].worker == fresh);
+  CHECK(h.d.workers().find(0) == nullptr);
+  CHECK(h.d.workers().at(fresh).state == worker_state::connecting);
+  std::string m = h.d.render_metrics(6.2);
+  CHECK(has_line(m, "switchyard_router_workers{state=\"dead\"} 0"));
+  CHECK(has_line(m, "switchyard_router_workers{state=\"connecting\"} 1"));
+
+  // The old attempt's answer, from the old connection, is ignored; the restarted worker rejoins.
+  h.tokens(0, wire(c.id, 1), 1, "stale", 1, 6.25, "stop");
+  CHECK(c.ex->log.empty());
+  h.welcome(fresh, 4, 6.3, "worker-0-restarted");
+  CHECK(h.d.workers().at(fresh).state == worker_state::ready);
+  CHECK(h.d.workers().n_ready() == 2);
+  h.tokens(1, wire(c.id, 2), 1, "fresh", 1, 6.4, "stop");
+  CHECK(c.ex->body()["choices"][0]["text"] == "fresh");
+}
+
+TEST_CASE("dispatcher: a retired worker that never answers is removed once the deadline ends its request") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.timeout_s = 1.0}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.d.retire_worker("tcp://w0:5555", 0.2, h.out);
+  for (double t = 0.5; t < 6.0; t += 0.5) {  // alive, but c is never answered
+    h.heartbeat(0, t);
+    h.d.tick(t, h.out);
+  }
+  CHECK(of_type(h.take(), "_close").empty());
+  h.heartbeat(0, 6.2);
+  h.d.tick(6.2, h.out);  // 5 s past the deadline: c ends (504), the cancel goes out, then the close
+  const auto f = h.take();
+  REQUIRE(types(f) == std::vector<std::string>{"cancel", "_close"});
+  CHECK(c.ex->responses.at(0).status == 504);
+  CHECK(h.d.workers().size() == 0);
+}
+
+TEST_CASE("dispatcher: a worker that says it is draining is counted as draining and gets nothing new") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  h.heartbeat(0, 0.5, /*draining=*/true);
+  std::string m = h.d.render_metrics(0.5);
+  CHECK(has_line(m, "switchyard_router_workers{state=\"draining\"} 1"));
+  CHECK(has_line(m, "switchyard_router_workers{state=\"ready\"} 0"));
+  CHECK_FALSE(h.d.ready(0.5));
+  h.request({}, 0.6);
+  CHECK(submits(h.take(), 0).empty());
+  CHECK(h.d.queued() == 1);
+  h.heartbeat(0, 1.0);  // not draining after all
+  CHECK(submits(h.take(), 0).size() == 1);
+}
+
+TEST_CASE("dispatcher: per-model metrics: active requests, queue depth by class, oldest queued wait") {
+  SY_REQUIRE_MODEL();
+  harness h(test_config(/*local_queue=*/0));
+  const worker_ref wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
+  h.welcome(wa, /*max_running=*/1, 0.0, "worker-a", "model-a");
+  h.welcome(wb, /*max_running=*/1, 0.0, "worker-b", "model-b");
+  h.take();
+  h.request({.model = "model-a"}, 0.1);                 // running
+  h.request({.model = "model-a"}, 0.2);                 // queued, standard
+  h.request({.priority = 1, .model = "model-a"}, 0.7);  // queued, batch
+  const std::string m = h.d.render_metrics(1.2);
+  CHECK(has_line(m, "switchyard_router_active_requests{model=\"model-a\"} 3"));
+  CHECK(has_line(m, "switchyard_router_active_requests{model=\"model-b\"} 0"));  // known, idle: 0, not absent
+  CHECK(has_line(m, "switchyard_router_queue_depth{model=\"model-a\",class=\"standard\"} 1"));
+  CHECK(has_line(m, "switchyard_router_queue_depth{model=\"model-a\",class=\"batch\"} 1"));
+  CHECK(has_line(m, "switchyard_router_queue_depth{model=\"model-a\",class=\"interactive\"} 0"));
+  CHECK(has_line(m, "switchyard_router_queue_depth{model=\"model-b\",class=\"standard\"} 0"));
+  CHECK(has_line(m, "switchyard_router_queue_oldest_wait_seconds{model=\"model-a\"} 1"));
+  CHECK(has_line(m, "switchyard_router_queue_oldest_wait_seconds{model=\"model-b\"} 0"));
+}
+
 TEST_CASE("dispatcher: a model whose workers are busy does not hold back another model's requests") {
   SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
-  const uint32_t wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
+  const worker_ref wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
   h.welcome(wa, /*max_running=*/1, 0.0, "worker-a", "model-a");
   h.welcome(wb, /*max_running=*/1, 0.0, "worker-b", "model-b");
   h.take();
@@ -544,7 +783,7 @@ TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dro
   CHECK(h.d.active() == 1);
   CHECK(cancels(h.take(), 0).empty());  // never reached a worker: nothing to cancel
   CHECK(third.ex->log.empty());
-  CHECK(h.d.render_metrics().find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
+  CHECK(h.d.render_metrics(10.0).find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a request whose client left before it arrived is dropped, not generated") {
@@ -560,7 +799,7 @@ TEST_CASE("dispatcher: a request whose client left before it arrived is dropped,
   CHECK(submits(h.take(), 0).empty());
   CHECK(h.d.active() == 0);
   CHECK(left.ex->log.empty());
-  const std::string m = h.d.render_metrics();
+  const std::string m = h.d.render_metrics(10.0);
   CHECK(m.find("switchyard_router_client_cancels_total 1\n") != std::string::npos);
   CHECK(m.find("switchyard_router_requests_total{status=\"499\"} 1\n") != std::string::npos);
 }
@@ -729,7 +968,7 @@ TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") 
   const auto gone = h.request({.api_key = "k"}, 1.2);
   h.d.on_client_gone(gone.id, 1.25, h.out);
 
-  const std::string m = h.d.render_metrics();
+  const std::string m = h.d.render_metrics(10.0);
   auto has = [&](const std::string& line) { return m.find(line + "\n") != std::string::npos; };
   CHECK(has("switchyard_router_requests_total{status=\"200\"} 2"));
   CHECK(has("switchyard_router_requests_total{status=\"429\"} 1"));
@@ -738,7 +977,7 @@ TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") 
   CHECK(has("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 0"));
   CHECK(has("switchyard_router_completion_tokens_total 7"));
   CHECK(has("switchyard_router_cached_prompt_tokens_total 2"));
-  CHECK(has("switchyard_router_active_requests 0"));
+  CHECK(has("switchyard_router_active_requests{model=\"smollm2-135m\"} 0"));
   CHECK(has("switchyard_router_workers{state=\"ready\"} 1"));
   CHECK(has("switchyard_router_client_cancels_total 1"));
 }
@@ -746,7 +985,7 @@ TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") 
 TEST_CASE("dispatcher: a model whose chat template cannot be applied serves completions, and chats get a 400") {
   SY_REQUIRE_MODEL();
   harness h;
-  const uint32_t w = h.add_worker("tcp://w0:5555", 0.0);
+  const worker_ref w = h.add_worker("tcp://w0:5555", 0.0);
   proto::welcome m;
   m.worker_id = "worker-0";
   m.model_id = k_model;
@@ -799,4 +1038,47 @@ TEST_CASE("dispatcher: a model whose chat template cannot be applied serves comp
   CHECK(submitted[0]->prompt == model->tok.encode("Hello", true, true));
   h.d.on_request(submitted[0], 0.2, h.out);
   CHECK(submits(h.take(), w).size() == 1);
+}
+
+TEST_CASE("api_handler: /ready is 503 without a ready worker, while shutting down (still admitting) or draining") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  auto status = std::make_shared<router_status>();
+  std::vector<std::shared_ptr<routed_request>> submitted;
+  api_handler api(
+      api_config{}, h.tenants, h.models, [&](std::shared_ptr<routed_request> r) { submitted.push_back(std::move(r)); },
+      [](uint64_t) {}, status, nullptr);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
+    http_request req;
+    req.method = method;
+    req.target = req.path = path;
+    req.body = body;
+    auto ex = std::make_shared<fake_exchange>();
+    api(ex, std::move(req));
+    REQUIRE(ex->responses.size() <= 1);
+    return ex;
+  };
+  auto ready_status = [&] { return call("GET", "/ready")->responses.at(0).status; };
+  auto set = [&](bool ready, bool draining, bool shutting_down) {
+    std::lock_guard<std::mutex> lk(status->mu);
+    status->ready = ready;
+    status->draining = draining;
+    status->shutting_down = shutting_down;
+  };
+
+  set(false, false, false);  // no worker ready (what the dispatcher publishes)
+  CHECK(ready_status() == 503);
+  CHECK(call("GET", "/ready")->body()["status"] == "not ready: no worker is ready");
+  set(true, false, false);
+  CHECK(ready_status() == 200);
+  set(true, false, true);  // SIGTERM, within --shutdown-delay-s: not ready, but requests still pass
+  CHECK(ready_status() == 503);
+  CHECK(call("GET", "/ready")->body()["status"] == "not ready: shutting down");
+  const auto admitted = call("POST", "/v1/completions", R"({"model":"smollm2-135m","prompt":"Hi","max_tokens":2})");
+  CHECK(admitted->responses.empty());
+  CHECK(submitted.size() == 1);
+  set(false, true, true);  // draining: the dispatcher refuses (503), and so does /ready
+  CHECK(ready_status() == 503);
+  CHECK(call("GET", "/health")->responses.at(0).status == 200);  // alive all along
 }

@@ -221,7 +221,7 @@ TEST_CASE("dispatcher actor: a new worker is greeted, greeted again each simulat
   CHECK_FALSE(f.ready());
   f.actors.advance(200ms);
   out = f.take();
-  REQUIRE(types(out) == std::vector<std::string>{"hello"});
+  REQUIRE(types(out) == std::vector<std::string>{"_flush", "hello"});  // the unanswered one dropped
 
   f.feed(0, f.welcome());
   f.actors.advance(100ms);  // readiness and metrics are published on the tick
@@ -403,6 +403,33 @@ TEST_CASE("dispatcher actor: a client that goes away has its request cancelled o
   CHECK(c.ex->log == std::vector<std::string>{"start_stream"});
 }
 
+TEST_CASE("dispatcher actor: a retired worker is closed through the link once its request has ended") {
+  SY_REQUIRE_MODEL();
+  dispatcher_fixture f;
+  f.start_worker();
+  const client c = f.request(/*stream=*/true);
+  REQUIRE(types(f.take()) == std::vector<std::string>{"submit"});
+  caf::anon_send(f.actor, retire_atom::value, std::string("tcp://w0:5555"));
+  f.actors.sched().run();
+  CHECK(f.take().empty());  // it still runs c
+  f.actors.advance(100ms);
+  CHECK_FALSE(f.ready());  // its only worker takes nothing new
+  CHECK(has_line(f.metrics(), "switchyard_router_workers{state=\"retired\"} 1"));
+  CHECK(f.take().empty());
+
+  f.tokens(0, wire(c.id, 1), "Once", 1, "stop");
+  CHECK(c.ex->events.back() == "[DONE]");
+  f.actors.advance(100ms);  // the next tick removes it
+  const auto out = f.take();
+  REQUIRE(types(out) == std::vector<std::string>{"_close"});
+  CHECK(out[0].worker == 0);
+  CHECK(f.metrics().find("tcp://w0:5555") == std::string::npos);
+  CHECK(has_line(f.metrics(), "switchyard_router_workers{state=\"retired\"} 0"));
+  f.tokens(0, wire(c.id, 1), "late", 2);  // still on its way from the closed connection: dropped
+  f.actors.advance(100ms);
+  CHECK(has_line(f.metrics(), "switchyard_router_late_frames_total 1"));
+}
+
 // ---- link actor -----------------------------------------------------------------------------
 
 namespace {
@@ -493,8 +520,8 @@ TEST_CASE("router link: _connect opens a worker's connection, frames go out to i
   fake_worker w1(f.ctx, "inproc://test-worker-1");
   f.push(0, "_connect", "inproc://test-worker-0");
   f.push(1, "_connect", "inproc://test-worker-1");
-  f.push(5, "_connect", "inproc://test-worker-5");  // not next in order: ignored
-  f.push(7, "hello", "nobody");                     // no such worker: ignored
+  f.push(1, "_connect", "inproc://test-worker-0");  // a ref already open: ignored (refs are never reused)
+  f.push(7, "hello", "nobody");                     // no such worker: dropped
   f.push(1, "hello", "h1");
   f.push(0, "hello", "h0");
   CHECK(w0.recv() == std::vector<std::string>{"hello", "h0"});
@@ -509,7 +536,7 @@ TEST_CASE("router link: _connect opens a worker's connection, frames go out to i
   f.stop_link();
   CHECK(f.counters->frames_in == 3);
   CHECK(f.counters->frames_out == 2);
-  CHECK(f.counters->dropped == 0);
+  CHECK(f.counters->dropped == 1);
 }
 
 TEST_CASE("router link: _flush drops what waits for a worker that cannot be reached, later frames get through") {
@@ -537,4 +564,51 @@ TEST_CASE("router link: _flush drops what waits for a worker that cannot be reac
   f.stop_link();
   CHECK(f.counters->dropped == 1);
   CHECK(f.counters->backlogged >= 1);
+}
+
+TEST_CASE("router link: _close closes a worker's connection - frames for it afterwards are dropped") {
+  link_fixture f;
+  // A worker on loopback TCP, watched through a socket monitor: the link's connection to it is
+  // accepted on _connect and disconnected on _close.
+  zmq::socket_t worker(f.ctx, zmq::socket_type::router);
+  worker.set(zmq::sockopt::linger, 0);
+  worker.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::chrono::milliseconds(k_hang_guard).count()));
+  const std::string monitor_endpoint = "inproc://test-worker-monitor";
+  REQUIRE(zmq_socket_monitor(worker.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) ==
+          0);
+  zmq::socket_t monitor(f.ctx, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::chrono::milliseconds(k_hang_guard).count()));
+  monitor.connect(monitor_endpoint);
+  worker.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = worker.get(zmq::sockopt::last_endpoint);
+  // The next event's id (frame 1: 16-bit event, 32-bit value; frame 2: the address).
+  auto next_event = [&] {
+    std::vector<zmq::message_t> parts;
+    REQUIRE(zmq::recv_multipart(monitor, std::back_inserter(parts)));
+    REQUIRE(parts.size() == 2);
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    return event;
+  };
+
+  f.push(3, "_connect", endpoint);
+  f.push(3, "hello", "h");
+  std::vector<zmq::message_t> got;
+  REQUIRE(zmq::recv_multipart(worker, std::back_inserter(got)));
+  CHECK(got.at(1).to_string() == "hello");
+  CHECK(next_event() == ZMQ_EVENT_ACCEPTED);
+
+  f.push(3, "_close", "");
+  CHECK(next_event() == ZMQ_EVENT_DISCONNECTED);  // the link's socket is gone
+  f.push(3, "hello", "after");                    // nothing reaches a closed worker
+  f.push(3, "_close", "");                        // closing twice is harmless
+  fake_worker other(f.ctx, "inproc://test-worker-other");
+  f.push(4, "_connect", "inproc://test-worker-other");
+  f.push(4, "marker", "m");  // the link handles its inbox in order: once this arrives, so did the rest
+  CHECK(other.recv() == std::vector<std::string>{"marker", "m"});
+  f.stop_link();
+  CHECK(f.counters->closed == 1);
+  CHECK(f.counters->dropped == 2);
+  CHECK(f.counters->frames_out == 2);
 }

@@ -1,7 +1,9 @@
-// The router's worker bookkeeping: liveness from heartbeats, slots, prefix-aware choice that
-// still balances load.
+// The router's worker bookkeeping: liveness from heartbeats, the lifecycle (states, retirement,
+// removal), slots, prefix-aware choice that still balances load.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "router/worker_pool.hpp"
@@ -47,8 +49,8 @@ TEST_CASE("worker_pool: block hashes are chained and cover only full blocks") {
 
 TEST_CASE("worker_pool: ready on welcome, dead after silent heartbeats, back on a new welcome") {
   worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 0, .balance_threshold = 4});
-  const size_t w = pool.add("tcp://a:1");
-  CHECK(pool.add("tcp://a:1") == w);
+  const worker_ref w = pool.add("tcp://a:1").ref;
+  CHECK(pool.add("tcp://a:1").ref == w);
   CHECK(pool.at(w).state == worker_state::connecting);
   CHECK_FALSE(pool.choose("m", {}).has_value());
   CHECK(pool.on_welcome(w, welcome_of("a"), 10.0));
@@ -69,8 +71,8 @@ TEST_CASE("worker_pool: ready on welcome, dead after silent heartbeats, back on 
 
 TEST_CASE("worker_pool: slots are max_running plus the local queue, per model") {
   worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 1, .balance_threshold = 4});
-  const size_t a = pool.add("tcp://a:1");
-  const size_t b = pool.add("tcp://b:1");
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
   pool.on_welcome(a, welcome_of("a", 2, "m"), 0);
   pool.on_welcome(b, welcome_of("b", 2, "other"), 0);
   for (int i = 0; i < 3; ++i) {
@@ -92,8 +94,8 @@ TEST_CASE("worker_pool: slots are max_running plus the local queue, per model") 
 
 TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is much busier") {
   worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 2});
-  const size_t a = pool.add("tcp://a:1");
-  const size_t b = pool.add("tcp://b:1");
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
   pool.on_welcome(a, welcome_of("a", 8), 0);
   pool.on_welcome(b, welcome_of("b", 8), 0);
   const auto sys1 = prefix_block_hashes(prompt_of(0, 64), 16);
@@ -102,7 +104,7 @@ TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is
   const auto first = pool.choose("m", sys1);
   REQUIRE(first.has_value());
   pool.on_dispatched(*first, sys1);
-  const size_t other = *first == a ? b : a;
+  const worker_ref other = *first == a ? b : a;
   CHECK(pool.choose("m", sys2) == other);  // new prefix: least loaded
   pool.on_dispatched(other, sys2);
   CHECK(pool.choose("m", sys1) == *first);
@@ -121,7 +123,7 @@ TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is
 
 TEST_CASE("worker_pool: the prefix index is bounded by what the worker's KV cache holds") {
   worker_pool pool;
-  const size_t a = pool.add("tcp://a:1");
+  const worker_ref a = pool.add("tcp://a:1").ref;
   auto w = welcome_of("a", 64);
   w.kv_capacity_tokens = 16 * 32;  // 32 blocks -> index of max(64, 64) entries
   pool.on_welcome(a, w, 0);
@@ -138,7 +140,7 @@ TEST_CASE("worker_pool: the prefix index is bounded by what the worker's KV cach
 TEST_CASE(
     "worker_pool: a worker that refuses work as draining gets none until a heartbeat, retired ones are not ready") {
   worker_pool pool;
-  const size_t a = pool.add("tcp://a:1");
+  const worker_ref a = pool.add("tcp://a:1").ref;
   pool.on_welcome(a, welcome_of("a", 4), 0);
   CHECK(pool.choose("m", {}) == a);
   pool.mark_draining(a);
@@ -146,7 +148,175 @@ TEST_CASE(
   pool.on_heartbeat(a, {}, 0.5);  // not draining after all
   CHECK(pool.choose("m", {}) == a);
   CHECK(pool.n_ready() == 1);
-  pool.retire(a);
+  pool.retire("tcp://a:1");
   CHECK(pool.n_ready() == 0);
   CHECK_FALSE(pool.choose("m", {}).has_value());
+}
+
+namespace {
+
+// Every worker counted in exactly one state.
+void check_states_partition(const worker_pool& pool) {
+  size_t n = 0;
+  for (const auto s : k_worker_states) n += pool.count(s);
+  CHECK(n == pool.size());
+}
+
+std::string describe(const worker_change& c) {
+  return c.endpoint + ": " + (c.from ? std::string(name(*c.from)) : "joined") + " -> " +
+         (c.to ? std::string(name(*c.to)) : "removed");
+}
+
+std::vector<std::string> changes(worker_pool& pool) {
+  std::vector<std::string> out;
+  for (const auto& c : pool.take_changes()) out.push_back(describe(c));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("worker_pool: each worker is in exactly one state, and each change is recorded once") {
+  worker_pool pool;
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  CHECK(changes(pool) == std::vector<std::string>{"tcp://a:1: joined -> connecting"});
+  pool.add("tcp://a:1");  // listed again: nothing new
+  CHECK(changes(pool).empty());
+  pool.on_welcome(a, welcome_of("a", 4), 0);
+  pool.on_heartbeat(a, {}, 0.5);  // no change: recorded nothing
+  sy::proto::heartbeat draining;
+  draining.draining = true;
+  pool.on_heartbeat(a, draining, 1.0);
+  check_states_partition(pool);
+  CHECK(pool.count(worker_state::draining) == 1);
+  CHECK(pool.n_ready() == 0);
+  pool.on_heartbeat(a, draining, 1.5);
+  pool.on_heartbeat(a, {}, 2.0);
+  pool.retire("tcp://a:1");
+  check_states_partition(pool);
+  CHECK(pool.count(worker_state::retired) == 1);
+  pool.check_liveness(4.1);
+  check_states_partition(pool);
+  CHECK(pool.count(worker_state::dead) == 1);
+  CHECK(pool.count(worker_state::retired) == 0);
+  CHECK(changes(pool) == std::vector<std::string>{
+                             "tcp://a:1: connecting -> ready",
+                             "tcp://a:1: ready -> draining",
+                             "tcp://a:1: draining -> ready",
+                             "tcp://a:1: ready -> retired",
+                             "tcp://a:1: retired -> dead",
+                         });
+  CHECK_FALSE(pool.retire("tcp://unknown:1"));
+}
+
+TEST_CASE("worker_pool: a retired worker gets no new work, finishes what it runs, then is removable") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .dead_grace_s = 4.0, .local_queue = 0, .balance_threshold = 4});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, welcome_of("a", 4), 0);
+  pool.on_welcome(b, welcome_of("b", 4), 0);
+  pool.on_dispatched(a, {});
+  pool.on_dispatched(a, {});
+  pool.take_changes();
+
+  pool.retire("tcp://a:1");
+  CHECK(pool.at(a).state == worker_state::retired);
+  for (int i = 0; i < 4; ++i) {  // everything new goes to b
+    const auto c = pool.choose("m", {});
+    REQUIRE(c.has_value());
+    CHECK(*c == b);
+    pool.on_dispatched(*c, {});
+  }
+  CHECK_FALSE(pool.choose("m", {}).has_value());
+  CHECK(pool.removable(1.0).empty());  // two still running there
+  pool.on_heartbeat(a, {}, 1.0);       // still beating: still retired, not ready
+  CHECK(pool.at(a).state == worker_state::retired);
+  pool.on_finished(a);
+  CHECK(pool.removable(1.0).empty());
+  pool.on_finished(a);
+  CHECK(pool.removable(1.0) == std::vector<worker_ref>{a});
+  pool.remove(a);
+  CHECK(pool.find(a) == nullptr);
+  CHECK(pool.size() == 1);
+  check_states_partition(pool);
+  CHECK(changes(pool) == std::vector<std::string>{"tcp://a:1: ready -> retired", "tcp://a:1: retired -> removed"});
+  pool.on_finished(a);  // a late end for a removed worker is ignored
+  CHECK(pool.cached_blocks(a, {}) == 0);
+
+  // Listed again later: a new entry under a new ref.
+  const auto again = pool.add("tcp://a:1");
+  CHECK(again.joined);
+  CHECK(again.ref != a);
+  CHECK(again.ref != b);
+  CHECK(pool.at(again.ref).state == worker_state::connecting);
+}
+
+TEST_CASE("worker_pool: a retired worker listed again before it drained takes work again under its ref") {
+  worker_pool pool;
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  pool.on_welcome(a, welcome_of("a", 4), 0);
+  pool.on_dispatched(a, {});
+  pool.retire("tcp://a:1");
+  CHECK_FALSE(pool.choose("m", {}).has_value());
+  const auto again = pool.add("tcp://a:1");
+  CHECK_FALSE(again.joined);
+  CHECK(again.ref == a);
+  CHECK(pool.at(a).state == worker_state::ready);
+  CHECK(pool.at(a).in_flight == 1);
+  CHECK(pool.choose("m", {}) == a);
+  CHECK(pool.removable(10.0).empty());
+}
+
+TEST_CASE("worker_pool: unlisted workers that run nothing go at once - connecting ones included") {
+  worker_pool pool;
+  const worker_ref a = pool.add("tcp://a:1").ref;  // never welcomed
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(b, welcome_of("b", 4), 0);  // idle
+  CHECK(pool.removable(0.1).empty());
+  pool.retire("tcp://a:1");
+  pool.retire("tcp://b:1");
+  CHECK(pool.removable(0.1) == std::vector<worker_ref>{a, b});
+}
+
+TEST_CASE(
+    "worker_pool: a dead worker is removable after the grace, or at once when unlisted - one that returns is "
+    "ready") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .dead_grace_s = 4.0, .local_queue = 0, .balance_threshold = 4});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, welcome_of("a", 4), 0);
+  pool.on_welcome(b, welcome_of("b", 4), 0);
+  pool.on_dispatched(a, {});
+  CHECK(pool.check_liveness(2.5) == std::vector<worker_ref>{a, b});
+  CHECK(pool.at(a).in_flight == 0);  // its requests are the dispatcher's to re-send or end
+  CHECK(pool.count(worker_state::dead) == 2);
+
+  // b comes back within the grace: ready again, never removable.
+  CHECK(pool.on_welcome(b, welcome_of("b2", 4), 3.0));
+  CHECK(pool.at(b).state == worker_state::ready);
+  CHECK(pool.removable(6.4).empty());  // a: dead for 3.9 s
+  CHECK(pool.removable(6.5) == std::vector<worker_ref>{a});
+  pool.remove(a);
+  check_states_partition(pool);
+
+  // Dead and no longer listed: removable at once.
+  pool.on_heartbeat(b, {}, 4.0);
+  CHECK(pool.check_liveness(6.1) == std::vector<worker_ref>{b});
+  CHECK(pool.removable(6.1).empty());
+  pool.retire("tcp://b:1");
+  CHECK(pool.at(b).state == worker_state::dead);
+  CHECK(pool.removable(6.1) == std::vector<worker_ref>{b});
+}
+
+TEST_CASE("worker_pool: refs are never reused") {
+  worker_pool pool;
+  std::vector<worker_ref> seen;
+  for (int round = 0; round < 3; ++round) {
+    const auto r = pool.add("tcp://a:1");
+    REQUIRE(r.joined);
+    CHECK(std::find(seen.begin(), seen.end(), r.ref) == seen.end());
+    seen.push_back(r.ref);
+    pool.retire("tcp://a:1");
+    pool.remove(r.ref);
+  }
+  CHECK(pool.size() == 0);
 }
