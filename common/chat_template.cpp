@@ -381,4 +381,121 @@ std::string chat_template::apply(const std::vector<chat_message>& messages, bool
   return out;
 }
 
+namespace {
+
+// Jinja pieces. Every output character comes from a string literal in an expression, never from
+// text between tags, so the template renders the same whatever the environment's whitespace
+// options (Hugging Face's apply_chat_template uses trim_blocks and lstrip_blocks).
+std::string lit(std::string_view text) {
+  std::string out = "{{ '";
+  for (const char c : text) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\'':
+        out += "\\'";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          static constexpr char hex[] = "0123456789abcdef";
+          out += "\\x";
+          out += hex[(c >> 4) & 15];
+          out += hex[c & 15];
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "' }}";
+}
+// llama.cpp's trim (ASCII C isspace) as a Jinja filter: Python's str.strip with those characters.
+const std::string k_jinja_trim = "|trim(' \\t\\n\\x0b\\x0c\\r')";
+const std::string k_content = "{{ message['content'] }}";
+const std::string k_content_trimmed = "{{ message['content']" + k_jinja_trim + " }}";
+
+}  // namespace
+
+std::string chat_template::to_jinja(bool with_bos) const {
+  std::string j = with_bos ? "{{ bos_token }}" : "";
+  auto loop = [&](const std::string& body) { j += "{% for message in messages %}" + body + "{% endfor %}"; };
+  auto gen = [&](std::string_view header) { j += "{% if add_generation_prompt %}" + lit(header) + "{% endif %}"; };
+  switch (format) {
+    case chat_format::unsupported:
+      throw std::runtime_error("the chat template cannot be applied: " + unsupported_reason);
+    case chat_format::chatml:
+      if (!default_system.empty())
+        j += "{% if messages and messages[0]['role'] != 'system' %}" +
+             lit(std::string(k_im_start) + "system\n" + default_system + std::string(k_im_end) + "\n") + "{% endif %}";
+      loop(lit(k_im_start) + "{{ message['role'] }}" + lit("\n") + k_content + lit(std::string(k_im_end) + "\n"));
+      gen(std::string(k_im_start) + "assistant\n");
+      break;
+    case chat_format::llama3:
+      loop(lit("<|start_header_id|>") + "{{ message['role'] }}" + lit("<|end_header_id|>\n\n") + k_content_trimmed +
+           lit("<|eot_id|>"));
+      gen("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      break;
+    case chat_format::phi3:
+    case chat_format::zephyr:
+      loop(lit("<|") + "{{ message['role'] }}" + lit("|>\n") + k_content +
+           lit(format == chat_format::phi3 ? "<|end|>\n" : "<|endoftext|>\n"));
+      gen("<|assistant|>\n");
+      break;
+    case chat_format::gemma:
+      j += "{% set ns = namespace(system='') %}";
+      loop("{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content']" + k_jinja_trim +
+           " %}{% else %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}" +
+           lit("<start_of_turn>") + "{{ role }}" + lit("\n") + "{% if ns.system and role != 'model' %}{{ ns.system }}" +
+           lit("\n\n") + "{% set ns.system = '' %}{% endif %}" + k_content_trimmed + lit("<end_of_turn>\n") +
+           "{% endif %}");
+      gen("<start_of_turn>model\n");
+      break;
+    case chat_format::mistral_v7:
+    case chat_format::mistral_v7_tekken: {
+      const std::string sp = format == chat_format::mistral_v7 ? " " : "";
+      loop("{% if message['role'] == 'system' %}" + lit("[SYSTEM_PROMPT]" + sp) + k_content + lit("[/SYSTEM_PROMPT]") +
+           "{% elif message['role'] == 'user' %}" + lit("[INST]" + sp) + k_content + lit("[/INST]") + "{% else %}" +
+           lit(sp) + k_content + lit("</s>") + "{% endif %}");
+      break;
+    }
+    case chat_format::mistral_v1:
+    case chat_format::mistral_v3:
+    case chat_format::mistral_v3_tekken: {
+      const std::string before = format == chat_format::mistral_v1 ? " " : "";
+      const std::string after = format == chat_format::mistral_v3_tekken ? "" : " ";
+      const std::string& assistant = format == chat_format::mistral_v3 ? k_content_trimmed : k_content;
+      j += "{% set ns = namespace(in_turn=false) %}";
+      loop("{% if not ns.in_turn %}" + lit(before + "[INST]" + after) + "{% set ns.in_turn = true %}{% endif %}" +
+           "{% if message['role'] == 'system' %}" + k_content + lit("\n\n") + "{% elif message['role'] == 'user' %}" +
+           k_content + lit(before + "[/INST]") + "{% else %}" + lit(after) + assistant + lit("</s>") +
+           "{% set ns.in_turn = false %}{% endif %}");
+      break;
+    }
+    case chat_format::llama2:
+    case chat_format::llama2_sys:
+    case chat_format::llama2_sys_bos:
+    case chat_format::llama2_sys_strip: {
+      const std::string& content = format == chat_format::llama2_sys_strip ? k_content_trimmed : k_content;
+      const std::string system =
+          format == chat_format::llama2 ? content + lit("\n") : lit("<<SYS>>\n") + content + lit("\n<</SYS>>\n\n");
+      j += lit("[INST] ") + "{% set ns = namespace(in_turn=true) %}";
+      loop("{% if not ns.in_turn %}{% set ns.in_turn = true %}" +
+           lit(format == chat_format::llama2_sys_bos ? "<s>[INST] " : "[INST] ") + "{% endif %}" +
+           "{% if message['role'] == 'system' %}" + system + "{% elif message['role'] == 'user' %}" + content +
+           lit(" [/INST]") + "{% else %}" + content + lit("</s>") + "{% set ns.in_turn = false %}{% endif %}");
+      break;
+    }
+  }
+  return j;
+}
+
 }  // namespace sy

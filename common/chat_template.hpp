@@ -103,6 +103,12 @@ struct chat_template {
   // The prompt, ending with the assistant header when `add_generation_prompt` and the format has
   // one. Throws std::runtime_error (with the reason) when the template is unsupported.
   std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true) const;
+
+  // A Jinja template that renders exactly what apply() renders (for a Hugging Face tokenizer
+  // folder: switchyard-worker export-tokenizer), starting with `{{ bos_token }}` when `with_bos`
+  // (the tokenizer adds BOS in front of apply()'s text; Hugging Face's apply_chat_template does
+  // not). Throws std::runtime_error when the template is unsupported.
+  std::string to_jinja(bool with_bos) const;
 };
 
 }  // namespace sy

@@ -18,6 +18,7 @@
 
 #include "common/chat_template.hpp"
 #include "common/cli_args.hpp"
+#include "common/gguf.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/bench_engine.hpp"
@@ -28,6 +29,7 @@
 #include "worker/serve_engine.hpp"
 #else
 #include "worker/serve.hpp"
+#include "worker/tokenizer_export.hpp"
 #endif
 
 #ifdef SY_HAVE_CUDA
@@ -59,6 +61,7 @@ void usage() {
                "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
                "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
                "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
+               "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
                "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
                "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
                "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
@@ -66,6 +69,10 @@ void usage() {
                "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
                "           [--threads N] [--json FILE]\n"
                "  tokenize --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE]   (token ids as JSON)\n"
+#ifndef SY_NO_SERVE
+               "  export-tokenizer --out DIR [--model PATH] [--chat-template NAME|FILE]\n"
+               "           (a Hugging Face tokenizer folder, for clients that count tokens: aiperf, guidellm)\n"
+#endif
                "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
                "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
                "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
@@ -224,6 +231,22 @@ int cmd_tokenize(const sy::cli_args& a) {
   return 0;
 }
 
+#ifndef SY_NO_SERVE
+// A Hugging Face tokenizer folder from the model's metadata (worker/tokenizer_export.hpp); the
+// weights are not loaded.
+int cmd_export_tokenizer(const sy::cli_args& a) {
+  a.check_known({"model", "out", "chat-template"});
+  if (!a.has("out")) throw std::invalid_argument("export-tokenizer: --out DIR is required");
+  const auto chat_override = chat_template_option(a);
+  const auto f = sy::gguf::file::open(a.get("model", default_model()));
+  const std::string arch = f.get_string("general.architecture");
+  const auto ctx = static_cast<int64_t>(f.get_uint_or(arch + ".context_length", 2048));
+  sy::export_hf_tokenizer(f, chat_override ? *chat_override : sy::chat_template::from_gguf(f), ctx, a.get("out"));
+  std::printf("wrote tokenizer.json, tokenizer_config.json and generation_config.json to %s\n", a.get("out").c_str());
+  return 0;
+}
+#endif
+
 // Teacher-forced logits of a token sequence, as raw little-endian f32 [n_tokens][n_vocab]
 // (for comparisons with other implementations).
 int cmd_score(const sy::cli_args& a) {
@@ -301,6 +324,7 @@ int main(int argc, char** argv) {
     if (cmd == "serve-check") return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}));
 #else
     if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}), default_model());
+    if (cmd == "export-tokenizer") return cmd_export_tokenizer(sy::cli_args(argc, argv, 2, {}));
 #endif
     if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));
