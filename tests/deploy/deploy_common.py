@@ -1,0 +1,101 @@
+"""Shared by the deployment checks in tests/deploy/ (ctest label `deploy`).
+
+Each check is a plain script: it prints one line per finding, closes with "N passed, N failed",
+and exits 0 (all passed), 1 (a failure) or 77 (a tool or input is missing: a visible skip for
+ctest, but a failure when the environment variable CI is set, so CI cannot pass by skipping)."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+K8S = os.path.join(ROOT, "deploy", "k8s")
+# Every kustomization an operator may apply: the overlays, and the examples that add the optional
+# components (ServiceMonitors + PrometheusRule, KEDA ScaledObject) to them.
+KUSTOMIZATIONS = ["overlays/cpu", "overlays/gpu", "examples/cpu-autoscaled", "examples/gpu-autoscaled"]
+
+
+def skip(reason):
+    """A missing tool or input: exit 77, or 1 under CI."""
+    if os.environ.get("CI"):
+        print(f"FAIL: {reason} (CI is set: a skip is a failure; run deploy/setup.sh)")
+        sys.exit(1)
+    print(f"SKIP: {reason} (deploy/setup.sh installs it)")
+    sys.exit(77)
+
+
+def tool(name):
+    """The project's copy in .venv/bin first (deploy/setup.sh), else one on PATH; else skip."""
+    p = os.path.join(VENV_BIN, name)
+    if os.access(p, os.X_OK):
+        return p
+    p = shutil.which(name)
+    if p:
+        return p
+    skip(f"{name} is not installed")
+
+
+def need_modules(*names):
+    for n in names:
+        try:
+            __import__(n)
+        except ImportError:
+            skip(f"Python module {n} is missing (run the check with .venv/bin/python)")
+
+
+def render(kustomization):
+    """`kubectl kustomize` of a folder under deploy/k8s: the list of resources it produces."""
+    import yaml
+    out = subprocess.run([tool("kubectl"), "kustomize", os.path.join(K8S, kustomization)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {kustomization}: {out.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+class Report:
+    """Collects check results; `close()` prints the summary line and exits."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, ok, what, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"ok: {what}")
+        else:
+            self.failed += 1
+            print(f"FAIL: {what}" + (f": {detail}" if detail else ""))
+        return ok
+
+    def close(self):
+        print(f"{self.passed} passed, {self.failed} failed")
+        sys.exit(1 if self.failed else 0)
+
+
+def args_of(container):
+    """A container's command + args as one list of strings."""
+    return [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+
+
+def flag_value(argv, flag):
+    """The value of `--flag V` or `--flag=V` (the last one wins, as in common/cli_args.hpp), or None."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def parse_args():
+    """Every check takes the binaries this build made (tests/CMakeLists.txt passes them to all):
+    --router PATH --worker PATH, defaulting to build/."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--router", default=os.path.join(ROOT, "build", "router", "switchyard-router"))
+    ap.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "switchyard-worker"))
+    return ap.parse_args()

@@ -1,0 +1,192 @@
+"""Clients of the test cluster: one streaming completion over HTTP with its outcome classified, and
+closed-loop load generators that pick a router per request (from the readiness-following
+Service, or from a fixed list).
+
+Outcome kinds:
+  ok        HTTP 200, a finish_reason, `data: [DONE]`, no error event;
+  error     a named error: an HTTP error status with an OpenAI error body, or an SSE error event
+            (`code` holds its code, e.g. worker_lost, draining);
+  transport no terminal answer: refused or reset connection, a stream cut before [DONE], a timeout,
+            or no router endpoint to send to. Never acceptable: every request must end in an
+            answer or a named error."""
+import http.client
+import json
+import threading
+import time
+from collections import Counter
+
+ROUTER_PORT = 8000
+
+
+class Outcome:
+    def __init__(self, router, i):
+        self.router, self.i = router, i
+        self.kind, self.status, self.code, self.detail = None, None, None, ""
+        self.finish = None
+        self.tokens = 0  # answer chunks received (non-streamed: completion tokens)
+        self.t0 = time.monotonic()
+        self.t_end = None
+
+    @property
+    def started(self):
+        return self.tokens > 0
+
+    def __repr__(self):
+        return (f"<#{self.i} via {self.router}: {self.kind} status={self.status} code={self.code} "
+                f"chunks={self.tokens} finish={self.finish} {self.detail[:160]}>")
+
+
+def _error_code(raw):
+    try:
+        err = json.loads(raw)["error"]
+        return err.get("code") or err.get("type") or "?"
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
+    """POST /v1/completions (streamed when body says so) to router:8000; returns an Outcome."""
+    o = Outcome(router, i)
+    deadline = time.monotonic() + timeout
+    c = http.client.HTTPConnection(router, ROUTER_PORT, timeout=chunk_timeout)
+    try:
+        payload = json.dumps(body).encode()
+        c.request("POST", "/v1/completions", payload, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        o.status = r.status
+        if r.status != 200:
+            raw = r.read()
+            o.code = _error_code(raw)
+            o.kind = "error" if o.code else "transport"
+            o.detail = raw.decode(errors="replace")
+            return o
+        if not body.get("stream"):
+            data = json.loads(r.read())
+            o.finish = data["choices"][0]["finish_reason"]
+            o.tokens = data.get("usage", {}).get("completion_tokens", 0)
+            o.kind = "ok" if o.finish else "transport"
+            return o
+        done = False
+        while time.monotonic() < deadline:
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:]
+            if data == b"[DONE]":
+                done = True
+                break
+            ev = json.loads(data)
+            if "error" in ev:
+                o.code = ev["error"].get("code") or ev["error"].get("type") or "?"
+                o.detail = data.decode(errors="replace")
+                continue
+            for ch in ev.get("choices", []):
+                o.tokens += 1  # a chunk of the answer: the stream has started
+                if ch.get("finish_reason"):
+                    o.finish = ch["finish_reason"]
+        if not done:
+            o.kind, o.detail = "transport", o.detail or "stream ended without [DONE]"
+        elif o.code:
+            o.kind = "error"
+        elif o.finish:
+            o.kind = "ok"
+        else:
+            o.kind, o.detail = "transport", "[DONE] without a finish_reason"
+        return o
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        o.kind, o.detail = "transport", f"{type(e).__name__}: {e}"
+        return o
+    finally:
+        o.t_end = time.monotonic()
+        c.close()
+
+
+def story(i, max_tokens=24):
+    # Short distinct prompts (under one KV block): no prefix affinity, dispatch goes to the least loaded.
+    return {"model": None, "prompt": f"Story {i}: once upon a time", "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "temperature": 0}
+
+
+class Load:
+    """`concurrency` closed-loop clients; each picks a router per request with `pick()`."""
+
+    def __init__(self, pick, model, concurrency, max_tokens=24, name="load"):
+        self.pick, self.model, self.max_tokens, self.name = pick, model, max_tokens, name
+        self.outcomes = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._n = 0
+        self.target = concurrency
+        self._threads = []
+        self.set_concurrency(concurrency)
+
+    def _next_i(self):
+        with self._lock:
+            self._n += 1
+            return self._n
+
+    def _client(self, slot):
+        while not self._stop.is_set():
+            if slot >= self.target:  # scaled down: idle
+                self._stop.wait(0.05)
+                continue
+            i = self._next_i()
+            router = self.pick()
+            if router is None:
+                o = Outcome(None, i)
+                o.kind, o.detail, o.t_end = "transport", "no ready router endpoint", time.monotonic()
+                self._record(o)
+                self._stop.wait(0.2)
+                continue
+            body = story(i, self.max_tokens)
+            body["model"] = self.model
+            self._record(completion(router, body, i))
+
+    def _record(self, o):
+        with self._lock:
+            self.outcomes.append(o)
+
+    def set_concurrency(self, n):
+        self.target = n
+        while len(self._threads) < n:
+            slot = len(self._threads)
+            t = threading.Thread(target=self._client, args=(slot,), name=f"{self.name}-{slot}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def abort(self, timeout=5):
+        """Clean-up: stop sending and wait a little (the cluster is going away under the clients)."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout=120):
+        """Lets every request in flight end (bounded), returns all outcomes."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        assert not alive, f"clients still waiting for an answer after {timeout} s: {alive}"
+        return list(self.outcomes)
+
+
+def summary(outcomes):
+    return dict(Counter((o.kind, o.status, o.code) for o in outcomes))
+
+
+def assert_all_terminal(outcomes):
+    """Every request ended in an answer or a named error (never a cut connection or a hang)."""
+    bad = [o for o in outcomes if o.kind not in ("ok", "error") or (o.kind == "error" and not o.code)]
+    assert not bad, f"{len(bad)} of {len(outcomes)} requests got no terminal answer: {bad[:8]}; {summary(outcomes)}"
+
+
+def assert_no_failures(outcomes, at_least=1):
+    assert len(outcomes) >= at_least, f"only {len(outcomes)} requests ran (expected at least {at_least})"
+    assert_all_terminal(outcomes)
+    failed = [o for o in outcomes if o.kind != "ok"]
+    assert not failed, f"{len(failed)} of {len(outcomes)} requests failed: {failed[:8]}; {summary(outcomes)}"
