@@ -81,6 +81,11 @@ std::string canonical_bytes(const key_input& in) {
   w.u64(in.seed);
   w.u64(in.stop.size());
   for (const std::string& s : in.stop) w.str(s);
+  // Appended only when set, so the keys of unconstrained requests are those of before.
+  if (!in.constraint_kind.empty()) {
+    w.str(in.constraint_kind);
+    w.str(in.constraint_schema);
+  }
   return out;
 }
 

@@ -36,6 +36,8 @@ struct key_input {
   bool want_logprobs = false, echo = false, ignore_eos = false, has_seed = false;
   uint64_t seed = 0;
   std::vector<std::string> stop;  // order matters to the encoding, as given by the request
+  // Structured outputs (proto::wire_constraint): encoded after `stop`, and only when kind is set.
+  std::string constraint_kind, constraint_schema;
 };
 
 // "sy:v1:r:<tenant_namespace>:<sha256 hex>".

@@ -139,6 +139,13 @@ std::string_view name(breaker_state s) {
 
 // --- URL parsing ---
 
+std::string redis_config::redacted_url() const {
+  const std::string who = password.empty() ? "" : user + ":***@";
+  if (!unix_socket.empty()) return "unix://" + who + unix_socket + "?db=" + std::to_string(db);
+  const bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + who + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + std::to_string(db);
+}
+
 std::optional<redis_config> redis_config::parse_url(std::string_view url, std::string* error) {
   redis_config cfg;
   constexpr std::string_view k_redis = "redis://", k_unix = "unix://", k_rediss = "rediss://";

@@ -58,6 +58,9 @@ struct redis_config {
   // Anything else (including rediss://, as hiredis 0.14 has no TLS) is an error: nullopt, with a
   // message in *error when error is non-null. Fields not in the URL keep their defaults.
   static std::optional<redis_config> parse_url(std::string_view url, std::string* error);
+  // Where the server is, for logs: redis://host:port/db or unix://path?db=N, with "user:***@"
+  // when credentials are set — never the password.
+  std::string redacted_url() const;
 };
 
 // A reply copied out of hiredis' reply tree (hiredis' own objects never leave redis_client.cpp).

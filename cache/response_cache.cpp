@@ -1,5 +1,7 @@
 #include "cache/response_cache.hpp"
 
+#include "cache/entry_mac.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <charconv>
@@ -172,7 +174,13 @@ std::optional<stored_response> response_cache::lookup(const std::string& key, lo
     return std::nullopt;
   }
   std::optional<stored_response> out;
-  if (r->type == redis_reply::kind::string) out = decode(r->str);
+  if (r->type == redis_reply::kind::string) {
+    if (policy_.mac_key.empty()) {
+      out = decode(r->str);
+    } else if (auto body = unseal(policy_.mac_key, key, r->str)) {  // forged or moved: a miss
+      out = decode(*body);
+    }
+  }
   if (!out) {
     done(lookup_status::corrupt, counters_.corrupt);
     return std::nullopt;
@@ -202,6 +210,7 @@ bool response_cache::store(const std::string& key, const stored_response& respon
     ++counters_.store_refused_too_large;
     return false;
   }
+  if (!policy_.mac_key.empty()) value = seal(policy_.mac_key, key, std::move(value));
   std::string ttl = std::to_string(policy_.ttl.count());
   result<redis_reply> r = client_.command({"SET", key, value, "EX", ttl});
   if (!r || r->type != redis_reply::kind::status || r->str != "OK") {

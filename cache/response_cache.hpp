@@ -39,6 +39,9 @@ struct cache_policy {
   std::chrono::seconds ttl{3600};
   size_t max_entry_bytes = 1 << 20;   // encoded size; larger entries are not stored
   bool cache_seeded_sampling = true;  // cache temperature > 0 requests that carry an explicit seed
+  // HMAC-SHA256 key sealing every entry (cache/entry_mac.hpp); empty: entries carry only their
+  // checksum, and anyone who can write Redis can answer for any tenant.
+  std::string mac_key;
 };
 
 // temperature == 0, or an explicit seed when policy.cache_seeded_sampling; never when the

@@ -25,8 +25,8 @@ namespace sy::proto {
 
 namespace {
 
-constexpr std::string_view k_type_names[k_n_msg_types] = {"hello",  "welcome", "heartbeat", "submit",
-                                                          "cancel", "tokens",  "error",     "drain"};
+constexpr std::string_view k_type_names[k_n_msg_types] = {"hello",  "welcome", "heartbeat", "submit",    "cancel",
+                                                          "tokens", "error",   "drain",     "kv_events", "kv_resync"};
 
 // msg_type values index `message`, and each struct's k_type names its own slot.
 template <class T>
@@ -34,6 +34,7 @@ constexpr bool in_its_slot = std::is_same_v<std::variant_alternative_t<size_t(ty
 static_assert(std::variant_size_v<message> == k_n_msg_types);
 static_assert(in_its_slot<hello> && in_its_slot<welcome> && in_its_slot<heartbeat> && in_its_slot<submit> &&
               in_its_slot<cancel> && in_its_slot<tokens> && in_its_slot<error> && in_its_slot<drain>);
+static_assert(in_its_slot<kv_events> && in_its_slot<kv_resync>);
 
 // Deepest legitimate nesting is 5 (tokens > logprobs > entry > top > entry).
 constexpr size_t k_max_depth = 8;
@@ -94,6 +95,7 @@ template <class V, is<hello> S>
 void fields(V& v, S& m) {
   v("version", m.version, {.required = true});
   v("router_id", m.router_id, {.max_bytes = k_max_id_bytes});
+  v("kv_events", m.kv_events);
 }
 
 template <class V, is<welcome> S>
@@ -106,6 +108,9 @@ void fields(V& v, S& m) {
   v("kv_block_size", m.kv_block_size);
   v("max_running", m.max_running);
   v("tokenizer", m.tokenizer);
+  v("kv_events", m.kv_events);
+  v("kv_hash_salt", m.kv_hash_salt);
+  v("served_model_names", m.served_model_names, {.max_n = k_max_served_model_names, .max_bytes = k_max_model_id_bytes});
 }
 
 template <class V, is<heartbeat> S>
@@ -118,6 +123,7 @@ void fields(V& v, S& m) {
   v("steps", m.steps);
   v("draining", m.draining);
   v("unix_ms", m.unix_ms);
+  v("kv_seq", m.kv_seq);
 }
 
 template <class V, is<wire_sampling> S>
@@ -136,14 +142,22 @@ void fields(V& v, S& m) {
   v("logprobs", m.logprobs);
 }
 
+template <class V, is<wire_constraint> S>
+void fields(V& v, S& m) {
+  v("kind", m.kind, {.max_bytes = 32});
+  v("schema", m.schema, {.max_bytes = k_max_schema_bytes});
+}
+
 template <class V, is<submit> S>
 void fields(V& v, S& m) {
   v("request_id", m.request_id, {.max_bytes = k_max_id_bytes});
   v("prompt", m.prompt, {.max_n = k_max_prompt_tokens});
   v("sampling", m.sampling);
   v("priority", m.priority);
-  v("deadline_unix_ms", m.deadline_unix_ms);
+  v("budget_ms", m.budget_ms);
   v("stream", m.stream);
+  v("n_generated", m.n_generated);
+  v("constraint", m.constraint);
 }
 
 template <class V, is<cancel> S>
@@ -189,6 +203,20 @@ void fields(V& v, S& m) {
 }
 
 template <class V, is<drain> S>
+void fields(V& v, S& m) {
+  v("reason", m.reason, {.max_bytes = k_max_reason_bytes});
+}
+
+template <class V, is<kv_events> S>
+void fields(V& v, S& m) {
+  v("seq", m.seq, {.required = true});
+  v("reset", m.reset);
+  v("model_id", m.model_id, {.max_bytes = k_max_model_id_bytes});
+  v("stored", m.stored, {.max_n = k_max_kv_hashes});
+  v("evicted", m.evicted, {.max_n = k_max_kv_hashes});
+}
+
+template <class V, is<kv_resync> S>
 void fields(V& v, S& m) {
   v("reason", m.reason, {.max_bytes = k_max_reason_bytes});
 }
@@ -440,6 +468,8 @@ void check_special_id(int32_t id, size_t n_tokens, const char* field) {
 void check(const hello&) {}
 
 void check(const welcome& m) {
+  for (size_t i = 0; i < m.served_model_names.size(); ++i)
+    if (m.served_model_names[i].empty()) bad("served_model_names[" + std::to_string(i) + "]", "empty");
   const tokenizer_spec& t = m.tokenizer;
   if (!t.token_types.empty() && t.token_types.size() != t.tokens.size())
     bad("tokenizer.token_types", "neither empty nor one per token");
@@ -469,6 +499,11 @@ void check(const heartbeat& m) {
 void check(const submit& m) {
   check_request_id(m.request_id);
   check_token_ids(m.prompt, "prompt");
+  if (m.n_generated > 0 && m.n_generated >= m.prompt.size()) bad("n_generated", "not less than the prompt's length");
+  const wire_constraint& c = m.constraint;
+  if (c.kind != "" && c.kind != "json_object" && c.kind != "json_schema")
+    bad("constraint.kind", "not one of json_object, json_schema");
+  if ((c.kind == "json_schema") != !c.schema.empty()) bad("constraint.schema", "given without json_schema or missing");
   const wire_sampling& s = m.sampling;
   if (!std::isfinite(s.temperature) || s.temperature < 0) bad("sampling.temperature", "not a finite value >= 0");
   if (s.top_k < 0) bad("sampling.top_k", "negative");
@@ -511,6 +546,15 @@ void check(const tokens& m) {
 
 void check(const error&) {}
 void check(const drain&) {}
+void check(const kv_resync&) {}
+
+void check(const kv_events& m) {
+  if (m.seq == 0) bad("seq", "0 (sequence numbers start at 1)");
+  for (size_t i = 0; i < m.stored.size(); ++i)
+    if (m.stored[i] == 0) bad("stored[" + std::to_string(i) + "]", "0 is not a block hash");
+  for (size_t i = 0; i < m.evicted.size(); ++i)
+    if (m.evicted[i] == 0) bad("evicted[" + std::to_string(i) + "]", "0 is not a block hash");
+}
 
 // ---- Shape pass ----
 
@@ -634,6 +678,10 @@ decode_result decode_body(msg_type t, std::string_view body) {
       return read_message<error>(root, t);
     case msg_type::drain:
       return read_message<drain>(root, t);
+    case msg_type::kv_events:
+      return read_message<kv_events>(root, t);
+    case msg_type::kv_resync:
+      return read_message<kv_resync>(root, t);
   }
   return failed(decode_errc::unknown_type, t, "unhandled message type");
 }
@@ -670,6 +718,8 @@ std::string encode(const cancel& m) { return encode_record(m); }
 std::string encode(const tokens& m) { return encode_record(m); }
 std::string encode(const error& m) { return encode_record(m); }
 std::string encode(const drain& m) { return encode_record(m); }
+std::string encode(const kv_events& m) { return encode_record(m); }
+std::string encode(const kv_resync& m) { return encode_record(m); }
 std::string encode(const message& m) {
   return std::visit([](const auto& x) { return encode_record(x); }, m);
 }

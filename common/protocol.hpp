@@ -29,8 +29,8 @@ namespace sy::proto {
 inline constexpr uint32_t k_protocol_version = 1;
 
 // Order matches the alternatives of `message` below.
-enum class msg_type : uint8_t { hello, welcome, heartbeat, submit, cancel, tokens, error, drain };
-inline constexpr size_t k_n_msg_types = 8;
+enum class msg_type : uint8_t { hello, welcome, heartbeat, submit, cancel, tokens, error, drain, kv_events, kv_resync };
+inline constexpr size_t k_n_msg_types = 10;
 
 // The type frame: "hello", "welcome", ... ("unknown" for an out-of-range value).
 std::string_view name(msg_type t);
@@ -45,6 +45,11 @@ inline constexpr size_t k_max_welcome_body_bytes = 16u << 20;
 inline constexpr size_t k_max_submit_body_bytes = 4u << 20;
 inline constexpr size_t k_max_other_body_bytes = 256u << 10;
 size_t max_body_bytes(msg_type t);
+// The largest frame a link socket accepts (ZMQ_MAXMSGSIZE), per direction: the largest body the
+// peer may send, plus room. libzmq drops a connection announcing a bigger frame before it
+// allocates it, so no peer can make the other hold more than this per frame.
+inline constexpr size_t k_max_frame_to_worker = k_max_submit_body_bytes + (64u << 10);
+inline constexpr size_t k_max_frame_to_router = k_max_welcome_body_bytes + (64u << 10);
 
 inline constexpr size_t k_max_id_bytes = 128;  // request_id, router_id, worker_id
 inline constexpr size_t k_max_model_id_bytes = 256;
@@ -60,7 +65,9 @@ inline constexpr size_t k_max_reason_bytes = 1024;  // drain.reason
 inline constexpr size_t k_max_vocab = 1u << 20;     // tokenizer tokens, token_types, scores, merges
 inline constexpr size_t k_max_token_bytes = 4096;   // one vocabulary entry or merge
 inline constexpr size_t k_max_chat_template_bytes = 1u << 20;
-inline constexpr size_t k_max_name_bytes = 64;  // tokenizer model / pre names
+inline constexpr size_t k_max_name_bytes = 64;          // tokenizer model / pre names
+inline constexpr size_t k_max_kv_hashes = 8192;         // kv_events.stored and .evicted, each (senders split)
+inline constexpr size_t k_max_served_model_names = 16;  // welcome.served_model_names
 
 // ---- Messages ----------------------------------------------------------------------------------
 // Plain structs; every field has a default, and a field missing from a body keeps it.
@@ -105,6 +112,7 @@ struct hello {
   static constexpr msg_type k_type = msg_type::hello;
   uint32_t version = k_protocol_version;  // required on the wire
   std::string router_id;                  // <= k_max_id_bytes
+  bool kv_events = false;                 // send me kv_events (optional: older workers ignore it)
 
   bool operator==(const hello&) const = default;
 };
@@ -120,6 +128,12 @@ struct welcome {
   uint32_t kv_block_size = 0;             // tokens per KV block
   uint32_t max_running = 0;               // sequences per step, at most
   tokenizer_spec tokenizer;
+  bool kv_events = false;     // this worker sends kv_events to routers that ask (its prefix caching is on)
+  uint64_t kv_hash_salt = 0;  // the salt of its block hashes (common/kv_hash.hpp kv_chain_hash)
+  // --served-model-name: more names clients may use for model_id (e.g. the Hugging Face repo id);
+  // <= k_max_served_model_names, each non-empty and <= k_max_model_id_bytes. Routers list them in
+  // /v1/models (root = model_id) and route requests naming them to model_id's workers.
+  std::vector<std::string> served_model_names;
 
   bool operator==(const welcome&) const = default;
 };
@@ -135,6 +149,8 @@ struct heartbeat {
   uint64_t steps = 0;         // engine steps since start
   bool draining = false;      // accepts no new submits
   uint64_t unix_ms = 0;       // worker wall clock when sent, ms since the Unix epoch
+  uint64_t kv_seq = 0;        // seq of the last kv_events sent to this router (0: none), so a
+                              // router notices a lost last message within a heartbeat
 
   bool operator==(const heartbeat&) const = default;
 };
@@ -157,15 +173,34 @@ struct wire_sampling {
   bool operator==(const wire_sampling&) const = default;
 };
 
+// Constrained decoding (structured outputs, tool calls): the output must be a document of this
+// grammar. The worker compiles it (common/json_schema.hpp; a schema it refuses fails the request
+// with invalid_request) and masks the vocabulary at every step (worker/token_mask.hpp).
+inline constexpr size_t k_max_schema_bytes = 64 * 1024;
+struct wire_constraint {
+  std::string kind;    // "" (none), "json_object" or "json_schema"
+  std::string schema;  // kind "json_schema": the JSON Schema, as JSON text (<= k_max_schema_bytes)
+
+  bool operator==(const wire_constraint&) const = default;
+};
+
 // router -> worker.
 struct submit {
   static constexpr msg_type k_type = msg_type::submit;
   std::string request_id;       // non-empty, <= k_max_id_bytes; unique per router
   std::vector<int32_t> prompt;  // token ids (>= 0; the worker checks the vocabulary)
   wire_sampling sampling;
-  int32_t priority = 0;           // lower = more urgent
-  uint64_t deadline_unix_ms = 0;  // ms since the Unix epoch; 0: none
-  bool stream = true;             // send tokens as they come (else one final tokens message)
+  int32_t priority = 0;  // lower = more urgent
+  // The time the request may take, in ms from when the worker receives it (the worker turns it
+  // into a deadline on its own steady clock: the two hosts' wall clocks need not agree); 0: none.
+  uint32_t budget_ms = 0;
+  bool stream = true;  // send tokens as they come (else one final tokens message)
+  // A stream continued on this worker after its first one was lost: the prompt's last
+  // n_generated tokens are output the client already has. They are recomputed as output (the
+  // numerics and the sampler's state are as if generated here), count toward max_tokens and
+  // completion_tokens, and their text is not sent again. 0: a new request.
+  uint32_t n_generated = 0;
+  wire_constraint constraint;  // none by default
 
   bool operator==(const submit&) const = default;
 };
@@ -250,7 +285,32 @@ struct drain {
   bool operator==(const drain&) const = default;
 };
 
-using message = std::variant<hello, welcome, heartbeat, submit, cancel, tokens, error, drain>;
+// worker -> router, only to a router whose hello asked (hello.kv_events): how the worker's prefix
+// cache changed, so every router keeps the exact set of block hashes each worker holds. One
+// message per engine step that changed it; a snapshot is `reset` plus every cached hash (split
+// over several messages: the first resets, the rest add). Within one message a hash appears at
+// most once, and evicted is applied before stored.
+struct kv_events {
+  static constexpr msg_type k_type = msg_type::kv_events;
+  uint64_t seq = 0;               // >= 1; per link: the previous kv_events' seq + 1 (a gap: lost)
+  bool reset = false;             // forget every block of this worker, then apply this message
+  std::string model_id;           // the model whose blocks these are (the worker's), <= k_max_model_id_bytes
+  std::vector<uint64_t> stored;   // hashes now cached, <= k_max_kv_hashes, each != 0
+  std::vector<uint64_t> evicted;  // hashes no longer cached, <= k_max_kv_hashes, each != 0
+
+  bool operator==(const kv_events&) const = default;
+};
+
+// router -> worker: "my view of your cache missed kv_events" (a gap in seq); answered with a
+// snapshot. Ignored when the router did not ask for kv_events in its hello.
+struct kv_resync {
+  static constexpr msg_type k_type = msg_type::kv_resync;
+  std::string reason;  // optional, <= k_max_reason_bytes
+
+  bool operator==(const kv_resync&) const = default;
+};
+
+using message = std::variant<hello, welcome, heartbeat, submit, cancel, tokens, error, drain, kv_events, kv_resync>;
 
 template <class T>
 inline constexpr msg_type type_of = T::k_type;
@@ -268,6 +328,8 @@ std::string encode(const cancel& m);
 std::string encode(const tokens& m);
 std::string encode(const error& m);
 std::string encode(const drain& m);
+std::string encode(const kv_events& m);
+std::string encode(const kv_resync& m);
 std::string encode(const message& m);
 
 // ---- Decoding ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -113,27 +114,68 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
   }
   if (path == "/ready") {
     const char* not_ready = nullptr;
+    size_t n_ready = 0, n_ejected = 0;
     {
       std::lock_guard<std::mutex> lk(status_->mu);
       if (status_->shutting_down || status_->draining)
         not_ready = "not ready: shutting down";
       else if (!status_->ready)
         not_ready = "not ready: no worker is ready";
+      n_ready = status_->workers_ready;
+      n_ejected = status_->workers_ejected;
     }
+    // The worker counts say how much of the cluster serves: ejected workers are alive but failing.
     ex->respond({not_ready ? 503 : 200,
                  "application/json",
                  {},
-                 std::string("{\"status\":\"") + (not_ready ? not_ready : "ready") + "\"}"});
+                 std::string("{\"status\":\"") + (not_ready ? not_ready : "ready") + "\",\"workers_ready\":" +
+                     std::to_string(n_ready) + ",\"workers_ejected\":" + std::to_string(n_ejected) + "}"});
+    return;
+  }
+  // Everything past /health and /ready needs a tenant's key when tenants are configured
+  // (RELIABILITY 13), unknown paths included: the dashboard's sign-in form is the one way in
+  // without it. The dashboard's session cookie stands for the key on GETs only (it is
+  // SameSite=Strict, and GETs change nothing).
+  if (path == "/dashboard/login") {
+    dashboard_login(*ex, req, request_id);
+    return;
+  }
+  std::string key = bearer_key(req);
+  if (key.empty() && req.method == "GET") key = dashboard_cookie_key(req.header("cookie"));
+  const tenant* who = tenants_.authenticate(key);
+  if (!who) {
+    if (path == "/dashboard" && req.method == "GET") {
+      {
+        std::lock_guard<std::mutex> lk(status_->mu);
+        status_->edge_errors["401:dashboard_sign_in"]++;
+      }
+      ex->respond({401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+      return;
+    }
+    reject(*ex,
+           error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
+                    key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
+           request_id);
     return;
   }
   if (path == "/metrics") {
+    if (!who->admin) {  // (with no tenants file everyone is admin: the router runs open)
+      reject(*ex, error_of(403, "permission_error", "admin_only", "/metrics needs an admin API key"), request_id);
+      return;
+    }
     ex->respond({200, "text/plain; version=0.0.4", {}, metrics()});
     return;
   }
+  if (path == "/version") {  // vLLM's shape; any tenant's key (none when the router runs open)
+    ex->respond({200, "application/json", {}, format_version()});
+    return;
+  }
   const bool is_completions = path == "/v1/completions", is_chat = path == "/v1/chat/completions",
-             is_models = path == "/v1/models", is_stats = path == "/v1/cache/stats",
-             is_dashboard = path == "/dashboard", is_chart = path == "/dashboard/chart.js";
-  if (is_chart) {  // a static file (no secrets): the page's script tag cannot send a key
+             is_models = path == "/v1/models" || path.rfind("/v1/models/", 0) == 0,
+             is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
+             is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
+             is_detokenize = path == "/detokenize";
+  if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
     const std::string& js = chart_js();
     if (js.empty()) {
       reject(*ex, error_of(404, "not_found_error", "chart_js_missing", "Chart.js is not installed (libjs-chart.js)"),
@@ -143,25 +185,15 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     ex->respond({200, "application/javascript", {{"Cache-Control", "max-age=86400"}}, js});
     return;
   }
-  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard) {
+  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = is_completions || is_chat;
+  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
                     path + " takes " + (want_post ? "POST" : "GET") + ", not " + req.method),
-           request_id);
-    return;
-  }
-  std::string key = bearer_key(req);
-  if (key.empty() && is_dashboard) key = query_param(req.target, "key");  // a browser address bar
-  const tenant* who = tenants_.authenticate(key);
-  if (!who) {
-    reject(*ex,
-           error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
-                    key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
            request_id);
     return;
   }
@@ -178,9 +210,11 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   if (is_models) {
-    std::vector<model_card> cards;
-    for (const auto& m : models_.all()) cards.push_back({m->id, m->created, m->context_length});
-    ex->respond({200, "application/json", {{"X-Request-Id", request_id}}, format_models(cards)});
+    models_route(*ex, req, request_id);
+    return;
+  }
+  if (is_tokenize || is_detokenize) {
+    tokenizer_route(*ex, req, request_id, is_detokenize);
     return;
   }
   generation(is_chat ? endpoint::chat_completions : endpoint::completions, *who, std::move(ex), req, request_id);
@@ -223,7 +257,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
   try {
     if (kind == endpoint::chat_completions) {
-      r->prompt = m.tok.encode(m.tmpl.apply(g.messages, /*add_generation_prompt=*/true), true, true);
+      r->prompt = m.chat_prompt(g.messages, /*add_generation_prompt=*/true);
     } else if (g.prompt_is_tokens) {
       for (const int32_t t : g.prompt_tokens) {
         if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
@@ -267,11 +301,11 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
   r->meta.id = (kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
-  r->meta.model = m.id;
+  r->meta.model = g.model;  // the name the client used (an alias answers as itself)
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
   r->meta.want_logprobs = g.want_logprobs;
-  r->timeout_s = g.timeout_s.value_or(cfg_.default_timeout_s);
+  r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   r->t_received = req.received;
   r->t_parsed = std::chrono::steady_clock::now();
   {
@@ -292,8 +326,9 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
   const std::string_view cc = req.header("cache-control");
   const bool no_store = g.cache == false || cc.find("no-store") != std::string_view::npos;
   const bool no_lookup = no_store || cc.find("no-cache") != std::string_view::npos;
-  // Logprobs are not kept in the cache: such requests are served live.
-  if (g.want_logprobs || !cache::cacheable(g.sampling.temperature, g.sampling.has_seed, no_store, cache_->policy())) {
+  // Logprobs and per-chunk token counts are not kept in the cache: such requests are served live.
+  if (g.want_logprobs || g.continuous_usage ||
+      !cache::cacheable(g.sampling.temperature, g.sampling.has_seed, no_store, cache_->policy())) {
     cache_->record({cache::event_kind::bypass, r->who->name, r->model->id, "", 0, 0, 0, std::nullopt});
     submit_(std::move(r));
     return;
@@ -319,6 +354,8 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
   k.has_seed = s.has_seed;
   k.seed = s.has_seed ? s.seed : 0;  // a seed the sampler ignores must not split the key
   k.stop = s.stop;
+  k.constraint_kind = g.constraint.kind;
+  k.constraint_schema = g.constraint.schema;
   r->cache_key = cache::make_key(k);
   r->prompt_hash = cache::prompt_hash(k);
   r->cache_store = true;
@@ -382,6 +419,35 @@ void api_handler::cache_stats(std::shared_ptr<http_exchange> ex, const http_requ
   });
 }
 
+void api_handler::metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req) {
+  if (req.path == "/metrics" && req.method == "GET") {
+    ex->respond({200, "text/plain; version=0.0.4", {}, metrics()});
+    return;
+  }
+  ex->respond({404, "text/plain", {}, "only GET /metrics here\n"});
+}
+
+void api_handler::dashboard_login(http_exchange& ex, const http_request& req, const std::string& request_id) {
+  if (req.method != "POST") {
+    ex.respond({401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+    return;
+  }
+  const std::string key = dashboard_form_key(req.body);
+  const tenant* who = tenants_.authenticate(key);
+  if (!who || !who->admin) {
+    {
+      std::lock_guard<std::mutex> lk(status_->mu);
+      status_->edge_errors[who ? "403:admin_only" : "401:invalid_api_key"]++;
+    }
+    ex.respond({who ? 403 : 401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+    return;
+  }
+  ex.respond({303,
+              "text/plain",
+              {{"Location", "/dashboard"}, {"Set-Cookie", dashboard_set_cookie(key)}, {"X-Request-Id", request_id}},
+              "signed in\n"});
+}
+
 std::string api_handler::metrics() const {
   std::string out;
   {
@@ -397,6 +463,7 @@ std::string api_handler::metrics() const {
       out += "switchyard_router_edge_errors_total{error=\"" + k + "\"} " + std::to_string(n) + "\n";
   }
   if (cache_) out += cache_->render_metrics();
+  if (status_->link_metrics) out += status_->link_metrics();
   if (http_) {
     metric(out, "switchyard_router_http_connections_open", "gauge", "Open client connections.",
            static_cast<double>(http_->connections_open.load()));

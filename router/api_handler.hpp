@@ -6,7 +6,12 @@
 //   GET  /health                liveness (always 200 while the process serves HTTP)
 //   GET  /ready                 200 when some worker is ready and the router is not shutting down
 //   GET  /metrics               Prometheus text
-//   GET  /v1/models             the models workers serve (authenticated)
+//   GET  /version               {"version"} (authenticated)
+//   GET  /v1/models             every served name (model ids and aliases; authenticated)
+//   GET  /v1/models/{id}        one of them; 404 for an unknown name (authenticated)
+//   GET  /v1/models/{id}/tokenizer/{file}   tokenizer.json, tokenizer_config.json,
+//                               generation_config.json of the model (authenticated)
+//   POST /tokenize, /detokenize the model's tokenizer, vLLM's shapes (authenticated)
 //   POST /v1/completions        (authenticated)
 //   POST /v1/chat/completions   (authenticated)
 #pragma once
@@ -19,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/hf_tokenizer.hpp"
 #include "common/metrics.hpp"
 #include "router/cache_service.hpp"
 #include "router/http_server.hpp"
@@ -39,16 +45,21 @@ struct router_status {
   // --shutdown-delay-s so that load balancers stop sending before the router stops accepting.
   bool shutting_down = false;
   size_t active = 0;
+  size_t workers_ready = 0, workers_ejected = 0;  // for /ready's body (worker_pool.hpp states)
   // Token frame received -> bytes written to the client (observed on I/O threads).
   histogram write_overhead_s{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};
   // Request read -> validated and tokenized (observed on I/O threads).
   histogram parse_s{{25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3}};
   std::map<std::string, uint64_t> edge_errors;  // 4xx answered by this layer, by code
+  // More Prometheus text (the ZeroMQ link's counters); set by main before the server starts,
+  // never changed after, so it is read without the mutex.
+  std::function<std::string()> link_metrics;
 };
 
 struct api_config {
   api_limits limits;
   double default_timeout_s = 600;  // deadline for requests that give no "timeout"
+  double max_timeout_s = 3600;     // a client's "timeout" is clamped to this (the worker slot it holds)
 };
 
 class api_handler {
@@ -58,15 +69,29 @@ class api_handler {
               std::shared_ptr<router_status> status, const http_counters* http, cache_service* cache = nullptr);
 
   void operator()(std::shared_ptr<http_exchange> ex, http_request&& req);
+  // The separate metrics listener (--metrics-port): GET /metrics without a key (the port is for
+  // the cluster's scraper, kept off the API's network path), 404 for anything else.
+  void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
 
  private:
   void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id);
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
   std::string metrics() const;
+  // POST /dashboard/login: an admin key from the form sets the session cookie (303 to
+  // /dashboard); anything else gets the sign-in page again (401).
+  void dashboard_login(http_exchange& ex, const http_request& req, const std::string& request_id);
   // Response cache: look up (a hit is answered from the cache thread), else submit.
   void submit_or_lookup(std::shared_ptr<routed_request> r, const http_request& req);
   void cache_stats(std::shared_ptr<http_exchange> ex, const http_request& req, const std::string& request_id);
+  // router/api_models.cpp: what clients learn about the models, without generating.
+  void models_route(http_exchange& ex, const http_request& req, const std::string& request_id);
+  void tokenizer_route(http_exchange& ex, const http_request& req, const std::string& request_id, bool detokenize);
+  // The model `name` names; "" names the only model served. nullptr once `ex` got the error.
+  std::shared_ptr<const model_entry> model_or_reject(const std::string& name, http_exchange& ex,
+                                                     const std::string& request_id);
+  // Built from the model's tokenizer spec on first use, then shared.
+  std::shared_ptr<const hf_tokenizer_files> hf_files(const model_entry& m);
 
   api_config cfg_;
   const tenant_registry& tenants_;
@@ -77,6 +102,8 @@ class api_handler {
   const http_counters* http_;
   cache_service* cache_;
   std::atomic<uint64_t> next_id_{1};
+  std::mutex hf_mu_;                                                           // guards hf_files_
+  std::map<std::string, std::shared_ptr<const hf_tokenizer_files>> hf_files_;  // by model id
 };
 
 }  // namespace sy::router

@@ -58,7 +58,15 @@ bool cache_service::lookup(std::string key, lookup_done done) {
       [this, key = std::move(key), done = std::move(done)](cache::response_cache& rc) {
         const auto t0 = std::chrono::steady_clock::now();
         cache::lookup_status st = cache::lookup_status::miss;
-        auto r = rc.lookup(key, &st);
+        std::optional<cache::stored_response> r;
+        try {
+          r = rc.lookup(key, &st);
+        } catch (const std::exception&) {
+          // Counted as an error and served uncached: `done` must run, or the request it carries
+          // would never be submitted nor answered.
+          r.reset();
+          st = cache::lookup_status::error;
+        }
         {
           std::lock_guard<std::mutex> lk(hist_mu_);
           lookup_s_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

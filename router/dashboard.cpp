@@ -1,5 +1,6 @@
 #include "router/dashboard.hpp"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -21,7 +22,7 @@ const std::string& chart_js() {
 }
 
 // The page is self-contained: inline CSS and script, Chart.js 3.x (UMD) from /dashboard/chart.js,
-// data from /v1/cache/stats (admin key from ?key=, sent as a Bearer header) and /metrics. Every
+// data from /v1/cache/stats and /metrics (authenticated by the sign-in cookie). Every
 // string that comes from the data (tenant and model names, prompt previews) reaches the DOM only
 // through textContent or attributes set from script, never through innerHTML. After the first
 // render from /v1/cache/stats, <body> gets data-ready="1" (for headless-browser tests).
@@ -139,7 +140,6 @@ const std::string& dashboard_html() {
 "use strict";
 (function () {
   const params = new URLSearchParams(location.search);
-  const key = params.get("key") || "";
   const ranges = {"15m": 900, "1h": 3600, "24h": 86400};
   let rangeS = ranges[params.get("range")] || 3600;
   let clockSkewS = 0;  // server unix time minus ours, learnt from each response's "to"
@@ -376,9 +376,8 @@ const std::string& dashboard_html() {
       msg = (j && j.error && j.error.message) || "";
     } catch (e) { /* not JSON */ }
     let hint = "";
-    if (r.status === 401) hint = key ? " — check the key in the address (?key=…)" :
-                                       " — open this page as /dashboard?key=<admin API key>";
-    if (r.status === 403) hint = " — the key in the address is not an admin key";
+    if (r.status === 401) hint = " — sign in again at /dashboard";
+    if (r.status === 403) hint = " — the key you signed in with is not an admin key";
     return "Cache stats: HTTP " + r.status + (msg ? ": " + msg : "") + hint;
   }
 
@@ -391,11 +390,11 @@ const std::string& dashboard_html() {
   // One refresh: both fetches, then render. Returns the error text to show ("" for none), or
   // null when a newer refresh has started meanwhile (its result wins).
   async function load(mine) {
-    const headers = {"Authorization": "Bearer " + key};
+    // The session cookie (HttpOnly, set by the sign-in form) authenticates both fetches.
     const asked = Date.now() / 1000;
     const [st, mt] = await Promise.allSettled([
-      fetch(statsUrl(), {headers, cache: "no-store"}),
-      fetch("/metrics", {cache: "no-store"}).then((r) => r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status)))]);
+      fetch(statsUrl(), {credentials: "same-origin", cache: "no-store"}),
+      fetch("/metrics", {credentials: "same-origin", cache: "no-store"}).then((r) => r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status)))]);
     if (mine !== seq) return null;
     if (mt.status === "fulfilled") renderMetrics(mt.value);
     if (st.status === "rejected") return "Cannot reach the router: " + (st.reason && st.reason.message || st.reason);
@@ -448,6 +447,109 @@ const std::string& dashboard_html() {
   markRange();
   makeCharts();
   refresh();
+})();
+</script>
+</body></html>
+)HTML";
+  return html;
+}
+
+namespace {
+
+constexpr std::string_view k_cookie = "sy_dashboard_key";
+
+bool unreserved(unsigned char c) { return std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~'; }
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decoding as forms and cookies need it ('+' is a space in a form body); "" when malformed.
+std::string percent_decode(std::string_view v, bool plus_is_space) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '%') {
+      if (i + 2 >= v.size() || hex_value(v[i + 1]) < 0 || hex_value(v[i + 2]) < 0) return "";
+      out += static_cast<char>(hex_value(v[i + 1]) * 16 + hex_value(v[i + 2]));
+      i += 2;
+    } else {
+      out += plus_is_space && v[i] == '+' ? ' ' : v[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string dashboard_form_key(std::string_view body) {
+  while (!body.empty()) {
+    const size_t amp = body.find('&');
+    const std::string_view pair = body.substr(0, amp);
+    if (pair.starts_with("key=")) return percent_decode(pair.substr(4), true);
+    if (amp == std::string_view::npos) break;
+    body = body.substr(amp + 1);
+  }
+  return "";
+}
+
+std::string dashboard_cookie_key(std::string_view cookie_header) {
+  while (!cookie_header.empty()) {
+    const size_t semi = cookie_header.find(';');
+    std::string_view c = cookie_header.substr(0, semi);
+    while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+    if (c.starts_with(k_cookie) && c.size() > k_cookie.size() && c[k_cookie.size()] == '=')
+      return percent_decode(c.substr(k_cookie.size() + 1), false);
+    if (semi == std::string_view::npos) break;
+    cookie_header = cookie_header.substr(semi + 1);
+  }
+  return "";
+}
+
+std::string dashboard_set_cookie(std::string_view key) {
+  std::string v;
+  static const char* hex = "0123456789ABCDEF";
+  for (unsigned char c : key) {
+    if (unreserved(c)) {
+      v += static_cast<char>(c);
+    } else {
+      v += '%';
+      v += hex[c >> 4];
+      v += hex[c & 15];
+    }
+  }
+  // A session cookie (no Max-Age): gone when the browser closes. HttpOnly: no script reads it.
+  // SameSite=Strict: no other site's page makes the browser send it.
+  return std::string(k_cookie) + "=" + v + "; Path=/; HttpOnly; SameSite=Strict";
+}
+
+const std::string& dashboard_login_html() {
+  static const std::string html = R"HTML(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Switchyard — sign in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+  body { font-family: system-ui, sans-serif; margin: 4rem auto; max-width: 24rem; color: #222; }
+  input, button { font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; margin-top: .5rem; }
+</style></head>
+<body>
+<h1>Switchyard dashboard</h1>
+<p>Sign in with an admin API key. It is kept in a session cookie, never in the address.</p>
+<form id="login" method="post" action="/dashboard/login">
+  <input type="password" name="key" autocomplete="current-password" placeholder="admin API key" required>
+  <button type="submit">Sign in</button>
+</form>
+<script>
+"use strict";
+// A key in the fragment (/dashboard#key=...) never reaches the server or its logs: it is posted
+// like a typed one, then dropped from the address and the history.
+(function () {
+  if (!location.hash.startsWith("#key=")) return;
+  const form = document.getElementById("login");
+  form.elements.key.value = decodeURIComponent(location.hash.slice(5));
+  history.replaceState(null, "", location.pathname);
+  form.submit();
 })();
 </script>
 </body></html>

@@ -1,5 +1,7 @@
 #include "router/dispatcher.hpp"
 
+#include "common/kv_hash.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <charconv>
@@ -41,7 +43,8 @@ dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, mo
       admission_(cfg_.admission, tenants),
       queue_(cfg_.queue),
       pool_(cfg_.pool),
-      cache_(cache) {}
+      cache_(cache),
+      retries_(cfg_.retry) {}
 
 template <class T>
 void dispatcher::send(worker_ref worker, const T& m, std::vector<link_frame>& out) {
@@ -68,6 +71,7 @@ void dispatcher::greet(worker_ref w, double now_s, std::vector<link_frame>& out)
   hello_sent_s_[w] = now_s;
   proto::hello h;
   h.router_id = cfg_.router_id;
+  h.kv_events = cfg_.kv_events;  // mirror its prefix cache (router/kv_view.hpp)
   send(w, h, out);
 }
 
@@ -85,7 +89,7 @@ void dispatcher::remove_workers(double now_s, std::vector<link_frame>& out) {
     if (stranded != 0) {  // never in a correct build; the requests must not wait for a closed connection
       std::fprintf(stderr, "switchyard-router: BUG: worker %s removed with %zu requests on it: re-sent or ended\n",
                    endpoint.c_str(), static_cast<size_t>(stranded));
-      requeue_or_fail(w, out);
+      requeue_or_fail(w, now_s, out);
     }
     out.push_back({w, "_close", {}});
     hello_sent_s_.erase(w);
@@ -117,6 +121,9 @@ void dispatcher::log_worker_changes() {
         case worker_state::dead:
           why = "missed its heartbeats";
           break;
+        case worker_state::ejected:
+          why = "failing requests: none sent to it for a while";
+          break;
         case worker_state::connecting:
           break;
       }
@@ -127,6 +134,50 @@ void dispatcher::log_worker_changes() {
 }
 
 void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
+  const std::shared_ptr<routed_request> keep = r;  // to answer it if admission throws
+  try {
+    admit(std::move(r), now_s, out);
+  } catch (const std::exception& e) {
+    // Registered (running, queued, or listening to a coalesced generation), it is answered by the
+    // paths that end requests; otherwise nothing would ever answer it: do so now.
+    const uint64_t id = keep->id;
+    bool registered = active_.count(id) != 0;
+    if (auto f = follower_of_.find(id); f != follower_of_.end() && !registered) {
+      const auto leader = active_.find(f->second);
+      if (leader != active_.end())
+        for (const listener& l : leader->second->followers) registered = registered || l.r->id == id;
+      if (!registered) follower_of_.erase(f);
+    }
+    if (registered) throw;
+    std::fprintf(stderr, "switchyard-router: request %s failed before it was queued: %s\n", keep->request_id.c_str(),
+                 e.what());
+    answer_internal_error(*keep, e.what());
+  }
+}
+
+void dispatcher::answer_internal_error(const routed_request& r, const char* what) {
+  internal_errors_++;
+  count_status(500);
+  const std::string body = format_error(make_error(500, "server_error", "internal_error",
+                                                   std::string("the router failed to handle the request: ") + what));
+  // The exchange takes whichever call matches its state (a stream already started, or not) and
+  // ignores the other.
+  try {
+    http_response resp;
+    resp.status = 500;
+    resp.body = body;
+    resp.headers.emplace_back("X-Request-Id", r.request_id);
+    r.ex->respond(std::move(resp));
+    if (r.req.stream) {
+      r.ex->send_event(body);
+      r.ex->send_event("[DONE]");
+      r.ex->end_stream();
+    }
+  } catch (const std::exception&) {  // the connection is beyond help; nothing else to do
+  }
+}
+
+void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
   routed_request& req = *r;
   auto reply_error = [&](const api_error& e, double retry_after_s) {
     http_response resp;
@@ -254,16 +305,26 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
       if (a.block_hashes.empty()) {
         for (const auto& [ref, v] : pool_.all()) {
           if (v.state == worker_state::ready && v.info.model_id == model) {
-            a.block_hashes = prefix_block_hashes(a.r->prompt, v.info.kv_block_size);
+            // The workers' own hash (common/kv_hash.hpp): their kv_events name blocks by it.
+            a.block_hashes = kv_block_hashes(a.r->prompt, v.info.kv_block_size, v.info.kv_hash_salt);
             break;
           }
         }
       }
-      const auto w = pool_.choose(model, a.block_hashes);
+      const auto w = pool_.choose(model, a.block_hashes, a.avoid);
       if (!w) break;
       q.pop(now_s);
       a.queued = false;
-      dispatch(a, *w, now_s, out);
+      try {
+        dispatch(a, *w, now_s, out);
+      } catch (const std::exception& e) {
+        // Neither queued nor running, it would wait for nothing: ended here (the worker is told
+        // to drop any submit that went out).
+        internal_errors_++;
+        std::fprintf(stderr, "switchyard-router: dispatching request %s failed: %s\n", a.r->request_id.c_str(),
+                     e.what());
+        fail(a, make_error(500, "server_error", "internal_error", std::string("dispatch failed: ") + e.what()), out);
+      }
     }
   }
 }
@@ -273,24 +334,32 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   a.dispatched = true;
   a.worker = worker;
   a.attempt++;
+  if (a.attempt == 1) retries_.on_request(now_s);  // first attempts fund the retry budget
   a.t_dispatched = clock::now();
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
   proto::submit s;
   s.prompt = r.prompt;
   s.sampling = r.req.sampling;
+  s.constraint = r.req.constraint;
   if (r.req.want_logprobs) s.sampling.logprobs = std::max(1, s.sampling.logprobs);
   s.priority = r.priority;
   s.stream = true;  // always: progress is how a dead worker's requests are sorted out
   if (r.timeout_s > 0) {
     const double left_s = r.timeout_s - seconds(clock::now() - r.t_received);
-    s.deadline_unix_ms = static_cast<uint64_t>(unix_ms_now() + static_cast<int64_t>(std::max(0.001, left_s) * 1000));
+    // Relative: the worker's clock may differ from ours (the wire carries no wall-clock time).
+    s.budget_ms = static_cast<uint32_t>(std::clamp(left_s * 1000.0, 1.0, 4294967295.0));
   }
   for (uint32_t c = 0; c < a.choices.size(); ++c) {
-    if (a.choices[c].finished) continue;
+    const choice_state& cs = a.choices[c];
+    if (cs.finished) continue;
     s.request_id = wire_id(r.id, a.attempt, c);
     if (r.req.sampling.has_seed) s.sampling.seed = r.req.sampling.seed + c;
+    // A resumed choice: the worker recomputes what the client has and goes on from there.
+    s.prompt.resize(r.prompt.size());
+    s.prompt.insert(s.prompt.end(), cs.tokens.begin(), cs.tokens.end());
+    s.n_generated = static_cast<uint32_t>(cs.tokens.size());
     send(a.worker, s, out);
-    pool_.on_dispatched(worker, a.block_hashes);
+    pool_.on_dispatched(worker, a.block_hashes, now_s);
   }
   // Time the router itself spent: parse -> enqueue, plus dequeue -> submit encoded.
   const double in_queue = now_s - a.t_enqueued_s;
@@ -328,11 +397,14 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
   }
   proto::message& m = decoded.value();
   if (auto* t = std::get_if<proto::tokens>(&m)) {
-    on_tokens(worker, *t, t_recv, out);
+    on_tokens(worker, *t, now_s, t_recv, out);
   } else if (auto* hb = std::get_if<proto::heartbeat>(&m)) {
     pool_.on_heartbeat(worker, *hb, now_s);
   } else if (auto* w = std::get_if<proto::welcome>(&m)) {
     on_welcome(worker, *w, now_s, out);
+  } else if (auto* k = std::get_if<proto::kv_events>(&m)) {
+    pool_.on_kv_events(worker, *k);
+    request_kv_resyncs(now_s, out);
   } else if (auto* e = std::get_if<proto::error>(&m)) {
     if (e->request_id.empty()) {
       std::fprintf(stderr, "switchyard-router: worker %s: %s: %s\n", pool_.at(worker).endpoint.c_str(), e->code.c_str(),
@@ -352,13 +424,13 @@ void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, 
     std::fprintf(stderr, "switchyard-router: worker %s: %s\n", pool_.at(worker).endpoint.c_str(), err->message.c_str());
     return;
   }
-  if (!models_.find(m.model_id)) {
+  if (const auto known = models_.find(m.model_id); !known || known->id != m.model_id) {  // not an alias's
     try {
       // A template that cannot be applied does not stop the model: its completions are served
       // and its chat requests refused (api_handler).
-      auto entry = std::make_shared<model_entry>(model_entry{m.model_id, m.context_length, unix_ms_now() / 1000,
-                                                             tokenizer::from_spec(m.tokenizer),
-                                                             chat_template::parse(m.tokenizer.chat_template)});
+      auto entry = std::make_shared<model_entry>(
+          model_entry{m.model_id, m.context_length, unix_ms_now() / 1000, tokenizer::from_spec(m.tokenizer),
+                      chat_template::parse(m.tokenizer.chat_template), m.tokenizer});
       if (!entry->tmpl.supported())
         std::fprintf(stderr,
                      "switchyard-router: worker %s serves %s, whose chat template cannot be applied (%s): chat "
@@ -370,7 +442,13 @@ void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, 
                    pool_.at(worker).endpoint.c_str(), m.model_id.c_str(), e.what());
       return;
     }
+  } else {
+    models_.narrow_context(m.model_id, m.context_length);  // the smallest context among its workers
   }
+  for (const std::string& name : m.served_model_names)  // --served-model-name on the worker
+    if (!models_.alias(name, m.model_id))
+      std::fprintf(stderr, "switchyard-router: worker %s: the served model name '%s' names another model: ignored\n",
+                   pool_.at(worker).endpoint.c_str(), name.c_str());
   const std::string id = m.worker_id;
   const worker_view& before = pool_.at(worker);
   const bool restarted = before.liveness == worker_liveness::up && before.info.worker_id != id;
@@ -379,8 +457,10 @@ void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, 
     // old one was running is gone with it.
     std::fprintf(stderr, "switchyard-router: worker %s restarted (now %s): its requests are re-sent or ended\n",
                  before.endpoint.c_str(), id.c_str());
-    requeue_or_fail(worker, out);
+    requeue_or_fail(worker, now_s, out);
   }
+  // We did not ask for its events, so it sends none: hints are all we have.
+  if (!cfg_.kv_events) m.kv_events = false;
   pool_.on_welcome(worker, std::move(m), now_s);  // logged as a state change
   if (restarted) pump(now_s, out);
 }
@@ -395,7 +475,7 @@ token_logprobs dispatcher::render_logprobs(const routed_request& r, const proto:
   return t;
 }
 
-void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::time_point t_recv,
+void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now_s, clock::time_point t_recv,
                            std::vector<link_frame>& out) {
   uint32_t c = 0;
   active_request* ap = find_wire(m.request_id, &c);
@@ -409,8 +489,15 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::tim
   const std::string& fr = m.finish_reason;
   if (fr == "cancelled" || fr == "error") {
     // The worker gave up on it without the client asking: an upstream failure, 502 like a worker
-    // error frame (the router itself did nothing wrong).
-    fail(a, make_error(502, "server_error", "worker_" + fr, "the worker ended the request: " + fr), out);
+    // error frame (the router itself did nothing wrong). An error is the worker's fault, and
+    // retried as a worker error frame is.
+    const api_error e = make_error(502, "server_error", "worker_" + fr, "the worker ended the request: " + fr);
+    if (fr == "cancelled") {
+      fail(a, e, out);
+      return;
+    }
+    on_worker_fault(worker, now_s);
+    retry_or_fail(a, e, now_s, out);
     return;
   }
   if (fr == "deadline") {
@@ -428,7 +515,9 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::tim
     a.t_last_token = t_recv;
     rate_window_tokens_ += m.token_ids.size();
   }
-  cs.completion_tokens = m.usage.completion_tokens;
+  cs.completion_tokens = m.usage.completion_tokens;  // a resumed choice's worker counts what it resumed from
+  cs.tokens.insert(cs.tokens.end(), m.token_ids.begin(), m.token_ids.end());
+  cs.tokens_seen += static_cast<uint32_t>(m.token_ids.size());
   a.usage.prompt_tokens = std::max(a.usage.prompt_tokens, m.usage.prompt_tokens);
   a.usage.cached_tokens = std::max(a.usage.cached_tokens, m.usage.cached_prompt_tokens);
   std::vector<token_logprobs> lps;
@@ -443,7 +532,15 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::tim
   const bool chunk = !text.empty() || !lps.empty() || done;
   if (r.req.stream && !a.leader_gone) {
     if (chunk) {
-      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps), t_recv);
+      // stream_options.continuous_usage_stats: the usage so far in every chunk. Workers report
+      // usage in a request's last frame only, so until then it is what the router has seen.
+      usage_info so_far = a.usage;
+      so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
+      so_far.completion_tokens = 0;
+      for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
+      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps,
+                                    r.req.continuous_usage ? &so_far : nullptr),
+                       t_recv);
       cs.started = true;
       a.sent_tokens = true;  // anything streamed rules out a silent re-dispatch
     }
@@ -462,6 +559,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, clock::tim
     cs.finish_reason = fr;
     a.n_finished++;
     pool_.on_finished(worker);
+    pool_.on_request_succeeded(worker);
     if (a.n_finished == a.choices.size()) {
       // Out of the tables before anyone is answered: a throwing answer cannot leave it stuck.
       const auto owned = detach(r.id);
@@ -621,24 +719,74 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
     return;
   }
   const bool client_fault = m.code == proto::error_code::invalid_request;
-  fail(*a,
-       make_error(client_fault ? 400 : 502, client_fault ? "invalid_request_error" : "server_error", m.code,
-                  "worker: " + m.message),
-       out);
+  const api_error e = make_error(client_fault ? 400 : 502, client_fault ? "invalid_request_error" : "server_error",
+                                 m.code, "worker: " + m.message);
+  if (m.code != proto::error_code::internal_error) {
+    fail(*a, e, out);
+    return;
+  }
+  // The worker failed it (its step threw): it may be failing everything (a black hole).
+  on_worker_fault(worker, now_s);
+  retry_or_fail(*a, e, now_s, out);
+}
+
+void dispatcher::on_worker_fault(worker_ref worker, double now_s) {
+  if (!pool_.on_request_failed(worker, now_s)) return;
+  const worker_view& v = pool_.at(worker);
+  std::fprintf(stderr, "switchyard-router: worker %s ejected for %.0f s: %u requests failed in a row (ejection %llu)\n",
+               v.endpoint.c_str(), v.ejected_until_s - now_s, static_cast<unsigned>(cfg_.pool.eject_after_failures),
+               static_cast<unsigned long long>(v.ejections));
+}
+
+void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out) {
+  // Output the client has is resumed from (each unfinished choice has its tokens so far, fewer
+  // than max_tokens, unless its final frame was lost: then it cannot be, and it ends).
+  const bool resumable = std::all_of(a.choices.begin(), a.choices.end(), [&](const choice_state& cs) {
+    return cs.finished || cs.tokens.size() < static_cast<size_t>(a.r->req.sampling.max_tokens);
+  });
+  if (cfg_.max_attempts <= 1 || (a.sent_tokens && !resumable)) {
+    if (a.sent_tokens && cause.code == "worker_lost") worker_lost_++;
+    fail(a, cause, out);
+    return;
+  }
+  a.failures++;
+  if (a.failures >= cfg_.max_attempts) {
+    retries_exhausted_++;
+    fail(a,
+         make_error(502, "server_error", "retries_exhausted",
+                    "the request failed on " + std::to_string(a.failures) +
+                        " attempts and is not tried again (last: " + cause.message + ")"),
+         out);
+    return;
+  }
+  if (!retries_.try_retry(now_s)) {
+    retry_budget_exhausted_++;
+    fail(a,
+         make_error(502, "server_error", "retry_budget_exhausted",
+                    "not retried: too many requests are being retried across the cluster (" + cause.message + ")"),
+         out);
+    return;
+  }
+  cancel_on_worker(a, out);  // in case it is only slow; a restarted or failed worker ignores it
+  a.avoid = a.worker;
+  if (a.sent_tokens) streams_resumed_++;
+  requeue(a, /*keep_progress=*/a.sent_tokens);
 }
 
 void dispatcher::on_worker_dead(worker_ref worker, double now_s, std::vector<link_frame>& out) {
   out.push_back({worker, "_flush", {}});
-  requeue_or_fail(worker, out);
+  requeue_or_fail(worker, now_s, out);
   if (pool_.at(worker).listed) greet(worker, now_s, out);  // in case it comes back
 }
 
-void dispatcher::requeue(active_request& a) {
+void dispatcher::requeue(active_request& a, bool keep_progress) {
   a.dispatched = false;
   a.queued = true;
-  for (auto& cs : a.choices) cs = {};
-  a.n_finished = 0;
-  a.t_first_token = {};
+  if (!keep_progress) {
+    for (auto& cs : a.choices) cs = {};
+    a.n_finished = 0;
+    a.t_first_token = {};
+  }
   const int64_t tokens =
       static_cast<int64_t>(a.r->prompt.size()) + static_cast<int64_t>(a.r->req.sampling.max_tokens) * a.r->req.n;
   const double deadline_s = a.r->timeout_s > 0 ? a.t_enqueued_s + a.r->timeout_s : 0;
@@ -646,25 +794,21 @@ void dispatcher::requeue(active_request& a) {
   redispatched_++;
 }
 
-void dispatcher::requeue_or_fail(worker_ref worker, std::vector<link_frame>& out) {
+void dispatcher::requeue_or_fail(worker_ref worker, double now_s, std::vector<link_frame>& out) {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
     if (a->dispatched && a->worker == worker) ids.push_back(id);
   for (const uint64_t id : ids) {
     active_request& a = *active_.at(id);
-    cancel_on_worker(a, out);  // in case it is only slow; a restarted worker ignores them
-    if (!a.sent_tokens) {
-      requeue(a);
-    } else {
-      worker_lost_++;
-      fail(a, make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
-           out);
-    }
+    retry_or_fail(a,
+                  make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
+                  now_s, out);
   }
 }
 
 void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
   for (const worker_ref w : pool_.check_liveness(now_s)) on_worker_dead(w, now_s, out);
+  pool_.readmit(now_s);  // ejected workers whose time is up: logged below as ejected -> ready
   for (const uint64_t id : queue_.expired(now_s)) {
     auto it = active_.find(id);
     if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
@@ -688,6 +832,8 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
   }
   // After the requests this tick ended: a retired worker whose last one just ended goes now.
   remove_workers(now_s, out);
+  pool_.expire_kv_hints(now_s);
+  request_kv_resyncs(now_s, out);  // again while a snapshot asked for has not come
   for (const auto& [w, v] : pool_.all()) {
     if (v.liveness != worker_liveness::up && now_s - hello_sent_s_[w] >= cfg_.hello_retry_s) {
       // Only the latest hello matters: older ones still waiting for a connection are dropped,
@@ -705,6 +851,14 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     rate_window_tokens_ = 0;
   }
   pump(now_s, out);
+}
+
+void dispatcher::request_kv_resyncs(double now_s, std::vector<link_frame>& out) {
+  for (const worker_ref w : pool_.kv_resyncs_due(now_s)) {
+    proto::kv_resync r;
+    r.reason = "missed kv_events";
+    send(w, r, out);
+  }
 }
 
 bool dispatcher::ready(double now_s) const {
@@ -775,6 +929,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   for (const auto& [w, v] : pool_.all())
     out += "switchyard_router_worker_in_flight{worker=\"" + label_value(v.endpoint) + "\"} " +
            std::to_string(v.in_flight) + "\n";
+  render_kv_metrics(pool_, out);
   metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(prompt_tokens_));
   metric(out, "switchyard_router_completion_tokens_total", "counter", "Completion tokens of finished requests.",
@@ -784,7 +939,25 @@ std::string dispatcher::render_metrics(double now_s) const {
   metric(out, "switchyard_router_redispatched_total", "counter",
          "Requests sent to another worker after theirs died before streaming.", static_cast<double>(redispatched_));
   metric(out, "switchyard_router_worker_lost_total", "counter",
-         "Requests ended with an error because their worker died mid-stream.", static_cast<double>(worker_lost_));
+         "Streams ended with an error because their worker died mid-stream and they could not be resumed.",
+         static_cast<double>(worker_lost_));
+  metric(out, "switchyard_router_streams_resumed_total", "counter",
+         "Started streams continued on another worker after theirs was lost (the client saw a pause).",
+         static_cast<double>(streams_resumed_));
+  metric(out, "switchyard_router_retries_total", "counter",
+         "Requests dispatched again after a worker failed them (lost, or a worker error).",
+         static_cast<double>(retries_.granted()));
+  metric(out, "switchyard_router_retries_exhausted_total", "counter",
+         "Requests ended with 502 retries_exhausted: workers failed them max_attempts times (a query of death?).",
+         static_cast<double>(retries_exhausted_));
+  metric(out, "switchyard_router_retry_budget_exhausted_total", "counter",
+         "Requests ended with 502 retry_budget_exhausted: the cluster's retry budget was spent.",
+         static_cast<double>(retry_budget_exhausted_));
+  metric(out, "switchyard_router_worker_ejections_total", "counter",
+         "Times a worker was ejected for failing requests in a row (outlier detection).",
+         static_cast<double>(pool_.ejections_total()));
+  metric(out, "switchyard_router_internal_errors_total", "counter",
+         "Requests the router itself failed to handle (answered 500).", static_cast<double>(internal_errors_));
   metric(out, "switchyard_router_client_cancels_total", "counter", "Requests cancelled because the client went away.",
          static_cast<double>(client_cancels_));
   metric(out, "switchyard_router_coalesced_total", "counter",

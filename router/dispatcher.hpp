@@ -9,8 +9,16 @@
 // n submits (one per choice, wire id "<id>-<attempt>.<choice>") -> tokens stream back ->
 // response ends (stop/length), or an error, or the client goes (cancel sent to the worker).
 // A worker declared dead: requests that have not sent the client any token go back to the
-// front of the queue (attempt + 1, frames of the old attempt are ignored); the others end with
-// a terminal error event. Nothing waits forever: queued requests expire at their deadline.
+// front of the queue (attempt + 1, frames of the old attempt are ignored); started streams are
+// continued on another worker from what the client has — prompt + the tokens already sent,
+// recomputed there as output, with the sampler's state carried on (proto::submit::n_generated) —
+// so the client sees a pause, not an error. Nothing waits forever: queued requests expire at
+// their deadline.
+// Retries are bounded (docs/reliability.md): a request a worker failed — lost with its worker, or
+// ended with a worker error — runs at most `max_attempts` times, and only while the cluster's
+// retry budget allows; then it ends with a 502 `retries_exhausted` / `retry_budget_exhausted`.
+// A worker that keeps failing requests is ejected for a while (worker_pool.hpp, `ejected`).
+// Every accepted request ends with an answer: one that throws inside the dispatcher gets a 500.
 //
 // Workers (worker_pool.hpp for their states): a worker that is no longer listed gets no new
 // requests and is removed — its connection closed ("_close"), its metric labels gone — once
@@ -33,6 +41,7 @@
 #include "router/model_queues.hpp"
 #include "router/model_registry.hpp"
 #include "router/priority_queue.hpp"
+#include "router/retry_budget.hpp"
 #include "router/routed_request.hpp"
 #include "router/worker_pool.hpp"
 
@@ -53,6 +62,11 @@ struct dispatcher_config {
   queue_config queue;
   worker_pool_config pool;
   double hello_retry_s = 1.0;
+  bool kv_events = true;  // ask workers for their KV block events (docs/kv-events.md)
+  // Dispatches per request when workers fail it (lost, or a worker error), the first included:
+  // a query of death takes down at most this many workers. 1: never retried.
+  uint32_t max_attempts = 2;
+  retry_budget_config retry;
 };
 
 class dispatcher {
@@ -91,8 +105,10 @@ class dispatcher {
     std::string text;      // non-streamed: accumulated
     std::string finish_reason;
     std::vector<token_logprobs> logprobs;
-    uint32_t completion_tokens = 0;
+    uint32_t completion_tokens = 0;   // the worker's count, in the choice's last frame
+    uint32_t tokens_seen = 0;         // token ids received so far (continuous_usage_stats)
     std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
+    std::vector<int32_t> tokens;      // the token ids received: a lost stream resumes from them
     bool echoed = false;              // echo: the prompt text went out
   };
   // A coalesced request: an identical cacheable request that arrived while this one was
@@ -109,8 +125,10 @@ class dispatcher {
     bool dispatched = false;
     worker_ref worker = 0;  // where it runs, when dispatched
     uint32_t attempt = 0;
-    bool stream_open = false;  // start_stream sent
-    bool sent_tokens = false;  // some token reached the client: no re-dispatch from here on
+    uint32_t failures = 0;            // dispatches a worker failed (lost it, or ended it with a worker error)
+    std::optional<worker_ref> avoid;  // the worker that failed it last: its retry goes elsewhere
+    bool stream_open = false;         // start_stream sent
+    bool sent_tokens = false;         // some token reached the client: no re-dispatch from here on
     std::vector<choice_state> choices;
     uint32_t n_finished = 0;
     usage_info usage;
@@ -125,16 +143,30 @@ class dispatcher {
 
   void pump(double now_s, std::vector<link_frame>& out);
   void dispatch(active_request& a, worker_ref worker, double now_s, std::vector<link_frame>& out);
-  void on_tokens(worker_ref worker, const proto::tokens& m, clock::time_point t_recv, std::vector<link_frame>& out);
+  void on_tokens(worker_ref worker, const proto::tokens& m, double now_s, clock::time_point t_recv,
+                 std::vector<link_frame>& out);
   void on_worker_error(worker_ref worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
   void on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
   // The requests dispatched to a worker that died or restarted: back to the front of the queue if
   // nothing reached the client yet, else ended with worker_lost.
-  void requeue_or_fail(worker_ref worker, std::vector<link_frame>& out);
+  void requeue_or_fail(worker_ref worker, double now_s, std::vector<link_frame>& out);
+  // A worker failed `a` (`cause`: what the client gets if it is not retried). Before any token
+  // reached the client it runs again elsewhere, within max_attempts and the retry budget.
+  void retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out);
+  // A worker ended a request with a worker error: its outlier record (ejection) is updated.
+  void on_worker_fault(worker_ref worker, double now_s);
+  // on_request's work; on_request answers a request it throws on before it was registered.
+  void admit(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
+  // A 500 (or a terminal SSE error event, when its stream is open) for a request the dispatcher
+  // could not handle; never throws.
+  void answer_internal_error(const routed_request& r, const char* what);
   // Back to the front of its model's queue (a worker refused or lost it before it started), with
   // its first enqueue time and deadline, so it still expires on time.
-  void requeue(active_request& a);
+  // keep_progress (a started stream that will resume): its choices keep what they sent.
+  void requeue(active_request& a, bool keep_progress = false);
   void on_worker_dead(worker_ref worker, double now_s, std::vector<link_frame>& out);
+  // A kv_resync to each worker whose prefix view is stale (rate-limited by the pool).
+  void request_kv_resyncs(double now_s, std::vector<link_frame>& out);
   void greet(worker_ref worker, double now_s, std::vector<link_frame>& out);
   // Takes out every worker the pool says may go (closing its connection), relisting the dead
   // ones still listed.
@@ -179,6 +211,8 @@ class dispatcher {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
   uint64_t expired_ = 0, coalesced_ = 0;
+  uint64_t retries_exhausted_ = 0, retry_budget_exhausted_ = 0, internal_errors_ = 0, streams_resumed_ = 0;
+  retry_budget retries_;
   histogram ttft_s_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   histogram e2e_s_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
   histogram itl_s_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};

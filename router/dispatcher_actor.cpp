@@ -53,6 +53,8 @@ struct shell {
     status->dispatcher_metrics = std::move(text);
     status->ready = d->ready(t);
     status->active = d->active();
+    status->workers_ready = d->workers().n_ready();
+    status->workers_ejected = d->workers().count(worker_state::ejected);
   }
 };
 

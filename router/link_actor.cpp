@@ -9,6 +9,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/metrics.hpp"
 #include "router/actor_protocol.hpp"
 
 namespace sy::router {
@@ -88,6 +89,9 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
           p.sock.set(zmq::sockopt::linger, 0);
           p.sock.set(zmq::sockopt::reconnect_ivl, 100);
           p.sock.set(zmq::sockopt::reconnect_ivl_max, 2000);
+          p.sock.set(zmq::sockopt::maxmsgsize, cfg.max_frame_bytes);
+          if (!cfg.curve_server_public_z85.empty())
+            curve::make_client(p.sock.handle(), cfg.curve_own, cfg.curve_server_public_z85);
           p.sock.connect(parts[2].to_string());
           peers.emplace(w, std::move(p));
           continue;
@@ -116,11 +120,30 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
           if (p.backlog.size() > cfg.max_backlog) {
             p.backlog.pop_front();
             counters->dropped++;
+            counters->backlog_overflow++;
           }
         }
       }
     }
   }
+}
+
+std::string render_link_metrics(const link_counters& c) {
+  std::string out;
+  const auto put = [&out](const char* name, const char* help, const std::atomic<uint64_t>& v) {
+    metric(out, name, "counter", help, static_cast<double>(v.load()));
+  };
+  put("switchyard_router_link_frames_in_total", "Frames received from workers.", c.frames_in);
+  put("switchyard_router_link_frames_out_total", "Frames sent to workers.", c.frames_out);
+  put("switchyard_router_link_backlogged_total",
+      "Sends a worker's socket could not take at once (queued in the router's backlog, retried).", c.backlogged);
+  put("switchyard_router_link_dropped_total",
+      "Frames for workers given up: backlog overflow, flushed for a dead worker, or for a closed worker.", c.dropped);
+  put("switchyard_router_link_backlog_overflow_total",
+      "Of the dropped frames: the oldest of a full per-worker backlog (its request ends at its deadline).",
+      c.backlog_overflow);
+  put("switchyard_router_link_closed_total", "Worker connections closed (worker retired or removed).", c.closed);
+  return out;
 }
 
 }  // namespace sy::router

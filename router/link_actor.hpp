@@ -12,7 +12,9 @@
 #include <atomic>
 #include <caf/blocking_actor.hpp>
 #include <memory>
+#include <string>
 
+#include "common/curve_keys.hpp"
 #include "router/worker_ref.hpp"
 
 namespace zmq {
@@ -24,17 +26,25 @@ namespace sy::router {
 struct link_counters {
   std::atomic<uint64_t> frames_in{0};
   std::atomic<uint64_t> frames_out{0};
-  std::atomic<uint64_t> backlogged{0};  // sends that had to wait
-  std::atomic<uint64_t> dropped{0};     // given up (backlog full, flushed, or for a closed worker)
-  std::atomic<uint64_t> closed{0};      // worker connections closed ("_close")
+  std::atomic<uint64_t> backlogged{0};        // sends that had to wait
+  std::atomic<uint64_t> dropped{0};           // given up (backlog full, flushed, or for a closed worker)
+  std::atomic<uint64_t> backlog_overflow{0};  // of `dropped`: the oldest frame of a full backlog
+  std::atomic<uint64_t> closed{0};            // worker connections closed ("_close")
 };
 
 struct link_config {
   int high_water_mark = 10000;
-  size_t max_backlog = 100000;  // frames per worker
+  size_t max_backlog = 100000;   // frames per worker
+  int64_t max_frame_bytes = -1;  // ZMQ_MAXMSGSIZE: a bigger frame drops its connection; -1: none
+  // CURVE (common/curve_keys.hpp): the workers' public key as Z85; empty: no authentication.
+  std::string curve_server_public_z85;
+  curve::key_pair curve_own;  // this router's pair (from --curve-secret-key, or made at start)
 };
 
 void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg, caf::actor dispatcher,
                 std::shared_ptr<std::atomic<bool>> stop, std::shared_ptr<link_counters> counters);
+
+// The counters as Prometheus text (switchyard_router_link_*).
+std::string render_link_metrics(const link_counters& c);
 
 }  // namespace sy::router

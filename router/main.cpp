@@ -5,15 +5,20 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
 
+#include "cache/entry_mac.hpp"
 #include "common/cli_args.hpp"
+#include "common/curve_keys.hpp"
+#include "common/protocol.hpp"
 #include "router/actor_protocol.hpp"
 #include "router/api_handler.hpp"
 #include "router/dispatcher_actor.hpp"
@@ -32,6 +37,9 @@ const char* k_usage =
     "  --host H / --port P        HTTP listen address (127.0.0.1:8000)\n"
     "  --tenants FILE             API keys and limits (JSON); without it the router runs open\n"
     "  --http-threads N           I/O threads (2)\n"
+    "  --metrics-port P           also serve GET /metrics on this port, without a key (for the scraper;\n"
+    "                             on the API port /metrics needs an admin key when --tenants is given)\n"
+    "  --metrics-host H           its address (127.0.0.1)\n"
     "  --workers-dns NAME:PORT    workers are the addresses NAME resolves to (a headless Service)\n"
     "  --dns-family 4|6           resolve IPv4 (A) or IPv6 (AAAA) addresses only (4)\n"
     "  --workers-file FILE        workers are the endpoints FILE lists, one per line\n"
@@ -41,14 +49,41 @@ const char* k_usage =
     "  --max-queued-requests N    cluster queue cap (4096)      --max-queued-tokens N (4194304)\n"
     "  --local-queue N            requests per worker beyond its max running (2)\n"
     "  --heartbeat-timeout-ms MS  silence after which a worker is dead (2000)\n"
+    "  --max-attempts N           dispatches per request when workers fail it (2; 1: no retries)\n"
+    "  --retry-budget-percent P   retries allowed per 100 requests, over 10 s (20)   --retry-budget-min N (10)\n"
+    "  --eject-after-failures K   eject a worker after K worker errors in a row (5; 0: never)\n"
+    "  --eject-base-s S           first ejection S seconds, then 2S, 3S, ... (30)   --eject-max-s S (300)\n"
+    "  --max-ejected-percent P    at most P % of a model's workers ejected at once (50)\n"
     "  --aging-s S                queue wait that promotes a request one class (10)\n"
     "  --request-timeout-s S      default deadline per request (600)\n"
+    "  --max-request-timeout-s S  a client's \"timeout\" is clamped to S (3600)\n"
     "  --max-n N                  choices per request (8)   --max-body-bytes N (4194304)\n"
     "  --router-id ID             name sent to workers in hello\n"
+    "  --no-kv-events             do not ask workers for their KV block events: route on this router's own\n"
+    "                             dispatch history (what routers did before; for comparisons)\n"
+    "  --served-model-name NAME=MODEL   NAME answers for the model MODEL serves (repeatable; workers'\n"
+    "                             own --served-model-name reach every router by themselves)\n"
     "  --redis URL                response cache: redis://[user:pass@]host:port/db or unix:///path?db=N\n"
     "                             (without it the cache is off)\n"
     "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
-    "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n";
+    "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n"
+    "  --cache-mac-key-file FILE  seal cache entries with HMAC-SHA256 under FILE's bytes (>= 16): an entry\n"
+    "                             written or moved by anyone without the key reads as a miss\n"
+    "  --curve-server-key FILE    authenticate and encrypt the worker link (CURVE): the workers' public key\n"
+    "  --curve-secret-key FILE    this router's secret key (else a new pair each start; needed when workers\n"
+    "                             admit listed routers only). Keys: switchyard-worker keygen --out PREFIX\n";
+
+// The cache MAC key: the bytes of a secret file (a trailing newline dropped).
+std::string read_cache_mac_key(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::invalid_argument("--cache-mac-key-file: cannot read " + path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.size() < cache::k_min_mac_key_bytes)
+    throw std::invalid_argument("--cache-mac-key-file: " + path + " holds fewer than " +
+                                std::to_string(cache::k_min_mac_key_bytes) + " bytes");
+  return s;
+}
 
 // Waits up to `seconds` (in 100 ms steps) until done() holds; false when a second SIGINT/SIGTERM
 // (blocked, in `sigs`) cut the wait short.
@@ -75,19 +110,34 @@ int run(const cli_args& a) {
                  "max-queued-requests",
                  "max-queued-tokens",
                  "local-queue",
+                 "max-attempts",
+                 "retry-budget-percent",
+                 "retry-budget-min",
+                 "eject-after-failures",
+                 "eject-base-s",
+                 "eject-max-s",
+                 "max-ejected-percent",
                  "heartbeat-timeout-ms",
                  "aging-s",
                  "request-timeout-s",
+                 "max-request-timeout-s",
                  "max-n",
                  "max-body-bytes",
                  "router-id",
+                 "served-model-name",
                  "help",
                  "redis",
                  "cache-ttl-s",
                  "cache-max-entry-bytes",
                  "cache-lookup-timeout-ms",
                  "cache-threads",
-                 "no-cache-seeded"});
+                 "no-cache-seeded",
+                 "no-kv-events",
+                 "curve-server-key",
+                 "curve-secret-key",
+                 "cache-mac-key-file",
+                 "metrics-host",
+                 "metrics-port"});
   if (a.has("help") || (!a.has("workers") && !a.has("workers-dns") && !a.has("workers-file"))) {
     std::fputs(k_usage, a.has("help") ? stdout : stderr);
     return a.has("help") ? 0 : 2;
@@ -133,10 +183,28 @@ int run(const cli_args& a) {
   dc.pool.local_queue = static_cast<int32_t>(a.get_int("local-queue", 2));
   dc.pool.heartbeat_timeout_s = static_cast<double>(a.get_int("heartbeat-timeout-ms", 2000)) / 1000.0;
   dc.pool.dead_grace_s = 2 * dc.pool.heartbeat_timeout_s;
+  dc.kv_events = !a.has("no-kv-events");
+  // Bad workers (docs/reliability.md): bounded retries, the retry budget, outlier ejection.
+  dc.max_attempts = static_cast<uint32_t>(std::max<int64_t>(1, a.get_int("max-attempts", 2)));
+  dc.retry.ratio = a.get_float("retry-budget-percent", 20.0) / 100.0;
+  dc.retry.min_retries = static_cast<uint32_t>(std::max<int64_t>(0, a.get_int("retry-budget-min", 10)));
+  dc.pool.eject_after_failures = static_cast<int32_t>(a.get_int("eject-after-failures", 5));
+  dc.pool.eject_base_s = a.get_float("eject-base-s", 30.0);
+  dc.pool.eject_max_s = a.get_float("eject-max-s", 300.0);
+  dc.pool.max_ejected_percent = static_cast<int32_t>(a.get_int("max-ejected-percent", 50));
+  if (a.get_int("max-attempts", 2) < 1 || dc.retry.ratio < 0 || dc.pool.eject_after_failures < 0 ||
+      dc.pool.eject_base_s <= 0 || dc.pool.eject_max_s < dc.pool.eject_base_s || dc.pool.max_ejected_percent < 0 ||
+      dc.pool.max_ejected_percent > 100)
+    throw std::invalid_argument(
+        "--max-attempts must be >= 1; --retry-budget-percent, --eject-after-failures >= 0; "
+        "0 < --eject-base-s <= --eject-max-s; --max-ejected-percent in [0, 100]");
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
   api_config ac;
   ac.default_timeout_s = a.get_float("request-timeout-s", 600.0);
   ac.limits.max_n = static_cast<int32_t>(a.get_int("max-n", 8));
+  ac.max_timeout_s = a.get_float("max-request-timeout-s", std::max(3600.0, ac.default_timeout_s));
+  if (!(ac.max_timeout_s >= ac.default_timeout_s))
+    throw std::invalid_argument("--max-request-timeout-s must be >= --request-timeout-s");
   if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || ac.default_timeout_s <= 0 || ac.limits.max_n < 1)
     throw std::invalid_argument("--local-queue must be >= 0; --heartbeat-timeout-ms, --request-timeout-s, --max-n > 0");
 
@@ -151,20 +219,48 @@ int run(const cli_args& a) {
     cc.policy.ttl = std::chrono::seconds(a.get_int("cache-ttl-s", 3600));
     cc.policy.max_entry_bytes = static_cast<size_t>(a.get_int("cache-max-entry-bytes", 1 << 20));
     cc.policy.cache_seeded_sampling = !a.has("no-cache-seeded");
+    if (a.has("cache-mac-key-file")) cc.policy.mac_key = read_cache_mac_key(a.get("cache-mac-key-file"));
     cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
     for (const auto& t : tenants.tenants())
       if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
     if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0)
       throw std::invalid_argument("--cache-ttl-s, --cache-threads and --cache-lookup-timeout-ms must be positive");
     cache = std::make_unique<cache_service>(cc);
-    std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms)\n",
-                 a.get("redis").c_str(), static_cast<long long>(cc.policy.ttl.count()),
-                 static_cast<long long>(cc.redis.command_timeout.count()));
+    std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, %s)\n",
+                 cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),
+                 static_cast<long long>(cc.redis.command_timeout.count()),
+                 cc.policy.mac_key.empty() ? "entries unauthenticated: no --cache-mac-key-file"
+                                           : "entries sealed with HMAC-SHA256");
   } else {
     std::fprintf(stderr, "switchyard-router: no --redis: response cache disabled\n");
   }
 
+  // The worker link (router/link_actor.hpp): frame size cap, and CURVE when a key is given.
+  link_config lc;
+  lc.max_frame_bytes = static_cast<int64_t>(proto::k_max_frame_to_router);
+  if (a.has("curve-secret-key") && !a.has("curve-server-key"))
+    throw std::invalid_argument("--curve-secret-key needs --curve-server-key (the workers' public key)");
+  if (a.has("curve-server-key")) {
+    if (!curve::available()) throw std::invalid_argument("--curve-server-key: this libzmq has no CURVE support");
+    lc.curve_server_public_z85 = curve::read_key_file(a.get("curve-server-key"), "--curve-server-key");
+    lc.curve_own = a.has("curve-secret-key")
+                       ? curve::from_secret(curve::read_key_file(a.get("curve-secret-key"), "--curve-secret-key"))
+                       : curve::generate();
+    std::fprintf(stderr, "switchyard-router: worker link: CURVE, router public key %s\n",
+                 lc.curve_own.public_z85.c_str());
+  } else {
+    std::fprintf(stderr, "switchyard-router: worker link: unauthenticated (no --curve-server-key)\n");
+  }
+
   model_registry models;
+  for (const std::string& m : a.all("served-model-name")) {  // aliases for models workers will bring
+    const size_t eq = m.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == m.size() || eq > proto::k_max_model_id_bytes)
+      throw std::invalid_argument("--served-model-name must be NAME=MODEL (NAME up to " +
+                                  std::to_string(proto::k_max_model_id_bytes) + " bytes), got '" + m + "'");
+    if (!models.alias(m.substr(0, eq), m.substr(eq + 1)))
+      throw std::invalid_argument("--served-model-name: '" + m.substr(0, eq) + "' is given for two models");
+  }
   auto status = std::make_shared<router_status>();
   auto d = std::make_shared<dispatcher>(dc, tenants, models, cache.get());
 
@@ -174,7 +270,8 @@ int run(const cli_args& a) {
   auto disp = sys.spawn<caf::detached>(dispatcher_actor, &ctx, d, status);
   auto stop = std::make_shared<std::atomic<bool>>(false);
   auto link_counts = std::make_shared<link_counters>();
-  auto link = sys.spawn<caf::detached>(link_actor, &ctx, link_config{}, disp, stop, link_counts);
+  status->link_metrics = [link_counts] { return render_link_metrics(*link_counts); };
+  auto link = sys.spawn<caf::detached>(link_actor, &ctx, lc, disp, stop, link_counts);
 
   std::vector<std::string> static_workers;
   if (a.has("workers")) {
@@ -222,6 +319,7 @@ int run(const cli_args& a) {
     status->write_overhead_s.observe(s);
   };
   std::unique_ptr<http_server> server;
+  std::unique_ptr<http_server> metrics_server;  // --metrics-port: /metrics alone, without a key
   std::unique_ptr<api_handler> handler;
   // From here on, however run() ends (a port that cannot be bound included), the server, the
   // actors and the threads stop, in an order where nothing calls into what is already gone:
@@ -233,6 +331,7 @@ int run(const cli_args& a) {
     ~at_exit() { f(); }
   } shutdown{[&] {
     if (server) server->stop();
+    if (metrics_server) metrics_server->stop();
     stop_discovery->store(true);
     if (discovery.joinable()) discovery.join();
     {
@@ -262,6 +361,19 @@ int run(const cli_args& a) {
   });
   handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
   current->store(handler.get());
+  if (const long long mport = a.get_int("metrics-port", -1); mport >= 0) {
+    http_server_config mc = hc;
+    mc.host = a.get("metrics-host", "127.0.0.1");
+    mc.port = static_cast<int>(mport);
+    mc.threads = 1;
+    mc.on_written = nullptr;
+    api_handler* h = handler.get();
+    metrics_server = std::make_unique<http_server>(mc, [h](std::shared_ptr<http_exchange> ex, http_request&& req) {
+      h->metrics_listener(std::move(ex), std::move(req));
+    });
+    std::fprintf(stderr, "switchyard-router: metrics on http://%s:%d/metrics (no key)\n", mc.host.c_str(),
+                 metrics_server->port());
+  }
   std::string sources = a.get("workers", "");
   if (a.has("workers-dns")) sources += (sources.empty() ? "dns " : ", dns ") + a.get("workers-dns");
   if (a.has("workers-file")) sources += (sources.empty() ? "file " : ", file ") + a.get("workers-file");
@@ -301,7 +413,7 @@ int run(const cli_args& a) {
 
 int main(int argc, char** argv) {
   try {
-    cli_args a(argc, argv, 1, {"help"});
+    cli_args a(argc, argv, 1, {"help", "no-kv-events", "no-cache-seeded"});
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-router: %s\n", e.what());

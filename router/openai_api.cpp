@@ -12,12 +12,24 @@
 #include <new>
 #include <nlohmann/json.hpp>
 
+#include "common/json_schema.hpp"
+
 namespace sy::router {
 
 api_error bad_request(std::string param, std::string message, std::string code) {
   api_error e;
   e.status = 400;
   e.type = "invalid_request_error";
+  e.code = std::move(code);
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+api_error not_found(std::string code, std::string message, std::string param) {
+  api_error e;
+  e.status = 404;
+  e.type = "not_found_error";
   e.code = std::move(code);
   e.param = std::move(param);
   e.message = std::move(message);
@@ -308,6 +320,8 @@ void parse_options(const json& doc, endpoint kind, const api_limits& limits, gen
     if (!v->is_object()) wrong_type("stream_options", "an object", *v);
     if (!r.stream) reject("stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");
+    if (const json* u = field(*v, "continuous_usage_stats"))
+      r.continuous_usage = as_bool(*u, "stream_options.continuous_usage_stats");
   }
   if (kind == endpoint::completions) {
     if (const json* v = field(doc, "echo")) r.echo = as_bool(*v, "echo");
@@ -380,7 +394,8 @@ void parse_logprobs(const json& doc, endpoint kind, const api_limits& limits, ge
   }
 }
 
-generation_request parse_checked(endpoint kind, std::string_view body, const api_limits& limits) {
+// The body as a JSON object, or rejected with code invalid_json.
+json parse_body(std::string_view body) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -395,6 +410,52 @@ generation_request parse_checked(endpoint kind, std::string_view body, const api
   if (!doc.is_object()) {
     reject("", std::string("The request body must be a JSON object, got ") + doc.type_name(), "invalid_json");
   }
+  return doc;
+}
+
+// response_format -> r.constraint. `body`: the schema is re-read from it in document order
+// (`json` sorts object keys; the order of a schema's properties is the order of the output).
+void parse_response_format(const json& doc, std::string_view body, generation_request& r) {
+  const json* v = field(doc, "response_format");
+  if (v == nullptr) return;
+  const std::string p = "response_format";
+  if (!v->is_object()) wrong_type(p, "an object", *v);
+  const json* t = field(*v, "type");
+  if (t == nullptr) reject(p + ".type", "'response_format.type' is required", "missing_required_parameter");
+  const std::string& type = as_string(*t, p + ".type");
+  if (type == "text") return;
+  if (type == "json_object") {
+    r.constraint.kind = "json_object";
+    return;
+  }
+  if (type != "json_schema")
+    reject(p + ".type", "'response_format.type' must be one of text, json_object, json_schema, got '" + type + "'");
+  const json* js = field(*v, "json_schema");
+  if (js == nullptr)
+    reject(p + ".json_schema", "'response_format.json_schema' is required for type json_schema",
+           "missing_required_parameter");
+  if (!js->is_object()) wrong_type(p + ".json_schema", "an object", *js);
+  if (const json* name = field(*js, "name")) as_string(*name, p + ".json_schema.name");
+  if (const json* strict = field(*js, "strict")) as_bool(*strict, p + ".json_schema.strict");
+  const json* schema = field(*js, "schema");
+  if (schema == nullptr)
+    reject(p + ".json_schema.schema", "'response_format.json_schema.schema' is required", "missing_required_parameter");
+  if (!schema->is_object() && !schema->is_boolean()) wrong_type(p + ".json_schema.schema", "an object", *schema);
+  std::string text = ordered_json::parse(body.begin(), body.end())["response_format"]["json_schema"]["schema"].dump();
+  if (text.size() > proto::k_max_schema_bytes)
+    reject(p + ".json_schema.schema",
+           "the schema is larger than " + std::to_string(proto::k_max_schema_bytes) + " bytes");
+  try {
+    compile_json_schema(text);  // refused here, with the keyword named, rather than by the worker
+  } catch (const json_schema_error& e) {
+    reject(p + ".json_schema.schema", e.what());
+  }
+  r.constraint.kind = "json_schema";
+  r.constraint.schema = std::move(text);
+}
+
+generation_request parse_checked(endpoint kind, std::string_view body, const api_limits& limits) {
+  const json doc = parse_body(body);
   generation_request r;
   r.kind = kind;
   r.sampling.temperature = 1.f;  // OpenAI's default; the wire default (0) is greedy
@@ -408,6 +469,7 @@ generation_request parse_checked(endpoint kind, std::string_view body, const api
   parse_options(doc, kind, limits, r);
   parse_sampling(doc, limits, r);
   parse_logprobs(doc, kind, limits, r);
+  parse_response_format(doc, body, r);
   return r;
 }
 
@@ -544,12 +606,11 @@ ordered_json logprobs_json(const response_meta& meta, const std::vector<token_lo
   return meta.kind == endpoint::completions ? completion_logprobs(lps) : chat_logprobs(lps);
 }
 
-}  // namespace
-
-std::variant<generation_request, api_error> parse_generation_request(endpoint kind, std::string_view body,
-                                                                     const api_limits& limits) {
+// The one place parsing exceptions stop: a rejection becomes its error, anything else a 500.
+template <class T, class F>
+std::variant<T, api_error> guarded(F&& parse) {
   try {
-    return parse_checked(kind, body, limits);
+    return parse();
   } catch (rejected& r) {
     return std::move(r.error);
   } catch (const std::bad_alloc&) {
@@ -576,6 +637,80 @@ std::variant<generation_request, api_error> parse_generation_request(endpoint ki
   }
 }
 
+// "model" when given: a non-empty string of bounded size (empty: not given).
+std::string optional_model(const json& doc) {
+  const json* v = field(doc, "model");
+  if (v == nullptr) return "";
+  const std::string& m = as_string(*v, "model");
+  if (m.size() > proto::k_max_model_id_bytes)
+    reject("model", "'model' is longer than " + std::to_string(proto::k_max_model_id_bytes) + " bytes");
+  return m;
+}
+
+tokenize_request parse_tokenize_checked(std::string_view body, const api_limits& limits) {
+  const json doc = parse_body(body);
+  tokenize_request r;
+  r.model = optional_model(doc);
+  const char* prompt_key = field(doc, "prompt") ? "prompt" : "content";  // llama-server says "content"
+  const json* prompt = field(doc, prompt_key);
+  if (prompt != nullptr && field(doc, "messages") != nullptr)
+    reject("messages", "give 'prompt' or 'messages', not both");
+  if (prompt != nullptr) {
+    r.prompt = as_string(*prompt, prompt_key);
+    if (r.prompt.size() > limits.max_prompt_bytes)
+      reject(prompt_key, "'" + std::string(prompt_key) + "' is " + std::to_string(r.prompt.size()) +
+                             " bytes, more than the limit of " + std::to_string(limits.max_prompt_bytes));
+  } else if (field(doc, "messages") != nullptr) {
+    generation_request g;  // the messages exactly as /v1/chat/completions reads them
+    parse_messages(doc, limits, g);
+    r.messages = std::move(g.messages);
+    r.is_chat = true;
+  } else {
+    reject("prompt", "'prompt' (or 'messages') is required", "missing_required_parameter");
+  }
+  for (const char* key : {"add_special", "add_special_tokens"})  // the second (vLLM's) wins
+    if (const json* v = field(doc, key)) r.add_special_tokens = as_bool(*v, key);
+  if (const json* v = field(doc, "add_generation_prompt"))
+    r.add_generation_prompt = as_bool(*v, "add_generation_prompt");
+  if (const json* v = field(doc, "return_token_strs")) r.return_token_strs = as_bool(*v, "return_token_strs");
+  return r;
+}
+
+detokenize_request parse_detokenize_checked(std::string_view body, const api_limits& limits) {
+  const json doc = parse_body(body);
+  detokenize_request r;
+  r.model = optional_model(doc);
+  const json* v = field(doc, "tokens");
+  if (v == nullptr) reject("tokens", "'tokens' is required", "missing_required_parameter");
+  if (!v->is_array()) wrong_type("tokens", "an array of token ids", *v);
+  const size_t max_tokens = std::min(proto::k_max_prompt_tokens, limits.max_prompt_bytes / sizeof(int32_t));
+  if (v->size() > max_tokens)
+    reject("tokens",
+           "'tokens' has " + std::to_string(v->size()) + " ids, more than the limit of " + std::to_string(max_tokens));
+  r.tokens.reserve(v->size());
+  for (const json& t : *v) {
+    const int32_t id = as_int32(t, "tokens");
+    if (id < 0) reject("tokens", "'tokens' ids must be >= 0, got " + std::to_string(id));
+    r.tokens.push_back(id);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::variant<generation_request, api_error> parse_generation_request(endpoint kind, std::string_view body,
+                                                                     const api_limits& limits) {
+  return guarded<generation_request>([&] { return parse_checked(kind, body, limits); });
+}
+
+std::variant<tokenize_request, api_error> parse_tokenize_request(std::string_view body, const api_limits& limits) {
+  return guarded<tokenize_request>([&] { return parse_tokenize_checked(body, limits); });
+}
+
+std::variant<detokenize_request, api_error> parse_detokenize_request(std::string_view body, const api_limits& limits) {
+  return guarded<detokenize_request>([&] { return parse_detokenize_checked(body, limits); });
+}
+
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
                             const usage_info& usage) {
   const bool chat = meta.kind == endpoint::chat_completions;
@@ -599,7 +734,8 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 }
 
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
-                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs) {
+                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
+                         const usage_info* usage) {
   const bool chat = meta.kind == endpoint::chat_completions;
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
@@ -615,6 +751,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   choice["logprobs"] = logprobs_json(meta, logprobs);
   choice["finish_reason"] = finish_json(finish_reason);
   j["choices"] = ordered_json::array({std::move(choice)});
+  if (usage) j["usage"] = usage_json(*usage);
   return dump(j);
 }
 
@@ -635,22 +772,51 @@ std::string format_error(const api_error& e) {
   return dump(ordered_json{{"error", std::move(err)}});
 }
 
+namespace {
+
+ordered_json model_json(const model_card& m) {
+  ordered_json card = ordered_json::object();
+  card["id"] = m.id;
+  card["object"] = "model";
+  card["created"] = m.created;
+  card["owned_by"] = "switchyard";
+  card["root"] = m.root;
+  card["max_model_len"] = m.max_model_len;
+  return card;
+}
+
+}  // namespace
+
 std::string format_models(const std::vector<model_card>& models) {
   ordered_json data = ordered_json::array();
-  for (const auto& m : models) {
-    ordered_json card = ordered_json::object();
-    card["id"] = m.id;
-    card["object"] = "model";
-    card["created"] = m.created;
-    card["owned_by"] = "switchyard";
-    card["root"] = m.id;
-    card["max_model_len"] = m.max_model_len;
-    data.push_back(std::move(card));
-  }
+  for (const auto& m : models) data.push_back(model_json(m));
   ordered_json j = ordered_json::object();
   j["object"] = "list";
   j["data"] = std::move(data);
   return dump(j);
+}
+
+std::string format_model(const model_card& model) { return dump(model_json(model)); }
+
+std::string format_version() { return dump(ordered_json{{"version", SY_VERSION}}); }
+
+std::string format_tokenize(const std::vector<int32_t>& ids, uint32_t max_model_len,
+                            const std::vector<std::string>& token_strs) {
+  ordered_json j = ordered_json::object();
+  j["count"] = ids.size();
+  j["max_model_len"] = max_model_len;
+  j["tokens"] = ids;
+  if (!token_strs.empty()) {
+    ordered_json strs = ordered_json::array();
+    for (const auto& s : token_strs) strs.push_back(valid_utf8(s));
+    j["token_strs"] = std::move(strs);
+  }
+  return dump(j);
+}
+
+std::string format_detokenize(std::string_view text) {
+  const std::string valid = valid_utf8(text);
+  return dump(ordered_json{{"prompt", valid}, {"content", valid}});
 }
 
 }  // namespace sy::router

@@ -31,6 +31,8 @@ struct api_error {
 };
 
 api_error bad_request(std::string param, std::string message, std::string code = "invalid_value");
+// 404 not_found_error, e.g. code "model_not_found".
+api_error not_found(std::string code, std::string message, std::string param = "");
 
 enum class endpoint : uint8_t { completions, chat_completions };
 
@@ -61,6 +63,9 @@ struct generation_request {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only: prepend the prompt to the text
+  // stream_options.continuous_usage_stats (vLLM's): every chunk carries the usage so far. On its
+  // own too: per-chunk usage implies usage; the final usage chunk still needs include_usage.
+  bool continuous_usage = false;
 
   // temperature [0,2], top_p (0,1], top_k (-1 or 0: off), min_p [0,1], repetition_penalty (0,2],
   // presence/frequency penalties accepted in [-2,2] and ignored, seed (any int64, stored as
@@ -79,6 +84,12 @@ struct generation_request {
   std::optional<double> timeout_s;  // "timeout": seconds until the request's deadline, > 0
   std::string user;                 // OpenAI "user", informational
   std::optional<bool> cache;        // "cache": false opts out of the response cache (no lookup, no store)
+
+  // response_format (chat and completions): {"type": "text"} (the default), {"type":
+  // "json_object"}, or {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+  // "description"}}. The schema is compiled here (common/json_schema.hpp) so what cannot be
+  // enforced is a 400 naming the keyword; the worker compiles it again to decode under it.
+  proto::wire_constraint constraint;
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as OpenAI does). Errors:
@@ -125,22 +136,58 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 
 // One SSE chunk's JSON (without "data: " and the blank line): "text_completion" (completions)
 // or "chat.completion.chunk" (chat: "delta" holds {"role":"assistant"} when `first`, "content"
-// when text is non-empty). finish_reason is null while empty. usage_chunk: "choices": [] and
-// "usage" set (stream_options.include_usage).
+// when text is non-empty). finish_reason is null while empty. `usage`, when given, is the usage so
+// far (stream_options.continuous_usage_stats). usage_chunk: "choices": [] and "usage" set
+// (stream_options.include_usage).
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
-                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs);
+                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
+                         const usage_info* usage = nullptr);
 std::string format_usage_chunk(const response_meta& meta, const usage_info& usage);
 
 // {"error": {...}} — also the payload of a terminal SSE error event.
 std::string format_error(const api_error& e);
 
 // GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by","root",
-// "max_model_len"}]}.
+// "max_model_len"}]}, one card per served name; GET /v1/models/{id}: one card.
 struct model_card {
-  std::string id;
+  std::string id;    // the name clients use (the model's id or an alias)
+  std::string root;  // the model's id (its file's name)
   int64_t created = 0;
   uint32_t max_model_len = 0;
 };
 std::string format_models(const std::vector<model_card>& models);
+std::string format_model(const model_card& model);
+
+// GET /version: {"version": "<Switchyard's version>"} (the CMake project's version).
+std::string format_version();
+
+// ---- Tokenizer endpoints (vLLM's shapes; llama-server's field names accepted) -------------------
+
+// POST /tokenize: {"model"?, "prompt": "..." | "messages": [...], "add_special_tokens"?,
+// "add_generation_prompt"?, "return_token_strs"?}. llama-server's "content" is read as "prompt"
+// and its "add_special" as "add_special_tokens".
+struct tokenize_request {
+  std::string model;  // empty: the one model served
+  bool is_chat = false;
+  std::string prompt;                  // !is_chat
+  std::vector<chat_message> messages;  // is_chat: as /v1/chat/completions reads them
+  bool add_special_tokens = true;      // prompt: BOS (and EOS) as the model adds them
+  bool add_generation_prompt = true;   // messages
+  bool return_token_strs = false;
+};
+std::variant<tokenize_request, api_error> parse_tokenize_request(std::string_view body, const api_limits& limits);
+
+// {"count", "max_model_len", "tokens", "token_strs"?}; `token_strs` is left out when empty.
+std::string format_tokenize(const std::vector<int32_t>& ids, uint32_t max_model_len,
+                            const std::vector<std::string>& token_strs);
+
+// POST /detokenize: {"model"?, "tokens": [ids]}.
+struct detokenize_request {
+  std::string model;  // empty: the one model served
+  std::vector<int32_t> tokens;
+};
+std::variant<detokenize_request, api_error> parse_detokenize_request(std::string_view body, const api_limits& limits);
+// {"prompt": text} (vLLM), with llama-server's "content" holding the same text.
+std::string format_detokenize(std::string_view text);
 
 }  // namespace sy::router

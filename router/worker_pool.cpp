@@ -4,6 +4,8 @@
 #include <cassert>
 #include <limits>
 
+#include "common/metrics.hpp"
+
 namespace sy::router {
 
 std::string_view name(worker_state s) {
@@ -18,25 +20,10 @@ std::string_view name(worker_state s) {
       return "retired";
     case worker_state::dead:
       return "dead";
+    case worker_state::ejected:
+      return "ejected";
   }
   return "unknown";
-}
-
-std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, uint32_t block_size) {
-  std::vector<uint64_t> out;
-  if (block_size == 0) return out;
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (size_t b = 0; (b + 1) * block_size <= prompt.size(); ++b) {
-    for (size_t i = b * block_size; i < (b + 1) * block_size; ++i) {
-      // splitmix-style mixing of each token into the running hash (chained from the parent)
-      uint64_t x = h ^ (static_cast<uint64_t>(static_cast<uint32_t>(prompt[i])) + 0x632be59bd9b4e019ull);
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-      h = x ^ (x >> 31);
-    }
-    out.push_back(h);
-  }
-  return out;
 }
 
 worker_view& worker_pool::get(worker_ref w) {
@@ -64,6 +51,8 @@ void worker_pool::update_state(worker_view& v) {
     s = worker_state::retired;
   else if (v.liveness == worker_liveness::connecting)
     s = worker_state::connecting;
+  else if (v.ejected_until_s > 0)
+    s = worker_state::ejected;
   else if (v.load.draining)
     s = worker_state::draining;
   if (s == v.state) return;
@@ -83,7 +72,7 @@ worker_pool::added worker_pool::add(const std::string& endpoint) {
   worker_view& v = workers_[ref];
   v.ref = ref;
   v.endpoint = endpoint;
-  prefixes_[ref];
+  views_[ref];
   changes_.push_back({ref, endpoint, std::nullopt, v.state});
   return {ref, true};
 }
@@ -104,14 +93,18 @@ bool worker_pool::on_welcome(worker_ref w, proto::welcome info, double now_s) {
   const bool became_up = v.liveness != worker_liveness::up;
   if (became_up || v.info.worker_id != info.worker_id) {
     // A (re)started worker has an empty prefix cache, runs nothing of ours and is not draining.
-    prefixes_[w] = prefix_index{};
+    views_[w].view.clear();
     v.in_flight = 0;
     v.load = {};
   }
+  if (v.info.worker_id != info.worker_id) {  // a new process: its predecessor's failures are not its own
+    v.consecutive_failures = 0;
+    v.ejections_in_a_row = 0;
+    v.ejected_until_s = 0;
+  }
   info.tokenizer = {};
   v.info = std::move(info);
-  prefixes_[w].capacity =
-      v.info.kv_block_size ? std::max<size_t>(64, 2 * v.info.kv_capacity_tokens / v.info.kv_block_size) : 0;
+  views_[w].view.set_capacity(v.info.kv_block_size ? v.info.kv_capacity_tokens / v.info.kv_block_size : 0);
   v.liveness = worker_liveness::up;
   v.last_seen_s = now_s;
   update_state(v);
@@ -122,6 +115,7 @@ void worker_pool::on_heartbeat(worker_ref w, const proto::heartbeat& hb, double 
   worker_view& v = get(w);
   v.load = hb;
   if (v.liveness == worker_liveness::up) v.last_seen_s = now_s;
+  if (v.liveness == worker_liveness::up && v.info.kv_events) views_[w].view.check_last_seq(hb.kv_seq, kv_counters_);
   update_state(v);
 }
 
@@ -129,6 +123,46 @@ void worker_pool::mark_draining(worker_ref w) {
   worker_view& v = get(w);
   v.load.draining = true;
   update_state(v);
+}
+
+bool worker_pool::on_request_failed(worker_ref w, double now_s) {
+  worker_view& v = get(w);
+  v.consecutive_failures++;
+  if (cfg_.eject_after_failures <= 0 || v.consecutive_failures < cfg_.eject_after_failures) return false;
+  if (v.state != worker_state::ready && v.state != worker_state::draining) return false;  // out already
+  size_t live = 0, ejected = 0;
+  for (const auto& [ref, o] : workers_) {
+    if (o.info.model_id != v.info.model_id || o.liveness != worker_liveness::up || !o.listed) continue;
+    live++;
+    ejected += o.state == worker_state::ejected;
+  }
+  if ((ejected + 1) * 100 > live * static_cast<size_t>(std::max(0, cfg_.max_ejected_percent))) return false;
+  v.ejections_in_a_row++;
+  v.ejections++;
+  ejections_total_++;
+  v.ejected_until_s = now_s + std::min(cfg_.eject_max_s, cfg_.eject_base_s * v.ejections_in_a_row);
+  v.consecutive_failures = 0;
+  update_state(v);
+  return true;
+}
+
+void worker_pool::on_request_succeeded(worker_ref w) {
+  auto it = workers_.find(w);
+  if (it == workers_.end()) return;
+  it->second.consecutive_failures = 0;
+  if (it->second.ejected_until_s == 0) it->second.ejections_in_a_row = 0;  // healthy again: next ejection is short
+}
+
+std::vector<worker_ref> worker_pool::readmit(double now_s) {
+  std::vector<worker_ref> back;
+  for (auto& [ref, v] : workers_) {
+    if (v.ejected_until_s > 0 && now_s >= v.ejected_until_s) {
+      v.ejected_until_s = 0;
+      update_state(v);
+      back.push_back(ref);
+    }
+  }
+  return back;
 }
 
 std::vector<worker_ref> worker_pool::check_liveness(double now_s) {
@@ -160,7 +194,7 @@ void worker_pool::remove(worker_ref w) {
   if (it == workers_.end()) return;
   changes_.push_back({w, it->second.endpoint, it->second.state, std::nullopt});
   workers_.erase(it);
-  prefixes_.erase(w);
+  views_.erase(w);
 }
 
 std::vector<worker_change> worker_pool::take_changes() {
@@ -180,19 +214,55 @@ bool worker_pool::has_slot(const worker_view& v) const {
 }
 
 size_t worker_pool::cached_blocks(worker_ref w, std::span<const uint64_t> block_hashes) const {
-  auto it = prefixes_.find(w);
-  if (it == prefixes_.end()) return 0;
-  const prefix_index& p = it->second;
-  size_t n = 0;
-  while (n < block_hashes.size() && p.where.count(block_hashes[n])) ++n;
-  return n;
+  auto it = views_.find(w);
+  return it == views_.end() ? 0 : it->second.view.leading(block_hashes);
 }
 
-std::optional<worker_ref> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes) const {
+const kv_view* worker_pool::kv_view_of(worker_ref w) const {
+  auto it = views_.find(w);
+  return it == views_.end() ? nullptr : &it->second.view;
+}
+
+void worker_pool::on_kv_events(worker_ref w, const proto::kv_events& m) {
+  const worker_view* v = find(w);
+  if (!v || v->liveness != worker_liveness::up || (!m.model_id.empty() && m.model_id != v->info.model_id)) {
+    kv_counters_.ignored++;
+    return;
+  }
+  views_[w].view.apply(m, kv_counters_);
+}
+
+std::vector<worker_ref> worker_pool::kv_resyncs_due(double now_s) {
+  std::vector<worker_ref> due;
+  for (auto& [ref, k] : views_) {
+    const worker_view* v = find(ref);
+    if (!v || v->liveness != worker_liveness::up || !k.view.wants_snapshot()) continue;
+    if (now_s - k.resync_asked_s < cfg_.kv_resync_interval_s) continue;
+    k.resync_asked_s = now_s;
+    kv_resyncs_++;
+    due.push_back(ref);
+  }
+  return due;
+}
+
+void worker_pool::expire_kv_hints(double now_s) {
+  for (auto& [ref, k] : views_) {
+    const worker_view* v = find(ref);
+    if (v && v->info.kv_events) k.view.expire_hints(now_s, cfg_.kv_hint_ttl_s);
+  }
+}
+
+std::optional<worker_ref> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes,
+                                              std::optional<worker_ref> avoid) const {
+  const worker_ref avoided = avoid.value_or(0);
+  const bool skip =
+      avoid.has_value() && std::any_of(workers_.begin(), workers_.end(), [&](const auto& kv) {
+        return kv.first != avoided && kv.second.state == worker_state::ready && kv.second.info.model_id == model;
+      });
   int32_t min_load = std::numeric_limits<int32_t>::max(), max_load = -1;
   std::optional<worker_ref> least;
   for (const auto& [ref, v] : workers_) {
-    if (!has_slot(v) || v.info.model_id != model) continue;
+    if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
     if (v.in_flight < min_load) {
       min_load = v.in_flight;
       least = ref;
@@ -204,7 +274,7 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   size_t best_blocks = 0;
   int32_t best_load = 0;
   for (const auto& [ref, v] : workers_) {
-    if (!has_slot(v) || v.info.model_id != model) continue;
+    if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
     const size_t blocks = cached_blocks(ref, block_hashes);
     if (!best || blocks > best_blocks || (blocks == best_blocks && v.in_flight < best_load)) {
       best = ref;
@@ -215,29 +285,53 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   return best;
 }
 
-void worker_pool::on_dispatched(worker_ref w, std::span<const uint64_t> block_hashes) {
+void worker_pool::on_dispatched(worker_ref w, std::span<const uint64_t> block_hashes, double now_s) {
   worker_view& v = get(w);
   v.in_flight++;
   v.dispatched++;
   v.prefix_hit_blocks += cached_blocks(w, block_hashes);
-  prefix_index& p = prefixes_[w];
-  for (const uint64_t h : block_hashes) {
-    if (auto it = p.where.find(h); it != p.where.end()) {
-      p.lru.splice(p.lru.begin(), p.lru, it->second);
-    } else {
-      p.lru.push_front(h);
-      p.where.emplace(h, p.lru.begin());
-    }
-  }
-  while (p.lru.size() > p.capacity && !p.lru.empty()) {
-    p.where.erase(p.lru.back());
-    p.lru.pop_back();
-  }
+  views_[w].view.hint(block_hashes, now_s);
 }
 
 void worker_pool::on_finished(worker_ref w) {
   auto it = workers_.find(w);
   if (it != workers_.end() && it->second.in_flight > 0) it->second.in_flight--;
+}
+
+void render_kv_metrics(const worker_pool& pool, std::string& out) {
+  const kv_view_counters& c = pool.kv_counters();
+  out +=
+      "# HELP switchyard_router_kv_events_total Workers' KV block events applied to this router's prefix views, "
+      "by kind (stored/evicted: block hashes; snapshot: full snapshots).\n";
+  out += "# TYPE switchyard_router_kv_events_total counter\n";
+  out += "switchyard_router_kv_events_total{kind=\"stored\"} " + std::to_string(c.stored) + "\n";
+  out += "switchyard_router_kv_events_total{kind=\"evicted\"} " + std::to_string(c.evicted) + "\n";
+  out += "switchyard_router_kv_events_total{kind=\"snapshot\"} " + std::to_string(c.snapshots) + "\n";
+  metric(out, "switchyard_router_kv_event_gaps_total", "counter",
+         "KV event messages that followed a lost one (sequence gap) or came before any snapshot.",
+         static_cast<double>(c.gaps));
+  metric(out, "switchyard_router_kv_event_overflows_total", "counter",
+         "KV block hashes refused because the view already held the worker's block count.",
+         static_cast<double>(c.overflows));
+  metric(out, "switchyard_router_kv_events_ignored_total", "counter",
+         "KV event messages from workers that are not up, or about another model.", static_cast<double>(c.ignored));
+  metric(out, "switchyard_router_kv_resyncs_total", "counter",
+         "Snapshots asked of workers (kv_resync) because a prefix view went stale.",
+         static_cast<double>(pool.kv_resyncs()));
+  out += "# HELP switchyard_router_kv_view_blocks KV blocks each worker holds, as this router's view has them.\n";
+  out += "# TYPE switchyard_router_kv_view_blocks gauge\n";
+  for (const auto& [w, v] : pool.all())
+    if (const kv_view* k = pool.kv_view_of(w))
+      out += "switchyard_router_kv_view_blocks{worker=\"" + label_value(v.endpoint) + "\"} " +
+             std::to_string(k->size()) + "\n";
+  out +=
+      "# HELP switchyard_router_kv_view_exact 1 when this router's view of the worker's prefix cache is exact "
+      "(a snapshot and every event since).\n";
+  out += "# TYPE switchyard_router_kv_view_exact gauge\n";
+  for (const auto& [w, v] : pool.all())
+    if (const kv_view* k = pool.kv_view_of(w))
+      out += "switchyard_router_kv_view_exact{worker=\"" + label_value(v.endpoint) + "\"} " +
+             std::string(k->exact() ? "1" : "0") + "\n";
 }
 
 }  // namespace sy::router

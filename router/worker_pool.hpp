@@ -8,6 +8,11 @@
 //   ready       welcomed, heartbeats arriving, takes new requests;
 //   draining    welcomed and alive, but refusing new work (its heartbeat says so, or it refused
 //               a submit as overloaded) — until a heartbeat says otherwise;
+//   ejected     alive but failing: it ended `eject_after_failures` requests in a row with a
+//               worker error (a "black hole": heartbeats fine, every step throwing). No new
+//               requests until its ejection time is up (outlier detection, as Envoy's
+//               consecutive-5xx): then ready again, on probation — a success clears its record,
+//               another run of failures ejects it for longer (base x times ejected in a row).
 //   retired     no longer listed: no new requests, finishing what it runs;
 //   dead        silent for `heartbeat_timeout_s` (its requests are the dispatcher's to rescue),
 //               until it says welcome again.
@@ -21,9 +26,10 @@
 // Choice (prefix-aware, without hot spots): among ready workers of the model with a free slot
 // (in flight < max_running + local_queue), if their loads differ by more than
 // `balance_threshold` requests the least loaded wins; otherwise the one whose prefix index
-// holds the longest run of the prompt's leading blocks wins, ties to the least loaded. The
-// prefix index remembers the block hashes of prompts dispatched to a worker (LRU, bounded by
-// what its KV cache can hold), so it approximates the worker's prefix cache.
+// holds the longest run of the prompt's leading blocks wins, ties to the least loaded. That
+// view (router/kv_view.hpp) is the exact set of block hashes the worker holds, mirrored from
+// its kv_events, plus short-lived hints for prompts just sent there; every router replica keeps
+// the same exact view, so affinity holds whichever replica a request reaches.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +42,15 @@
 #include <vector>
 
 #include "common/protocol.hpp"
+#include "router/kv_view.hpp"
 #include "router/worker_ref.hpp"
 
 namespace sy::router {
 
-enum class worker_state : uint8_t { connecting, ready, draining, retired, dead };
+enum class worker_state : uint8_t { connecting, ready, draining, retired, dead, ejected };
 inline constexpr worker_state k_worker_states[] = {worker_state::connecting, worker_state::ready,
-                                                   worker_state::draining, worker_state::retired, worker_state::dead};
+                                                   worker_state::draining,   worker_state::retired,
+                                                   worker_state::dead,       worker_state::ejected};
 std::string_view name(worker_state s);
 
 struct worker_pool_config {
@@ -50,10 +58,16 @@ struct worker_pool_config {
   double dead_grace_s = 4.0;      // dead this long: removed (the router uses 2 x the heartbeat timeout)
   int32_t local_queue = 2;        // requests per worker beyond its max_running
   int32_t balance_threshold = 4;  // in-flight difference that overrides prefix affinity
+  // Outlier ejection (see `ejected` above). Never takes out more than max_ejected_percent of a
+  // model's live workers (rounded down: never a model's only worker, whose failures then reach
+  // the clients as fast errors rather than as a queue that waits for nothing).
+  int32_t eject_after_failures = 5;  // consecutive worker errors; 0: never eject
+  double eject_base_s = 30.0;        // first ejection; x2, x3, ... while it keeps failing
+  double eject_max_s = 300.0;
+  int32_t max_ejected_percent = 50;
+  double kv_hint_ttl_s = 2.0;         // a dispatch-time hint not confirmed by the worker's events by then goes
+  double kv_resync_interval_s = 1.0;  // between kv_resync requests to a worker whose view is stale
 };
-
-// Chained hashes of a prompt's full blocks: hash[i] covers tokens [0, (i+1) * block_size).
-std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, uint32_t block_size);
 
 // Whether the worker's process answers, as heartbeats tell (one input of worker_state).
 enum class worker_liveness : uint8_t { connecting, up, dead };
@@ -71,6 +85,11 @@ struct worker_view {
   int32_t in_flight = 0;  // choices this router has dispatched there and not seen end
   uint64_t dispatched = 0;
   uint64_t prefix_hit_blocks = 0;  // blocks of dispatched prompts found in the index
+  // Outlier ejection (this router's view; a restarted process starts with a clean record).
+  int32_t consecutive_failures = 0;  // requests it ended with a worker error since its last success
+  uint32_t ejections_in_a_row = 0;   // ejections since its last success: the next one lasts longer
+  double ejected_until_s = 0;        // > 0: ejected until then
+  uint64_t ejections = 0;            // times ejected, ever
 };
 
 // One line of a worker's history: joined (no `from`), a state change, or removed (no `to`).
@@ -103,11 +122,32 @@ class worker_pool {
 
   // Where to send a request for `model` whose prompt has these block hashes; nullopt when no
   // ready worker of that model has a free slot.
-  std::optional<worker_ref> choose(const std::string& model, std::span<const uint64_t> block_hashes) const;
-  void on_dispatched(worker_ref w, std::span<const uint64_t> block_hashes);
+  // `avoid` (a retry: the worker that failed it) is passed over while the model has another ready
+  // worker, busy or not.
+  std::optional<worker_ref> choose(const std::string& model, std::span<const uint64_t> block_hashes,
+                                   std::optional<worker_ref> avoid = std::nullopt) const;
+  void on_dispatched(worker_ref w, std::span<const uint64_t> block_hashes, double now_s);
+  // A worker's kv_events: applied to its view (ignored from a worker that is not up, or about
+  // another model than it serves).
+  void on_kv_events(worker_ref w, const proto::kv_events& m);
+  // Workers whose view is stale and that were not asked for a snapshot in the last
+  // kv_resync_interval_s (now marked asked): send each a kv_resync.
+  std::vector<worker_ref> kv_resyncs_due(double now_s);
+  // Drops dispatch-time hints older than kv_hint_ttl_s (of workers that send kv_events).
+  void expire_kv_hints(double now_s);
+  const kv_view* kv_view_of(worker_ref w) const;
+  const kv_view_counters& kv_counters() const { return kv_counters_; }
+  uint64_t kv_resyncs() const { return kv_resyncs_; }
   void on_finished(worker_ref w);
   // The worker refused work as draining: treat it so until its next heartbeat.
   void mark_draining(worker_ref w);
+  // A request the worker ended with a worker error (its step failed, say): true when this
+  // ejects it. A request that completed: its failure record is cleared.
+  bool on_request_failed(worker_ref w, double now_s);
+  void on_request_succeeded(worker_ref w);
+  // Ejected workers whose time is up are ready again; returns them.
+  std::vector<worker_ref> readmit(double now_s);
+  uint64_t ejections_total() const { return ejections_total_; }
 
   size_t size() const { return workers_.size(); }
   const worker_view* find(worker_ref w) const;
@@ -115,26 +155,31 @@ class worker_pool {
   const std::map<worker_ref, worker_view>& all() const { return workers_; }  // by ref: join order
   size_t n_ready() const { return count(worker_state::ready); }
   size_t count(worker_state s) const;
-  // Leading blocks of `block_hashes` found in worker w's prefix index.
+  // Leading blocks of `block_hashes` found in worker w's view of its prefix cache.
   size_t cached_blocks(worker_ref w, std::span<const uint64_t> block_hashes) const;
   // Joins, state changes and removals since the last call, in order.
   std::vector<worker_change> take_changes();
 
  private:
-  struct prefix_index {
-    std::list<uint64_t> lru;  // most recent first
-    std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
-    size_t capacity = 0;
-  };
   bool has_slot(const worker_view& v) const;
   worker_view& get(worker_ref w);
   void update_state(worker_view& v);  // recomputes v.state from its inputs, recording a change
 
   worker_pool_config cfg_;
   std::map<worker_ref, worker_view> workers_;
-  std::map<worker_ref, prefix_index> prefixes_;  // same keys as workers_
+  struct kv_state {
+    kv_view view;
+    double resync_asked_s = -1e9;
+  };
+  std::map<worker_ref, kv_state> views_;  // same keys as workers_
+  kv_view_counters kv_counters_;
+  uint64_t kv_resyncs_ = 0;
   worker_ref next_ref_ = 0;
   std::vector<worker_change> changes_;
+  uint64_t ejections_total_ = 0;
 };
+
+// The prefix views' metrics (switchyard_router_kv_*), appended to `out` in Prometheus text.
+void render_kv_metrics(const worker_pool& pool, std::string& out);
 
 }  // namespace sy::router

@@ -3,17 +3,21 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
+#include "common/kv_hash.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace sy {
 namespace {
 
-// Prefix-cache salt: blocks are only shared between requests of the same model.
+// Prefix-cache salt: blocks are only shared between requests of the same model. The file's
+// name, not its path: routers compare hashes across workers, which mount it in different places.
 uint64_t model_salt(const llama_model& m) {
-  return std::hash<std::string>{}(m.hparams().name + "/" + m.file().path()) | 1;
+  const std::string& path = m.file().path();
+  return kv_model_salt(m.hparams().name + "/" + path.substr(path.find_last_of('/') + 1));
 }
 
 // The configured KV type, refused (before the arena is sized) when the model's heads cannot be
@@ -60,7 +64,8 @@ int64_t engine::live_kv_tokens() const {
 }
 
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
-                                           const sampling_params& params, int32_t priority, int64_t deadline_ms) {
+                                           const sampling_params& params, int32_t priority, int64_t deadline_ms,
+                                           int32_t n_generated, std::shared_ptr<grammar_masks> constraint) {
   if (id.empty()) return submit_error{"invalid_request", "request_id is empty"};
   if (by_name_.count(id)) return submit_error{"duplicate_request", "request_id '" + id + "' is already live"};
   if (prompt.empty()) return submit_error{"invalid_request", "prompt is empty"};
@@ -70,7 +75,9 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
       return submit_error{"invalid_request", "prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
                                                  " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
   if (params.max_tokens < 1) return submit_error{"invalid_request", "max_tokens must be at least 1"};
-  const int64_t need = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (n_generated < 0 || static_cast<size_t>(n_generated) >= prompt.size() || n_generated >= params.max_tokens)
+    return submit_error{"invalid_request", "n_generated must be below the prompt's length and max_tokens"};
+  const int64_t need = static_cast<int64_t>(prompt.size()) - n_generated + params.max_tokens;
   if (need > config_.max_context)
     return submit_error{"invalid_request", "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
                                                std::to_string(params.max_tokens) + ") exceeds the context length (" +
@@ -79,21 +86,34 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
       params.min_p > 1 || !(params.repetition_penalty > 0))
     return submit_error{"invalid_request", "sampling parameters out of range"};
   const request_id rid = next_id_++;
+  const std::vector<token_id> resumed(prompt.end() - n_generated, prompt.end());
   request_spec spec;
   spec.id = rid;
   spec.prompt = std::move(prompt);
   spec.max_tokens = params.max_tokens;
   spec.priority = priority;
   if (deadline_ms > 0) spec.deadline_ms = deadline_ms;
+  spec.n_generated = n_generated;
   if (sched_.add(std::move(spec)) != add_status::ok)
     return submit_error{"exceeds_kv_capacity", "prompt + max_tokens needs more KV blocks than this worker has (" +
                                                    std::to_string(config_.n_kv_blocks) + " blocks of " +
                                                    std::to_string(config_.block_size) + " tokens)"};
   auto lr = std::make_unique<live_request>(id, params, model_.vocab());
+  // A resumed stream: detokenizer, stop strings and sampler continue from where the first
+  // worker left them (a UTF-8 sequence or stop-string prefix held back there completes here);
+  // the text of the resumed tokens is the client's already, so it is dropped.
+  for (const token_id t : resumed) lr->stops.push(lr->decoder.push(t));
+  lr->smp.skip_samples(resumed.size());
+  if (constraint) {
+    const auto& m = constraint->matcher();
+    lr->gstate = m.initial();
+    for (const token_id t : resumed) lr->gstate = m.accept(lr->gstate, model_.vocab().token_bytes(t));
+    lr->grammar = std::move(constraint);
+  }
   // The backend samples what its sampler can: no logprobs (they need the row), no repetition
   // penalty (it needs the history).
-  lr->on_backend =
-      backend_->samples() && params.logprobs == 0 && (params.repetition_penalty == 1.f || params.repeat_last_n == 0);
+  lr->on_backend = backend_->samples() && params.logprobs == 0 &&
+                   (params.repetition_penalty == 1.f || params.repeat_last_n == 0) && !lr->grammar;
   if (lr->on_backend)
     lr->backend_seed =
         params.has_seed ? params.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
@@ -198,6 +218,12 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     live_request& lr = *live_.at(j.id);
     std::span<float> l(out_.logits.data() + j.logits_row * n_vocab, static_cast<size_t>(n_vocab));
     if (lr.params.logprobs > 0) lr.raw_logits.assign(l.begin(), l.end());
+    if (lr.grammar) {  // tokens that would leave the grammar cannot be sampled
+      const auto mask = lr.grammar->mask(lr.gstate);
+      for (size_t t = 0; t < l.size(); ++t)
+        if (!mask->allows(static_cast<token_id>(t))) l[t] = -std::numeric_limits<float>::infinity();
+      if (mask->n_allowed == 0) l[static_cast<size_t>(model_.vocab().eos())] = 0;  // cannot happen; end it
+    }
     pick& p = picks_[j.row];
     p.token = lr.smp.sample(l, sched_.tokens(j.id));
     if (lr.params.logprobs > 0) p.logprobs = logprobs_of(lr.raw_logits, p.token, lr.params.logprobs);
@@ -223,6 +249,12 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
       if (lr.params.logprobs > 0) ev.logprobs.push_back(std::move(p.logprobs));
       ev.text += lr.stops.push(lr.decoder.push(tok));
       stop = lr.stops.stopped();
+      if (lr.grammar) {
+        // A complete sentence after which nothing may follow ends the request now (no step spent
+        // on a forced end token); a dead state cannot happen (the mask kept it alive).
+        lr.gstate = lr.grammar->matcher().accept(lr.gstate, vocab.token_bytes(tok));
+        stop = stop || lr.gstate.must_end() || lr.gstate.dead();
+      }
     }
     sampled_.push_back({s.id, tok, stop});
   }
@@ -230,6 +262,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
   for (const auto& f : sched_.update(plan, sampled_)) finish_event(f.id, f.reason, f.usage, events);
 
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  sched_.observe_step(plan, ms);
   stats_.steps++;
   stats_.last_step_ms = ms;
   stats_.mean_step_ms = stats_.steps == 1 ? ms : 0.9 * stats_.mean_step_ms + 0.1 * ms;

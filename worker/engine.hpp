@@ -29,6 +29,7 @@
 #include "worker/sampler.hpp"
 #include "worker/scheduler.hpp"
 #include "worker/stop_matcher.hpp"
+#include "worker/token_mask.hpp"
 
 namespace sy {
 
@@ -86,8 +87,13 @@ class engine {
   engine& operator=(const engine&) = delete;
 
   // Validates and queues a request. `deadline_ms` is on the clock step() is given (0: none).
+  // `n_generated` > 0 resumes a stream started elsewhere: the prompt's last n_generated tokens
+  // are output already sent (proto::submit::n_generated). `constraint`: the output must be a
+  // sentence of that grammar (structured outputs): each step masks the tokens that would leave
+  // it, and the request stops as soon as the sentence is complete and nothing may follow.
   std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt, const sampling_params& params,
-                                     int32_t priority, int64_t deadline_ms = 0);
+                                     int32_t priority, int64_t deadline_ms = 0, int32_t n_generated = 0,
+                                     std::shared_ptr<grammar_masks> constraint = nullptr);
   // Cancels a live request; it is reported finished (cancelled) by the next step().
   bool cancel(const std::string& id);
   bool has_work() const { return !live_.empty(); }
@@ -98,6 +104,9 @@ class engine {
 
   engine_stats stats() const;
   const kv_block_pool& pool() const { return pool_; }
+  // For the KV event publisher (worker/kv_publisher.hpp): recording and taking events, the
+  // snapshot. Between steps only, on the engine's thread.
+  kv_block_pool& pool() { return pool_; }
   // Tokens whose K/V live in the cache for running requests (KV slots holding live tokens).
   int64_t live_kv_tokens() const;
   const engine_config& config() const { return config_; }
@@ -111,9 +120,11 @@ class engine {
     sampler smp;
     stop_matcher stops;
     stream_decoder decoder;
-    std::vector<float> raw_logits;  // requests with logprobs: the row before sampling changed it
-    bool on_backend = false;        // sampled by the backend (only the token id comes back)
-    uint64_t backend_seed = 0;      // its seed there: params.seed, or drawn once at submit
+    std::vector<float> raw_logits;           // requests with logprobs: the row before sampling changed it
+    bool on_backend = false;                 // sampled by the backend (only the token id comes back)
+    uint64_t backend_seed = 0;               // its seed there: params.seed, or drawn once at submit
+    std::shared_ptr<grammar_masks> grammar;  // constrained decoding, else null
+    grammar::matcher_state gstate;           // after the output so far (survives preemption)
     live_request(std::string n, const sampling_params& p, const tokenizer& tok)
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };

@@ -10,8 +10,9 @@
 namespace sy {
 namespace {
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+// The engine's clock: steady, so deadlines survive wall-clock steps and skew between hosts.
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -55,7 +56,7 @@ caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::c
   self->send(self, tick_atom::value);
   return {
       [=](frame_atom, const std::string& peer, const std::string& type, const std::string& body) {
-        self->state.service->on_frame(peer, type, body, unix_ms(), self->state.out);
+        self->state.service->on_frame(peer, type, body, steady_ms(), self->state.out);
         publish(self->state);  // before the replies go out: a client that saw them sees these metrics
         flush(self->state, ctx);
         kick();
@@ -69,7 +70,7 @@ caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::c
         auto& s = self->state;
         s.stepping = false;
         const uint64_t steps_before = s.service->eng().stats().steps;
-        s.service->step(unix_ms(), s.out);
+        s.service->step(steady_ms(), s.out);
         const engine_stats es = s.service->eng().stats();
         if (es.steps != steps_before) {
           s.local.step_seconds.observe(es.last_step_ms / 1000.0);
@@ -82,7 +83,7 @@ caf::behavior engine_actor(caf::stateful_actor<engine_actor_state>* self, zmq::c
       },
       [=](tick_atom) {
         auto& s = self->state;
-        s.service->heartbeat(unix_ms(), s.out);
+        s.service->heartbeat(steady_ms(), s.out);
         publish(s);
         flush(s, ctx);
         kick();  // deadlines expire even when nothing else arrives
@@ -131,6 +132,18 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(c.errors_sent));
   metric(o, "switchyard_worker_step_failures_total", "counter",
          "Engine steps that failed; their requests ended with internal_error.", static_cast<double>(c.step_failures));
+  o += "# HELP switchyard_worker_kv_events_total Block hashes published to routers' prefix views, by kind (once "
+       "per step, whatever the number of routers).\n"
+       "# TYPE switchyard_worker_kv_events_total counter\n";
+  o += "switchyard_worker_kv_events_total{kind=\"stored\"} " + std::to_string(c.kv.stored) + "\n";
+  o += "switchyard_worker_kv_events_total{kind=\"evicted\"} " + std::to_string(c.kv.evicted) + "\n";
+  metric(o, "switchyard_worker_kv_snapshots_total", "counter",
+         "Full prefix-cache snapshots sent to routers (on hello, on a router's resync request, after lost events).",
+         static_cast<double>(c.kv.snapshots));
+  metric(o, "switchyard_worker_kv_resync_requests_total", "counter", "Routers' requests for a snapshot after a gap.",
+         static_cast<double>(c.kv.resyncs));
+  metric(o, "switchyard_worker_kv_event_subscribers", "gauge", "Routers receiving this worker's KV block events.",
+         static_cast<double>(c.kv_subscribers));
   metric(o, "switchyard_worker_draining", "gauge", "1 while the worker accepts no new requests.", m.draining ? 1 : 0);
   m.step_seconds.render(o, "switchyard_worker_step_seconds", "Duration of one engine step.");
   m.batch_tokens.render(o, "switchyard_worker_batch_tokens", "Tokens in one engine step.");

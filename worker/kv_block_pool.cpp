@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "common/kv_hash.hpp"
+
 namespace sy {
 
 namespace {
@@ -17,8 +19,6 @@ uint64_t mix64(uint64_t x) {
   return x;
 }
 
-constexpr uint64_t k_golden = 0x9e3779b97f4a7c15ULL;
-
 // The hash handed back by register_full when `h` is already taken by a block with *different*
 // content (a true 64-bit collision). The new block stays unregistered, and its descendants chain
 // from this value instead of `h`, so they can never be reached through the other block's prefix.
@@ -31,11 +31,7 @@ uint64_t collision_hash(uint64_t h) {
 }  // namespace
 
 uint64_t kv_block_pool::chain_hash(uint64_t parent_hash, std::span<const token_id> tokens, uint64_t salt) {
-  uint64_t h = mix64(salt + k_golden);
-  h = mix64(h ^ parent_hash);
-  for (token_id t : tokens) h = mix64(h + k_golden + static_cast<uint32_t>(t));
-  h = mix64(h ^ static_cast<uint64_t>(tokens.size()));
-  return h == 0 ? 1 : h;  // 0 is reserved for "no parent"
+  return kv_chain_hash(parent_hash, tokens, salt);
 }
 
 kv_block_pool::kv_block_pool(int32_t n_blocks, int32_t block_size, uint64_t model_salt)
@@ -104,6 +100,7 @@ std::optional<std::vector<block_id>> kv_block_pool::allocate(int32_t n) {
     block_meta& m = meta_[static_cast<size_t>(b)];
     assert(m.registered && m.ref == 0);
     by_hash_.erase(m.hash);
+    record(m.hash, false);
     m.registered = false;
     m.in_lru = false;
     m.hash = 0;
@@ -144,6 +141,7 @@ uint64_t kv_block_pool::register_full(block_id b, uint64_t parent_hash, std::spa
   m.parent_hash = parent_hash;
   m.tokens.assign(tokens.begin(), tokens.end());
   by_hash_.emplace(h, b);
+  record(h, true);
   return h;
 }
 
@@ -166,6 +164,39 @@ void kv_block_pool::release(std::span<const block_id> blocks) {
       ++stats_.free;
     }
   }
+}
+
+void kv_block_pool::record_events(bool on, size_t max_events) {
+  recording_ = on;
+  max_events_ = max_events;
+  events_.clear();
+  events_lost_ = false;
+}
+
+void kv_block_pool::record(uint64_t hash, bool stored) {
+  if (!recording_ || events_lost_) return;
+  if (events_.size() >= max_events_) {
+    events_lost_ = true;
+    events_.clear();
+    events_.shrink_to_fit();
+    return;
+  }
+  events_.push_back({hash, stored});
+}
+
+bool kv_block_pool::take_events(std::vector<kv_block_event>& out) {
+  const bool complete = !events_lost_;
+  if (complete) out.insert(out.end(), events_.begin(), events_.end());
+  events_.clear();
+  events_lost_ = false;
+  return complete;
+}
+
+std::vector<uint64_t> kv_block_pool::registered_hashes() const {
+  std::vector<uint64_t> out;
+  out.reserve(by_hash_.size());
+  for (const auto& [h, b] : by_hash_) out.push_back(h);
+  return out;
 }
 
 int32_t kv_block_pool::ref_count(block_id b) const {

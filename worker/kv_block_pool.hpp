@@ -30,6 +30,16 @@ namespace sy {
 
 using block_id = int32_t;
 
+// One change to the set of registered blocks, in the order the pool made it: a hash registered
+// (`stored`) or a cached block evicted for new content (its old hash). Routers mirror this set
+// (worker/kv_publisher.hpp).
+struct kv_block_event {
+  uint64_t hash = 0;
+  bool stored = false;  // else evicted
+
+  bool operator==(const kv_block_event&) const = default;
+};
+
 struct kv_pool_stats {
   int32_t total = 0;
   int32_t free = 0;
@@ -74,6 +84,17 @@ class kv_block_pool {
   // comparisons and for operators who want it off.
   void set_prefix_caching(bool on) { prefix_caching_ = on; }
 
+  // Event recording, off by default (nothing would take the events). While on, every new
+  // registration and every eviction is appended to a log of at most `max_events`; one more
+  // drops the log and marks it lost, so an untaken log never grows past the bound.
+  void record_events(bool on, size_t max_events);
+  // Moves the log's events into `out` (appended, oldest first) and empties it; false when
+  // events were lost since the last call (`out` then gets none: only a snapshot is exact).
+  bool take_events(std::vector<kv_block_event>& out);
+  // Every registered hash, in no particular order: the snapshot the events continue.
+  std::vector<uint64_t> registered_hashes() const;
+  uint64_t salt() const { return salt_; }
+
   int32_t ref_count(block_id b) const;
   bool is_cached(block_id b) const;  // registered under a hash (whatever its ref count)
   kv_pool_stats stats() const;
@@ -105,6 +126,11 @@ class kv_block_pool {
   std::unordered_map<uint64_t, block_id> by_hash_;
   kv_pool_stats stats_;
   bool prefix_caching_ = true;
+  bool recording_ = false;
+  bool events_lost_ = false;
+  size_t max_events_ = 0;
+  std::vector<kv_block_event> events_;  // while recording_, since the last take_events
+  void record(uint64_t hash, bool stored);
 };
 
 }  // namespace sy

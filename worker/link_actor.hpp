@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -18,8 +19,14 @@ class context_t;
 namespace sy {
 
 struct link_config {
-  std::string listen;           // e.g. tcp://*:5555
-  int high_water_mark = 10000;  // messages queued per peer, each direction
+  std::string listen;            // e.g. tcp://*:5555
+  int high_water_mark = 10000;   // messages queued per peer, each direction
+  int64_t max_frame_bytes = -1;  // ZMQ_MAXMSGSIZE: a bigger frame drops its connection; -1: none
+  // CURVE (common/curve_keys.hpp): the worker's secret key as Z85; empty: no authentication.
+  std::string curve_secret_z85;
+  // Routers' public keys (Z85) admitted through a ZAP handler; empty: any router that knows
+  // the worker's public key.
+  std::set<std::string> curve_allowed_clients;
 };
 
 struct link_counters {
@@ -29,6 +36,7 @@ struct link_counters {
   std::atomic<uint64_t> unreachable{0};          // sends to a peer that is gone
   std::atomic<uint64_t> hwm_blocked{0};          // sends refused by a full queue (retried)
   std::atomic<uint64_t> dropped{0};              // given up after retries
+  std::atomic<uint64_t> auth_refused{0};         // CURVE handshakes whose key is not allowed (ZAP)
   std::atomic<bool> bound{false};                // the ROUTER socket is bound: routers can connect
 };
 

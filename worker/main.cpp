@@ -28,6 +28,8 @@
 #include "worker/device_backend.hpp"
 #include "worker/serve_engine.hpp"
 #else
+#include "common/curve_keys.hpp"
+#include "worker/grammar_cli.hpp"
 #include "worker/serve.hpp"
 #include "worker/tokenizer_export.hpp"
 #endif
@@ -52,36 +54,44 @@ const char* default_model() {
 }
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: %s <command> [options]\n"
+  std::fprintf(
+      stderr,
+      "usage: %s <command> [options]\n"
 #ifdef SY_NO_SERVE
-               "  (no serve in this build: serve-check runs serve's start-up, without sockets)\n"
+      "  (no serve in this build: serve-check runs serve's start-up, without sockets)\n"
 #endif
-               "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
-               "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
-               "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
-               "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
-               "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
-               "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
-               "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-               "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
-               "           [--stats]\n"
-               "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
-               "           [--threads N] [--json FILE]\n"
-               "  tokenize --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE]   (token ids as JSON)\n"
+      "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
+      "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
+      "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
+      "           [--max-step-ms MS]   (while streams decode, a step's prompt tokens fit MS; 0: off, the default)\n"
+      "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
+      "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
+      "           [--served-model-name NAME]...   (more names routers accept for the model, e.g. its HF id)\n"
+      "           [--curve-secret-key FILE [--curve-allowed-clients FILE]]   (authenticated link; keygen)\n"
+      "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
+      "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+      "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
+      "           [--stats]\n"
+      "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
+      "           [--threads N] [--json FILE]\n"
+      "  tokenize --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE]   (token ids as JSON)\n"
 #ifndef SY_NO_SERVE
-               "  export-tokenizer --out DIR [--model PATH] [--chat-template NAME|FILE]\n"
-               "           (a Hugging Face tokenizer folder, for clients that count tokens: aiperf, guidellm)\n"
+      "  export-tokenizer --out DIR [--model PATH] [--chat-template NAME|FILE]\n"
+      "           (a Hugging Face tokenizer folder, for clients that count tokens: aiperf, guidellm)\n"
+      "  json-grammar --schema JSON|@FILE | --json-object  [--sample N [--seed S]] [--check] [--dump]\n"
+      "           (the JSON Schema compiler of structured outputs: its error, grammar, documents)\n"
+      "  keygen   --out PREFIX   (a CURVE key pair for the worker link: PREFIX.key secret, PREFIX.pub;\n"
+      "           serve --curve-secret-key F [--curve-allowed-clients F]; router --curve-server-key F)\n"
 #endif
-               "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
-               "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
-               "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
-               "           [--skip batching,sequential,prefix,memory] [--device cpu|cuda:N] [--cuda-graphs on|off]\n"
-               "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
-               "  info     [--model PATH]\n"
-               "The model defaults to $SY_MODEL or %s.\n"
-               "--chat-template: one of %s, or a Jinja file; default: the model's.\n",
-               k_program, k_serve, default_model(), sy::chat_format_names().c_str());
+      "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
+      "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
+      "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
+      "           [--skip batching,sequential,prefix,memory] [--device cpu|cuda:N] [--cuda-graphs on|off]\n"
+      "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
+      "  info     [--model PATH]\n"
+      "The model defaults to $SY_MODEL or %s.\n"
+      "--chat-template: one of %s, or a Jinja file; default: the model's.\n",
+      k_program, k_serve, default_model(), sy::chat_format_names().c_str());
 }
 
 // --chat-template's template, checked before the model loads; nullopt when not given.
@@ -245,6 +255,17 @@ int cmd_export_tokenizer(const sy::cli_args& a) {
   std::printf("wrote tokenizer.json, tokenizer_config.json and generation_config.json to %s\n", a.get("out").c_str());
   return 0;
 }
+
+// A CURVE key pair for the worker link: PREFIX.key (secret, 0600) and PREFIX.pub; the same
+// command makes a router's pair (common/curve_keys.hpp, docs/operations.md).
+int cmd_keygen(const sy::cli_args& a) {
+  a.check_known({"out"});
+  if (!a.has("out")) throw std::invalid_argument("keygen: --out PREFIX is required");
+  const auto k = sy::curve::generate();
+  sy::curve::write_key_files(k, a.get("out"));
+  std::printf("%s\n", k.public_z85.c_str());  // the public key: safe to print, needed by the peer
+  return 0;
+}
 #endif
 
 // Teacher-forced logits of a token sequence, as raw little-endian f32 [n_tokens][n_vocab]
@@ -325,6 +346,9 @@ int main(int argc, char** argv) {
 #else
     if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}), default_model());
     if (cmd == "export-tokenizer") return cmd_export_tokenizer(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "keygen") return cmd_keygen(sy::cli_args(argc, argv, 2, {}));
+    if (cmd == "json-grammar")
+      return sy::run_json_grammar(sy::cli_args(argc, argv, 2, {"json-object", "check", "dump"}));
 #endif
     if (cmd == "tokenize") return cmd_tokenize(sy::cli_args(argc, argv, 2, {"chat"}));
     if (cmd == "score") return cmd_score(sy::cli_args(argc, argv, 2, {}));

@@ -48,6 +48,11 @@ class sampler {
   // `logits` (n_vocab) is modified in place. `history` is the sequence so far (prompt and
   // generated) for the repetition penalty.
   token_id sample(std::span<float> logits, std::span<const token_id> history);
+  // Advances the generator past the draws of `n` samples (each non-greedy sample draws once):
+  // a stream resumed after n tokens then draws what it would have.
+  void skip_samples(uint64_t n) {
+    if (p_.temperature > 0.f) rng_.discard(n);
+  }
 
  private:
   sampling_params p_;

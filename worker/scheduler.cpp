@@ -57,7 +57,7 @@ add_status scheduler::add(request_spec spec) {
   assert(!requests_.contains(spec.id));
   // The longest a live request gets: prompt + max_tokens - 1 tokens fed (the last sampled token
   // never is). It must fit the pool alone, or preemption could not save it.
-  const int64_t n_positions = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens - 1;
+  const int64_t n_positions = static_cast<int64_t>(spec.prompt.size()) - spec.n_generated + spec.max_tokens - 1;
   if ((n_positions + block_size_ - 1) / block_size_ > pool_.n_blocks()) return add_status::exceeds_kv_capacity;
 
   request r;
@@ -66,7 +66,7 @@ add_status scheduler::add(request_spec spec) {
   r.arrival = n_arrivals_++;
   r.deadline_ms = spec.deadline_ms;
   r.max_tokens = spec.max_tokens;
-  r.n_prompt = size32(spec.prompt);
+  r.n_prompt = size32(spec.prompt) - spec.n_generated;
   r.tokens = std::move(spec.prompt);
   r.tokens.reserve(r.tokens.size() + static_cast<size_t>(std::min(spec.max_tokens, 4096)));
   waiting_.insert({queue_key{r.priority, r.arrival}, r.id});
@@ -95,6 +95,7 @@ step_plan scheduler::schedule(int64_t now_ms) {
 
   expire(now_ms, plan);
   schedule_decodes(plan);
+  apply_step_time_budget();
   schedule_prefill_chunks(plan);
   // Having to preempt means memory is short: admitting now would only preempt again (vLLM v1).
   if (plan.preempted.empty()) admit_waiting(plan);
@@ -119,6 +120,37 @@ void scheduler::schedule_decodes(step_plan& plan) {
     slots_.push_back({r, 1});
     --budget_left_;
   }
+}
+
+void scheduler::apply_step_time_budget() {
+  if (config_.max_step_ms <= 0 || slots_.empty()) return;  // no budget, or no stream to stall
+  const auto cost = costs_.fit();
+  if (!cost) return;
+  step_shape decodes;
+  for (const slot& s : slots_) {
+    decodes.n_tokens += s.n_tokens;
+    decodes.attended_pairs += static_cast<int64_t>(s.req->n_computed) + 1;
+  }
+  // Prompt tokens go first to the running prefill of best priority, else to an admission.
+  int64_t prompt_pos = 0;
+  for (const request* r : running_by_priority())
+    if (r->state == request_state::running && r->n_computed < r->n_prefill_end) {
+      prompt_pos = r->n_computed;
+      break;
+    }
+  budget_left_ = std::min(budget_left_, prefill_tokens_within(*cost, decodes, prompt_pos, config_.max_step_ms,
+                                                              config_.min_prefill_chunk, budget_left_));
+}
+
+void scheduler::observe_step(const step_plan& plan, double ms) {
+  step_shape s;
+  for (const scheduled_seq& q : plan.seqs) {
+    const auto n = static_cast<int64_t>(q.tokens.size());
+    s.n_tokens += n;
+    // Row i of the sequence attends to pos0 + i + 1 keys.
+    s.attended_pairs += n * q.pos0 + n * (n + 1) / 2;
+  }
+  costs_.observe(s, ms);
 }
 
 void scheduler::schedule_prefill_chunks(step_plan& plan) {

@@ -1,6 +1,7 @@
 #include "worker/serve.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <caf/all.hpp>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include "common/chat_template.hpp"
 #include "common/cli_args.hpp"
+#include "common/curve_keys.hpp"
 #include "common/protocol.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -20,6 +22,25 @@
 #include "worker/serve_engine.hpp"
 
 namespace sy {
+namespace {
+
+// --served-model-name (repeatable, as in vLLM): the names clients may use besides the file's, in
+// the order given, without repeats or the file's own name.
+std::vector<std::string> served_model_names(const cli_args& a, const std::string& model_id) {
+  std::vector<std::string> names;
+  for (const std::string& n : a.all("served-model-name")) {
+    if (n.empty() || n.size() > proto::k_max_model_id_bytes)
+      throw std::invalid_argument("--served-model-name must be 1 to " + std::to_string(proto::k_max_model_id_bytes) +
+                                  " bytes");
+    if (n != model_id && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  if (names.size() > proto::k_max_served_model_names)
+    throw std::invalid_argument("--served-model-name: at most " + std::to_string(proto::k_max_served_model_names) +
+                                " names");
+  return names;
+}
+
+}  // namespace
 
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known(serve_options());
@@ -37,6 +58,20 @@ int run_serve(const cli_args& a, const char* default_model) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
   if (drain_timeout_s < 0) throw std::invalid_argument("--drain-timeout-s must be >= 0");
+  // The link's CURVE keys, read before the model loads so that a bad key file fails fast.
+  link_config lc;
+  lc.max_frame_bytes = static_cast<int64_t>(proto::k_max_frame_to_worker);
+  if (a.has("curve-secret-key")) {
+    if (!curve::available()) throw std::invalid_argument("--curve-secret-key: this libzmq has no CURVE support");
+    lc.curve_secret_z85 = curve::read_key_file(a.get("curve-secret-key"), "--curve-secret-key");
+    curve::from_secret(lc.curve_secret_z85);  // a key libzmq can use
+  }
+  if (a.has("curve-allowed-clients")) {
+    if (lc.curve_secret_z85.empty()) throw std::invalid_argument("--curve-allowed-clients needs --curve-secret-key");
+    lc.curve_allowed_clients = curve::read_key_list(a.get("curve-allowed-clients"), "--curve-allowed-clients");
+    if (lc.curve_allowed_clients.empty())
+      throw std::invalid_argument("--curve-allowed-clients: " + a.get("curve-allowed-clients") + " lists no key");
+  }
 
   // /metrics, /health and /ready answer from the start, before the model loads: /ready says 503
   // until the model is loaded and the link bound, 200 while serving, 503 again once draining.
@@ -71,6 +106,9 @@ int run_serve(const cli_args& a, const char* default_model) {
                  static_cast<double>(l.dropped.load()));
           metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter",
                  "Frames that were not [type][body].", static_cast<double>(l.malformed_envelopes.load()));
+          metric(out, "switchyard_worker_link_auth_refused_total", "counter",
+                 "CURVE handshakes refused: the router's key is not in --curve-allowed-clients.",
+                 static_cast<double>(l.auth_refused.load()));
           return out;
         },
         [now, link_counts]() -> std::string {
@@ -97,6 +135,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   if (sc.model_id.size() > 5 && sc.model_id.substr(sc.model_id.size() - 5) == ".gguf")
     sc.model_id.resize(sc.model_id.size() - 5);
   sc.chat_template = chat_override;
+  sc.served_model_names = served_model_names(a, sc.model_id);
   if (chat_override.empty() && !model->chat().supported())
     std::fprintf(stderr,
                  "switchyard-worker: warning: the chat template of %s cannot be applied (%s); routers will refuse "
@@ -108,7 +147,6 @@ int run_serve(const cli_args& a, const char* default_model) {
   caf::actor_system sys{cfg};
   auto engine_act = sys.spawn<caf::detached>(engine_actor, &ctx, eng.get(), sc, metrics);
   auto stop = std::make_shared<std::atomic<bool>>(false);
-  link_config lc;
   lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
@@ -119,12 +157,15 @@ int run_serve(const cli_args& a, const char* default_model) {
   std::fprintf(
       stderr,
       "switchyard-worker: serving %s on %s (metrics %s) on %s; %d KV blocks x %d tokens (%.0f MiB %s), "
-      "max context %lld, max running %d, %d threads\n",
+      "max context %lld, max running %d, %d threads; link %s\n",
       sc.model_id.c_str(), lc.listen.c_str(),
       http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str()
            : "off",
       device.c_str(), used.n_kv_blocks, used.block_size, static_cast<double>(eng->backend().kv_bytes()) / (1 << 20),
-      cpu::kv_type_name(used.kv_type), static_cast<long long>(used.max_context), used.sched.max_running, pool.size());
+      cpu::kv_type_name(used.kv_type), static_cast<long long>(used.max_context), used.sched.max_running, pool.size(),
+      lc.curve_secret_z85.empty()        ? "unauthenticated (no --curve-secret-key)"
+      : lc.curve_allowed_clients.empty() ? "CURVE (any router with the worker's public key)"
+                                         : "CURVE (listed routers only)");
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: /ready says
   // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/cli_args.hpp"
+#include "worker/fault_injection.hpp"
 
 namespace sy {
 namespace {
@@ -23,12 +24,34 @@ int64_t available_memory_bytes() {
 
 }  // namespace
 
+// "fault-inject" is for tests only (worker/fault_injection.hpp) and absent from the usage text.
 const std::vector<std::string>& serve_options() {
   static const std::vector<std::string> k = {
-      "model",         "listen",          "metrics-host",    "metrics-port",       "kv-blocks", "kv-memory-mb",
-      "block-size",    "max-context",     "max-running",     "max-batch-tokens",   "threads",   "worker-id",
-      "hwm",           "kv-type",         "no-prefix-cache", "kv-memory-fraction", "device",    "cuda-graphs",
-      "chat-template", "drain-timeout-s",
+      "model",
+      "listen",
+      "metrics-host",
+      "metrics-port",
+      "kv-blocks",
+      "kv-memory-mb",
+      "block-size",
+      "max-context",
+      "max-running",
+      "max-batch-tokens",
+      "threads",
+      "worker-id",
+      "hwm",
+      "kv-type",
+      "no-prefix-cache",
+      "kv-memory-fraction",
+      "device",
+      "cuda-graphs",
+      "chat-template",
+      "drain-timeout-s",
+      "max-step-ms",
+      "served-model-name",
+      "curve-secret-key",
+      "curve-allowed-clients",
+      "fault-inject",
   };
   return k;
 }
@@ -41,6 +64,8 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   ec.max_context = std::min<int64_t>(a.get_int("max-context", 2048), hp.n_ctx_train);
   ec.sched.max_running = static_cast<int32_t>(a.get_int("max-running", 32));
   ec.sched.max_tokens_per_step = static_cast<int32_t>(a.get_int("max-batch-tokens", 256));
+  ec.sched.max_step_ms = a.get_float("max-step-ms", k_default_max_step_ms);
+  if (!(ec.sched.max_step_ms >= 0)) throw std::invalid_argument("--max-step-ms must be >= 0 (0: no step-time budget)");
   std::string kv_error;
   const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
@@ -71,7 +96,15 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
     throw std::invalid_argument(
         "serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
         "--max-batch-tokens and --max-context must be positive");
-  if (!dev.cuda) return std::make_unique<engine>(model, pool, ec);
+  // Tests only (worker/fault_injection.hpp): the real backend, wrapped to fail on purpose.
+  const std::string fault = a.get("fault-inject", "");
+  if (!dev.cuda && fault.empty()) return std::make_unique<engine>(model, pool, ec);
+  if (!dev.cuda)
+    return std::make_unique<engine>(
+        model,
+        with_fault_injection(std::make_unique<cpu_backend>(model, pool, ec.n_kv_blocks, ec.block_size, ec.kv_type),
+                             fault, model.vocab()),
+        ec);
   cuda_backend_settings cs;
   cs.block_size = ec.block_size;
   cs.n_kv_blocks = ec.n_kv_blocks;
@@ -79,7 +112,9 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   cs.max_tokens_per_step = ec.sched.max_tokens_per_step;
   cs.max_running = ec.sched.max_running;
   cs.max_context = ec.max_context;
-  return std::make_unique<engine>(model, make_cuda_backend(model, dev, cs), ec);
+  std::unique_ptr<forward_backend> backend = make_cuda_backend(model, dev, cs);
+  if (!fault.empty()) backend = with_fault_injection(std::move(backend), fault, model.vocab());
+  return std::make_unique<engine>(model, std::move(backend), ec);
 }
 
 }  // namespace sy

@@ -1,15 +1,6 @@
-// A Hugging Face tokenizer folder made from a GGUF model's tokenizer metadata, so that clients that
-// count tokens with `transformers` (benchmark tools such as aiperf and guidellm, `--tokenizer DIR`)
-// run offline against the cluster: `switchyard-worker export-tokenizer --model FILE --out DIR`.
-//
-// tokenizer.json reproduces Switchyard's (and llama.cpp's) tokenization: byte-level BPE as a
-// `Split` per pre-tokenizer regex (the same regexes, in the same order) then `ByteLevel`, the
-// GGUF's vocabulary and merges (`ignore_merges` for Llama 3); SentencePiece vocabularies as a BPE
-// model with byte fallback over merges derived from the piece scores (every split of a piece into
-// two pieces, ranked by the piece's score), with the leading-space normalizer. Special tokens are
-// `added_tokens`. tokenizer_config.json carries the special tokens and a Jinja chat template that
-// renders what the router renders (chat_template::to_jinja); generation_config.json the BOS and
-// every end-of-generation id.
+// `switchyard-worker export-tokenizer --model FILE --out DIR`: the Hugging Face tokenizer folder of
+// a GGUF model (common/hf_tokenizer.hpp says what it holds and how it matches Switchyard's
+// tokenization), written to disk; the router serves the same files from what workers send it.
 #pragma once
 
 #include <cstdint>

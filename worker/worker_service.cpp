@@ -1,5 +1,6 @@
 #include "worker/worker_service.hpp"
 
+#include <chrono>
 #include <cstdio>
 
 namespace sy {
@@ -36,9 +37,11 @@ proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f) {
   return t;
 }
 
-worker_service::worker_service(engine& eng, service_config config) : eng_(eng), config_(std::move(config)) {
+worker_service::worker_service(engine& eng, service_config config)
+    : eng_(eng), config_(std::move(config)), constraints_(eng.model().vocab()) {
   welcome_.worker_id = config_.worker_id;
   welcome_.model_id = config_.model_id;
+  welcome_.served_model_names = config_.served_model_names;
   const auto& ec = eng_.config();
   welcome_.context_length = static_cast<uint32_t>(ec.max_context);
   welcome_.kv_capacity_tokens = static_cast<uint32_t>(ec.n_kv_blocks * ec.block_size);
@@ -47,6 +50,16 @@ worker_service::worker_service(engine& eng, service_config config) : eng_(eng), 
   welcome_.tokenizer = tokenizer_spec_from(eng_.model().file());
   welcome_.tokenizer.add_bos = eng_.model().vocab().add_bos();  // the effective value, default included
   if (!config_.chat_template.empty()) welcome_.tokenizer.chat_template = config_.chat_template;
+  if (ec.prefix_caching) kv_ = std::make_unique<kv_publisher>(eng_.pool(), config_.model_id);
+  welcome_.kv_events = kv_ != nullptr;
+  welcome_.kv_hash_salt = eng_.pool().salt();
+}
+
+void worker_service::send_kv(std::vector<kv_publisher::addressed>& msgs, std::vector<out_frame>& out) {
+  for (const auto& [peer, m] : msgs) send(peer, m, out);
+  msgs.clear();
+  counters_.kv = kv_->counters();
+  counters_.kv_subscribers = kv_->n_subscribers();
 }
 
 template <class T>
@@ -64,8 +77,8 @@ void worker_service::send_error(const std::string& peer, const std::string& requ
   counters_.errors_sent++;
 }
 
-void worker_service::on_frame(const std::string& peer, const std::string& type, const std::string& body,
-                              int64_t now_unix_ms, std::vector<out_frame>& out) {
+void worker_service::on_frame(const std::string& peer, const std::string& type, const std::string& body, int64_t now_ms,
+                              std::vector<out_frame>& out) {
   counters_.frames_in++;
   proto::decode_result r = proto::decode(type, body);
   if (!r) {
@@ -84,12 +97,21 @@ void worker_service::on_frame(const std::string& peer, const std::string& type, 
     }
     peers_[peer] = h->router_id;
     send(peer, welcome_, out);
-    heartbeat(now_unix_ms, out);  // load right away, so a router can dispatch at once
+    if (h->kv_events && kv_) {
+      kv_->subscribe(peer, kv_out_);  // its view starts from a snapshot (before the heartbeat naming its seq)
+      send_kv(kv_out_, out);
+    }
+    heartbeat(now_ms, out);  // load right away, so a router can dispatch at once
   } else if (const auto* s = r.get_if<proto::submit>()) {
-    handle_submit(peer, *s, now_unix_ms, out);
+    handle_submit(peer, *s, now_ms, out);
   } else if (const auto* c = r.get_if<proto::cancel>()) {
     counters_.cancels++;
     eng_.cancel(engine_id(peer, c->request_id));  // unknown or finished: nothing to do
+  } else if (r.get_if<proto::kv_resync>()) {
+    if (kv_) {
+      kv_->resync(peer, kv_out_);
+      send_kv(kv_out_, out);
+    }
   } else if (r.get_if<proto::drain>()) {
     draining_ = true;
   } else if (r.get_if<proto::error>()) {
@@ -102,7 +124,7 @@ void worker_service::on_frame(const std::string& peer, const std::string& type, 
   }
 }
 
-void worker_service::handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms,
+void worker_service::handle_submit(const std::string& peer, const proto::submit& m, int64_t now_ms,
                                    std::vector<out_frame>& out) {
   counters_.submits++;
   if (draining_) {
@@ -110,13 +132,16 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
     return send_error(peer, m.request_id, proto::error_code::overloaded, "worker is draining", out);
   }
   const std::string id = engine_id(peer, m.request_id);
-  if (m.deadline_unix_ms != 0 && static_cast<int64_t>(m.deadline_unix_ms) <= now_unix_ms) {
+  const int64_t deadline_ms = m.budget_ms != 0 ? now_ms + static_cast<int64_t>(m.budget_ms) : 0;
+  auto constraint = constraints_.get(m.constraint);
+  if (const auto* why = std::get_if<std::string>(&constraint)) {
     counters_.rejected++;
-    return send_error(peer, m.request_id, proto::error_code::invalid_request, "deadline already passed", out);
+    return send_error(peer, m.request_id, proto::error_code::invalid_request, *why, out);
   }
   std::vector<token_id> prompt(m.prompt.begin(), m.prompt.end());
-  auto err =
-      eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority, static_cast<int64_t>(m.deadline_unix_ms));
+  auto err = eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority, deadline_ms,
+                         static_cast<int32_t>(m.n_generated),  // < prompt size (checked when decoded)
+                         std::get<std::shared_ptr<grammar_masks>>(std::move(constraint)));
   if (err) {
     counters_.rejected++;
     // The engine's message names its internal id; routers know theirs.
@@ -133,18 +158,26 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
   owners_[id] = std::move(o);
 }
 
-bool worker_service::step(int64_t now_unix_ms, std::vector<out_frame>& out) {
+bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
   if (!eng_.has_work()) return false;
   events_.clear();
   try {
-    eng_.step(now_unix_ms, events_);
+    eng_.step(now_ms, events_);
   } catch (const std::exception& e) {
     // The step failed (a device error, an allocation): no request waits for an answer that will
     // never come, and the worker keeps serving. What the failed step produced is dropped.
     counters_.step_failures++;
     std::fprintf(stderr, "switchyard-worker: a step failed, ending %zu request(s): %s\n", owners_.size(), e.what());
     fail_all(std::string("the worker's step failed: ") + std::string(e.what()).substr(0, 1000), out);
+    if (kv_) {  // the pool may have changed before the step failed
+      kv_->publish(kv_out_);
+      send_kv(kv_out_, out);
+    }
     return eng_.has_work();
+  }
+  if (kv_) {
+    kv_->publish(kv_out_);
+    send_kv(kv_out_, out);
   }
   for (auto& ev : events_) {
     // Counted whether or not the router is still there to hear about it.
@@ -201,7 +234,7 @@ void worker_service::fail_all(const std::string& message, std::vector<out_frame>
   owners_.clear();
 }
 
-void worker_service::heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out) {
+void worker_service::heartbeat(int64_t now_ms, std::vector<out_frame>& out) {
   const engine_stats s = eng_.stats();
   proto::heartbeat hb;
   hb.running = static_cast<uint32_t>(s.running);
@@ -211,13 +244,23 @@ void worker_service::heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out)
   hb.step_time_ms = s.mean_step_ms;
   hb.steps = s.steps;
   hb.draining = draining_;
-  hb.unix_ms = static_cast<uint64_t>(now_unix_ms);
-  for (const auto& [peer, router_id] : peers_) send(peer, hb, out);
+  (void)now_ms;  // the engine's clock is steady; the heartbeat reports the wall clock for people
+  hb.unix_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (const auto& [peer, router_id] : peers_) {
+    hb.kv_seq = kv_ ? kv_->last_seq(peer) : 0;
+    send(peer, hb, out);
+  }
 }
 
 void worker_service::on_peer_gone(const std::string& peer) {
   counters_.peers_gone++;
   peers_.erase(peer);
+  if (kv_) {
+    kv_->unsubscribe(peer);
+    counters_.kv_subscribers = kv_->n_subscribers();
+  }
   for (auto it = owners_.begin(); it != owners_.end();) {
     if (it->second.peer == peer) {
       eng_.cancel(it->first);

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/protocol.hpp"
+#include "worker/constraint_cache.hpp"
 #include "worker/engine.hpp"
+#include "worker/kv_publisher.hpp"
 
 namespace sy {
 
@@ -28,6 +31,8 @@ struct out_frame {
 struct service_config {
   std::string worker_id = "worker";
   std::string model_id = "model";
+  // --served-model-name: more names routers accept for model_id (sent in welcome).
+  std::vector<std::string> served_model_names;
   // --chat-template: what routers render chats with instead of the model's own template, as
   // chat_template::parse() takes it (a format name or Jinja source); empty: the model's.
   std::string chat_template;
@@ -46,7 +51,9 @@ struct service_counters {
   uint64_t prompt_tokens = 0;         // of finished requests
   uint64_t cached_prompt_tokens = 0;  // of finished requests
   uint64_t peers_gone = 0;
-  uint64_t step_failures = 0;  // steps that threw; their requests ended with internal_error
+  uint64_t step_failures = 0;   // steps that threw; their requests ended with internal_error
+  kv_publisher_counters kv;     // block events to routers' prefix views
+  uint64_t kv_subscribers = 0;  // gauge: routers receiving them
 };
 
 proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f);
@@ -55,16 +62,19 @@ class worker_service {
  public:
   worker_service(engine& eng, service_config config);
 
-  void on_frame(const std::string& peer, const std::string& type, const std::string& body, int64_t now_unix_ms,
+  // `now_ms`: the worker's steady clock in ms (the engine's deadlines are on it; a submit's
+  // budget_ms becomes now_ms + budget_ms on receipt).
+  void on_frame(const std::string& peer, const std::string& type, const std::string& body, int64_t now_ms,
                 std::vector<out_frame>& out);
   // Runs one engine step when there is work; returns whether work remains.
-  bool step(int64_t now_unix_ms, std::vector<out_frame>& out);
-  void heartbeat(int64_t now_unix_ms, std::vector<out_frame>& out);
+  bool step(int64_t now_ms, std::vector<out_frame>& out);
+  void heartbeat(int64_t now_ms, std::vector<out_frame>& out);
   // The socket reports a router unreachable: its requests are cancelled.
   void on_peer_gone(const std::string& peer);
   void drain() { draining_ = true; }
   bool draining() const { return draining_; }
   bool has_work() const { return eng_.has_work(); }
+  bool publishes_kv_events() const { return kv_ != nullptr; }
 
   const service_counters& counters() const { return counters_; }
   const engine& eng() const { return eng_; }
@@ -79,9 +89,12 @@ class worker_service {
   };
   void send_error(const std::string& peer, const std::string& request_id, std::string_view code,
                   const std::string& message, std::vector<out_frame>& out);
-  void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_unix_ms, std::vector<out_frame>& out);
+  void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_ms, std::vector<out_frame>& out);
   // Ends every live request with an internal_error frame and cancels it in the engine.
   void fail_all(const std::string& message, std::vector<out_frame>& out);
+  // The kv publisher's messages, encoded into `out` (before a step's tokens: a router that sees
+  // a request end has seen the blocks its prompt left in the cache).
+  void send_kv(std::vector<kv_publisher::addressed>& msgs, std::vector<out_frame>& out);
   template <class T>
   void send(const std::string& peer, const T& m, std::vector<out_frame>& out);
 
@@ -93,6 +106,9 @@ class worker_service {
   bool draining_ = false;
   service_counters counters_;
   std::vector<request_event> events_;
+  constraint_cache constraints_;      // compiled structured-output grammars, by request
+  std::unique_ptr<kv_publisher> kv_;  // null when prefix caching is off (nothing to mirror)
+  std::vector<kv_publisher::addressed> kv_out_;
 };
 
 }  // namespace sy

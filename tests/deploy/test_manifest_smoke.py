@@ -1,6 +1,6 @@
 """The CPU overlay's router and worker command lines, as rendered, run the binaries this build
 made: the worker and router start with exactly those arguments (only addresses, ports, the model
-path, the pod name and the tenants path replaced by local ones: loopback, free ports), the probes
+path, the pod name, the tenants, link-key and cache-MAC-key paths replaced by local ones: loopback, free ports), the probes
 the manifests name answer as they expect (/health, then /ready once serving; the router ready once
 it found the worker through the --workers-dns name), a request is answered, and SIGTERM follows
 the order the grace period is sized for: the router's /ready turns 503 at once while it still
@@ -82,7 +82,16 @@ def main():
     rargv = replace_value(rargv, "--port", str(http_port))
     rargv = replace_value(rargv, "--workers-dns", f"localhost:{zmq}")
     rargv = replace_value(rargv, "--router-id", "switchyard-router-smoke")
+    rargv = replace_value(rargv, "--metrics-host", "127.0.0.1")
+    rargv = replace_value(rargv, "--metrics-port", str(free_port()))
     rargv = replace_value(rargv, "--tenants", os.path.join(K8S, "base", "tenants.json"))
+    # The link keys: the Secret's files (base/link-keys/), where the pods mount them.
+    keys = os.path.join(K8S, "base", "link-keys")
+    wargv = replace_value(wargv, "--curve-secret-key", os.path.join(keys, "worker.key"))
+    wargv = replace_value(wargv, "--curve-allowed-clients", os.path.join(keys, "routers.pub"))
+    rargv = replace_value(rargv, "--curve-server-key", os.path.join(keys, "worker.pub"))
+    rargv = replace_value(rargv, "--curve-secret-key", os.path.join(keys, "router.key"))
+    rargv = replace_value(rargv, "--cache-mac-key-file", os.path.join(K8S, "base", "cache-mac.key"))
     redis = None
     if shutil.which("redis-server"):
         rport = free_port()

@@ -17,7 +17,9 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 class Router:
     """A switchyard-router process in front of the given worker endpoints."""
 
-    def __init__(self, endpoints, *extra, wait_ready=True):
+    def __init__(self, endpoints, *extra, wait_ready=True, admin_key=None):
+        """`admin_key`: sent by metrics() (with --tenants, /metrics needs an admin key)."""
+        self.admin_key = admin_key
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(BUILD, f"router-{self.port}.log"), "w")
@@ -54,7 +56,10 @@ class Router:
         return self.request("POST", path, body, **kw)
 
     def metrics(self):
-        return parse_prometheus(self.get("/metrics")[2].decode())
+        headers = {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else None
+        status, _, body = self.get("/metrics", headers=headers)
+        assert status == 200, body
+        return parse_prometheus(body.decode())
 
     def stop(self, sig=15, timeout=40):
         rc = stop_process(self.proc, sig, timeout)

@@ -265,7 +265,7 @@ def test_tenant_isolation_groups_and_admin_stats(worker, redis, tmp_path):
     ]}
     path = tmp_path / "tenants.json"
     path.write_text(json.dumps(cfg))
-    r = Router([worker.endpoint], *ROUTER_OPTS, "--redis", redis.url, "--tenants", str(path))
+    r = Router([worker.endpoint], *ROUTER_OPTS, "--redis", redis.url, "--tenants", str(path), admin_key="sk-ops")
     try:
         def ask(key, store=False):
             return (stored if store else completion)(r, body_for("Which tenant am I?"),

@@ -12,6 +12,9 @@ import struct
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
 from html.parser import HTMLParser
@@ -47,7 +50,7 @@ def stack(tmp_path_factory):
     ]}))
     redis = Redis()
     worker = Worker("--kv-blocks", "256", "--max-running", "8")
-    router = Router([worker.endpoint], "--redis", redis.url, "--tenants", str(tenants))
+    router = Router([worker.endpoint], "--redis", redis.url, "--tenants", str(tenants), admin_key=ADMIN_KEY)
     yield router
     assert router.stop() == 0
     worker.stop()
@@ -194,25 +197,50 @@ def png_pixels(path):
     return width, height, pixels
 
 
-def test_chart_js_is_served_without_a_key(stack):
-    status, headers, body = stack.get("/dashboard/chart.js")
+def sign_in(stack, key):
+    """(status, headers) of posting the sign-in form; urllib does not follow a POST's 303."""
+    req = urllib.request.Request(stack.url + "/dashboard/login", data=urllib.parse.urlencode({"key": key}).encode(),
+                                 method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"})
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **kw):
+            return None
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=10) as r:
+            return r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers)
+
+
+def test_chart_js_is_served_to_a_signed_in_browser(stack):
+    assert stack.get("/dashboard/chart.js")[0] == 401  # tenants configured: nothing is open but /health, /ready
+    _, headers = sign_in(stack, ADMIN_KEY)
+    cookie = headers["Set-Cookie"].split(";")[0]
+    status, headers, body = stack.get("/dashboard/chart.js", headers={"Cookie": cookie})
     assert status == 200, "libjs-chart.js missing? (deploy/setup.sh installs it)"
     assert headers["Content-Type"].startswith("application/javascript")
     assert b"Chart.js v3" in body[:200]
 
 
-def test_dashboard_needs_an_admin_key(stack):
-    assert stack.get("/dashboard")[0] == 401
-    assert stack.get("/dashboard?key=wrong")[0] == 401
-    assert stack.get(f"/dashboard?key={APP_KEY}")[0] == 403
-    status, headers, body = stack.get(f"/dashboard?key={ADMIN_KEY}")
+def test_dashboard_needs_an_admin_key_from_the_sign_in_form_never_the_address(stack):
+    status, headers, body = stack.get("/dashboard")
+    assert status == 401 and b'action="/dashboard/login"' in body and b'type="password"' in body
+    assert stack.get(f"/dashboard?key={ADMIN_KEY}")[0] == 401  # a key in the address is not read
+    assert sign_in(stack, "wrong")[0] == 401
+    assert sign_in(stack, APP_KEY)[0] == 403
+    status, headers = sign_in(stack, ADMIN_KEY)
+    assert status == 303 and headers["Location"] == "/dashboard"
+    cookie = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+    status, headers, body = stack.get("/dashboard", headers={"Cookie": cookie.split(";")[0]})
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert b'src="/dashboard/chart.js"' in body and b"http://" not in body and b"https://" not in body
 
 
 @needs_chromium
 def test_page_shows_the_api_hit_rate(stack, workload):
-    html = run_chromium("--dump-dom", f"{stack.url}/dashboard?key={ADMIN_KEY}")
+    # The key in the fragment goes to the sign-in form, never to the server's address line.
+    html = run_chromium("--dump-dom", f"{stack.url}/dashboard#key={ADMIN_KEY}")
     dom = Dom(html)
     assert dom.body_attrs.get("data-ready") == "1", "the page never rendered the stats"
     assert "hidden" in dom.attrs_by_id["error"], dom.text_by_id["error"]
@@ -236,7 +264,7 @@ def test_page_shows_the_api_hit_rate(stack, workload):
 def test_screenshot_is_not_blank(stack, workload, tmp_path):
     shot = tmp_path / "dashboard.png"
     run_chromium(f"--screenshot={shot}", "--window-size=1280,1000", "--hide-scrollbars",
-                 f"{stack.url}/dashboard?key={ADMIN_KEY}")
+                 f"{stack.url}/dashboard#key={ADMIN_KEY}")
     width, height, pixels = png_pixels(shot)
     assert (width, height) == (1280, 1000)
     colours = set(pixels)
@@ -251,7 +279,7 @@ def test_page_shows_an_error_when_stats_fail():
     """No --redis: /dashboard still loads (admin), but /v1/cache/stats answers 404 cache_disabled."""
     router = Router([f"tcp://127.0.0.1:{free_port()}"], wait_ready=False)  # no worker needed
     try:
-        dom = Dom(run_chromium("--dump-dom", f"{router.url}/dashboard?key=anything"))
+        dom = Dom(run_chromium("--dump-dom", f"{router.url}/dashboard"))  # no --tenants: open
     finally:
         router.stop()
     assert "hidden" not in dom.attrs_by_id["error"]
@@ -273,7 +301,7 @@ def test_grafana_dashboard_queries_existing_metrics(stack, workload):
             assert t["datasource"]["uid"] == "${DS_PROMETHEUS}"
             exprs.append(t["expr"])
 
-    _, _, body = stack.get("/metrics")
+    _, _, body = stack.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     exposed = {}  # metric name -> {label: set of values}
     for line in body.decode().splitlines():
         m = re.match(r"^(\w+)(?:\{(.*)\})? ", line)

@@ -212,11 +212,11 @@ def test_metrics_show_latency_histograms(cluster):
 
 def test_tenant_keys_and_rate_limit(tmp_path):
     cfg = {"tenants": [{"name": "slow", "keys": ["sk-slow"], "requests_per_s": 0.2, "burst": 1},
-                       {"name": "fast", "keys": ["sk-fast"]}]}
+                       {"name": "fast", "keys": ["sk-fast"]}, {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
     path = tmp_path / "tenants.json"
     path.write_text(json.dumps(cfg))
     w = Worker("--kv-blocks", "128")
-    r = Router([w.endpoint], "--tenants", str(path))
+    r = Router([w.endpoint], "--tenants", str(path), admin_key="sk-ops")
     try:
         body = {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}
         assert r.post("/v1/completions", body)[0] == 401
@@ -300,7 +300,8 @@ def test_queue_cap_gives_503_with_retry_after():
 
 def test_worker_killed_mid_stream_every_request_ends():
     workers = [Worker("--kv-blocks", "256", "--max-running", "8") for _ in range(2)]
-    r = Router([w.endpoint for w in workers], "--heartbeat-timeout-ms", "1000")
+    # 3 s: the survivor, recomputing the resumed streams on a loaded machine, must not look dead.
+    r = Router([w.endpoint for w in workers], "--heartbeat-timeout-ms", "3000")
     try:
         outcomes = {}
 
@@ -327,18 +328,14 @@ def test_worker_killed_mid_stream_every_request_ends():
         for t in threads:
             t.start()
         time.sleep(3)  # all streaming on both workers
-        t_kill = time.time()
         workers[0].stop(sig=9)
         for t in threads:
             t.join(120)
         assert len(outcomes) == 6
-        lost = 0
         for i, (t_end, data) in outcomes.items():
             assert t_end is not None, f"request {i} never ended"
-            if b'"worker_lost"' in data:
-                lost += 1
-                assert t_end - t_kill < 10  # a terminal error event within a few seconds
-        assert 1 <= lost <= 6
+            # Started streams resume on the other worker (docs/reliability.md): no error event.
+            assert b'data: {"error"' not in data, (i, data[-300:])
         ok = openai.OpenAI(base_url=r.url + "/v1", api_key="x", max_retries=0).completions.create(
             model=MODEL_ID, prompt="Still there?", max_tokens=4)
         assert ok.choices[0].text is not None
@@ -347,7 +344,8 @@ def test_worker_killed_mid_stream_every_request_ends():
         assert m['switchyard_router_workers{state="dead"}'] + m['switchyard_router_workers{state="connecting"}'] == 1
         assert m['switchyard_router_workers{state="ready"}'] == 1
         assert f"worker {workers[0].endpoint} ready -> dead" in open(r.log.name).read()
-        assert m["switchyard_router_worker_lost_total"] == lost
+        assert m["switchyard_router_worker_lost_total"] == 0
+        assert m["switchyard_router_streams_resumed_total"] >= 1
     finally:
         r.stop()
         for w in workers:

@@ -125,7 +125,7 @@ def test_bad_requests_get_specific_errors_and_the_worker_keeps_serving(client, p
         "oov": ([1, 2, 10**6], {}, "invalid_request", "vocabulary"),
         "empty": ([], {}, "invalid_request", "prompt"),
         "toolong": (prompts[QUESTIONS[0]] * 60, {}, "invalid_request", "context"),
-        "past": (prompts[QUESTIONS[0]], {"deadline_unix_ms": 1000}, "invalid_request", "deadline"),
+        "hugebudget": (prompts[QUESTIONS[0]], {"budget_ms": 2**40}, "invalid_request", "budget_ms"),
         "negmax": (prompts[QUESTIONS[0]], {"max_tokens": -5}, "invalid_request", "max_tokens"),
     }
     for rid, (prompt, extra, code, word) in cases.items():
@@ -159,7 +159,7 @@ def test_bad_requests_get_specific_errors_and_the_worker_keeps_serving(client, p
 
 def test_deadline_ends_a_long_generation(client, prompts, worker):
     client.submit("dl", prompts[QUESTIONS[2]], max_tokens=1500, ignore_eos=True,
-                  deadline_unix_ms=int(time.time() * 1000) + 400)
+                  budget_ms=400)
     r = client.collect(["dl"], timeout=60)["dl"]
     assert r["finish"] == "deadline"
     wait_idle(worker)

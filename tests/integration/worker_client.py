@@ -62,11 +62,12 @@ def tokenize(prompt, chat=True):
 class Worker:
     """A switchyard-worker process on free loopback ports."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, prefix=()):
+        """`prefix`: a command the worker runs under (e.g. faketime)."""
         self.port, self.metrics_port = free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
+            [*prefix, WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
              "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         while time.time() < deadline:  # until /ready says 200: model loaded, link bound
@@ -125,7 +126,7 @@ class Client:
     def submit(self, request_id, prompt, max_tokens=16, stream=True, **sampling):
         s = {"max_tokens": max_tokens, **sampling}
         self.send("submit", {"request_id": request_id, "prompt": prompt, "sampling": s, "stream": stream,
-                             **{k: v for k, v in sampling.items() if k in ("priority", "deadline_unix_ms")}})
+                             **{k: v for k, v in sampling.items() if k in ("priority", "budget_ms")}})
 
     def collect(self, ids, timeout=120.0):
         """Reads until every id in `ids` has ended; returns {id: {"tokens", "text", "finish", "usage",

@@ -5,18 +5,20 @@ kubelet that probes readiness and deletes pods gracefully, clients that follow r
 Every request a scenario sends must end in an answer or a named error (k8s_load.assert_all_terminal);
 the zero-failure scenarios require every one to succeed. Scenarios that need behaviour still
 landing report it as xfail with the reason (k8s_features.pending; SY_K8S_STRICT=1 makes them fail)."""
+import http.client
 import json
 import threading
 import time
 
 import pytest
 
+import kv_workload
 from cluster import ROUTER
 from k8s_cluster import WORKER_SERVICE, desired_replicas
 from k8s_dns import AAAA, NXDOMAIN, dns_query
 from k8s_features import pending, require_flag
 from k8s_kubelet import http_get
-from k8s_load import assert_all_terminal, assert_no_failures, completion, story, summary
+from k8s_load import ROUTER_PORT, assert_all_terminal, assert_no_failures, completion, story, summary
 
 
 def burst(c, routers, n, max_tokens=24, **extra):
@@ -194,7 +196,8 @@ def test_worker_drains_on_sigterm_and_reports_unready(k8s):
 @pytest.mark.budget(150)
 def test_worker_sigkill_mid_load_every_request_ends(k8s):
     """SIGKILL a worker with streams running and requests waiting on it: the unstarted ones are run
-    elsewhere, started streams end with an error event naming worker loss, nothing hangs."""
+    elsewhere, started streams resume on the survivor from what their clients have (a pause, not an
+    error: router --max-attempts), every request completes, nothing hangs."""
     c = k8s(heartbeat_timeout_ms=3000)
     ws, rs = c.start(workers=2, routers=2, worker_kw={"max_running": 2})
     c.wait_routers_see(rs, 2)
@@ -209,15 +212,14 @@ def test_worker_sigkill_mid_load_every_request_ends(k8s):
     c.kubelet.crash(victim)
     join(ts, 90)
     assert_all_terminal(out)
-    lost = [o for o in out if o.kind == "error"]
-    assert all(o.code == "worker_lost" for o in lost), lost
-    assert all(o.started for o in lost), f"a stream that had not started ended with worker_lost: {lost}"
-    assert lost, f"no stream had started on the killed worker: {summary(out)}"
+    assert_no_failures(out, at_least=12)
     ms = [c.metrics(r) for r in rs]
-    assert sum(m["switchyard_router_worker_lost_total"] for m in ms) == len(lost)
-    assert sum(m["switchyard_router_redispatched_total"] for m in ms) >= 1, "no unstarted request was re-run"
-    print(f"worker SIGKILL: {summary(out)}; re-dispatched "
-          f"{sum(m['switchyard_router_redispatched_total'] for m in ms):.0f}")
+    resumed = sum(m["switchyard_router_streams_resumed_total"] for m in ms)
+    redispatched = sum(m["switchyard_router_redispatched_total"] for m in ms)
+    assert resumed >= 1, f"no started stream was resumed: {summary(out)}"
+    assert redispatched >= 1, "no unstarted request was re-run"
+    assert sum(m["switchyard_router_worker_lost_total"] for m in ms) == 0
+    print(f"worker SIGKILL: {summary(out)}; resumed {resumed:.0f}, re-dispatched {redispatched:.0f}")
     # The survivors serve on.
     ts, again = burst(c, rs, 4)
     join(ts, 60)
@@ -450,7 +452,58 @@ def test_router_exports_active_requests_per_model(k8s):
 # ---- 9. prefix affinity across routers -----------------------------------------------------------
 
 
-@pytest.mark.skip(reason="prefix affinity across 2 routers (requests sharing a prefix reach the worker that "
-                  "holds it whichever router they enter) depends on work not started yet")
-def test_prefix_affinity_across_two_routers():
-    pass
+def cached_completion(c, router, prompt):
+    """A short completion through `router`: (latency s, prompt tokens, cached prompt tokens)."""
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection(router.ip, ROUTER_PORT, timeout=60)
+    try:
+        conn.request("POST", "/v1/completions",
+                     json.dumps({"model": c.model, "prompt": prompt, "max_tokens": 2, "temperature": 0}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = r.read()
+    finally:
+        conn.close()
+    assert r.status == 200, body
+    usage = json.loads(body)["usage"]
+    return time.monotonic() - t0, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def kv_views(c, router):
+    """{worker: (blocks, exact)} of the router's views of the workers' prefix caches."""
+    m = c.metrics(router)
+    exact = {k.split('"')[1]: v for k, v in m.items() if k.startswith("switchyard_router_kv_view_exact{")}
+    return {k.split('"')[1]: (v, exact.get(k.split('"')[1]))
+            for k, v in m.items() if k.startswith("switchyard_router_kv_view_blocks{")}
+
+
+@pytest.mark.budget(300)
+def test_prefix_affinity_across_two_routers(k8s):
+    """Requests sharing a prefix reach the worker that holds it whichever router they enter: the
+    workers' KV block events give both routers (each in its own pod) the same exact view of every
+    worker's cache, so a shared-prefix load alternated across the two routers keeps the prefix hit
+    rate of the same load through one router (within 10 %)."""
+    # A long heartbeat timeout: long prefills on a small shared machine can starve a worker of CPU
+    # for seconds; a worker declared dead would spoil the comparison, not test it.
+    c = k8s(heartbeat_timeout_ms=20000)
+    ws, rs = c.start(workers=2, routers=2, worker_kw={"kv_blocks": 256, "max_running": 4})
+    c.wait_routers_see(rs, 2)
+
+    def send(router, prompt):
+        return cached_completion(c, router, prompt)
+
+    # Fresh prefixes for each load (both start from cold caches); ~200-token prefixes (context 512).
+    kw = dict(n_prefixes=6, n_rounds=4, n_words=150, concurrency=3, timeout_s=200)
+    one = kv_workload.run(rs[:1], send, seed=11, **kw)
+    two = kv_workload.run(rs, send, seed=12, **kw)
+    print(f"\nprefix hit rate: one router {one['hit_rate']:.3f}, two routers {two['hit_rate']:.3f}; "
+          f"latency p50 (2 tokens): {one['ttft_p50'] * 1000:.0f} ms, {two['ttft_p50'] * 1000:.0f} ms")
+    assert one["hit_rate"] > 0.6 * 3 / 4, one["hit_rate"]  # every request after its prefix's first could hit
+    assert abs(two["hit_rate"] - one["hit_rate"]) <= 0.10 * one["hit_rate"], (one["hit_rate"], two["hit_rate"])
+    # Both routers end with the same exact view of each worker, from the workers' events.
+    views = c.wait_until("identical exact views in both routers",
+                         lambda: (lambda a, b: a if a == b and len(a) == 2 and all(e == 1 for _, e in a.values())
+                                  else None)(kv_views(c, rs[0]), kv_views(c, rs[1])), 10)
+    assert all(n > 0 for n, _ in views.values()), views  # both workers hold prefixes
+    for r in rs:
+        assert c.metrics(r).get("switchyard_router_kv_event_gaps_total", 0) == 0

@@ -44,6 +44,7 @@ class fake_exchange final : public router::http_exchange {
   }
   void start_stream(int status, header_list headers) override {
     maybe_throw();
+    if (throw_start_stream) throw std::runtime_error("fake_exchange: cannot start the stream");
     log.push_back("start_stream");
     stream_status = status;
     stream_headers = std::move(headers);
@@ -65,8 +66,9 @@ class fake_exchange final : public router::http_exchange {
   int stream_status = 0;
   header_list stream_headers;
   std::vector<std::string> events;
-  bool gone = false;         // the client went away
-  bool throw_calls = false;  // respond/start_stream/send_event throw (a failed allocation, say)
+  bool gone = false;                // the client went away
+  bool throw_calls = false;         // respond/start_stream/send_event throw (a failed allocation, say)
+  bool throw_start_stream = false;  // only start_stream throws
 
  private:
   void maybe_throw() const {

@@ -1,6 +1,7 @@
 // Pure parts of the response cache: stored-response encoding, the caching policy, Redis URL
 // parsing, age buckets and the stats JSON.
 #include "cache/cache_stats.hpp"
+#include "cache/entry_mac.hpp"
 #include "cache/redis_client.hpp"
 #include "cache/response_cache.hpp"
 #include "cache/stored_response.hpp"
@@ -200,4 +201,36 @@ TEST_CASE("to_json carries totals, series, breakdowns, ages and top prompts", "[
   auto j2 = nlohmann::json::parse(to_json(s));
   CHECK(j2["complete"] == false);
   CHECK(j2["error"] == s.error);
+}
+
+TEST_CASE("a sealed entry opens only under its MAC key and its Redis key", "[cache_codec]") {
+  const std::string mac_key = "0123456789abcdef-mac", redis_key = "r:default:aa11";
+  const std::string encoded = encode(sample_response());
+  const std::string sealed = seal(mac_key, redis_key, encoded);
+  REQUIRE(sealed.size() == encoded.size() + k_entry_mac_bytes);
+  const auto body = unseal(mac_key, redis_key, sealed);
+  REQUIRE(body.has_value());
+  CHECK(*body == encoded);
+  CHECK_FALSE(unseal("another-key-0123456", redis_key, sealed));  // forged without the key
+  CHECK_FALSE(unseal(mac_key, "r:default:bb22", sealed));         // moved under another key
+  CHECK_FALSE(unseal(mac_key, redis_key, encoded));               // written unsealed
+  CHECK_FALSE(unseal(mac_key, redis_key, sealed.substr(0, 20)));  // truncated
+  for (size_t i = 0; i < sealed.size(); i += 7) {                 // any flipped bit, entry or MAC
+    std::string flipped = sealed;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x10);
+    CHECK_FALSE(unseal(mac_key, redis_key, flipped));
+  }
+}
+
+TEST_CASE("redacted_url names the server without the password", "[cache_codec]") {
+  std::string err;
+  auto a = redis_config::parse_url("redis://alice:s3cret@cache.internal:6380/3", &err);
+  REQUIRE(a);
+  CHECK(a->redacted_url() == "redis://alice:***@cache.internal:6380/3");
+  auto b = redis_config::parse_url("unix:///run/redis.sock?db=2&password=s3cret", &err);
+  REQUIRE(b);
+  CHECK(b->redacted_url() == "unix://:***@/run/redis.sock?db=2");
+  auto c = redis_config::parse_url("redis://[::1]:7000", &err);
+  REQUIRE(c);
+  CHECK(c->redacted_url() == "redis://[::1]:7000/0");
 }

@@ -80,6 +80,7 @@ struct request_opts {
   std::string api_key{};  // picks the tenant
   bool gone = false;      // the client left before the dispatcher saw the request
   std::string model = k_model;
+  bool start_stream_throws = false;  // the exchange fails to start the stream
 };
 
 struct client {
@@ -107,11 +108,11 @@ struct harness {
     d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
   }
   void welcome(worker_ref w, uint32_t max_running, double now_s, const std::string& worker_id = "",
-               const std::string& model = k_model) {
+               const std::string& model = k_model, uint32_t context_length = 2048) {
     proto::welcome m;
     m.worker_id = worker_id.empty() ? "worker-" + std::to_string(w) : worker_id;
     m.model_id = model;
-    m.context_length = 2048;
+    m.context_length = context_length;
     m.kv_capacity_tokens = 4096;
     m.kv_block_size = 16;
     m.max_running = max_running;
@@ -148,6 +149,7 @@ struct harness {
     r->request_id = "req-" + std::to_string(r->id);
     auto ex = std::make_shared<fake_exchange>();
     ex->gone = o.gone;
+    ex->throw_start_stream = o.start_stream_throws;
     r->ex = ex;
     r->who = tenants.authenticate(o.api_key);
     REQUIRE(r->who != nullptr);
@@ -438,9 +440,46 @@ TEST_CASE("dispatcher: a request on a dead worker that sent nothing is re-submit
   CHECK(metrics.find("switchyard_router_late_frames_total 2\n") != std::string::npos);
 }
 
-TEST_CASE("dispatcher: a stream whose worker dies after sending tokens ends with a worker_lost event") {
+TEST_CASE("dispatcher: a stream whose worker dies after sending tokens continues on another from what it sent") {
   SY_REQUIRE_MODEL();
   harness h;
+  start_workers(h, 2, 4);
+  const auto c = h.request({.stream = true, .include_usage = true, .max_tokens = 3}, 0.1);
+  auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  const auto prompt = s[0].prompt;
+  h.tokens(0, wire(c.id, 1), 1, "Once", 1, 0.2);  // token id 100
+  REQUIRE(c.ex->events.size() == 1);
+
+  h.heartbeat(1, 1.5);
+  h.d.tick(2.5, h.out);
+  s = submits(h.take(), 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].request_id == wire(c.id, 2));
+  auto resumed = prompt;
+  resumed.push_back(100);
+  CHECK(s[0].prompt == resumed);  // the prompt plus what the client has, recomputed as output
+  CHECK(s[0].n_generated == 1);
+  CHECK(s[0].sampling.max_tokens == 3);  // the original limit: the worker counts the resumed token
+  CHECK(c.ex->log == std::vector<std::string>{"start_stream", "send_event"});  // a pause, no error
+
+  h.tokens(0, wire(c.id, 1), 1, " stale", 2, 2.6);  // the old worker wakes up: ignored
+  h.tokens(1, wire(c.id, 2), 2, " upon a", 3, 2.7, "length", 5, 0);
+  REQUIRE(c.ex->events.size() == 4);  // "Once", " upon a" + finish, usage, [DONE]
+  CHECK(c.ex->event(1)["choices"][0]["text"] == " upon a");
+  CHECK(c.ex->event(1)["choices"][0]["finish_reason"] == "length");
+  CHECK(c.ex->event(2)["usage"]["completion_tokens"] == 3);
+  CHECK(c.ex->events[3] == "[DONE]");
+  const std::string m = h.d.render_metrics(3.0);
+  CHECK(m.find("switchyard_router_streams_resumed_total 1\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_worker_lost_total 0\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: with retries off a stream whose worker dies after sending tokens ends with worker_lost") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.max_attempts = 1;
+  harness h(cfg);
   start_workers(h, 2, 4);
   const auto c = h.request({.stream = true}, 0.1);
   REQUIRE(submits(h.take(), 0).size() == 1);
@@ -478,19 +517,25 @@ TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets 
   h.welcome(0, 4, 0.5, "worker-0-restarted");
   const auto f = h.take();
   const auto s = submits(f, 0);
-  REQUIRE(s.size() == 1);
-  CHECK(s[0].request_id == wire(quiet.id, 2));  // re-sent as a new attempt
+  REQUIRE(s.size() == 2);  // both re-sent as new attempts; the started stream resumes
+  const bool quiet_first = s[0].request_id == wire(quiet.id, 2);
+  const proto::submit& sq = s[quiet_first ? 0 : 1];
+  const proto::submit& ss = s[quiet_first ? 1 : 0];
+  CHECK(sq.request_id == wire(quiet.id, 2));
+  CHECK(sq.n_generated == 0);
+  CHECK(ss.request_id == wire(streaming.id, 2));
+  CHECK(ss.n_generated == 1);
   CHECK(quiet.ex->log.empty());
-  const json err = streaming.ex->event(1);  // the started stream ends with worker_lost
-  CHECK(err["error"]["code"] == "worker_lost");
-  CHECK(streaming.ex->events.back() == "[DONE]");
-  CHECK(h.d.active() == 1);
+  CHECK(streaming.ex->log == std::vector<std::string>{"start_stream", "send_event"});  // no error
+  CHECK(h.d.active() == 2);
   CHECK(h.d.workers().at(0).state == worker_state::ready);
-  CHECK(h.d.workers().at(0).in_flight == 1);
+  CHECK(h.d.workers().at(0).in_flight == 2);
 
   h.tokens(0, wire(quiet.id, 2), 1, "fresh", 1, 0.6, "length");
   REQUIRE(quiet.ex->log == std::vector<std::string>{"respond"});
   CHECK(quiet.ex->body()["choices"][0]["text"] == "fresh");
+  h.tokens(0, wire(streaming.id, 2), 1, " upon", 2, 0.6, "length");
+  CHECK(streaming.ex->events.back() == "[DONE]");
   // A repeated welcome from the same process changes nothing.
   h.welcome(0, 4, 0.7, "worker-0-restarted");
   CHECK(submits(h.take(), 0).empty());
@@ -597,12 +642,18 @@ TEST_CASE("dispatcher: a retired worker that dies mid-drain has its requests re-
   h.heartbeat(q, 1.5);
   h.d.tick(2.1, h.out);
   f = h.take();
-  // The streaming worker died: its stream ends with worker_lost, and it is removed in the same tick.
+  // The streaming worker died: its stream resumes on the other, and it is removed in the same tick.
   const auto closed = of_type(f, "_close");
   REQUIRE(closed.size() == 1);
   CHECK(closed[0].worker == s);
-  CHECK(streaming.ex->event(1)["error"]["code"] == "worker_lost");
+  const auto resumed = submits(f, q);
+  REQUIRE(resumed.size() == 1);
+  CHECK(resumed[0].request_id == wire(streaming.id, 2));
+  CHECK(resumed[0].n_generated == 1);
   CHECK(h.d.workers().find(s) == nullptr);
+  h.tokens(q, wire(streaming.id, 2), 1, " upon", 2, 2.15, "length");
+  CHECK(streaming.ex->events.back() == "[DONE]");
+  CHECK(streaming.ex->event(1)["choices"][0]["text"] == " upon");
 
   // Now the other one is retired while running `quiet`, and dies too: `quiet` never reached its
   // client, so it waits in the queue (no worker left) rather than being lost.
@@ -845,7 +896,9 @@ TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well 
 
 TEST_CASE("dispatcher: a request whose answer cannot be written still ends and frees its slot") {
   SY_REQUIRE_MODEL();
-  harness h(test_config(/*local_queue=*/0));
+  dispatcher_config cfg = test_config(/*local_queue=*/0);
+  cfg.max_attempts = 1;  // a worker error ends the request at once (retries: see the cases below)
+  harness h(cfg);
   start_workers(h, 1, /*max_running=*/1);
   for (const bool finish_by_error : {false, true}) {
     INFO((finish_by_error ? "worker error" : "normal finish"));
@@ -865,7 +918,9 @@ TEST_CASE("dispatcher: a request whose answer cannot be written still ends and f
 
 TEST_CASE("dispatcher: a request the worker ends on its own (finish error or cancelled) is a 502") {
   SY_REQUIRE_MODEL();
-  harness h;
+  dispatcher_config cfg = test_config();
+  cfg.max_attempts = 1;  // not retried (retries: see the cases below)
+  harness h(cfg);
   start_workers(h, 1, 4);
   for (const std::string reason : {"error", "cancelled"}) {
     INFO(reason);
@@ -1081,4 +1136,192 @@ TEST_CASE("api_handler: /ready is 503 without a ready worker, while shutting dow
   set(false, true, true);  // draining: the dispatcher refuses (503), and so does /ready
   CHECK(ready_status() == 503);
   CHECK(call("GET", "/health")->responses.at(0).status == 200);  // alive all along
+}
+
+TEST_CASE("dispatcher: a model's context length is the smallest among its workers' welcomes") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  const worker_ref a = h.add_worker("tcp://w0:5555", 0.0), b = h.add_worker("tcp://w1:5555", 0.0),
+                   c = h.add_worker("tcp://w2:5555", 0.0);
+  h.welcome(a, 4, 0.0, "", k_model, 2048);
+  REQUIRE(h.models.find(k_model)->context_length == 2048);
+  h.welcome(b, 4, 0.1, "", k_model, 1024);  // a smaller one arrives second: it wins
+  CHECK(h.models.find(k_model)->context_length == 1024);
+  h.welcome(c, 4, 0.2, "", k_model, 8192);  // a larger one changes nothing
+  CHECK(h.models.find(k_model)->context_length == 1024);
+  CHECK(h.models.find(k_model)->tok.vocab_size() == model_spec()->tokens.size());  // the rest is kept
+}
+
+TEST_CASE("dispatcher: a submit carries the time left as a relative budget, no wall-clock time") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  request_opts o;
+  o.timeout_s = 30;
+  h.request(o, 0.1);
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].budget_ms > 0);
+  CHECK(s[0].budget_ms <= 30'000);
+  request_opts none;  // no deadline: no budget
+  h.request(none, 0.2);
+  const auto s2 = submits(h.take(), 0);
+  REQUIRE(s2.size() == 1);
+  CHECK(s2[0].budget_ms == 0);
+}
+
+// ---- bad workers (issue 13): bounded retries, the retry budget, outlier ejection ---------------
+
+namespace {
+
+// The worker a request's latest submit went to, among `frames`.
+std::optional<worker_ref> submitted_to(const std::vector<link_frame>& frames, const std::string& wire_id) {
+  for (const auto& f : frames)
+    if (f.type == "submit" && as<proto::submit>(f).request_id == wire_id) return f.worker;
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("dispatcher: a request a worker fails (its step threw) runs again on another, the client sees the answer") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 2, 4);
+  SECTION("an internal_error frame, streamed") {
+    const auto c = h.request({.stream = true}, 0.1);
+    REQUIRE(submits(h.take(), 0).size() == 1);
+    h.error(0, wire(c.id, 1), proto::error_code::internal_error, 0.2);
+    const auto f = h.take();
+    CHECK(cancels(f, 0).size() == 1);
+    const auto s = submits(f, 1);  // not the worker that failed it
+    REQUIRE(s.size() == 1);
+    CHECK(s[0].request_id == wire(c.id, 2));
+    CHECK(c.ex->log == std::vector<std::string>{"start_stream"});  // nothing reached the client
+    h.tokens(1, wire(c.id, 2), 1, "ok", 1, 0.3, "stop");
+    CHECK(c.ex->event(0)["choices"][0]["text"] == "ok");
+    CHECK(c.ex->events.back() == "[DONE]");
+  }
+  SECTION("a finish_reason error, not streamed") {
+    const auto c = h.request({}, 0.1);
+    REQUIRE(submits(h.take(), 0).size() == 1);
+    h.tokens(0, wire(c.id, 1), 0, "", 0, 0.2, "error");
+    REQUIRE(submits(h.take(), 1).size() == 1);
+    h.tokens(1, wire(c.id, 2), 1, "ok", 1, 0.3, "stop");
+    REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
+    CHECK(c.ex->responses[0].status == 200);
+  }
+  CHECK(has_line(h.d.render_metrics(1.0), "switchyard_router_retries_total 1"));
+  CHECK(h.d.active() == 0);
+}
+
+TEST_CASE("dispatcher: a worker that fails requests in a row is ejected until its time is up, and says so") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.pool.eject_after_failures = 3;
+  cfg.pool.eject_base_s = 10.0;
+  harness h(cfg);
+  start_workers(h, 2, 4);
+  // Idle and tied, worker 0 takes each new request; each fails there and succeeds on worker 1.
+  for (int i = 0; i < 3; ++i) {
+    const double t = 0.1 + 0.1 * i;
+    const auto c = h.request({}, t);
+    REQUIRE(submits(h.take(), 0).size() == 1);
+    h.error(0, wire(c.id, 1), proto::error_code::internal_error, t);
+    REQUIRE(submits(h.take(), 1).size() == 1);
+    h.tokens(1, wire(c.id, 2), 1, "ok", 1, t, "stop");
+    CHECK(c.ex->responses.at(0).status == 200);
+  }
+  CHECK(h.d.workers().at(0).state == worker_state::ejected);
+  CHECK(h.d.ready(1.0));  // worker 1 serves
+  std::string m = h.d.render_metrics(1.0);
+  CHECK(has_line(m, "switchyard_router_workers{state=\"ejected\"} 1"));
+  CHECK(has_line(m, "switchyard_router_workers{state=\"ready\"} 1"));
+  CHECK(has_line(m, "switchyard_router_worker_ejections_total 1"));
+  // However idle it is, it gets nothing new while ejected.
+  for (int i = 0; i < 3; ++i) h.request({}, 1.0);
+  auto f = h.take();
+  CHECK(submits(f, 0).empty());
+  CHECK(submits(f, 1).size() == 3);
+  // Its time is up (0.3 + 10 s): ready again, and idle, it takes the next request.
+  h.heartbeat(0, 10.0);
+  h.heartbeat(1, 10.0);
+  h.d.tick(10.5, h.out);
+  CHECK(h.d.workers().at(0).state == worker_state::ready);
+  h.take();
+  h.request({}, 10.6);
+  CHECK(submits(h.take(), 0).size() == 1);
+}
+
+TEST_CASE("dispatcher: a query of death ends with 502 retries_exhausted after max_attempts workers, counted") {
+  SY_REQUIRE_MODEL();
+  harness h;  // max_attempts 2, heartbeat timeout 2 s
+  start_workers(h, 3, 4);
+  const auto c = h.request({.stream = true}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  // It kills worker 0 (silent from now on); the others beat.
+  h.heartbeat(1, 1.5);
+  h.heartbeat(2, 1.5);
+  h.d.tick(2.1, h.out);
+  auto f = h.take();
+  const auto second = submitted_to(f, wire(c.id, 2));
+  REQUIRE(second.has_value());
+  CHECK(*second != 0);
+  // ... and the worker it was sent to next.
+  const worker_ref survivor = *second == 1 ? 2 : 1;
+  h.heartbeat(survivor, 3.0);
+  h.d.tick(3.6, h.out);
+  f = h.take();
+  CHECK(submits(f, survivor).empty());  // not a third attempt: the survivor never sees it
+  REQUIRE(c.ex->events.size() == 2);
+  const json e = c.ex->event(0);
+  CHECK(e["error"]["code"] == "retries_exhausted");
+  CHECK(c.ex->events[1] == "[DONE]");
+  CHECK(h.d.active() == 0);
+  const std::string m = h.d.render_metrics(4.0);
+  CHECK(has_line(m, "switchyard_router_retries_exhausted_total 1"));
+  CHECK(has_line(m, "switchyard_router_retries_total 1"));
+  CHECK(has_line(m, "switchyard_router_requests_total{status=\"502\"} 1"));
+  CHECK(h.d.workers().at(survivor).state == worker_state::ready);
+}
+
+TEST_CASE("dispatcher: past the cluster's retry budget a failed request ends with 502 retry_budget_exhausted") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.retry = {.ratio = 0.0, .min_retries = 1, .window_s = 10.0};
+  harness h(cfg);
+  start_workers(h, 2, 4);
+  const auto a = h.request({}, 0.1);
+  const auto b = h.request({}, 0.1);
+  auto f = h.take();
+  const auto wa = submitted_to(f, wire(a.id, 1)), wb = submitted_to(f, wire(b.id, 1));
+  REQUIRE(wa.has_value());
+  REQUIRE(wb.has_value());
+  h.error(*wa, wire(a.id, 1), proto::error_code::internal_error, 0.2);  // the one retry the budget allows
+  CHECK(submitted_to(h.take(), wire(a.id, 2)).has_value());
+  h.error(*wb, wire(b.id, 1), proto::error_code::internal_error, 0.3);  // none left
+  CHECK_FALSE(submitted_to(h.take(), wire(b.id, 2)).has_value());
+  REQUIRE(b.ex->responses.size() == 1);
+  CHECK(b.ex->responses[0].status == 502);
+  CHECK(b.ex->body()["error"]["code"] == "retry_budget_exhausted");
+  CHECK(a.ex->responses.empty());  // still running its retry
+  CHECK(has_line(h.d.render_metrics(1.0), "switchyard_router_retry_budget_exhausted_total 1"));
+}
+
+TEST_CASE("dispatcher: a request that throws before it is queued gets a 500, not silence") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.stream = true, .start_stream_throws = true}, 0.1);
+  REQUIRE_FALSE(c.ex->responses.empty());
+  CHECK(c.ex->responses[0].status == 500);
+  CHECK(c.ex->body()["error"]["code"] == "internal_error");
+  CHECK(h.d.active() == 0);
+  CHECK(submits(h.take(), 0).empty());
+  const std::string m = h.d.render_metrics(1.0);
+  CHECK(has_line(m, "switchyard_router_internal_errors_total 1"));
+  CHECK(has_line(m, "switchyard_router_requests_total{status=\"500\"} 1"));
+  // The dispatcher goes on serving.
+  const auto ok = h.request({}, 0.2);
+  CHECK(submits(h.take(), 0).size() == 1);
+  CHECK(ok.ex->log.empty());
 }

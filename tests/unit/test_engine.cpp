@@ -309,3 +309,47 @@ TEST_CASE("a soak of mixed requests with cancels and deadlines returns the pool 
   CHECK(e.stats().preemptions > 0);
   require_idle(e);
 }
+
+TEST_CASE("a seeded stream resumed from its first k tokens elsewhere continues exactly as it would have") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 128;
+  const auto prompt = chat_ids("Tell me a story about a lighthouse keeper.");
+  sampling_params p;
+  p.max_tokens = 32;
+  p.ignore_eos = true;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  p.seed = 42;
+  p.has_seed = true;
+  outcome whole;
+  {
+    engine e(*env()->model, env()->pool, cfg);
+    REQUIRE_FALSE(e.submit("whole", prompt, p, 0));
+    whole = run_all(e)["whole"];
+  }
+  REQUIRE(whole.tokens.size() == 32);
+  for (const int32_t k : {1, 13, 31}) {
+    INFO("resumed after " << k << " tokens");
+    engine e(*env()->model, env()->pool, cfg);  // another worker: nothing of the first run cached
+    auto resumed_prompt = prompt;
+    resumed_prompt.insert(resumed_prompt.end(), whole.tokens.begin(), whole.tokens.begin() + k);
+    REQUIRE_FALSE(e.submit("rest", resumed_prompt, p, 0, 0, k));
+    const outcome rest = run_all(e)["rest"];
+    CHECK(rest.finish == finish_reason::length);
+    const std::vector<token_id> tail(whole.tokens.begin() + k, whole.tokens.end());
+    CHECK(rest.tokens == tail);  // the same sampler draws, the same numerics per position
+    CHECK(rest.usage.n_completion == 32);
+    CHECK(rest.usage.n_prompt == static_cast<int32_t>(prompt.size()));
+    // Its text is what the client lacks: the end of the uninterrupted text.
+    REQUIRE(rest.text.size() <= whole.text.size());
+    CHECK(whole.text.compare(whole.text.size() - rest.text.size(), std::string::npos, rest.text) == 0);
+    require_idle(e);
+  }
+  // A resume that leaves nothing to generate, or claims more output than the prompt holds, is refused.
+  engine e(*env()->model, env()->pool, cfg);
+  p.max_tokens = 4;
+  CHECK(e.submit("none-left", prompt, p, 0, 0, 4).has_value());
+  CHECK(e.submit("too-many", {1, 2}, p, 0, 0, 2).has_value());
+  CHECK_FALSE(e.has_work());
+}

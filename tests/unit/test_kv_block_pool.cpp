@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -527,4 +528,95 @@ TEST_CASE("soak: random sequences keep every invariant and return to baseline") 
   CHECK(n_no_room > 0);
   CHECK(n_preempted > 0);
   CHECK(n_at_limit > 0);
+}
+
+TEST_CASE("the event log records each new registration and each eviction, in order") {
+  kv_block_pool pool(4, k_bs, 0);
+  std::vector<kv_block_event> ev;
+  CHECK(pool.take_events(ev));  // off: nothing recorded
+  CHECK(ev.empty());
+  pool.record_events(true, 100);
+  const auto a = pool.allocate(2);
+  REQUIRE(a);
+  const auto ha = register_all(pool, *a, iota_tokens(8, 0));
+  REQUIRE(pool.take_events(ev));
+  CHECK(ev == std::vector<kv_block_event>{{ha[0], true}, {ha[1], true}});
+  ev.clear();
+  // A duplicate of a registered block is no new registration; re-registering is a no-op.
+  const auto dup = pool.allocate(1);
+  REQUIRE(dup);
+  CHECK(pool.register_full((*dup)[0], 0, iota_tokens(4, 0)) == ha[0]);
+  CHECK(pool.register_full((*a)[0], 0, iota_tokens(4, 0)) == ha[0]);
+  REQUIRE(pool.take_events(ev));
+  CHECK(ev.empty());
+  pool.release(*dup);
+  pool.release(*a);  // cached, not evicted: no event
+  REQUIRE(pool.take_events(ev));
+  CHECK(ev.empty());
+  // Three new blocks: one free block, then the two cached ones evicted (tail first).
+  const auto b = pool.allocate(4);
+  REQUIRE(b);
+  const auto hb = register_all(pool, *b, iota_tokens(4, 100));
+  REQUIRE(pool.take_events(ev));
+  CHECK(ev == std::vector<kv_block_event>{{ha[1], false}, {ha[0], false}, {hb[0], true}});
+  CHECK(pool.registered_hashes() == std::vector<uint64_t>{hb[0]});
+}
+
+TEST_CASE("an untaken event log stays bounded and reports the loss once") {
+  kv_block_pool pool(8, k_bs, 0);
+  pool.record_events(true, 3);
+  const auto a = pool.allocate(4);
+  REQUIRE(a);
+  register_all(pool, *a, iota_tokens(16, 0));  // 4 events into a log of 3
+  std::vector<kv_block_event> ev;
+  CHECK_FALSE(pool.take_events(ev));
+  CHECK(ev.empty());
+  CHECK(pool.take_events(ev));  // recording goes on, from empty
+  CHECK(pool.registered_hashes().size() == 4);
+}
+
+TEST_CASE("soak: replaying the event log reproduces the registered set after every operation") {
+  constexpr int32_t n_blocks = 16;
+  kv_block_pool pool(n_blocks, k_bs, 0x5eed);
+  pool.record_events(true, 1000);
+  std::mt19937 rng(777);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::vector<block_id>> live;
+  std::set<uint64_t> mirror;  // what a router applying the events in order holds
+  std::vector<kv_block_event> ev;
+  size_t n_events = 0;
+  for (int op = 0; op < 5000; ++op) {
+    if (uniform(0, 2) < 2 && live.size() < 4) {
+      std::vector<token_id> tokens(static_cast<size_t>(uniform(4, 16)));
+      for (auto& t : tokens) t = uniform(0, 6);  // small vocabulary: shared prefixes happen
+      auto blocks = pool.acquire_prefix(tokens);
+      const size_t need = (tokens.size() + k_bs - 1) / k_bs;
+      auto more = pool.allocate(static_cast<int32_t>(need - blocks.size()));
+      if (!more) {
+        pool.release(blocks);
+      } else {
+        blocks.insert(blocks.end(), more->begin(), more->end());
+        register_all(pool, blocks, tokens);
+        live.push_back(std::move(blocks));
+      }
+    } else if (!live.empty()) {
+      const size_t i = static_cast<size_t>(uniform(0, static_cast<int>(live.size()) - 1));
+      pool.release(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ev.clear();
+    REQUIRE(pool.take_events(ev));
+    n_events += ev.size();
+    for (const auto& e : ev) {
+      if (e.stored) {
+        REQUIRE(mirror.insert(e.hash).second);  // never stored twice without an eviction between
+      } else {
+        REQUIRE(mirror.erase(e.hash) == 1);  // only what was stored is evicted
+      }
+    }
+    const auto now = pool.registered_hashes();
+    REQUIRE(mirror == std::set<uint64_t>(now.begin(), now.end()));
+  }
+  INFO("events " << n_events << ", evictions " << pool.stats().evictions);
+  CHECK(pool.stats().evictions > 100);
 }

@@ -765,13 +765,14 @@ TEST_CASE("an error from parsing formats into a parseable error body", "[openai_
 }
 
 TEST_CASE("format_models lists every model card", "[openai_api]") {
-  const json j = parsed(router::format_models({{"smollm2", 1700000000, 8192}, {"qwen", 1700000001, 32768}}));
+  const json j = parsed(router::format_models(
+      {{"smollm2", "smollm2", 1700000000, 8192}, {"Qwen/Qwen2-0.5B", "qwen", 1700000001, 32768}}));
   CHECK(keys(j) == std::set<std::string>{"object", "data"});
   CHECK(j["object"] == "list");
   REQUIRE(j["data"].size() == 2);
   const json& d = j["data"][1];
   CHECK(keys(d) == std::set<std::string>{"id", "object", "created", "owned_by", "root", "max_model_len"});
-  CHECK(d["id"] == "qwen");
+  CHECK(d["id"] == "Qwen/Qwen2-0.5B");  // an alias: its root is the model's id
   CHECK(d["object"] == "model");
   CHECK(d["created"] == 1700000001);
   CHECK(d["owned_by"] == "switchyard");
@@ -781,4 +782,125 @@ TEST_CASE("format_models lists every model card", "[openai_api]") {
 
   const json empty = parsed(router::format_models({}));
   CHECK(empty["data"] == json::array());
+}
+
+TEST_CASE("format_model is one card, as listed", "[openai_api]") {
+  const router::model_card c{"HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1", 1700000000, 2048};
+  CHECK(parsed(router::format_model(c)) == parsed(router::format_models({c}))["data"][0]);
+}
+
+TEST_CASE("stream_options.continuous_usage_stats is read, with or without include_usage", "[openai_api]") {
+  const char* base = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":)";
+  auto with = [&](const char* options) {
+    return parse_ok(endpoint::chat_completions, std::string(base) + options + "}");
+  };
+  CHECK_FALSE(with(R"({"include_usage":true})").continuous_usage);
+  const generation_request both = with(R"({"include_usage":true,"continuous_usage_stats":true})");
+  CHECK((both.include_usage && both.continuous_usage));
+  const generation_request alone = with(R"({"continuous_usage_stats":true})");
+  CHECK((!alone.include_usage && alone.continuous_usage));
+  const api_error e = parse_err(endpoint::chat_completions, std::string(base) + R"({"continuous_usage_stats":"yes"}})");
+  CHECK(e.code == "invalid_type");
+  CHECK(e.param == "stream_options.continuous_usage_stats");
+}
+
+TEST_CASE("a chunk carries the usage so far only when asked", "[openai_api]") {
+  const auto m = meta_for(endpoint::chat_completions, false);
+  const router::usage_info u{40, 3, 0};
+  const json j = parsed(router::format_chunk(m, 0, "lo", false, "", {}, &u));
+  CHECK(keys(j) == std::set<std::string>{"id", "object", "created", "model", "choices", "usage"});
+  check_usage(j.at("usage"), 40, 3, 0);
+  CHECK(j["choices"][0].at("delta") == json{{"content", "lo"}});
+  CHECK_FALSE(parsed(router::format_chunk(m, 0, "lo", false, "", {})).contains("usage"));
+}
+
+namespace {
+
+router::tokenize_request tokenize_ok(std::string_view body) {
+  auto r = router::parse_tokenize_request(body, {});
+  if (const auto* e = std::get_if<api_error>(&r)) FAIL("rejected: " << e->param << ": " << e->message);
+  return std::get<router::tokenize_request>(r);
+}
+
+api_error tokenize_err(std::string_view body) {
+  auto r = router::parse_tokenize_request(body, {});
+  REQUIRE(std::holds_alternative<api_error>(r));
+  return std::get<api_error>(r);
+}
+
+}  // namespace
+
+TEST_CASE("tokenize requests in vLLM's and llama-server's shapes", "[openai_api]") {
+  const auto p = tokenize_ok(R"({"model":"m","prompt":"Hello","add_special_tokens":false,"return_token_strs":true})");
+  CHECK((p.model == "m" && !p.is_chat && p.prompt == "Hello"));
+  CHECK((!p.add_special_tokens && p.return_token_strs));
+  const auto defaults = tokenize_ok(R"({"prompt":""})");  // an empty text has zero tokens, not an error
+  CHECK((defaults.model.empty() && defaults.add_special_tokens && defaults.add_generation_prompt));
+  const auto llama = tokenize_ok(R"({"content":"Hi there","add_special":false})");
+  CHECK((llama.prompt == "Hi there" && !llama.add_special_tokens));
+  const auto chat = tokenize_ok(R"({"messages":[{"role":"developer","content":[{"type":"text","text":"be brief"}]},)"
+                                R"({"role":"user","content":"hi"}],"add_generation_prompt":false})");
+  REQUIRE(chat.is_chat);
+  REQUIRE(chat.messages.size() == 2);
+  CHECK((chat.messages[0].role == "system" && chat.messages[0].content == "be brief"));
+  CHECK_FALSE(chat.add_generation_prompt);
+}
+
+TEST_CASE("bad tokenize and detokenize bodies name the field", "[openai_api]") {
+  struct row {
+    const char* body;
+    const char* code;
+    const char* param;
+  };
+  const row rows[] = {
+      {R"({"model":"m"})", "missing_required_parameter", "prompt"},
+      {R"({"prompt":7})", "invalid_type", "prompt"},
+      {R"({"content":["x"]})", "invalid_type", "content"},
+      {R"({"prompt":"x","messages":[{"role":"user","content":"x"}]})", "invalid_value", "messages"},
+      {R"({"messages":[]})", "invalid_value", "messages"},
+      {R"({"messages":[{"role":"robot","content":"x"}]})", "invalid_value", "messages[0].role"},
+      {R"({"model":5,"prompt":"x"})", "invalid_type", "model"},
+      {R"({"prompt":"x","add_special_tokens":1})", "invalid_type", "add_special_tokens"},
+      {R"([1,2])", "invalid_json", ""},
+  };
+  for (const row& r : rows) {
+    INFO(r.body);
+    const api_error e = tokenize_err(r.body);
+    CHECK(e.status == 400);
+    CHECK(e.code == r.code);
+    CHECK(e.param == r.param);
+  }
+  api_limits small;
+  small.max_prompt_bytes = 8;
+  auto big = router::parse_tokenize_request(R"({"prompt":"123456789"})", small);
+  REQUIRE(std::holds_alternative<api_error>(big));
+  CHECK(std::get<api_error>(big).param == "prompt");
+  auto many = router::parse_detokenize_request(R"({"tokens":[1,2,3]})", small);  // 8 bytes: 2 ids
+  REQUIRE(std::holds_alternative<api_error>(many));
+  CHECK(std::get<api_error>(many).param == "tokens");
+}
+
+TEST_CASE("detokenize requests take token ids and format back as prompt and content", "[openai_api]") {
+  auto ok = router::parse_detokenize_request(R"({"model":"m","tokens":[0,5,49151]})", {});
+  REQUIRE(std::holds_alternative<router::detokenize_request>(ok));
+  CHECK(std::get<router::detokenize_request>(ok).tokens == std::vector<int32_t>{0, 5, 49151});
+  for (const char* bad : {R"({"tokens":[-1]})", R"({"tokens":[1.5]})", R"({"tokens":"1"})", R"({})"}) {
+    INFO(bad);
+    auto r = router::parse_detokenize_request(bad, {});
+    REQUIRE(std::holds_alternative<api_error>(r));
+    CHECK(std::get<api_error>(r).param == "tokens");
+  }
+  const json d = parsed(router::format_detokenize("caf\xC3"));  // half a character: replaced
+  CHECK(keys(d) == std::set<std::string>{"prompt", "content"});
+  CHECK(d["prompt"] == "caf\xEF\xBF\xBD");
+  CHECK(d["content"] == d["prompt"]);
+}
+
+TEST_CASE("tokenize responses have vLLM's keys", "[openai_api]") {
+  const json j = parsed(router::format_tokenize({1, 2, 3}, 2048, {}));
+  CHECK(keys(j) == std::set<std::string>{"count", "max_model_len", "tokens"});
+  CHECK((j["count"] == 3 && j["max_model_len"] == 2048 && j["tokens"] == json::array({1, 2, 3})));
+  const json s = parsed(router::format_tokenize({1, 2}, 2048, {"\xC4\xA0Hello", "a"}));
+  CHECK(s["token_strs"] == json::array({"\xC4\xA0Hello", "a"}));
+  CHECK(parsed(router::format_version()).at("version").is_string());
 }

@@ -93,7 +93,7 @@ proto::submit make_submit() {
   s.sampling.ignore_eos = true;
   s.sampling.logprobs = 5;
   s.priority = -3;
-  s.deadline_unix_ms = 1'700'000'000'123ull;
+  s.budget_ms = 123'456;
   s.stream = false;
   return s;
 }
@@ -140,6 +140,10 @@ std::vector<std::pair<msg_type, std::string>> valid_bodies() {
       {msg_type::tokens, proto::encode(make_tokens())},
       {msg_type::error, proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
       {msg_type::drain, proto::encode(proto::drain{.reason = "deploy"})},
+      {msg_type::kv_events,
+       proto::encode(proto::kv_events{
+           .seq = 7, .reset = false, .model_id = "m", .stored = {1, 0xffffffffffffffffull, 300}, .evicted = {42}})},
+      {msg_type::kv_resync, proto::encode(proto::kv_resync{.reason = "gap"})},
   };
 }
 
@@ -187,7 +191,8 @@ proto::decode_error expect_error(msg_type t, const std::string& body, decode_err
 }  // namespace
 
 TEST_CASE("protocol: type frames are the message names", "[protocol]") {
-  const char* names[] = {"hello", "welcome", "heartbeat", "submit", "cancel", "tokens", "error", "drain"};
+  const char* names[] = {"hello",  "welcome", "heartbeat", "submit",    "cancel",
+                         "tokens", "error",   "drain",     "kv_events", "kv_resync"};
   for (size_t i = 0; i < proto::k_n_msg_types; ++i) {
     const auto t = static_cast<msg_type>(i);
     CHECK(proto::name(t) == names[i]);
@@ -221,6 +226,7 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     m.tokenizer = make_tokenizer(300);
     m.tokenizer.tokens[5] = all_bytes();
     m.tokenizer.tokens[6] = "";
+    m.served_model_names = {"smollm2", std::string(proto::k_max_model_id_bytes, 'n')};
     CHECK(round_trip(m) == m);
   }
   SECTION("heartbeat") {
@@ -231,7 +237,8 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
                              .step_time_ms = 23.456789,
                              .steps = 0xffffffffffffffffull,
                              .draining = true,
-                             .unix_ms = 1'700'000'000'000ull};
+                             .unix_ms = 1'700'000'000'000ull,
+                             .kv_seq = 0xfffffffffffffffeull};
     CHECK(round_trip(m) == m);
     // Integral and huge floating values stay floats on the wire (msgpack-c's own pack_double
     // would turn 2^64 into an integer, with undefined behaviour).
@@ -250,7 +257,7 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     proto::submit m;
     m.request_id = std::string(proto::k_max_id_bytes, 'x');
     m.priority = INT32_MIN;
-    m.deadline_unix_ms = UINT64_MAX;
+    m.budget_ms = UINT32_MAX;
     m.sampling.top_k = INT32_MAX;
     m.sampling.max_tokens = 0;
     m.sampling.logprobs = proto::k_max_top_logprobs;
@@ -278,6 +285,29 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
   SECTION("error") {
     const proto::error m{.request_id = "", .code = "unknown_version", .message = all_bytes()};
     CHECK(round_trip(m) == m);
+  }
+  SECTION("hello and welcome with the kv_events opt-in") {
+    const proto::hello h{.version = 1, .router_id = "r", .kv_events = true};
+    CHECK(round_trip(h) == h);
+    proto::welcome w;
+    w.worker_id = "w";
+    w.kv_events = true;
+    w.kv_hash_salt = 0xfedcba9876543211ull;
+    CHECK(round_trip(w) == w);
+  }
+  SECTION("kv_events") {
+    proto::kv_events m{.seq = 0xffffffffffffffffull, .reset = true, .model_id = "m", .stored = {}, .evicted = {}};
+    CHECK(round_trip(m) == m);
+    for (uint64_t i = 1; i <= proto::k_max_kv_hashes; ++i) {
+      m.stored.push_back(i * 0x9e3779b97f4a7c15ull | 1);
+      m.evicted.push_back(i);
+    }
+    CHECK(proto::encode(m).size() <= proto::max_body_bytes(msg_type::kv_events));  // the largest one fits
+    CHECK(round_trip(m) == m);
+  }
+  SECTION("kv_resync") {
+    CHECK(round_trip(proto::kv_resync{.reason = "gap"}) == proto::kv_resync{.reason = "gap"});
+    CHECK(round_trip(proto::kv_resync{}) == proto::kv_resync{});
   }
   SECTION("drain") {
     const proto::drain m{.reason = "rolling update ✓"};
@@ -737,4 +767,59 @@ TEST_CASE("protocol: randomly mutated bodies decode to a value or an error", "[p
   CHECK(n_ok + n_err == 20000);
   CHECK(n_err > 1000);
   CHECK(n_ok > 100);
+}
+
+TEST_CASE("protocol: kv_events from a hostile peer is refused with the field named", "[protocol]") {
+  // seq is required and starts at 1.
+  expect_error(msg_type::kv_events, map_body().add("stored", std::vector<uint64_t>{1}).str(),
+               decode_errc::invalid_field, "seq: missing");
+  auto kv = [](uint64_t seq, std::vector<uint64_t> stored, std::vector<uint64_t> evicted) {
+    proto::kv_events m;
+    m.seq = seq;
+    m.stored = std::move(stored);
+    m.evicted = std::move(evicted);
+    return proto::encode(m);
+  };
+  expect_error(msg_type::kv_events, kv(0, {}, {}), decode_errc::invalid_field, "seq");
+  expect_error(msg_type::kv_events, map_body().add("seq", -1).str(), decode_errc::invalid_field, "seq");
+  expect_error(msg_type::kv_events, map_body().add("seq", 1.5).str(), decode_errc::invalid_field, "seq");
+  // 0 is no block hash (it means "no parent").
+  expect_error(msg_type::kv_events, kv(1, {5, 0}, {}), decode_errc::invalid_field, "stored[1]");
+  expect_error(msg_type::kv_events, kv(1, {}, {0}), decode_errc::invalid_field, "evicted[0]");
+  // Wrong types.
+  expect_error(msg_type::kv_events, map_body().add("seq", 1).add("stored", "1 2 3").str(), decode_errc::invalid_field,
+               "stored: expected an array");
+  expect_error(msg_type::kv_events, map_body().add("seq", 1).add("stored", std::vector<int64_t>{-4}).str(),
+               decode_errc::invalid_field, "stored[0]");
+  expect_error(msg_type::kv_events, map_body().add("seq", 1).add("evicted", std::vector<std::string>{"h"}).str(),
+               decode_errc::invalid_field, "evicted[0]");
+  expect_error(msg_type::kv_events, map_body().add("seq", 1).add("reset", 1).str(), decode_errc::invalid_field,
+               "reset");
+  expect_error(msg_type::kv_events, map_body().add("seq", 1).add("model_id", std::string(257, 'm')).str(),
+               decode_errc::invalid_field, "model_id");
+  // Over the per-message bound: senders split.
+  expect_error(msg_type::kv_events, kv(1, std::vector<uint64_t>(proto::k_max_kv_hashes + 1, 7), {}),
+               decode_errc::invalid_field, "stored: more than 8192");
+  // A header that claims far more hashes than the body holds.
+  expect_error(msg_type::kv_events,
+               map_body().add("seq", 1).add_raw("stored", std::string("\xdd\xff\xff\xff\xff", 5)).str(),
+               decode_errc::malformed);
+  expect_error(msg_type::kv_resync, map_body().add("reason", std::string(1025, 'r')).str(), decode_errc::invalid_field,
+               "reason");
+  // Unknown keys are ignored (a later field does not break this build).
+  const proto::decode_result r = decode("kv_events", map_body().add("seq", 3).add("future", "x").str());
+  REQUIRE(r.ok());
+  CHECK(r.get_if<proto::kv_events>()->seq == 3);
+}
+
+TEST_CASE("protocol: served model names are bounded and non-empty", "[protocol]") {
+  proto::welcome w;
+  w.served_model_names = {"a", ""};
+  expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "served_model_names[1]");
+  w.served_model_names = {std::string(proto::k_max_model_id_bytes + 1, 'x')};
+  expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "served_model_names");
+  w.served_model_names.assign(proto::k_max_served_model_names + 1, "x");
+  expect_error(msg_type::welcome, proto::encode(w), decode_errc::invalid_field, "served_model_names");
+  w.served_model_names.assign(proto::k_max_served_model_names, "x");
+  CHECK(decode("welcome", proto::encode(w)).ok());
 }

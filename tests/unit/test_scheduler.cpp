@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <random>
@@ -592,4 +593,122 @@ TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops 
   CHECK(e.sched.n_preemptions() > 0);
   CHECK(e.pool.stats().prefix_hit_tokens > 0);
   e.require_baseline();
+}
+
+// ---- step-time budget ------------------------------------------------------------------------
+
+TEST_CASE("step cost model: recovers a linear cost from measured steps, refuses to guess from one size") {
+  step_cost_model m;
+  const step_cost truth{20.0, 1.5, 0.25};
+  for (int i = 0; i < 20; ++i) m.observe({8, 8 * 100}, truth.predict({8, 8 * 100}));
+  CHECK_FALSE(m.fit().has_value());  // every step 8 tokens: nothing says what a token costs
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    const step_shape s{1 + static_cast<int64_t>(rng() % 256), static_cast<int64_t>(rng() % 200000)};
+    const double noise = static_cast<double>(rng() % 100) / 1000.0;  // 0-0.1 ms
+    m.observe(s, truth.predict(s) + noise);
+  }
+  const auto fit = m.fit();
+  REQUIRE(fit.has_value());
+  CHECK(fit->fixed_ms == Approx(truth.fixed_ms).epsilon(0.02));
+  CHECK(fit->per_token_ms == Approx(truth.per_token_ms).epsilon(0.02));
+  CHECK(fit->per_kpair_ms == Approx(truth.per_kpair_ms).epsilon(0.02));
+  CHECK(m.n_observations() == 220);
+  for (int i = 0; i < 100; ++i) m.observe({1 + i, 0}, truth.predict({1 + i, 0}));
+  CHECK(m.n_observations() == step_cost_model::k_window);  // the oldest are forgotten
+  // Garbage in (a zero-token step, a negative or NaN time) is ignored.
+  m.observe({0, 0}, 5);
+  m.observe({4, 0}, -1);
+  m.observe({4, 0}, std::nan(""));
+  CHECK(m.fit()->per_token_ms == Approx(truth.per_token_ms).epsilon(0.02));
+}
+
+TEST_CASE("step cost model: a fit never has negative costs") {
+  step_cost_model m;
+  // Time falls with attention (nonsense, as noisy timings can suggest): that term is dropped.
+  for (int i = 1; i <= 32; ++i) m.observe({i * 4, (32 - i) * 4096}, 10.0 + 2.0 * i * 4 - 0.01 * (32 - i) * 4);
+  const auto fit = m.fit();
+  REQUIRE(fit.has_value());
+  CHECK(fit->fixed_ms >= 0);
+  CHECK(fit->per_token_ms > 0);
+  CHECK(fit->per_kpair_ms >= 0);
+}
+
+TEST_CASE("prefill_tokens_within: what is left of the step after the decodes, at least the minimum chunk") {
+  const step_cost c{10.0, 0.5, 0.0};
+  // 8 decodes predict 14 ms; 100 ms leaves 86 ms = 172 prompt tokens.
+  CHECK(prefill_tokens_within(c, {8, 800}, 0, 100.0, 16, 256) == 172);
+  CHECK(prefill_tokens_within(c, {8, 800}, 0, 100.0, 16, 64) == 64);     // capped by the token budget
+  CHECK(prefill_tokens_within(c, {190, 0}, 0, 100.0, 16, 256) == 16);    // decodes alone over it
+  CHECK(prefill_tokens_within(c, {190, 0}, 0, 100.0, 300, 256) == 256);  // min chunk, still capped
+  // Prompt tokens deep in a long context also pay attention: 0.5 + 1 * 2048/1024 = 2.5 ms each.
+  const step_cost a{10.0, 0.5, 1.0};
+  CHECK(prefill_tokens_within(a, {8, 0}, 2048, 100.0, 16, 256) == 34);
+}
+
+namespace {
+
+// Runs `e` until idle, feeding every step's time from `cost` to the scheduler as the engine does;
+// returns the largest prompt-token count of a step that also carried decodes.
+int32_t run_with_cost(fake_engine& e, const step_cost& cost, int max_steps) {
+  int32_t worst = 0;
+  for (int n = 0; n < max_steps && !e.idle(); ++n) {
+    const bool had_fit = e.sched.step_costs().fit().has_value();
+    const step_plan plan = e.step();
+    step_shape s;
+    int32_t n_decode = 0;
+    for (const auto& q : plan.seqs) {
+      const auto k = static_cast<int64_t>(q.tokens.size());
+      s.n_tokens += k;
+      s.attended_pairs += k * q.pos0 + k * (k + 1) / 2;
+      n_decode += q.pos0 >= e.n_prompt[q.id];
+    }
+    e.sched.observe_step(plan, cost.predict(s));
+    if (n_decode > 0 && had_fit) worst = std::max(worst, plan.n_tokens - n_decode);
+  }
+  REQUIRE(e.idle());
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("step-time budget: prompt chunks shrink while streams decode, not when nothing decodes") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 256;
+  cfg.max_running = 16;
+  cfg.min_prefill_chunk = 16;
+  const step_cost cost{10.0, 0.5, 0.0};  // a 256-token step takes 138 ms; 8 decodes 14 ms
+
+  SECTION("off: the token budget alone") {
+    fake_engine e(1024, 16, cfg);
+    for (request_id id = 1; id <= 24; ++id) e.add(id, prompt_of(200, static_cast<token_id>(1000 * id)), 24);
+    CHECK(run_with_cost(e, cost, 2000) > 200);
+    e.require_baseline();
+  }
+  SECTION("on: 50 ms steps while decodes run, every request still completes") {
+    cfg.max_step_ms = 50;
+    fake_engine e(1024, 16, cfg);
+    for (request_id id = 1; id <= 24; ++id) e.add(id, prompt_of(200, static_cast<token_id>(1000 * id)), 24);
+    const int32_t worst = run_with_cost(e, cost, 4000);
+    // With d decodes the step may carry (50 - 10 - 0.5 d) / 0.5 = 80 - d prompt tokens.
+    CHECK(worst <= 80);
+    CHECK(worst >= cfg.min_prefill_chunk);
+    CHECK(e.finished.size() == 24);
+    // Before the model had steps of different sizes, the first request's prompt went in whole.
+    CHECK(e.ran[0] == rs({{1, 200}, {2, 56}}));
+    e.require_baseline();
+  }
+  SECTION("on, but a prompt alone in the engine keeps the full token budget") {
+    cfg.max_step_ms = 50;
+    fake_engine e(1024, 16, cfg);
+    for (request_id id = 1; id <= 6; ++id) e.add(id, prompt_of(static_cast<int32_t>(20 * id), 100 * id), 12);
+    run_with_cost(e, cost, 100);  // the model learns from these steps
+    REQUIRE(e.sched.step_costs().fit().has_value());
+    e.ran.clear();
+    e.add(9, prompt_of(600, 5000), 2);
+    e.step();
+    CHECK(e.ran[0] == rs({{9, 256}}));
+    e.run_until_idle(20);
+    e.require_baseline();
+  }
 }

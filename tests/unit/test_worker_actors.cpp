@@ -371,9 +371,9 @@ TEST_CASE("engine actor: bad frames are answered with errors and the actor keeps
   REQUIRE(types(out) == std::vector<std::string>{"error"});
   CHECK(as<proto::error>(out[0]).code == proto::error_code::bad_message);
 
-  proto::submit late = make_submit("r-late", 4, "Hi");
-  late.deadline_unix_ms = 1;  // long past
-  f.send("peer-a", late);
+  proto::submit oov = make_submit("r-oov", 4, "Hi");
+  oov.prompt.push_back(1'000'000);  // outside the vocabulary
+  f.send("peer-a", oov);
   f.send("peer-a", make_submit("r-dup", 4, "Hi"));
   f.send("peer-a", make_submit("r-dup", 4, "Hi"));
   f.actors.sched().run_once();
@@ -382,7 +382,7 @@ TEST_CASE("engine actor: bad frames are answered with errors and the actor keeps
   out = f.take();
   REQUIRE(types(out) == std::vector<std::string>{"error", "error"});
   const auto e1 = as<proto::error>(out[0]);
-  CHECK(e1.request_id == "r-late");
+  CHECK(e1.request_id == "r-oov");
   CHECK(e1.code == proto::error_code::invalid_request);
   const auto e2 = as<proto::error>(out[1]);
   CHECK(e2.request_id == "r-dup");
@@ -454,8 +454,14 @@ struct link_fixture {
   caf::scoped_actor engine{actors.sys()};
   std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<link_counters> counters = std::make_shared<link_counters>();
-  caf::actor link = actors.sys().spawn(link_actor, &ctx, link_config{k_listen, 1000},
-                                       caf::actor_cast<caf::actor>(engine), stop, counters);
+  static link_config make_link_config() {
+    link_config c;
+    c.listen = k_listen;
+    c.high_water_mark = 1000;
+    return c;
+  }
+  caf::actor link =
+      actors.sys().spawn(link_actor, &ctx, make_link_config(), caf::actor_cast<caf::actor>(engine), stop, counters);
 
  private:
   bool stopped_ = false;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_hash.hpp"
 #include "router/worker_pool.hpp"
 
 using namespace sy::router;
@@ -21,6 +22,10 @@ sy::proto::welcome welcome_of(const std::string& id, uint32_t max_running = 2, c
   w.kv_block_size = 16;
   w.max_running = max_running;
   return w;
+}
+
+std::vector<uint64_t> prefix_block_hashes(const std::vector<int32_t>& prompt, uint32_t block_size) {
+  return sy::kv_block_hashes(prompt, block_size, 0);
 }
 
 std::vector<int32_t> prompt_of(int32_t first, size_t n) {
@@ -79,7 +84,7 @@ TEST_CASE("worker_pool: slots are max_running plus the local queue, per model") 
     const auto c = pool.choose("m", {});
     REQUIRE(c.has_value());
     CHECK(*c == a);
-    pool.on_dispatched(*c, {});
+    pool.on_dispatched(*c, {}, 0);
   }
   CHECK_FALSE(pool.choose("m", {}).has_value());  // 2 running + 1 queued
   CHECK(pool.choose("other", {}) == b);
@@ -103,20 +108,20 @@ TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is
   // Equal load: ties go to the least loaded, then the prompt sticks to where it went.
   const auto first = pool.choose("m", sys1);
   REQUIRE(first.has_value());
-  pool.on_dispatched(*first, sys1);
+  pool.on_dispatched(*first, sys1, 0);
   const worker_ref other = *first == a ? b : a;
   CHECK(pool.choose("m", sys2) == other);  // new prefix: least loaded
-  pool.on_dispatched(other, sys2);
+  pool.on_dispatched(other, sys2, 0);
   CHECK(pool.choose("m", sys1) == *first);
-  pool.on_dispatched(*first, sys1);
+  pool.on_dispatched(*first, sys1, 0);
   CHECK(pool.choose("m", sys1) == *first);
-  pool.on_dispatched(*first, sys1);
+  pool.on_dispatched(*first, sys1, 0);
   CHECK(pool.cached_blocks(*first, sys1) == 4);
   CHECK(pool.cached_blocks(other, sys1) == 0);
   CHECK(pool.at(*first).prefix_hit_blocks == 8);
   // Now `first` has 3 in flight, `other` 1: a difference of 2 keeps the affinity ...
   CHECK(pool.choose("m", sys1) == *first);
-  pool.on_dispatched(*first, sys1);
+  pool.on_dispatched(*first, sys1, 0);
   // ... 4 vs 1 exceeds the threshold: the least loaded takes it (no hot spot).
   CHECK(pool.choose("m", sys1) == other);
 }
@@ -128,9 +133,9 @@ TEST_CASE("worker_pool: the prefix index is bounded by what the worker's KV cach
   w.kv_capacity_tokens = 16 * 32;  // 32 blocks -> index of max(64, 64) entries
   pool.on_welcome(a, w, 0);
   const auto old_prompt = prefix_block_hashes(prompt_of(0, 16 * 8), 16);
-  pool.on_dispatched(a, old_prompt);
+  pool.on_dispatched(a, old_prompt, 0);
   for (int i = 1; i <= 10; ++i) {
-    pool.on_dispatched(a, prefix_block_hashes(prompt_of(i * 100000, 16 * 8), 16));
+    pool.on_dispatched(a, prefix_block_hashes(prompt_of(i * 100000, 16 * 8), 16), 0);
     pool.on_finished(a);
   }
   CHECK(pool.cached_blocks(a, old_prompt) == 0);  // evicted, least recently used
@@ -214,8 +219,8 @@ TEST_CASE("worker_pool: a retired worker gets no new work, finishes what it runs
   const worker_ref b = pool.add("tcp://b:1").ref;
   pool.on_welcome(a, welcome_of("a", 4), 0);
   pool.on_welcome(b, welcome_of("b", 4), 0);
-  pool.on_dispatched(a, {});
-  pool.on_dispatched(a, {});
+  pool.on_dispatched(a, {}, 0);
+  pool.on_dispatched(a, {}, 0);
   pool.take_changes();
 
   pool.retire("tcp://a:1");
@@ -224,7 +229,7 @@ TEST_CASE("worker_pool: a retired worker gets no new work, finishes what it runs
     const auto c = pool.choose("m", {});
     REQUIRE(c.has_value());
     CHECK(*c == b);
-    pool.on_dispatched(*c, {});
+    pool.on_dispatched(*c, {}, 0);
   }
   CHECK_FALSE(pool.choose("m", {}).has_value());
   CHECK(pool.removable(1.0).empty());  // two still running there
@@ -254,7 +259,7 @@ TEST_CASE("worker_pool: a retired worker listed again before it drained takes wo
   worker_pool pool;
   const worker_ref a = pool.add("tcp://a:1").ref;
   pool.on_welcome(a, welcome_of("a", 4), 0);
-  pool.on_dispatched(a, {});
+  pool.on_dispatched(a, {}, 0);
   pool.retire("tcp://a:1");
   CHECK_FALSE(pool.choose("m", {}).has_value());
   const auto again = pool.add("tcp://a:1");
@@ -285,7 +290,7 @@ TEST_CASE(
   const worker_ref b = pool.add("tcp://b:1").ref;
   pool.on_welcome(a, welcome_of("a", 4), 0);
   pool.on_welcome(b, welcome_of("b", 4), 0);
-  pool.on_dispatched(a, {});
+  pool.on_dispatched(a, {}, 0);
   CHECK(pool.check_liveness(2.5) == std::vector<worker_ref>{a, b});
   CHECK(pool.at(a).in_flight == 0);  // its requests are the dispatcher's to re-send or end
   CHECK(pool.count(worker_state::dead) == 2);
@@ -319,4 +324,208 @@ TEST_CASE("worker_pool: refs are never reused") {
     pool.remove(r.ref);
   }
   CHECK(pool.size() == 0);
+}
+
+namespace {
+
+sy::proto::welcome publishing(const std::string& id, uint32_t n_blocks = 64) {
+  auto w = welcome_of(id, 8);
+  w.kv_capacity_tokens = 16 * n_blocks;
+  w.kv_events = true;
+  return w;
+}
+
+sy::proto::kv_events events(uint64_t seq, std::vector<uint64_t> stored, std::vector<uint64_t> evicted = {},
+                            bool reset = false) {
+  return {.seq = seq, .reset = reset, .model_id = "m", .stored = std::move(stored), .evicted = std::move(evicted)};
+}
+
+}  // namespace
+
+TEST_CASE("kv view: a worker's events make the view exact and steer the choice") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 4});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, publishing("a"), 0);
+  pool.on_welcome(b, publishing("b"), 0);
+  const auto sys = prefix_block_hashes(prompt_of(0, 64), 16);
+  REQUIRE(sys.size() == 4);
+  pool.on_kv_events(a, events(1, {}, {}, true));  // snapshots on hello: both empty
+  pool.on_kv_events(b, events(1, {}, {}, true));
+  CHECK(pool.kv_view_of(a)->exact());
+  // b stored the first three blocks of the prompt (another router sent it there).
+  pool.on_kv_events(b, events(2, {sys[0], sys[1], sys[2]}));
+  CHECK(pool.cached_blocks(b, sys) == 3);
+  CHECK(pool.cached_blocks(a, sys) == 0);
+  CHECK(pool.choose("m", sys) == b);
+  // b evicts the second block: only the first still leads.
+  pool.on_kv_events(b, events(3, {}, {sys[1]}));
+  CHECK(pool.cached_blocks(b, sys) == 1);
+  CHECK(pool.kv_view_of(b)->size() == 2);
+  CHECK(pool.kv_view_of(b)->exact());
+  const auto& c = pool.kv_counters();
+  CHECK(c.stored == 3);
+  CHECK(c.evicted == 1);
+  CHECK(c.snapshots == 2);
+  CHECK(c.gaps == 0);
+  // Events about another model, or from a worker not up, change nothing.
+  auto other = events(4, {sys[3]});
+  other.model_id = "other";
+  pool.on_kv_events(b, other);
+  const worker_ref late = pool.add("tcp://c:1").ref;  // connecting: never welcomed
+  pool.on_kv_events(late, events(1, {sys[3]}, {}, true));
+  CHECK(pool.kv_counters().ignored == 2);
+  CHECK(pool.cached_blocks(b, sys) == 1);
+}
+
+TEST_CASE("kv view: a gap makes it stale, a snapshot is asked for (rate-limited) and restores it") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .kv_resync_interval_s = 1.0});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  pool.on_welcome(a, publishing("a"), 0);
+  CHECK(pool.kv_resyncs_due(0.0).empty());
+  pool.on_kv_events(a, events(1, {11, 12}, {}, true));
+  pool.on_kv_events(a, events(2, {13}));
+  CHECK(pool.kv_view_of(a)->exact());
+  // Message 3 (evicting 11) is lost: 4 arrives.
+  pool.on_kv_events(a, events(4, {14}));
+  CHECK_FALSE(pool.kv_view_of(a)->exact());
+  CHECK(pool.kv_counters().gaps == 1);
+  CHECK(pool.kv_view_of(a)->holds(14));  // later facts still count
+  CHECK(pool.kv_resyncs_due(10.0) == std::vector<worker_ref>{a});
+  CHECK(pool.kv_resyncs_due(10.5).empty());                        // asked already
+  CHECK(pool.kv_resyncs_due(11.0) == std::vector<worker_ref>{a});  // the snapshot did not come: again
+  CHECK(pool.kv_resyncs() == 2);
+  // The snapshot: exactly what the worker holds.
+  pool.on_kv_events(a, events(5, {12, 13, 14}, {}, true));
+  CHECK(pool.kv_view_of(a)->exact());
+  CHECK_FALSE(pool.kv_view_of(a)->holds(11));
+  CHECK(pool.kv_view_of(a)->size() == 3);
+  CHECK(pool.kv_resyncs_due(20.0).empty());
+  // Events after a clear and before any snapshot: stale too (the snapshot was missed).
+  pool.on_welcome(a, publishing("a-restarted"), 21.0);
+  CHECK(pool.kv_view_of(a)->size() == 0);
+  pool.on_kv_events(a, events(9, {15}));
+  CHECK_FALSE(pool.kv_view_of(a)->exact());
+  CHECK(pool.kv_resyncs_due(21.0) == std::vector<worker_ref>{a});
+}
+
+TEST_CASE("kv view: cleared when the worker restarts, gone when it is removed") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  pool.on_welcome(a, publishing("a"), 0);
+  pool.on_kv_events(a, events(1, {1, 2, 3}, {}, true));
+  REQUIRE(pool.kv_view_of(a)->size() == 3);
+  pool.on_welcome(a, publishing("a"), 0.5);  // the same process again (a repeated hello): kept
+  CHECK(pool.kv_view_of(a)->size() == 3);
+  pool.on_welcome(a, publishing("a2"), 1.0);  // another process behind the address
+  CHECK(pool.kv_view_of(a)->size() == 0);
+  pool.on_kv_events(a, events(1, {4}, {}, true));
+  CHECK(pool.check_liveness(10.0) == std::vector<worker_ref>{a});  // dead: its view is kept ...
+  pool.on_welcome(a, publishing("a2"), 11.0);                      // ... until it is back up (a fresh process)
+  CHECK(pool.kv_view_of(a)->size() == 0);
+  pool.retire("tcp://a:1");
+  REQUIRE(pool.removable(12.0) == std::vector<worker_ref>{a});
+  pool.remove(a);
+  CHECK(pool.kv_view_of(a) == nullptr);
+  std::string metrics;
+  render_kv_metrics(pool, metrics);
+  CHECK(metrics.find("tcp://a:1") == std::string::npos);  // its label went with it
+}
+
+TEST_CASE("kv view: never holds more than the worker's block count") {
+  worker_pool pool;
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  pool.on_welcome(a, publishing("a", 4), 0);
+  pool.on_kv_events(a, events(1, {1, 2, 3, 4, 5, 6}, {}, true));  // a broken (or hostile) worker
+  CHECK(pool.kv_view_of(a)->size() == 4);
+  CHECK(pool.kv_counters().overflows == 1);
+  CHECK(pool.kv_resyncs_due(0) == std::vector<worker_ref>{a});
+  pool.on_kv_events(a, events(2, {7}, {1, 2}));
+  CHECK(pool.kv_view_of(a)->size() == 3);
+  // Whatever a welcome claims, one view stays bounded.
+  kv_view huge;
+  huge.set_capacity(size_t{1} << 40);
+  kv_view_counters c;
+  sy::proto::kv_events m = events(1, {}, {}, true);
+  for (uint64_t h = 1; h <= kv_view::k_max_view_blocks + 10; ++h) m.stored.push_back(h);
+  huge.apply(m, c);
+  CHECK(huge.size() == kv_view::k_max_view_blocks);
+  CHECK(c.overflows == 1);
+}
+
+TEST_CASE("kv view: dispatch-time hints bridge the prefill and expire unless confirmed") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 4, .kv_hint_ttl_s = 2.0});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, publishing("a"), 0);
+  pool.on_welcome(b, publishing("b"), 0);
+  pool.on_kv_events(a, events(1, {}, {}, true));
+  pool.on_kv_events(b, events(1, {}, {}, true));
+  const auto p1 = prefix_block_hashes(prompt_of(0, 64), 16);
+  const auto p2 = prefix_block_hashes(prompt_of(9000, 64), 16);
+  const auto first = pool.choose("m", p1);
+  REQUIRE(first);
+  pool.on_dispatched(*first, p1, 10.0);
+  CHECK(pool.cached_blocks(*first, p1) == 4);  // the hint, before the worker said anything
+  CHECK(pool.kv_view_of(*first)->n_hints() == 4);
+  // The worker confirms two blocks (the prompt was cut short by a cancel, say): hints go.
+  pool.on_kv_events(*first, events(2, {p1[0], p1[1]}));
+  CHECK(pool.kv_view_of(*first)->n_hints() == 2);
+  pool.expire_kv_hints(11.0);
+  CHECK(pool.cached_blocks(*first, p1) == 4);
+  pool.expire_kv_hints(12.5);  // unconfirmed for longer than the TTL
+  CHECK(pool.cached_blocks(*first, p1) == 2);
+  CHECK(pool.kv_view_of(*first)->n_hints() == 0);
+  // A worker that sends no events keeps its hints until they are pushed out (LRU).
+  const worker_ref old = pool.add("tcp://old:1").ref;
+  pool.on_welcome(old, welcome_of("old", 8), 0);
+  pool.on_dispatched(old, p2, 10.0);
+  pool.expire_kv_hints(100.0);
+  CHECK(pool.cached_blocks(old, p2) == 4);
+}
+
+TEST_CASE("kv view: two routers fed the same events send a shared prefix to the same worker") {
+  // Router 1 dispatched the prompt; router 2 never saw it, only the workers' events.
+  worker_pool r1({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 4}),
+      r2({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 4});
+  const auto sys = prefix_block_hashes(prompt_of(0, 128), 16);
+  for (worker_pool* p : {&r1, &r2}) {
+    const worker_ref a = p->add("tcp://a:1").ref, b = p->add("tcp://b:1").ref;
+    p->on_welcome(a, publishing("a"), 0);
+    p->on_welcome(b, publishing("b"), 0);
+    p->on_kv_events(a, events(1, {}, {}, true));
+    p->on_kv_events(b, events(1, {}, {}, true));
+  }
+  const auto chosen = r1.choose("m", sys);
+  REQUIRE(chosen);
+  r1.on_dispatched(*chosen, sys, 0);
+  // The worker ran the prefill; its events reach both routers.
+  for (worker_pool* p : {&r1, &r2}) p->on_kv_events(*chosen, events(2, std::vector<uint64_t>(sys.begin(), sys.end())));
+  // Router 2's other worker is less loaded from its own point of view, within the threshold.
+  CHECK(r2.choose("m", sys) == chosen);
+  CHECK(r2.cached_blocks(*chosen, sys) == sys.size());
+}
+
+TEST_CASE("kv view: a heartbeat naming a later seq reveals a lost last message") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  pool.on_welcome(a, publishing("a"), 0);
+  pool.on_kv_events(a, events(1, {1}, {}, true));
+  sy::proto::heartbeat hb;
+  hb.kv_seq = 1;
+  pool.on_heartbeat(a, hb, 0.5);
+  CHECK(pool.kv_view_of(a)->exact());
+  hb.kv_seq = 2;  // message 2 never came, and nothing after it
+  pool.on_heartbeat(a, hb, 1.0);
+  CHECK_FALSE(pool.kv_view_of(a)->exact());
+  CHECK(pool.kv_resyncs_due(1.0) == std::vector<worker_ref>{a});
+  pool.on_kv_events(a, events(3, {1, 2}, {}, true));
+  hb.kv_seq = 3;
+  pool.on_heartbeat(a, hb, 1.5);
+  CHECK(pool.kv_view_of(a)->exact());
+  // A worker that does not publish: its heartbeats' kv_seq means nothing.
+  const worker_ref old = pool.add("tcp://old:1").ref;
+  pool.on_welcome(old, welcome_of("old"), 0);
+  pool.on_heartbeat(old, hb, 1.5);
+  CHECK(pool.kv_resyncs_due(5.0).empty());
 }

@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/kv_hash.hpp"
 #include "tests/unit/model_env.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/worker_service.hpp"
@@ -110,4 +112,73 @@ TEST_CASE("a failing step ends every live request with internal_error and the wo
   CHECK(t->request_id == "a2");
   CHECK(t->finish_reason == "length");
   CHECK(t->usage.completion_tokens == 4);
+}
+
+TEST_CASE("kv events: a router that asks gets a snapshot, then each step's blocks before its tokens") {
+  REQUIRE_MODEL();
+  engine_config cfg;
+  cfg.n_kv_blocks = 64;
+  engine eng(*env()->model, env()->pool, cfg);
+  worker_service w(eng, {});
+  std::vector<out_frame> out;
+  auto decoded = [](const out_frame& f) {
+    auto r = proto::decode(f.type, f.body);
+    REQUIRE(r);
+    return r;
+  };
+  proto::hello h;
+  h.router_id = "r";
+  h.kv_events = true;
+  feed(w, "peer-a", h, out);
+  h.kv_events = false;
+  feed(w, "peer-b", h, out);  // an older router: never gets kv_events
+  // a: welcome, snapshot, heartbeat; b: welcome, then a heartbeat to each.
+  REQUIRE(out.size() == 6);
+  for (const auto& f : out) CHECK((f.type != "kv_events" || f.peer == "peer-a"));
+  const auto welcome = decoded(out[0]);
+  const auto* wm = welcome.get_if<proto::welcome>();
+  REQUIRE(wm);
+  CHECK(wm->kv_events);
+  REQUIRE(out[1].type == "kv_events");  // before the heartbeat that names its seq
+  const auto snap = decoded(out[1]);
+  REQUIRE(snap.get_if<proto::kv_events>());
+  CHECK(out[1].peer == "peer-a");
+  const auto hb = decoded(out[2]);
+  REQUIRE(hb.get_if<proto::heartbeat>());
+  CHECK(hb.get_if<proto::heartbeat>()->kv_seq == snap.get_if<proto::kv_events>()->seq);
+  CHECK(snap.get_if<proto::kv_events>()->reset);
+  CHECK(snap.get_if<proto::kv_events>()->stored.empty());
+
+  const proto::submit s = submit_of("a1", 2);
+  feed(w, "peer-b", s, out);
+  out.clear();
+  w.step(1000, out);  // the prefill registers the prompt's full blocks
+  REQUIRE(out.size() >= 2);
+  CHECK(out[0].peer == "peer-a");
+  const auto first = decoded(out[0]);
+  const auto* ev = first.get_if<proto::kv_events>();
+  REQUIRE(ev);
+  CHECK(ev->seq == snap.get_if<proto::kv_events>()->seq + 1);
+  // Exactly the hashes a router computes from the prompt it sent, with the welcome's salt.
+  const auto want = kv_block_hashes(s.prompt, wm->kv_block_size, wm->kv_hash_salt);
+  REQUIRE_FALSE(want.empty());
+  CHECK(ev->stored == want);
+  CHECK(ev->evicted.empty());
+  for (const auto& f : out) CHECK((f.peer == "peer-b" || f.type == "kv_events"));  // b gets only its tokens
+
+  // A resync: a fresh snapshot holding those blocks (cached once the request ends).
+  while (w.step(1000, out)) {
+  }
+  out.clear();
+  feed(w, "peer-a", proto::kv_resync{.reason = "gap"}, out);
+  REQUIRE(out.size() == 1);
+  const auto again = decoded(out[0]);
+  const auto* r = again.get_if<proto::kv_events>();
+  REQUIRE(r);
+  CHECK(r->reset);
+  CHECK(std::set<uint64_t>(r->stored.begin(), r->stored.end()).count(want.back()) == 1);
+  CHECK(w.counters().kv.snapshots == 2);
+  CHECK(w.counters().kv_subscribers == 1);
+  w.on_peer_gone("peer-a");
+  CHECK(w.counters().kv_subscribers == 0);
 }

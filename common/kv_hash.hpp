@@ -1,0 +1,30 @@
+// Prefix-cache block hashes, defined once for both sides: the worker registers each full KV
+// block under this hash (worker/kv_block_pool), and the router hashes a prompt the same way to
+// look its blocks up in the view it keeps of every worker's cache (router/kv_view). Equal
+// hashes mean equal whole prefixes: a block's hash chains its parent's.
+//
+// The functions are fixed bit for bit (splitmix64's finalizer, no std::hash): a router and a
+// worker built by different compilers, or on different hosts, must agree.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace sy {
+
+// The hash of a full block holding `tokens` after the prefix whose last block hashed to
+// `parent_hash` (0 for the first block). Never 0: 0 means "no parent".
+uint64_t kv_chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens, uint64_t salt);
+
+// The chained hashes of a prompt's full blocks: result[i] covers tokens [0, (i+1) * block_size).
+// Empty when block_size is 0.
+std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> prompt, uint32_t block_size, uint64_t salt);
+
+// The salt a model's blocks are hashed with: a stable function of the model's identity, so
+// every worker of one model (wherever its file is mounted) hashes alike and workers of
+// different models never share a hash.
+uint64_t kv_model_salt(std::string_view model_identity);
+
+}  // namespace sy

@@ -1,0 +1,163 @@
+"""The JSON Schema compiler of constrained decoding, checked by an outside validator (PyPI jsonschema).
+
+For each schema: random walks of its grammar (`switchyard-worker json-grammar --sample`) are all
+valid JSON that the schema accepts; valid documents (hand-written, and the walks re-serialised by
+Python) are all accepted by the grammar; documents the schema refuses are refused by the grammar.
+"""
+import json
+import os
+import subprocess
+
+import jsonschema
+import pytest
+
+from worker_client import WORKER
+
+SCHEMAS = {
+    "person": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 20},
+            "age": {"type": "integer"},
+            "email": {"type": ["string", "null"]},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        },
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    },
+    "open-object": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+    "typed-extras": {"type": "object", "additionalProperties": {"type": "number"}},
+    "enum-const": {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "version": {"const": 2},
+                       "mode": {"enum": [1, "auto", None, True]}},
+        "required": ["color", "version", "mode"],
+        "additionalProperties": False,
+    },
+    "arrays": {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2},
+               "minItems": 2, "maxItems": 4},
+    "any-of": {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"x": {"type": "number"}},
+                                                 "required": ["x"], "additionalProperties": False}, {"type": "null"}]},
+    "recursive": {
+        "$defs": {"node": {"type": "object",
+                           "properties": {"value": {"type": "integer"},
+                                          "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+                           "required": ["value", "children"], "additionalProperties": False}},
+        "$ref": "#/$defs/node",
+    },
+    "tool-args": {  # the shape of an OpenAI function's parameters
+        "type": "object",
+        "properties": {"location": {"type": "string", "description": "City and country"},
+                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                       "days": {"type": "integer"}},
+        "required": ["location", "unit", "days"],
+        "additionalProperties": False,
+    },
+    "anything": {},
+}
+
+VALID = {
+    "person": ['{"name":"Ada","age":36}', '{"name": "A", "age": -1, "email": null, "tags": []}',
+               '{\n  "name": "Bo",\n  "age": 0,\n  "tags": ["x", "y", "z"]\n}'],
+    "open-object": ['{"id":1}', '{"id": 1, "other": {"deep": [1, "two", null]}}'],
+    "typed-extras": ['{}', '{"a": 1.5, "b": -2e10}'],
+    "enum-const": ['{"color":"red","version":2,"mode":null}', '{"color": "blue", "version": 2, "mode": true}'],
+    "arrays": ['[[true],[false,true]]', '[[true], [true], [false], [false, false]]'],
+    "any-of": ['3', '{"x": 0.5}', 'null'],
+    "recursive": ['{"value":1,"children":[{"value":2,"children":[]}]}'],
+    "tool-args": ['{"location": "Paris, France", "unit": "celsius", "days": 3}'],
+    "anything": ['"s"', '[1, {"a": null}]', '{"k": "v"}', '-0.25'],
+}
+
+INVALID = {
+    "person": ['{"name":"","age":1}', '{"name":"x"}', '{"name":"x","age":1.5}', '{"name":"x","age":1,"zzz":1}',
+               '{"name":"x","age":1,"tags":["a","b","c","d"]}', '{"name":"x","age":"1"}'],
+    "open-object": ['{}', '{"id": "1"}', '[]'],
+    "typed-extras": ['{"a": "1"}', '{"a": null}'],
+    "enum-const": ['{"color":"pink","version":2,"mode":null}', '{"color":"red","version":3,"mode":null}',
+                   '{"color":"red","version":2,"mode":false}'],
+    "arrays": ['[[true]]', '[[], [true]]', '[[true], [true, true, true]]', '[[1], [true]]'],
+    "any-of": ['"3"', '{"x": "a"}', '{"x": 1, "y": 2}', '1.5'],
+    "recursive": ['{"value":1}', '{"value":1,"children":[{"value":"2","children":[]}]}'],
+    "tool-args": ['{"location": "Paris", "unit": "kelvin", "days": 3}', '{"location": "Paris", "days": 3}'],
+    "anything": [],
+}
+
+
+def run(schema, *args, stdin=None):
+    return subprocess.run([WORKER, "json-grammar", "--schema", json.dumps(schema), *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def accepted(schema, docs):
+    p = run(schema, "--check", stdin="".join(json.dumps(d) + "\n" for d in docs))
+    assert p.returncode == 0, p.stderr
+    return [line == "1" for line in p.stdout.split("\n")[:-1]]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_random_walks_are_valid(name):
+    schema = SCHEMAS[name]
+    p = run(schema, "--sample", "60", "--seed", "11")
+    assert p.returncode == 0, p.stderr
+    docs = [json.loads(line) for line in p.stdout.split("\n")[:-1]]
+    assert len(docs) >= 50, f"only {len(docs)} walks ended"
+    for doc in docs:
+        value = json.loads(doc)  # valid JSON
+        jsonschema.validate(value, schema)  # and valid for the schema
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_valid_documents_are_accepted(name):
+    schema = SCHEMAS[name]
+    p = run(schema, "--sample", "30", "--seed", "5")
+    walks = [json.loads(line) for line in p.stdout.split("\n")[:-1]]
+    # The walks again, as Python writes them: compact, spaced, indented, ASCII-escaped or not.
+    # (Not: numbers Python reads as infinity; indentation deeper than the grammar's 20 spaces.)
+    rewritten = []
+    for doc in walks:
+        v = json.loads(doc)
+        forms = [json.dumps(v, separators=(",", ":")), json.dumps(v, ensure_ascii=False), json.dumps(v, indent=2)]
+        rewritten += [f for f in forms if "Infinity" not in f and "\n" + " " * 21 not in f]
+    docs = VALID[name] + rewritten
+    for d in VALID[name]:
+        jsonschema.validate(json.loads(d), schema)  # the fixtures themselves are right
+    bad = [d for d, ok in zip(docs, accepted(schema, docs)) if not ok]
+    assert not bad, f"valid documents refused: {bad[:3]}"
+
+
+@pytest.fixture(scope="module")
+def few_walks():
+    """15 walks of each schema's grammar."""
+    out = {}
+    for name, schema in SCHEMAS.items():
+        p = run(schema, "--sample", "15", "--seed", "3")
+        out[name] = [json.loads(line) for line in p.stdout.split("\n")[:-1]]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_invalid_documents_are_refused(name, few_walks):
+    schema = SCHEMAS[name]
+    docs = INVALID[name] + ["", "{", "nul", '{"a":1,}']
+    for d in docs:
+        try:
+            jsonschema.validate(json.loads(d), schema)
+            pytest.fail(f"fixture {d!r} is valid")
+        except (ValueError, jsonschema.ValidationError):
+            pass
+    # Walks of the other schemas: whatever this grammar accepts, the schema must accept too.
+    others = [doc for other, docs in few_walks.items() if other != name for doc in docs]
+    results = accepted(schema, docs + others)
+    assert not any(results[:len(docs)]), [d for d, ok in zip(docs, results) if ok]
+    for doc, ok in zip(others, results[len(docs):]):
+        if ok:
+            jsonschema.validate(json.loads(doc), schema)
+
+
+def test_unsupported_keywords_are_named():
+    for schema, word in [({"type": "string", "pattern": "a+"}, "pattern"), ({"type": "number", "minimum": 0}, "minimum"),
+                         ({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}, "format"),
+                         ({"type": "array", "uniqueItems": True}, "uniqueItems")]:
+        p = run(schema, "--sample", "1")
+        assert p.returncode == 2 and word in p.stderr, (schema, p.stderr)

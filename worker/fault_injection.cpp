@@ -1,0 +1,68 @@
+#include "worker/fault_injection.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "common/tokenizer.hpp"
+
+namespace sy {
+namespace {
+
+// Forwards everything to the real backend; only run() may fail.
+class fault_backend final : public forward_backend {
+ public:
+  fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, const tokenizer& vocab)
+      : inner_(std::move(inner)), step_throw_(step_throw), marker_(std::move(marker)), vocab_(vocab) {}
+
+  void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override {
+    if (step_throw_) throw std::runtime_error("fault injection (step-throw): the device reports a sticky error");
+    if (!marker_.empty()) {
+      for (const batch_seq& s : batch) {
+        if (s.pos0 >= s.n_prompt) continue;  // a decode step: no prompt text in it
+        const size_t n = std::min(s.tokens.size(), static_cast<size_t>(s.n_prompt - s.pos0));
+        if (vocab_.decode(s.tokens.first(n)).find(marker_) == std::string::npos) continue;
+        std::fprintf(stderr, "switchyard-worker: fault injection (crash-on): marker seen, killing this process\n");
+        std::fflush(stderr);
+        ::kill(::getpid(), SIGKILL);
+      }
+    }
+    inner_->run(batch, sampling, out);
+  }
+  bool samples() const override { return inner_->samples(); }
+  int32_t n_kv_blocks() const override { return inner_->n_kv_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  size_t kv_bytes() const override { return inner_->kv_bytes(); }
+  size_t weight_read_bytes() const override { return inner_->weight_read_bytes(); }
+  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  std::string describe() const override { return inner_->describe() + " [fault injection]"; }
+
+ private:
+  std::unique_ptr<forward_backend> inner_;
+  bool step_throw_;
+  std::string marker_;  // crash-on: empty when off
+  const tokenizer& vocab_;
+};
+
+}  // namespace
+
+std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
+                                                      const tokenizer& vocab) {
+  static constexpr std::string_view k_crash_on = "crash-on:";
+  bool step_throw = false;
+  std::string marker;
+  if (mode == "step-throw")
+    step_throw = true;
+  else if (mode.rfind(k_crash_on, 0) == 0 && mode.size() > k_crash_on.size())
+    marker = mode.substr(k_crash_on.size());
+  else
+    throw std::invalid_argument("--fault-inject: unknown mode '" + mode + "' (step-throw, crash-on:MARKER)");
+  std::fprintf(stderr,
+               "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",
+               mode.c_str());
+  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), vocab);
+}
+
+}  // namespace sy

@@ -1,0 +1,30 @@
+// TEST-ONLY fault injection: `switchyard-worker serve --fault-inject MODE` (a hidden flag, off by
+// default, never set by deploy/ or the docs' examples). It wraps the real forward backend, so the
+// fault surfaces where a real one would — inside engine::step(), through the worker's real error
+// path — and the router's handling of bad workers (docs/reliability.md) is tested against real
+// processes rather than a fake.
+//
+// Modes:
+//   step-throw        every forward step throws std::runtime_error, as a sticky device error
+//                     would: the process stays up, heartbeats, and ends each request it is given
+//                     with internal_error (a "black-hole" worker).
+//   crash-on:MARKER   the process kills itself (SIGKILL) in the first step that prefills a prompt
+//                     chunk whose text contains MARKER: a "query of death" that takes down every
+//                     worker it is sent to.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "worker/forward_backend.hpp"
+
+namespace sy {
+
+class tokenizer;
+
+// `inner` wrapped so that it fails as `mode` says; std::invalid_argument naming --fault-inject
+// for an unknown mode. `vocab` (crash-on) must outlive the result.
+std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
+                                                      const tokenizer& vocab);
+
+}  // namespace sy
