@@ -79,8 +79,9 @@ struct request_spec {
 };
 
 // `serve --max-step-ms` when not given: off. Measured at 8 streams (docs/worker.md, "Step-time
-// budget"), 100 ms cut ITL p99 ~4x but cost ~13 % of output tok/s on a 2-core EPYC, so it is
-// an operator's choice for latency-bound deployments, not a default that costs throughput.
+// budget"), 150 ms cut ITL p99 ~2.8x for ~1 % of output tok/s and 100 ms ~3.8x for 7-13 % on a
+// 2-core EPYC: an operator's choice for latency-bound deployments until more machines confirm a
+// default that costs no throughput.
 inline constexpr double k_default_max_step_ms = 0;
 
 struct scheduler_config {
