@@ -1,10 +1,7 @@
 #include "common/kv_hash.hpp"
 
 namespace sy {
-namespace {
-
-// splitmix64's finalizer: a bijection on 64 bits with full avalanche.
-uint64_t mix64(uint64_t x) {
+uint64_t kv_mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
   x ^= x >> 27;
@@ -13,15 +10,17 @@ uint64_t mix64(uint64_t x) {
   return x;
 }
 
+namespace {
+
 constexpr uint64_t k_golden = 0x9e3779b97f4a7c15ULL;
 
 }  // namespace
 
 uint64_t kv_chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens, uint64_t salt) {
-  uint64_t h = mix64(salt + k_golden);
-  h = mix64(h ^ parent_hash);
-  for (const int32_t t : tokens) h = mix64(h + k_golden + static_cast<uint32_t>(t));
-  h = mix64(h ^ static_cast<uint64_t>(tokens.size()));
+  uint64_t h = kv_mix64(salt + k_golden);
+  h = kv_mix64(h ^ parent_hash);
+  for (const int32_t t : tokens) h = kv_mix64(h + k_golden + static_cast<uint32_t>(t));
+  h = kv_mix64(h ^ static_cast<uint64_t>(tokens.size()));
   return h == 0 ? 1 : h;  // 0 is reserved for "no parent"
 }
 
@@ -44,7 +43,7 @@ uint64_t kv_model_salt(std::string_view model_identity) {
     h ^= static_cast<unsigned char>(c);
     h *= 0x100000001b3ULL;
   }
-  return mix64(h) | 1;
+  return kv_mix64(h) | 1;
 }
 
 }  // namespace sy

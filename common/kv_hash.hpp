@@ -16,6 +16,10 @@ namespace sy {
 
 // The hash of a full block holding `tokens` after the prefix whose last block hashed to
 // `parent_hash` (0 for the first block). Never 0: 0 means "no parent".
+// splitmix64's finalizer: a bijection on 64 bits with full avalanche (the mixing step of the
+// hashes below, and of the block pool's collision rehash).
+uint64_t kv_mix64(uint64_t x);
+
 uint64_t kv_chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens, uint64_t salt);
 
 // The chained hashes of a prompt's full blocks: result[i] covers tokens [0, (i+1) * block_size).

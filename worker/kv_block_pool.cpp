@@ -9,21 +9,11 @@ namespace sy {
 
 namespace {
 
-// splitmix64's finalizer: a bijection on 64 bits with full avalanche.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // The hash handed back by register_full when `h` is already taken by a block with *different*
 // content (a true 64-bit collision). The new block stays unregistered, and its descendants chain
 // from this value instead of `h`, so they can never be reached through the other block's prefix.
 uint64_t collision_hash(uint64_t h) {
-  uint64_t p = mix64(h ^ 0xc2b2ae3d27d4eb4fULL);
+  uint64_t p = kv_mix64(h ^ 0xc2b2ae3d27d4eb4fULL);
   if (p == 0 || p == h) p = h + 1 == 0 ? 1 : h + 1;
   return p;
 }

@@ -143,6 +143,7 @@ void scheduler::apply_step_time_budget() {
 }
 
 void scheduler::observe_step(const step_plan& plan, double ms) {
+  if (config_.max_step_ms <= 0) return;  // no budget: nothing reads the model
   step_shape s;
   for (const scheduled_seq& q : plan.seqs) {
     const auto n = static_cast<int64_t>(q.tokens.size());

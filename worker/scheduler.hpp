@@ -161,7 +161,8 @@ class scheduler {
   // requests on stop or max_tokens (releasing their blocks). Returns those finished. Sequences
   // cancelled between schedule() and update() are skipped.
   std::vector<finished_request> update(const step_plan& plan, std::span<const sampled_token> sampled);
-  // The engine's measured time of a step it ran from `plan`: feeds the step-time budget's model.
+  // The engine's measured time of a step it ran from `plan`: feeds the step-time budget's model
+  // (ignored while no budget is set).
   void observe_step(const step_plan& plan, double ms);
   const step_cost_model& step_costs() const { return costs_; }
 

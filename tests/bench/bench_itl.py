@@ -22,14 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from bench_router import pct  # noqa: E402
 from worker_client import Client, Worker  # noqa: E402
-
-
-def pct(xs, q):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def cpu_name():

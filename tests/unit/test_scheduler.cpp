@@ -653,7 +653,8 @@ namespace {
 int32_t run_with_cost(fake_engine& e, const step_cost& cost, int max_steps) {
   int32_t worst = 0;
   for (int n = 0; n < max_steps && !e.idle(); ++n) {
-    const bool had_fit = e.sched.step_costs().fit().has_value();
+    // Without a budget the scheduler keeps no model: every step with decodes counts.
+    const bool had_fit = e.cfg.max_step_ms <= 0 || e.sched.step_costs().fit().has_value();
     const step_plan plan = e.step();
     step_shape s;
     int32_t n_decode = 0;
