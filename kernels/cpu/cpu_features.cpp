@@ -1,10 +1,49 @@
 #include "kernels/cpu/cpu_features.hpp"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 namespace sy::cpu {
+namespace {
+
+// Linux x86 ABI (asm/prctl.h); the XSTATE component number of the tile data is not in older headers.
+constexpr int k_arch_get_xcomp_perm = 0x1022;
+constexpr int k_arch_req_xcomp_perm = 0x1023;
+constexpr int k_xfeature_xtiledata = 18;
+constexpr uint64_t k_xcr0_tiles = (1ull << 17) | (1ull << 18);  // XTILECFG + XTILEDATA
+
+bool cpu_has_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool bf16 = (d >> 22) & 1, tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
+  return tile && bf16 && int8;
+}
+
+// XCR0 (read with xgetbv when the OS has set CR4.OSXSAVE): which register states the OS saves.
+uint64_t xcr0() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// Linux enables the tile data state per process, on request: without it the first tile
+// instruction is killed with SIGILL. The permission then holds for every thread of the process.
+bool request_amx_permission() {
+  if (syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) != 0) return false;
+  uint64_t perm = 0;
+  if (syscall(SYS_arch_prctl, k_arch_get_xcomp_perm, &perm) != 0) return false;
+  return (perm >> k_xfeature_xtiledata) & 1;
+}
+
+}  // namespace
 
 const features& cpu_features() {
   static const features f = [] {
@@ -18,8 +57,18 @@ const features& cpu_features() {
     r.avx512_vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     const char* forced = std::getenv("SY_CPU_ISA");
-    if (forced && std::strcmp(forced, "avx2") == 0) {
-      r.avx512 = r.avx512_vnni = r.avx512_bf16 = false;
+    const bool forced_avx2 = forced && std::strcmp(forced, "avx2") == 0;
+    const bool forced_avx512 = forced && std::strcmp(forced, "avx512") == 0;
+    const bool avx512_kernels = r.avx512_vnni && r.avx512_bf16;  // the AMX kernels' activations need them
+    if (forced_avx2) r.avx512 = r.avx512_vnni = r.avx512_bf16 = false;
+    if (!avx512_kernels || !cpu_has_amx()) {
+      r.amx = amx_state::absent;
+    } else if (forced_avx2 || forced_avx512) {
+      r.amx = amx_state::forced_off;  // no permission asked: the process stays as it was
+    } else if ((xcr0() & k_xcr0_tiles) != k_xcr0_tiles) {
+      r.amx = amx_state::os_disabled;
+    } else {
+      r.amx = request_amx_permission() ? amx_state::usable : amx_state::refused;
     }
     return r;
   }();
@@ -28,15 +77,42 @@ const features& cpu_features() {
 
 namespace {
 std::atomic<bool> force_portable{false};
-}
+std::atomic<bool> force_no_amx{false};
+}  // namespace
 
 void force_portable_kernels(bool on) { force_portable.store(on); }
+void force_amx_off(bool on) { force_no_amx.store(on); }
 
 bool use_avx512_kernels() {
   const auto& f = cpu_features();
   return !force_portable.load(std::memory_order_relaxed) && f.avx512 && f.avx512_vnni && f.avx512_bf16;
 }
 
-const char* kernel_isa_name() { return use_avx512_kernels() ? "avx512-vnni-bf16" : "avx2-fma"; }
+bool use_amx_kernels() {
+  return cpu_features().amx == amx_state::usable && !force_no_amx.load(std::memory_order_relaxed) &&
+         use_avx512_kernels();
+}
+
+const char* kernel_isa_name() {
+  if (use_amx_kernels()) return "amx+avx512-vnni-bf16";
+  return use_avx512_kernels() ? "avx512-vnni-bf16" : "avx2-fma";
+}
+
+const char* amx_status() {
+  switch (cpu_features().amx) {
+    case amx_state::absent:
+      return "no AMX on this CPU";
+    case amx_state::os_disabled:
+      return "AMX present, tile state not enabled by the OS (XCR0)";
+    case amx_state::refused:
+      return "AMX present, permission refused by the kernel (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    case amx_state::forced_off:
+      return "AMX present, off (SY_CPU_ISA)";
+    case amx_state::usable:
+      break;
+  }
+  if (!use_amx_kernels()) return "AMX usable, off in this process (forced)";
+  return "AMX in use: prompt GEMM tdpbf16ps, integer panels at 16+ tokens tdpbsud";
+}
 
 }  // namespace sy::cpu

@@ -3,6 +3,15 @@
 
 namespace sy::cpu {
 
+// Why the AMX kernels do or do not run on this machine.
+enum class amx_state {
+  absent,       // the CPU lacks AMX-TILE, AMX-BF16 or AMX-INT8 (or the AVX-512 kernels they extend)
+  os_disabled,  // the OS has not enabled the tile state in XCR0
+  refused,      // the kernel refused arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) (old kernel, small sigaltstack)
+  forced_off,   // SY_CPU_ISA=avx512 or avx2
+  usable,       // permission granted: the tile instructions may run in every thread of the process
+};
+
 struct features {
   bool avx2 = false;
   bool fma = false;
@@ -10,15 +19,24 @@ struct features {
   bool avx512 = false;  // F + BW + VL + DQ
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
+  amx_state amx = amx_state::absent;
 };
 
-// Detected once; SY_CPU_ISA=avx2 in the environment forces the portable kernels
-// (for comparisons and for testing both paths on one machine).
+// Detected once (the AMX permission is requested then, for the whole process). SY_CPU_ISA in the
+// environment forces a smaller kernel family, for comparisons and for testing every path on one
+// machine: `avx2` the portable kernels, `avx512` the AVX-512 ones without AMX.
 const features& cpu_features();
-// "avx512-vnni-bf16" or "avx2": the kernel family in use.
+// "amx+avx512-vnni-bf16", "avx512-vnni-bf16" or "avx2-fma": the kernel family in use.
 const char* kernel_isa_name();
+// One line on the AMX kernels: which run, or why none does.
+const char* amx_status();
 bool use_avx512_kernels();
+// AMX tiles for the prompt GEMM (tdpbf16ps) and the integer panels at 16+ tokens (tdpbsud); implies
+// use_avx512_kernels() (the activations are converted by the AVX-512 code).
+bool use_amx_kernels();
 // Tests flip this to run the portable kernels on an AVX-512 machine in the same process.
 void force_portable_kernels(bool on);
+// Tests flip this to run the AVX-512 kernels on an AMX machine in the same process.
+void force_amx_off(bool on);
 
 }  // namespace sy::cpu

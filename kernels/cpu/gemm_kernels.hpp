@@ -70,6 +70,17 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
 // whatever the number of tokens: results do not depend on the batch.
 void gemv_int_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
                             const q8_act_batch& a, float* y, int64_t ldy);
+// AMX (gemm_amx.cpp; loops in amx_loops.hpp): the same contracts and the same panels as
+// gemm_panels_avx512 (k a multiple of 32) and gemv_int_panels_avx512 (bitwise its results), on
+// tdpbf16ps and tdpbsud. Only called when use_amx_kernels(); each call configures the tiles of its
+// thread and releases them.
+void gemm_panels_amx(const uint16_t* panels, int64_t k, int64_t p0, int64_t p1, const uint16_t* x_bf16, int64_t ldx,
+                     int64_t n_tok, float* y, int64_t ldy);
+void gemv_int_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
+                         const q8_act_batch& a, float* y, int64_t ldy);
+// Token count from which forward_gemv runs the integer panels on AMX rather than AVX-512 VNNI
+// (one full tile of A; the results are the same either way).
+constexpr int64_t amx_int_min_tokens = 16;
 // Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
 // k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act
 // blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; q8_K blocks (k / 256 per

@@ -181,10 +181,14 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     pool.for_each(n_tok, k_parallel_tokens,
                   [&](int64_t t) { quantize_row_q8_K(x + t * ldx, sc.q8k.data() + t * nbk, cols); });
   }
+  // AMX from a full tile of tokens on: bitwise the VNNI kernel's results, so no token's result
+  // depends on which of the two ran.
+  const bool amx = need_vnni && n_tok >= amx_int_min_tokens && use_amx_kernels();
   linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     float* y = outs[i].y;
     const int64_t ldy = outs[i].ldy;
+    if (w.vnni_ready() && amx) return gemv_int_panels_amx(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
     if (w.vnni_ready()) return gemv_int_panels_avx512(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
     const int64_t r0 = b0 * panel_rows, r1 = std::min(b1 * panel_rows, w.rows_);
     if (is_k_quant(w.type_))
@@ -217,6 +221,7 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
     return forward_gemm_fused(panel, x, ldx, n_tok, pool);
   }
   const bool wide = use_avx512_kernels();
+  const bool amx = wide && use_amx_kernels();  // tdpbf16ps on the same bf16 panels and activations
   const uint16_t* xb = nullptr;
   if (wide) {  // activations converted to bf16 once for every layer
     auto& buf = tls_scratch.bf16;
@@ -245,7 +250,9 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
         y = ps.y.data();
         ldy = g * panel_rows;
       }
-      if (wide)
+      if (amx)
+        gemm_panels_amx(ps.panels.data(), cols, 0, g, xb, cols, n_tok, y, ldy);
+      else if (wide)
         gemm_panels_avx512(ps.panels.data(), cols, 0, g, xb, cols, n_tok, y, ldy);
       else
         gemm_panels_avx2(ps.panels.data(), cols, 0, g, x, ldx, n_tok, y, ldy);

@@ -7,9 +7,10 @@
 // size, so a token's result does not depend on what else is in the step:
 //  * forward_gemv (generated tokens, output head): for quantized weights, integer kernels against
 //    activations quantized to 8 bits as llama.cpp does (per 32 for q4_0..q8_0, per 256 for the
-//    K-quants); with AVX-512 VNNI q4_0/q4_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp).
+//    K-quants); with AVX-512 VNNI q4_0/q4_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp),
+//    from 16 tokens on AMX tiles where the CPU has them (the same results).
 //    Float weights (f32/f16/bf16): f32 FMAs on the rows as stored;
-//  * forward_gemm (prompt tokens): a register-tiled GEMM (AVX-512 BF16 dot products, or f32 FMA)
+//  * forward_gemm (prompt tokens): a tiled GEMM (AMX tdpbf16ps, AVX-512 BF16 dot products, or f32 FMA)
 //    over bf16 16-row panels built from the weights a few panels at a time into a per-thread
 //    scratch, so the conversion is paid once per step and panel and no bf16 copy stays resident;
 //    except K-quants on CPUs without AVX-512 BF16, whose prompt tokens take the integer kernel
