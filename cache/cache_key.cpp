@@ -32,6 +32,15 @@ class canonical_writer {
     u64(s.size());
     out_.append(s);
   }
+  // One value per sampling_params field type; a field of a new type fails to compile here.
+  void value(float v) { f32(v); }
+  void value(int32_t v) { i32(v); }
+  void value(uint64_t v) { u64(v); }
+  void value(bool v) { boolean(v); }
+  void value(const std::vector<std::string>& v) {
+    u64(v.size());
+    for (const std::string& s : v) str(s);
+  }
 
  private:
   std::string& out_;
@@ -59,32 +68,28 @@ std::string canonical_bytes(const key_input& in) {
   std::string out;
   out.reserve(128 + in.tenant_namespace.size() + in.model.size() + 4 * in.prompt_tokens.size());
   canonical_writer w(out);
-  w.str("sy-response-key-v1");
+  w.str("sy-response-key-v2");
   w.str(in.tenant_namespace);
   w.str(in.model);
   w.u8(in.endpoint);
   w.u64(in.prompt_tokens.size());
   for (int32_t t : in.prompt_tokens) w.i32(t);
-  w.f32(in.temperature);
-  w.f32(in.top_p);
-  w.f32(in.min_p);
-  w.f32(in.repetition_penalty);
-  w.i32(in.top_k);
-  w.i32(in.repeat_last_n);
-  w.i32(in.max_tokens);
+  visit_fields(in.sampling, [&w](std::string_view name, const auto& v, field_bounds) {
+    w.str(name);
+    w.value(v);
+  });
   w.i32(in.n);
-  w.i32(in.logprobs);
   w.boolean(in.want_logprobs);
   w.boolean(in.echo);
-  w.boolean(in.ignore_eos);
-  w.boolean(in.has_seed);
-  w.u64(in.seed);
-  w.u64(in.stop.size());
-  for (const std::string& s : in.stop) w.str(s);
   // Appended only when set, so the keys of unconstrained requests are those of before.
   if (!in.constraint_kind.empty()) {
     w.str(in.constraint_kind);
     w.str(in.constraint_schema);
+  }
+  // Tool calling, likewise only when set; the tag keeps it apart from a constraint's fields.
+  if (!in.tools.empty()) {
+    w.str("tools");
+    w.str(in.tools);
   }
   return out;
 }

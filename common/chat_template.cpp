@@ -218,7 +218,9 @@ void render_gemma(const std::vector<chat_message>& messages, bool gen, std::stri
 void render_mistral_v7(const std::vector<chat_message>& messages, bool tekken, std::string& out) {
   const std::string_view space = tekken ? "" : " ";
   for (const chat_message& m : messages) {
-    if (m.role == "system") {
+    if (m.role.empty()) {  // verbatim (with_tools)
+      out.append(m.content);
+    } else if (m.role == "system") {
       out.append("[SYSTEM_PROMPT]").append(space).append(m.content).append("[/SYSTEM_PROMPT]");
     } else if (m.role == "user") {
       out.append("[INST]").append(space).append(m.content).append("[/INST]");
@@ -236,6 +238,10 @@ void render_mistral(const std::vector<chat_message>& messages, chat_format f, st
   const bool trim_assistant = f == chat_format::mistral_v3;
   bool in_turn = false;
   for (const chat_message& m : messages) {
+    if (m.role.empty()) {  // verbatim (with_tools): outside the turn it may precede
+      out.append(m.content);
+      continue;
+    }
     if (!in_turn) {
       out.append(before).append("[INST]").append(after);
       in_turn = true;
@@ -342,7 +348,13 @@ std::string chat_template::read_option(const std::string& name_or_path) {
   return source;
 }
 
-std::string chat_template::apply(const std::vector<chat_message>& messages, bool add_generation_prompt) const {
+std::string chat_template::apply(const std::vector<chat_message>& given, bool add_generation_prompt,
+                                 const std::vector<chat_tool>& tools) const {
+  bool tool_turns = !tools.empty();
+  for (const chat_message& m : given) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
+  std::vector<chat_message> lowered;
+  if (tool_turns && format != chat_format::unsupported) lowered = with_tools(format, default_system, given, tools);
+  const std::vector<chat_message>& messages = tool_turns ? lowered : given;
   std::string out;
   switch (format) {
     case chat_format::unsupported:

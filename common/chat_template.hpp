@@ -16,9 +16,11 @@
 // The prompt never starts with BOS: the tokenizer adds it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sy::gguf {
@@ -27,10 +29,39 @@ class file;
 
 namespace sy {
 
-struct chat_message {
-  std::string role;  // "system", "user", "assistant"
-  std::string content;
+// A call an assistant message made, as the client sends the conversation back.
+struct chat_tool_call {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text (the router normalises the client's string)
 };
+
+struct chat_message {
+  chat_message() = default;
+  // {role, content} as before tools (no missing-initializer warnings at the many such sites).
+  chat_message(std::string r, std::string c, std::vector<chat_tool_call> calls = {}, std::string call_id = {})
+      : role(std::move(r)), content(std::move(c)), tool_calls(std::move(calls)), tool_call_id(std::move(call_id)) {}
+
+  std::string role;  // "system", "user", "assistant", "tool"
+  std::string content;
+  std::vector<chat_tool_call> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;                // tool: the call this result answers
+};
+
+// A function the model may call (OpenAI `tools`, type function).
+struct chat_tool {
+  std::string name;
+  std::string definition;  // {"type":"function","function":{"name",...}} as JSON text
+  std::string parameters;  // the function's JSON Schema as JSON text ("" when it has none)
+};
+
+// How a family writes tool calls in its output (common/chat_tools.cpp renders tools and past calls
+// that way; the router parses generated text back by the same markers):
+//   hermes       <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen2.5, SmolLM2 and
+//                every format without a convention of its own)
+//   llama3_json  {"name": N, "parameters": {...}}, optionally after <|python_tag|> (Llama 3.1+)
+//   mistral      [TOOL_CALLS] [{"name": N, "arguments": {...}}, ...]
+enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
 
 // What each format writes per message (llama.cpp's rendering; `trim` strips ASCII whitespace
 // " \t\n\v\f\r" at both ends; "gen" is the generation prompt, written only when asked for):
@@ -76,6 +107,21 @@ std::optional<chat_format> chat_format_from_name(std::string_view name);
 // Every name, comma-separated, for messages that tell an operator what to pass.
 std::string chat_format_names();
 
+tool_call_style tool_style(chat_format f);
+// What opens a call in the style's output: "<tool_call>", "<|python_tag|>", "[TOOL_CALLS]".
+std::string_view tool_call_open(tool_call_style s);
+// What closes one ("</tool_call>"; "" where a call runs to the end of the text).
+std::string_view tool_call_close(tool_call_style s);
+
+// The conversation with `tools`, tool results (role "tool") and past calls (assistant tool_calls)
+// written as the format's convention has them, into messages the plain renderers take: for
+// hermes, the tool list in the system message, calls in the assistant's text and results in a
+// user turn; for llama3, the list in the first user message and results as role "ipython"; for
+// mistral, [AVAILABLE_TOOLS] before the last user turn and [TOOL_RESULTS] blocks. An empty role
+// marks text written verbatim (the mistral renderers only; clients cannot send an empty role).
+std::vector<chat_message> with_tools(chat_format f, std::string_view default_system,
+                                     const std::vector<chat_message>& messages, const std::vector<chat_tool>& tools);
+
 struct chat_template {
   chat_format format = chat_format::chatml;
   // ChatML only: inserted as the first message when the conversation does not start with a
@@ -102,7 +148,10 @@ struct chat_template {
 
   // The prompt, ending with the assistant header when `add_generation_prompt` and the format has
   // one. Throws std::runtime_error (with the reason) when the template is unsupported.
-  std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true) const;
+  // `tools`: the functions the model may call, rendered per with_tools (also used whenever a
+  // message carries tool calls or is a tool result).
+  std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true,
+                    const std::vector<chat_tool>& tools = {}) const;
 
   // A Jinja template that renders exactly what apply() renders (for a Hugging Face tokenizer
   // folder: switchyard-worker export-tokenizer), starting with `{{ bos_token }}` when `with_bos`

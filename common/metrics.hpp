@@ -2,6 +2,7 @@
 // fixed buckets. Not thread-safe: a histogram belongs to one thread, and a copy is rendered.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -61,6 +62,12 @@ inline void metric(std::string& out, const std::string& name, const char* type, 
                    const std::string& labels = "") {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   out += name + labels + " " + histogram::fmt(v) + "\n";
+}
+
+// A counter another thread increments (the links' counters): its value now.
+inline void counter(std::string& out, const std::string& name, const std::string& help,
+                    const std::atomic<uint64_t>& v) {
+  metric(out, name, "counter", help, static_cast<double>(v.load()));
 }
 
 }  // namespace sy

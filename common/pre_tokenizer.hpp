@@ -1,4 +1,4 @@
-// The text machinery the tokenizers (common/tokenizer.hpp) share: UTF-8 checking and repair,
+// The text machinery the tokenizers (common/tokenizer.hpp) share (UTF-8 itself: common/utf8.hpp):
 // GPT-2's byte <-> unicode map, and the byte-level BPE pre-tokenizer, which cuts text into the
 // pieces that BPE merges within, by llama.cpp's regex list for a `tokenizer.ggml.pre` value.
 //
@@ -14,36 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.hpp"
+
 namespace sy::text {
-
-// ---------------------------------------------------------------------------------------------
-// UTF-8
-
-// Outcome of reading one UTF-8 sequence at a position.
-struct utf8_step {
-  enum kind_t { valid, invalid, truncated } kind;
-  size_t len;  // bytes consumed: the sequence, or the maximal invalid subpart (>= 1)
-};
-
-// Reads the sequence at s[0, n), n >= 1. Strict RFC 3629 decoding (no overlongs, no surrogates,
-// nothing above U+10FFFF) — the same rule PCRE2 applies in UTF mode. `truncated` means the bytes
-// up to the end are a valid prefix.
-utf8_step utf8_read(const unsigned char* s, size_t n);
-
-// U+FFFD REPLACEMENT CHARACTER, UTF-8 encoded: what invalid input becomes.
-inline constexpr std::string_view k_replacement = "\xEF\xBF\xBD";
-
-// Whether all of `s` reads as valid by utf8_read's rule.
-bool utf8_valid(std::string_view s);
-
-// What llama.cpp's lenient decoder makes of `s`: a byte that cannot start a sequence, or a
-// sequence cut short, becomes one U+FFFD per bad byte; overlong forms are re-encoded canonically.
-// Code points PCRE2 cannot hold (surrogates, above U+10FFFF) also become U+FFFD. The result is
-// valid UTF-8.
-std::string utf8_sanitize(std::string_view s);
-
-// Appends the UTF-8 encoding of `cp`, which must be below U+10000 (the byte map's range).
-void append_utf8(std::string& out, uint32_t cp);
 
 // ---------------------------------------------------------------------------------------------
 // GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to

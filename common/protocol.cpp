@@ -21,6 +21,8 @@
 #include <msgpack.hpp>
 #include <type_traits>
 
+#include "common/enum_names.hpp"
+
 namespace sy::proto {
 
 namespace {
@@ -126,20 +128,12 @@ void fields(V& v, S& m) {
   v("kv_seq", m.kv_seq);
 }
 
+// The list is sampling_params' own (common/sampling_params.hpp), shared with the cache key.
 template <class V, is<wire_sampling> S>
 void fields(V& v, S& m) {
-  v("temperature", m.temperature);
-  v("top_k", m.top_k);
-  v("top_p", m.top_p);
-  v("min_p", m.min_p);
-  v("repetition_penalty", m.repetition_penalty);
-  v("repeat_last_n", m.repeat_last_n);
-  v("seed", m.seed);
-  v("has_seed", m.has_seed);
-  v("max_tokens", m.max_tokens);
-  v("stop", m.stop, {.max_n = k_max_stop_strings, .max_bytes = k_max_stop_bytes});
-  v("ignore_eos", m.ignore_eos);
-  v("logprobs", m.logprobs);
+  visit_fields(m, [&v](std::string_view key, auto& x, field_bounds b) {
+    v(key, x, {.max_n = b.max_n, .max_bytes = b.max_bytes});
+  });
 }
 
 template <class V, is<wire_constraint> S>
@@ -269,6 +263,8 @@ class writer {
     pk_.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
   }
   void put(const std::string& s) { put(std::string_view(s)); }
+  void put(finish_reason r) { put(name(r)); }
+  void put(error_code c) { put(name(c)); }
   void put(bool b) { b ? pk_.pack_true() : pk_.pack_false(); }
   void put(int32_t x) { pk_.pack_int32(x); }
   void put(uint32_t x) { pk_.pack_uint32(x); }
@@ -407,6 +403,24 @@ class reader {
     x.assign(p, n);
   }
 
+  void get(const msgpack::object& o, finish_reason& x, spec s) {
+    std::string text;
+    get(o, text, s);
+    const auto r = parse_finish_reason(text);
+    if (!r) {
+      std::string known;
+      for (size_t i = 1; i < k_n_finish_reasons; ++i) known += ", " + std::string(name(static_cast<finish_reason>(i)));
+      fail("not one of \"\"" + known);
+    }
+    x = *r;
+  }
+
+  void get(const msgpack::object& o, error_code& x, spec s) {
+    std::string text;
+    get(o, text, s);
+    x = parse_error_code(text);
+  }
+
   void get(const msgpack::object& o, bool& x, spec) {
     if (o.type != msgpack::type::BOOLEAN) fail("expected a boolean");
     x = o.via.boolean;
@@ -504,19 +518,7 @@ void check(const submit& m) {
   if (c.kind != "" && c.kind != "json_object" && c.kind != "json_schema")
     bad("constraint.kind", "not one of json_object, json_schema");
   if ((c.kind == "json_schema") != !c.schema.empty()) bad("constraint.schema", "given without json_schema or missing");
-  const wire_sampling& s = m.sampling;
-  if (!std::isfinite(s.temperature) || s.temperature < 0) bad("sampling.temperature", "not a finite value >= 0");
-  if (s.top_k < 0) bad("sampling.top_k", "negative");
-  if (!(s.top_p >= 0 && s.top_p <= 1)) bad("sampling.top_p", "outside [0, 1]");
-  if (!(s.min_p >= 0 && s.min_p <= 1)) bad("sampling.min_p", "outside [0, 1]");
-  if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0)
-    bad("sampling.repetition_penalty", "not a finite value > 0");
-  if (s.repeat_last_n < 0) bad("sampling.repeat_last_n", "negative");
-  if (s.max_tokens < 0) bad("sampling.max_tokens", "negative");
-  for (size_t i = 0; i < s.stop.size(); ++i)
-    if (s.stop[i].empty()) bad("sampling.stop[" + std::to_string(i) + "]", "empty");
-  if (s.logprobs < 0 || s.logprobs > k_max_top_logprobs)
-    bad("sampling.logprobs", "outside [0, " + std::to_string(k_max_top_logprobs) + "]");
+  if (const auto e = validate(m.sampling)) bad("sampling." + e->field, e->message);
 }
 
 void check(const cancel& m) { check_request_id(m.request_id); }
@@ -524,9 +526,6 @@ void check(const cancel& m) { check_request_id(m.request_id); }
 void check(const tokens& m) {
   check_request_id(m.request_id);
   check_token_ids(m.token_ids, "token_ids");
-  if (std::find(std::begin(k_finish_reasons), std::end(k_finish_reasons), m.finish_reason) ==
-      std::end(k_finish_reasons))
-    bad("finish_reason", "not one of \"\", stop, length, cancelled, deadline, error");
   if (m.usage.cached_prompt_tokens > m.usage.prompt_tokens)
     bad("usage.cached_prompt_tokens", "greater than usage.prompt_tokens");
   if (!m.logprobs.empty() && m.logprobs.size() != m.token_ids.size())
@@ -688,15 +687,10 @@ decode_result decode_body(msg_type t, std::string_view body) {
 
 }  // namespace
 
-std::string_view name(msg_type t) {
-  const size_t i = static_cast<size_t>(t);
-  return i < k_n_msg_types ? k_type_names[i] : std::string_view("unknown");
-}
+std::string_view name(msg_type t) { return enum_name(k_type_names, t, "unknown"); }
 
 std::optional<msg_type> parse_msg_type(std::string_view type_frame) {
-  for (size_t i = 0; i < k_n_msg_types; ++i)
-    if (k_type_names[i] == type_frame) return static_cast<msg_type>(i);
-  return std::nullopt;
+  return enum_parse<msg_type>(k_type_names, type_frame);
 }
 
 size_t max_body_bytes(msg_type t) {
@@ -740,7 +734,7 @@ std::string_view name(decode_errc c) {
 
 error to_wire(const decode_error& e) {
   const bool about_request = !e.request_id.empty();
-  return error{e.request_id, std::string(about_request ? error_code::invalid_request : error_code::bad_message),
+  return error{e.request_id, about_request ? error_code::invalid_request : error_code::bad_message,
                e.message.substr(0, k_max_error_message_bytes)};
 }
 
@@ -763,7 +757,7 @@ decode_result decode(std::string_view type_frame, std::string_view body) noexcep
 std::optional<error> check_version(uint32_t peer_version) {
   if (peer_version == k_protocol_version) return std::nullopt;
   return error{{},
-               std::string(error_code::unknown_version),
+               error_code::unknown_version,
                "peer speaks protocol version " + std::to_string(peer_version) + ", this build speaks version " +
                    std::to_string(k_protocol_version)};
 }

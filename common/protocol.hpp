@@ -24,6 +24,10 @@
 #include <variant>
 #include <vector>
 
+#include "common/error_code.hpp"
+#include "common/finish_reason.hpp"
+#include "common/sampling_params.hpp"
+
 namespace sy::proto {
 
 inline constexpr uint32_t k_protocol_version = 1;
@@ -54,9 +58,9 @@ inline constexpr size_t k_max_frame_to_router = k_max_welcome_body_bytes + (64u 
 inline constexpr size_t k_max_id_bytes = 128;  // request_id, router_id, worker_id
 inline constexpr size_t k_max_model_id_bytes = 256;
 inline constexpr size_t k_max_prompt_tokens = 1u << 19;   // submit.prompt
-inline constexpr size_t k_max_stop_strings = 32;          // submit.sampling.stop
-inline constexpr size_t k_max_stop_bytes = 1024;          // each stop string
-inline constexpr int32_t k_max_top_logprobs = 20;         // submit.sampling.logprobs
+using sy::k_max_stop_bytes;                               // each stop string
+using sy::k_max_stop_strings;                             // submit.sampling.stop
+using sy::k_max_top_logprobs;                             // submit.sampling.logprobs
 inline constexpr size_t k_max_tokens_per_message = 1024;  // tokens.token_ids (senders split)
 inline constexpr size_t k_max_text_delta_bytes = 128u << 10;
 inline constexpr size_t k_max_error_code_bytes = 64;
@@ -155,23 +159,10 @@ struct heartbeat {
   bool operator==(const heartbeat&) const = default;
 };
 
-// Mirrors the worker's sampling_params without depending on worker/ headers.
-struct wire_sampling {
-  float temperature = 0.f;         // >= 0; 0: greedy
-  int32_t top_k = 0;               // >= 0; 0: off
-  float top_p = 1.f;               // [0, 1]; 1: off
-  float min_p = 0.f;               // [0, 1]; 0: off
-  float repetition_penalty = 1.f;  // > 0; 1: off
-  int32_t repeat_last_n = 64;      // >= 0; tokens the penalty looks back over
-  uint64_t seed = 0;               // used only when has_seed
-  bool has_seed = false;
-  int32_t max_tokens = 256;       // >= 0; completion tokens at most
-  std::vector<std::string> stop;  // <= k_max_stop_strings, each non-empty, <= k_max_stop_bytes
-  bool ignore_eos = false;
-  int32_t logprobs = 0;  // top logprobs per token, [0, k_max_top_logprobs]; 0: off
-
-  bool operator==(const wire_sampling&) const = default;
-};
+// The request's sampling parameters, as the router parsed them and the engine samples with them:
+// the one struct of common/sampling_params.hpp, encoded through its visit_fields() list and
+// checked by its validate() (a field out of range is an invalid_field "sampling.<name>").
+using wire_sampling = sampling_params;
 
 // Constrained decoding (structured outputs, tool calls): the output must be a document of this
 // grammar. The worker compiles it (common/json_schema.hpp; a schema it refuses fails the request
@@ -237,42 +228,32 @@ struct token_logprob {
   bool operator==(const token_logprob&) const = default;
 };
 
-// Valid tokens.finish_reason values; "" means the request is still running.
-inline constexpr std::string_view k_finish_reasons[] = {"", "stop", "length", "cancelled", "deadline", "error"};
-
 // worker -> router: new tokens of one request; the message with a non-empty finish_reason is
 // the request's last. Senders keep a body under max_body_bytes(msg_type::tokens) by splitting.
 struct tokens {
   static constexpr msg_type k_type = msg_type::tokens;
-  std::string request_id;               // non-empty, <= k_max_id_bytes
-  std::vector<int32_t> token_ids;       // <= k_max_tokens_per_message
-  std::string text;                     // UTF-8 delta for token_ids (never half a character)
-  std::string finish_reason;            // one of k_finish_reasons
+  std::string request_id;          // non-empty, <= k_max_id_bytes
+  std::vector<int32_t> token_ids;  // <= k_max_tokens_per_message
+  std::string text;                // UTF-8 delta for token_ids (never half a character)
+  // On the wire as name(finish_reason): "" while running.
+  sy::finish_reason finish_reason = sy::finish_reason::none;
   token_usage usage;                    // totals so far
   std::vector<token_logprob> logprobs;  // empty, or one per token_ids entry
 
   bool operator==(const tokens&) const = default;
 };
 
-// Error codes carried by `error`.
-namespace error_code {
-inline constexpr std::string_view bad_message = "bad_message";
-inline constexpr std::string_view duplicate_request = "duplicate_request";
-inline constexpr std::string_view unknown_version = "unknown_version";
-inline constexpr std::string_view invalid_request = "invalid_request";
-inline constexpr std::string_view overloaded = "overloaded";
-// The worker failed while running the request (its step threw: a device error, an allocation);
-// the worker goes on serving others.
-inline constexpr std::string_view internal_error = "internal_error";
-}  // namespace error_code
+// Error codes carried by `error`: common/error_code.hpp (proto::error_code::overloaded, ...).
+using error_code = sy::error_code;
 
 // Either direction. With a request_id it ends that request; without one it is about the
 // connection (a refused hello, an undecodable message).
 struct error {
   static constexpr msg_type k_type = msg_type::error;
-  std::string request_id;  // may be empty; <= k_max_id_bytes
-  std::string code;        // error_code::*, <= k_max_error_code_bytes
-  std::string message;     // human readable, <= k_max_error_message_bytes
+  std::string request_id;               // may be empty; <= k_max_id_bytes
+  error_code code = error_code::other;  // on the wire: name(), <= k_max_error_code_bytes; a name
+                                        // this build does not know reads as other
+  std::string message;                  // human readable, <= k_max_error_message_bytes
 
   bool operator==(const error&) const = default;
 };

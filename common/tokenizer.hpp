@@ -26,6 +26,16 @@ struct tokenizer_source;
 
 using token_id = int32_t;
 
+// How encode() treats a text. Callers name what they set: tok.encode(t, {.add_special = false}).
+struct encode_options {
+  // Prepend BOS, and append EOS, when the model asks for them (tokenizer.ggml.add_bos_token /
+  // add_eos_token) — llama.cpp's `add_special`. Off for text that continues a sequence.
+  bool add_special = true;
+  // Text like "<|im_start|>" becomes its special token id; off: it is tokenized as plain text
+  // (user-defined tokens are matched either way). Off for untrusted text meant literally.
+  bool parse_special = true;
+};
+
 class tokenizer {
  public:
   // Throws std::runtime_error naming the key when the metadata is unusable
@@ -43,11 +53,7 @@ class tokenizer {
   tokenizer& operator=(tokenizer&&) noexcept;
   ~tokenizer();
 
-  // `parse_special`: text like "<|im_start|>" becomes its special token id; otherwise it is
-  // tokenized as plain text (user-defined tokens are matched either way). `add_bos`: prepend
-  // BOS, and append EOS, when the model asks for them (tokenizer.ggml.add_bos_token /
-  // add_eos_token) — llama.cpp's `add_special`.
-  std::vector<token_id> encode(std::string_view text, bool add_bos = true, bool parse_special = true) const;
+  std::vector<token_id> encode(std::string_view text, encode_options opt = {}) const;
   // Concatenated bytes of the tokens (may end in the middle of a UTF-8 character): llama.cpp's
   // llama_token_to_piece of each token. Control tokens (BOS/EOS, <|im_start|>, ...) are
   // rendered as their text only when `render_special` is set. A SentencePiece token's leading
@@ -62,10 +68,10 @@ class tokenizer {
   const std::string& model() const;
   token_id bos() const;
   token_id eos() const;
-  // Whether encode(text, add_bos = true) prepends BOS (metadata, or the tokenizer model's default:
+  // Whether encode(text, {.add_special = true}) prepends BOS (metadata, or the tokenizer model's default:
   // true for SentencePiece and the Llama 3 pre-tokenizer).
   bool add_bos() const;
-  // Whether encode(text, add_bos = true) appends EOS (tokenizer.ggml.add_eos_token).
+  // Whether encode(text, {.add_special = true}) appends EOS (tokenizer.ggml.add_eos_token).
   bool add_eos() const;
   // SentencePiece: whether a space is prepended to text at the start and after a special token.
   bool add_space_prefix() const;
@@ -82,23 +88,6 @@ class tokenizer {
   static tokenizer build(const tokenizer_source& s);
   explicit tokenizer(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
-};
-
-// Turns a stream of token ids into text that never ends in half a UTF-8 character:
-// incomplete trailing bytes are held back until the next token completes them.
-class stream_decoder {
- public:
-  explicit stream_decoder(const tokenizer& tok, bool render_special = false)
-      : tok_(&tok), render_special_(render_special) {}
-  // Text that became complete with this token (possibly empty).
-  std::string push(token_id id);
-  // Whatever is still held back (invalid sequences come out as U+FFFD).
-  std::string flush();
-
- private:
-  const tokenizer* tok_;
-  bool render_special_;
-  std::string pending_;
 };
 
 }  // namespace sy

@@ -103,6 +103,10 @@ admission_controller::admission_controller(admission_config cfg, const tenant_re
 
 rejection admission_controller::reject(reject_reason r, double retry_after_s, std::string message) {
   rejected_[static_cast<size_t>(r)]++;
+  return make_rejection(r, retry_after_s, std::move(message));
+}
+
+rejection admission_controller::make_rejection(reject_reason r, double retry_after_s, std::string message) {
   int status = 503;
   switch (r) {
     case reject_reason::tenant_rate:
@@ -122,9 +126,40 @@ rejection admission_controller::reject(reject_reason r, double retry_after_s, st
   return rejection{r, status, retry_seconds(retry_after_s), std::move(message)};
 }
 
+std::optional<rejection> admission_controller::rate_check(const tenant& t, double now_s) {
+  const tenant_limits& l = t.limits;
+  detail::tenant_admission_state& s = state_[t.index];
+  refill(s.rate_level, s.rate_t_s, now_s, l.requests_per_s, rate_capacity(l));
+  if (s.rate_level >= 1 - k_eps) return std::nullopt;
+  return make_rejection(reject_reason::tenant_rate, (1 - s.rate_level) / l.requests_per_s,
+                        "tenant '" + t.name + "' is over its limit of " + num(l.requests_per_s) + " requests/s");
+}
+
+std::optional<rejection> admission_controller::take_rate(const tenant& t, double now_s) {
+  assert(t.index < state_.size());
+  if (t.limits.requests_per_s <= 0) return std::nullopt;
+  std::lock_guard<std::mutex> lk(*rate_mu_);
+  auto no = rate_check(t, now_s);
+  if (no) {
+    edge_rate_rejected_++;  // not rejected_: that array is the dispatcher thread's
+    return no;
+  }
+  state_[t.index].rate_level -= 1;
+  return std::nullopt;
+}
+
+uint64_t admission_controller::rejected(reject_reason r) const {
+  uint64_t n = rejected_[static_cast<size_t>(r)];
+  if (r == reject_reason::tenant_rate) {
+    std::lock_guard<std::mutex> lk(*rate_mu_);
+    n += edge_rate_rejected_;
+  }
+  return n;
+}
+
 std::variant<admission_permit, rejection> admission_controller::admit(const tenant& t, int32_t priority, int64_t tokens,
                                                                       double deadline_s, double now_s,
-                                                                      const queue_load& load) {
+                                                                      const queue_load& load, bool rate_taken) {
   assert(t.index < state_.size());
   assert(tokens >= 0);
   const tenant_limits& l = t.limits;
@@ -142,11 +177,13 @@ std::variant<admission_permit, rejection> admission_controller::admit(const tena
                   who + " is over its limit of " + std::to_string(l.max_concurrent) + " concurrent requests");
   }
 
-  if (l.requests_per_s > 0) {
-    refill(s.rate_level, s.rate_t_s, now_s, l.requests_per_s, rate_capacity(l));
-    if (s.rate_level < 1 - k_eps) {
-      return reject(reject_reason::tenant_rate, (1 - s.rate_level) / l.requests_per_s,
-                    who + " is over its limit of " + num(l.requests_per_s) + " requests/s");
+  const bool rate_here = l.requests_per_s > 0 && !rate_taken;
+  std::unique_lock<std::mutex> rate_lock(*rate_mu_, std::defer_lock);
+  if (rate_here) {
+    rate_lock.lock();  // held to the charge below: the edge charges the same bucket
+    if (auto no = rate_check(t, now_s)) {
+      rejected_[static_cast<size_t>(reject_reason::tenant_rate)]++;
+      return std::move(*no);
     }
   }
 
@@ -194,7 +231,7 @@ std::variant<admission_permit, rejection> admission_controller::admit(const tena
   }
 
   // Admitted: charge the buckets and take a slot.
-  if (l.requests_per_s > 0) s.rate_level -= 1;
+  if (rate_here) s.rate_level -= 1;
   if (l.tokens_per_min > 0) s.tokens_level -= static_cast<double>(tokens);
   s.in_flight++;
   admitted_++;

@@ -6,12 +6,21 @@
 // Rejection is fast and costs nothing: a rejected request charges no bucket and takes no slot.
 //
 // Time is always passed in (`now_s`, seconds on a steady clock); nothing here reads a clock.
-// Not thread-safe: the controller and its permits belong to the router's dispatcher thread.
+// Not thread-safe: the controller and its permits belong to the router's dispatcher thread —
+// except take_rate(), the HTTP edge's charge of the requests/s bucket (and the bucket itself,
+// under its own mutex).
+//
+// The requests/s limit counts requests as they arrive, before their bodies are read (as API
+// gateways do), so that it also bounds the work a tenant makes the router do for requests that
+// are then refused for their content: validation failures never reach admit().
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -109,21 +118,34 @@ class admission_controller {
   // caps (scaled by the class's shed fraction), deadline (deadline_s > 0 and now_s +
   // load.est_wait_s > deadline_s). Charges the tenant's buckets and concurrency only when
   // admitted. Counts each rejection by reason, and each admission.
+  // `rate_taken`: the request was charged by take_rate() already (the rate check is skipped).
   std::variant<admission_permit, rejection> admit(const tenant& t, int32_t priority, int64_t tokens, double deadline_s,
-                                                  double now_s, const queue_load& load);
+                                                  double now_s, const queue_load& load, bool rate_taken = false);
 
-  uint64_t rejected(reject_reason r) const { return rejected_[static_cast<size_t>(r)]; }
+  // Thread-safe: takes one request from the tenant's requests/s bucket when it holds one
+  // (std::nullopt; the request then goes to admit() with rate_taken), else the tenant_rate
+  // rejection (counted). Tenants without a rate limit always pass.
+  std::optional<rejection> take_rate(const tenant& t, double now_s);
+
+  uint64_t rejected(reject_reason r) const;
   uint64_t admitted() const { return admitted_; }
   int32_t in_flight(const tenant& t) const;
   const admission_config& config() const { return cfg_; }
 
  private:
-  rejection reject(reject_reason r, double retry_after_s, std::string message);
+  rejection reject(reject_reason r, double retry_after_s, std::string message);  // counted
+  static rejection make_rejection(reject_reason r, double retry_after_s, std::string message);
+  // The rate check on state_[t.index] (caller holds *rate_mu_): the rejection, or nullopt.
+  std::optional<rejection> rate_check(const tenant& t, double now_s);
 
   admission_config cfg_;
   std::vector<detail::tenant_admission_state> state_;  // by tenant index; never resized
   std::array<uint64_t, k_n_reject_reasons> rejected_{};
   uint64_t admitted_ = 0;
+  // Guards the requests/s buckets (rate_level, rate_t_s) and edge_rate_rejected_; on the heap
+  // so that the controller stays movable.
+  std::unique_ptr<std::mutex> rate_mu_ = std::make_unique<std::mutex>();
+  uint64_t edge_rate_rejected_ = 0;
 };
 
 }  // namespace sy::router

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -70,6 +71,11 @@ std::string query_param(std::string_view target, std::string_view name) {
   return "";
 }
 
+// The requests a tenant's requests/s limit counts: the generation routes.
+bool charges_rate(std::string_view method, std::string_view path) {
+  return method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions");
+}
+
 std::string bearer_key(const http_request& req) {
   std::string_view h = req.header("authorization");
   if (h.size() > 7 && (h.substr(0, 7) == "Bearer " || h.substr(0, 7) == "bearer ")) return std::string(h.substr(7));
@@ -91,8 +97,8 @@ api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_r
       http_(http),
       cache_(cache) {}
 
-void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id) {
-  {
+http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count) {
+  if (count) {
     std::lock_guard<std::mutex> lk(status_->mu);
     status_->edge_errors[std::to_string(e.status) + (e.code.empty() ? "" : ":" + e.code)]++;
   }
@@ -102,7 +108,37 @@ void api_handler::reject(http_exchange& ex, const api_error& e, const std::strin
   r.headers.emplace_back("X-Request-Id", request_id);
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-  ex.respond(std::move(r));
+  return r;
+}
+
+void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id) {
+  ex.respond(error_response(e, request_id));
+}
+
+std::optional<http_response> api_handler::precheck(const http_request& head) {
+  const std::string& path = head.path;
+  if (path == "/health" || path == "/ready" || path == "/dashboard/login") return std::nullopt;
+  std::string key = bearer_key(head);
+  if (key.empty() && head.method == "GET") key = dashboard_cookie_key(head.header("cookie"));
+  const tenant* who = tenants_.authenticate(key);
+  if (!who) {
+    if (path == "/dashboard" && head.method == "GET") return std::nullopt;  // the handler shows the sign-in page
+    return error_response(
+        error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
+                 key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
+        request_id_for(head));
+  }
+  if (!rate_charger_ || !charges_rate(head.method, path)) return std::nullopt;
+  // The dispatcher's clock is the steady clock too (dispatcher_actor.cpp).
+  const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  auto no = rate_charger_->take_rate(*who, now_s);
+  if (!no) return std::nullopt;
+  // Counted by the admission controller (switchyard_router_admission_rejections_total), not
+  // as an edge error: one metric for the one limit.
+  http_response r =
+      error_response(error_of(429, "rate_limit_error", "tenant_rate", no->message), request_id_for(head), false);
+  r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no->retry_after_s)));
+  return r;
 }
 
 void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& req) {
@@ -257,7 +293,9 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
   try {
     if (kind == endpoint::chat_completions) {
-      r->prompt = m.chat_prompt(g.messages, /*add_generation_prompt=*/true);
+      // Tools are rendered only when offered: with tool_choice "none" the model does not see them.
+      r->prompt = m.chat_prompt(g.messages, /*add_generation_prompt=*/true,
+                                g.tools.active() ? g.tools.tools : std::vector<chat_tool>{});
     } else if (g.prompt_is_tokens) {
       for (const int32_t t : g.prompt_tokens) {
         if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
@@ -271,7 +309,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
       r->prompt = g.prompt_tokens;
       if (g.echo) r->echo_text = m.tok.decode(r->prompt);
     } else {
-      r->prompt = m.tok.encode(g.prompt_text, true, true);
+      r->prompt = m.tok.encode(g.prompt_text);
       if (g.echo) r->echo_text = g.prompt_text;
     }
   } catch (const std::exception& e) {
@@ -298,6 +336,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   if (!g.max_tokens_given) g.sampling.max_tokens = static_cast<int32_t>(ctx - n_prompt);
   r->priority = g.priority.value_or(who.limits.default_priority);
   r->who = &who;
+  r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
   r->meta.id = (kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
@@ -305,6 +344,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
   r->meta.want_logprobs = g.want_logprobs;
+  enable_tool_calls(r->meta, g, m.tmpl.format);
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   r->t_received = req.received;
   r->t_parsed = std::chrono::steady_clock::now();
@@ -338,24 +378,14 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
   k.model = r->model->id;
   k.endpoint = g.kind == endpoint::chat_completions ? 1 : 0;
   k.prompt_tokens = r->prompt;
-  const auto& s = g.sampling;
-  k.temperature = s.temperature;
-  k.top_p = s.top_p;
-  k.min_p = s.min_p;
-  k.repetition_penalty = s.repetition_penalty;
-  k.top_k = s.top_k;
-  k.repeat_last_n = s.repeat_last_n;
-  k.max_tokens = s.max_tokens;
+  k.sampling = g.sampling;
+  if (!k.sampling.has_seed) k.sampling.seed = 0;  // a seed the sampler ignores must not split the key
   k.n = g.n;
-  k.logprobs = s.logprobs;
   k.want_logprobs = g.want_logprobs;
   k.echo = g.echo;
-  k.ignore_eos = s.ignore_eos;
-  k.has_seed = s.has_seed;
-  k.seed = s.has_seed ? s.seed : 0;  // a seed the sampler ignores must not split the key
-  k.stop = s.stop;
   k.constraint_kind = g.constraint.kind;
   k.constraint_schema = g.constraint.schema;
+  k.tools = g.tools.cache_text();
   r->cache_key = cache::make_key(k);
   r->prompt_hash = cache::prompt_hash(k);
   r->cache_store = true;
@@ -481,6 +511,16 @@ std::string api_handler::metrics() const {
     metric(out, "switchyard_router_http_client_disconnects_total", "counter",
            "Clients that went away before their response ended.",
            static_cast<double>(http_->client_disconnects.load()));
+    metric(out, "switchyard_router_http_write_stalls_total", "counter",
+           "Responses closed because none of their pending bytes reached the client for --write-stall-timeout-s "
+           "(counted in client disconnects too: the request is cancelled).",
+           static_cast<double>(http_->write_stalls.load()));
+    metric(out, "switchyard_router_http_stream_overflows_total", "counter",
+           "Streams closed because more than --max-stream-buffer-bytes waited for a slow client.",
+           static_cast<double>(http_->stream_overflows.load()));
+    metric(out, "switchyard_router_http_refused_at_header_total", "counter",
+           "Requests answered from their header alone (no API key, tenant over its requests/s): body not read.",
+           static_cast<double>(http_->refused_at_header.load()));
   }
   return out;
 }

@@ -22,10 +22,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/hf_tokenizer.hpp"
 #include "common/metrics.hpp"
+#include "router/admission.hpp"
 #include "router/cache_service.hpp"
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
@@ -69,6 +72,15 @@ class api_handler {
               std::shared_ptr<router_status> status, const http_counters* http, cache_service* cache = nullptr);
 
   void operator()(std::shared_ptr<http_exchange> ex, http_request&& req);
+  // http_server_config::on_header: the checks that need no body — the API key, and a tenant
+  // whose requests/s bucket is empty (429) — so that a refused request costs no body read,
+  // JSON parse or tokenization (RELIABILITY: work before admission). The full handler checks
+  // the key again; the dispatcher stays the authority on admission.
+  std::optional<http_response> precheck(const http_request& head);
+  // The dispatcher's admission controller, whose requests/s buckets precheck() charges
+  // (admission_controller::take_rate is thread-safe). Set once before requests arrive; without
+  // it the dispatcher charges them at admission, after the body was read and tokenized.
+  void set_rate_charger(admission_controller* a) { rate_charger_ = a; }
   // The separate metrics listener (--metrics-port): GET /metrics without a key (the port is for
   // the cluster's scraper, kept off the API's network path), 404 for anything else.
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
@@ -77,6 +89,8 @@ class api_handler {
   void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id);
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
+  // `count`: as an edge error (switchyard_router_edge_errors_total).
+  http_response error_response(const api_error& e, const std::string& request_id, bool count = true);
   std::string metrics() const;
   // POST /dashboard/login: an admin key from the form sets the session cookie (303 to
   // /dashboard); anything else gets the sign-in page again (401).
@@ -101,6 +115,7 @@ class api_handler {
   std::shared_ptr<router_status> status_;
   const http_counters* http_;
   cache_service* cache_;
+  admission_controller* rate_charger_ = nullptr;
   std::atomic<uint64_t> next_id_{1};
   std::mutex hf_mu_;                                                           // guards hf_files_
   std::map<std::string, std::shared_ptr<const hf_tokenizer_files>> hf_files_;  // by model id

@@ -212,7 +212,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   load.requests = queue_.size();
   load.tokens = queue_.tokens();
   load.est_wait_s = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 0;
-  auto verdict = admission_.admit(*req.who, req.priority, tokens, deadline_s, now_s, load);
+  auto verdict = admission_.admit(*req.who, req.priority, tokens, deadline_s, now_s, load, req.rate_charged);
   if (auto* no = std::get_if<rejection>(&verdict)) {
     const char* type = no->status == 429   ? "rate_limit_error"
                        : no->status == 403 ? "permission_error"
@@ -268,9 +268,9 @@ bool dispatcher::attach_follower(std::shared_ptr<routed_request>& r) {
       const choice_state& cs = a.choices[c];
       for (size_t i = 0; i < cs.deltas.size(); ++i) {
         const bool last = cs.finished && i + 1 == cs.deltas.size();
-        send_stream_chunk(*r, l.started, c, cs.deltas[i], last ? std::string_view(cs.finish_reason) : "", {}, {});
+        send_stream_chunk(*r, l.started, c, cs.deltas[i], last ? name(cs.finish_reason) : "", {}, {});
       }
-      if (cs.finished && cs.deltas.empty()) send_stream_chunk(*r, l.started, c, "", cs.finish_reason, {}, {});
+      if (cs.finished && cs.deltas.empty()) send_stream_chunk(*r, l.started, c, "", name(cs.finish_reason), {}, {});
       if (!cs.deltas.empty() || cs.finished) a.sent_tokens = true;
     }
   }
@@ -407,8 +407,8 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
     request_kv_resyncs(now_s, out);
   } else if (auto* e = std::get_if<proto::error>(&m)) {
     if (e->request_id.empty()) {
-      std::fprintf(stderr, "switchyard-router: worker %s: %s: %s\n", pool_.at(worker).endpoint.c_str(), e->code.c_str(),
-                   e->message.c_str());
+      std::fprintf(stderr, "switchyard-router: worker %s: %s: %s\n", pool_.at(worker).endpoint.c_str(),
+                   std::string(name(e->code)).c_str(), e->message.c_str());
     } else {
       on_worker_error(worker, *e, now_s, out);
     }
@@ -486,13 +486,14 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   active_request& a = *ap;
   const routed_request& r = *a.r;
   choice_state& cs = a.choices[c];
-  const std::string& fr = m.finish_reason;
-  if (fr == "cancelled" || fr == "error") {
+  const finish_reason fr = m.finish_reason;
+  if (fr == finish_reason::cancelled || fr == finish_reason::error) {
     // The worker gave up on it without the client asking: an upstream failure, 502 like a worker
     // error frame (the router itself did nothing wrong). An error is the worker's fault, and
     // retried as a worker error frame is.
-    const api_error e = make_error(502, "server_error", "worker_" + fr, "the worker ended the request: " + fr);
-    if (fr == "cancelled") {
+    const std::string why(name(fr));
+    const api_error e = make_error(502, "server_error", "worker_" + why, "the worker ended the request: " + why);
+    if (fr == finish_reason::cancelled) {
       fail(a, e, out);
       return;
     }
@@ -500,7 +501,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     retry_or_fail(a, e, now_s, out);
     return;
   }
-  if (fr == "deadline") {
+  if (fr == finish_reason::deadline) {
     fail(a, make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed while generating"),
          out);
     return;
@@ -528,7 +529,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     text = r.echo_text + text;
     cs.echoed = true;
   }
-  const bool done = fr == "stop" || fr == "length";
+  const bool done = fr == finish_reason::stop || fr == finish_reason::length;
   const bool chunk = !text.empty() || !lps.empty() || done;
   if (r.req.stream && !a.leader_gone) {
     if (chunk) {
@@ -538,7 +539,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
       so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
       so_far.completion_tokens = 0;
       for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
-      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? fr : "", lps,
+      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? name(fr) : "", lps,
                                     r.req.continuous_usage ? &so_far : nullptr),
                        t_recv);
       cs.started = true;
@@ -550,7 +551,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   }
   for (listener& f : a.followers) {
     if (!f.stream_open || !chunk) continue;
-    send_stream_chunk(*f.r, f.started, c, text, done ? std::string_view(fr) : "", {}, t_recv);
+    send_stream_chunk(*f.r, f.started, c, text, done ? name(fr) : "", {}, t_recv);
     a.sent_tokens = true;
   }
   if (!r.cache_key.empty() && !text.empty()) cs.deltas.push_back(text);
@@ -589,7 +590,7 @@ void dispatcher::end_listener(const routed_request& to, bool stream_open, const 
     } else {
       for (const auto& d : cs.deltas) cr.text += d;
     }
-    cr.finish_reason = cs.finish_reason;
+    cr.finish_reason = name(cs.finish_reason);
     choices.push_back(std::move(cr));
   }
   http_response resp;
@@ -613,7 +614,7 @@ void dispatcher::finish(active_request& a) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
     sr.model = r.model->id;
-    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}});
+    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, std::string(name(cs.finish_reason)), {}});
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
@@ -720,7 +721,7 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
   }
   const bool client_fault = m.code == proto::error_code::invalid_request;
   const api_error e = make_error(client_fault ? 400 : 502, client_fault ? "invalid_request_error" : "server_error",
-                                 m.code, "worker: " + m.message);
+                                 std::string(name(m.code)), "worker: " + m.message);
   if (m.code != proto::error_code::internal_error) {
     fail(*a, e, out);
     return;

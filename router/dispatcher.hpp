@@ -96,6 +96,8 @@ class dispatcher {
   size_t active() const { return active_.size(); }
   size_t queued() const { return queue_.size(); }
   const worker_pool& workers() const { return pool_; }
+  // For the HTTP edge's take_rate (thread-safe); everything else in it is this thread's.
+  admission_controller& admission() { return admission_; }
   std::string render_metrics(double now_s) const;
 
  private:
@@ -103,7 +105,7 @@ class dispatcher {
     bool finished = false;
     bool started = false;  // a chunk of this choice went to the client
     std::string text;      // non-streamed: accumulated
-    std::string finish_reason;
+    sy::finish_reason finish_reason = sy::finish_reason::none;
     std::vector<token_logprobs> logprobs;
     uint32_t completion_tokens = 0;   // the worker's count, in the choice's last frame
     uint32_t tokens_seen = 0;         // token ids received so far (continuous_usage_stats)

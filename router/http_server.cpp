@@ -15,6 +15,13 @@
 // that closes or resets at once); bytes read then (a pipelined request) stay in `in_` and are
 // parsed once the response has been written. Bytes out: `out_pending_` collects everything queued
 // while a write is in flight; the next write sends all of it at once.
+//
+// Clients that stop reading: while a response is being written a periodic check compares the
+// bytes handed to the kernel with what is still in the socket's send queue (SIOCOUTQ); the
+// difference is what the client's TCP stack acknowledged. No progress for write_stall_timeout
+// while bytes are pending closes the connection as a disconnect, so a stuck client holds its
+// worker slot and KV for at most that long, and its queued bytes are bounded
+// (max_stream_buffer_bytes in the process, the kernel's send buffer outside it).
 #include "router/http_server.hpp"
 
 #include <algorithm>
@@ -27,6 +34,8 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
+
+#include <sys/ioctl.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -235,10 +244,11 @@ class connection : public std::enable_shared_from_this<connection> {
   // waiting: the request went to the handler; its response is pending or being written.
   // lingering: an error response was queued; the connection closes after it, draining input.
   enum class phase { idle, header, body, waiting, lingering, closed };
-  enum class deadline { idle, header, body, linger };
+  enum class deadline { idle, header, body, linger, write_check };
   enum class response_state { none, streaming, ended };
 
   void new_parser() {
+    header_checked_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(core_.config.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(core_.config.max_body_bytes);
@@ -274,7 +284,49 @@ class connection : public std::enable_shared_from_this<connection> {
       case deadline::linger:
         close();
         break;
+      case deadline::write_check:
+        check_write_progress();
+        break;
     }
+  }
+
+  // The stall check's period: a few looks per timeout, never busier than 20/s.
+  std::chrono::milliseconds write_check_period() const {
+    return std::clamp(core_.config.write_stall_timeout / 4, std::chrono::milliseconds(50),
+                      std::chrono::milliseconds(1000));
+  }
+
+  // A response started (phase waiting): watch that its bytes reach the client.
+  void start_write_checks() {
+    if (core_.config.write_stall_timeout.count() <= 0) return;
+    last_delivered_ = delivered_bytes();
+    last_progress_ = steady::now();
+    arm(write_check_period(), deadline::write_check);
+  }
+
+  // Bytes the client's TCP stack acknowledged so far (handed to the kernel minus what is still
+  // in the send queue); without the ioctl, what was handed to the kernel.
+  uint64_t delivered_bytes() {
+    int queued = 0;
+    if (::ioctl(socket_.native_handle(), TIOCOUTQ, &queued) != 0 || queued < 0) queued = 0;
+    return to_kernel_ - std::min<uint64_t>(to_kernel_, static_cast<uint64_t>(queued));
+  }
+
+  void check_write_progress() {
+    if (phase_ != phase::waiting) return;
+    const auto now = steady::now();
+    const uint64_t delivered = delivered_bytes();
+    const bool pending = writing_ || delivered < to_kernel_;
+    if (delivered != last_delivered_ || !pending) {  // moving, or nothing to move: not stalled
+      last_delivered_ = delivered;
+      last_progress_ = now;
+    } else if (now - last_progress_ >= core_.config.write_stall_timeout) {
+      core_.counters.write_stalls.fetch_add(1, std::memory_order_relaxed);
+      abandon_exchange(true);
+      close();
+      return;
+    }
+    arm(write_check_period(), deadline::write_check);
   }
 
   void do_read() {
@@ -374,6 +426,19 @@ class connection : public std::enable_shared_from_this<connection> {
       send_error_and_close(400, "unsupported Transfer-Encoding", "bad_request");
       return false;
     }
+    if (core_.config.on_header) {
+      std::optional<http_response> refusal;
+      try {
+        refusal = core_.config.on_header(request_head(msg));
+      } catch (...) {  // a hook that throws lets the request go on to the handler
+      }
+      if (refusal) {
+        core_.counters.refused_at_header.fetch_add(1, std::memory_order_relaxed);
+        refuse(std::move(*refusal));
+        return false;
+      }
+      header_checked_ = true;
+    }
     phase_ = phase::body;
     if (parser_->is_done()) return true;
     arm(core_.config.body_timeout, deadline::body);
@@ -403,6 +468,11 @@ class connection : public std::enable_shared_from_this<connection> {
     http_response r;
     r.status = status;
     r.body = json_error(message, type, code);
+    refuse(std::move(r));
+  }
+
+  // Answers a request that will not be read to its end; the connection ends after it.
+  void refuse(http_response r) {
     close_after_response_ = true;
     head_only_ = false;
     parser_.reset();
@@ -414,6 +484,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // A whole request was read: hand it to the handler.
   void dispatch();
+  http_request request_head(const http::request_parser<http::string_body>::value_type& msg) const;
   void call_handler(const std::shared_ptr<exchange>& ex, http_request&& req);
 
   std::string serialize(http_response r) const {
@@ -454,10 +525,25 @@ class connection : public std::enable_shared_from_this<connection> {
     std::swap(stamps_inflight_, stamps_pending_);
     stamps_pending_.clear();
     inflight_ends_response_ = std::exchange(pending_ends_response_, false);
-    asio::async_write(socket_, asio::buffer(out_inflight_), [self = shared_from_this()](error_code ec, size_t) {
-      self->writing_ = false;
-      self->on_write(ec);
-    });
+    inflight_sent_ = 0;
+    write_some();
+  }
+
+  // One write at a time until out_inflight_ is in the kernel; counting each part (to_kernel_)
+  // is what lets the stall check see a client's progress inside a long write.
+  void write_some() {
+    socket_.async_write_some(
+        asio::buffer(out_inflight_.data() + inflight_sent_, out_inflight_.size() - inflight_sent_),
+        [self = shared_from_this()](error_code ec, size_t n) {
+          self->to_kernel_ += n;
+          self->inflight_sent_ += n;
+          if (!ec && self->phase_ != phase::closed && self->inflight_sent_ < self->out_inflight_.size()) {
+            self->write_some();
+            return;
+          }
+          self->writing_ = false;
+          self->on_write(ec);
+        });
   }
 
   void on_write(error_code ec) {
@@ -557,7 +643,11 @@ class connection : public std::enable_shared_from_this<connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   bool reading_ = false;  // an async_read_some is in flight (into read_buf_)
   std::array<char, read_chunk_bytes> read_buf_;
-  bool writing_ = false;  // an async_write is in flight (of out_inflight_)
+  bool writing_ = false;                // out_inflight_ is being written (write_some)
+  size_t inflight_sent_ = 0;            // bytes of out_inflight_ in the kernel
+  uint64_t to_kernel_ = 0;              // every byte the socket accepted, for the stall check
+  uint64_t last_delivered_ = 0;         // delivered_bytes() when progress was last seen
+  steady::time_point last_progress_{};  // when it was seen
   std::string out_pending_, out_inflight_;
   std::vector<steady::time_point> stamps_pending_, stamps_inflight_;  // send_event t_received
   bool pending_ends_response_ = false, inflight_ends_response_ = false;
@@ -565,6 +655,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool close_after_response_ = false;
   bool http10_ = false;  // no chunked encoding: a stream ends by closing
   bool head_only_ = false;
+  bool header_checked_ = false;  // on_header let the request being read through
   response_state response_ = response_state::none;
   std::shared_ptr<exchange> current_;
 };
@@ -657,18 +748,9 @@ class exchange final : public http_exchange, public std::enable_shared_from_this
 
 void connection::dispatch() {
   auto& msg = parser_->get();
-  http_request req;
-  req.method = std::string(msg.method_string());
-  req.target = std::string(msg.target());
-  req.path = req.target.substr(0, req.target.find('?'));
-  req.headers.reserve(std::distance(msg.begin(), msg.end()));
-  for (const auto& f : msg) {
-    std::string name(f.name_string());
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers.emplace_back(std::move(name), std::string(f.value()));
-  }
+  http_request req = request_head(msg);
   req.body = std::move(msg.body());
-  req.remote = remote_;
+  req.header_checked = header_checked_;
   req.received = steady::now();
   http10_ = msg.version() < 11;
   head_only_ = msg.method() == http::verb::head;
@@ -682,6 +764,21 @@ void connection::dispatch() {
   auto ex = std::make_shared<exchange>(weak_from_this());
   current_ = ex;
   call_handler(ex, std::move(req));
+}
+
+http_request connection::request_head(const http::request_parser<http::string_body>::value_type& msg) const {
+  http_request req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  req.path = req.target.substr(0, req.target.find('?'));
+  req.headers.reserve(std::distance(msg.begin(), msg.end()));
+  for (const auto& f : msg) {
+    std::string name(f.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers.emplace_back(std::move(name), std::string(f.value()));
+  }
+  req.remote = remote_;
+  return req;
 }
 
 void connection::call_handler(const std::shared_ptr<exchange>& ex, http_request&& req) {
@@ -716,6 +813,7 @@ void connection::write_response(const exchange* e, http_response r) {
   if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::none) return;
   response_ = response_state::ended;
   queue_write(serialize(std::move(r)), true, {});
+  if (phase_ == phase::waiting) start_write_checks();
 }
 
 void connection::write_stream_head(const exchange* e, int status,
@@ -736,6 +834,7 @@ void connection::write_stream_head(const exchange* e, int status,
   append_header(out, "Connection", close_after_response_ ? "close" : "keep-alive");
   out += "\r\n";
   queue_write(out, false, {});
+  start_write_checks();
 }
 
 void connection::write_event(const exchange* e, std::string data, steady::time_point t_received) {
@@ -750,6 +849,13 @@ void connection::write_event(const exchange* e, std::string data, steady::time_p
   } else {
     out.reserve(data.size() + 32);
     append_chunk(out, "data: ", data, "\n\n");
+  }
+  if (writing_ && out_pending_.size() + out.size() > core_.config.max_stream_buffer_bytes) {
+    // The client does not keep up with its own stream: end it as a disconnect.
+    core_.counters.stream_overflows.fetch_add(1, std::memory_order_relaxed);
+    abandon_exchange(true);
+    close();
+    return;
   }
   queue_write(out, false, t_received);
 }

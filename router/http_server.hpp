@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,7 @@ struct http_request {
   std::string body;
   std::string remote;                              // peer address "ip:port"
   std::chrono::steady_clock::time_point received;  // when the full request had been read
+  bool header_checked = false;                     // http_server_config::on_header ran and let it through
 
   // First value of a header (name lower-case), or "".
   std::string_view header(std::string_view name) const;
@@ -72,8 +74,21 @@ struct http_server_config {
   std::chrono::milliseconds body_timeout{30000};    // to read its body -> 408, closed
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests -> closed
   size_t max_connections = 20000;                   // beyond: accepted and closed at once (counted)
+  // A client that stops reading: once a response has started, bytes are pending and none of
+  // them reached the client (acknowledged by its TCP stack) for this long, the connection is
+  // closed as a disconnect (the handler's on_disconnect runs, so the request is cancelled and
+  // its KV freed). Progress is measured at the socket, so a slow but reading client is kept.
+  std::chrono::milliseconds write_stall_timeout{30000};
+  // Stream events queued in the process while a write is in flight; past this the client is
+  // not keeping up with its own stream and the connection is closed the same way.
+  size_t max_stream_buffer_bytes = 1u << 20;
   // Observes seconds from send_event's t_received to the write's completion (any I/O thread).
   std::function<void(double)> on_written;
+  // Called on an I/O thread when a request's header is complete, before its body is read
+  // (`head` has no body): a response refuses the request at once (the connection closes after
+  // it, unread body bytes are drained), so that authentication and cheap admission cost no
+  // body read, parse or tokenization. Must not block; std::nullopt lets the request go on.
+  std::function<std::optional<http_response>(const http_request& head)> on_header;
 };
 
 // Monotonic counters, readable from any thread.
@@ -85,6 +100,9 @@ struct http_counters {
   std::atomic<uint64_t> bad_requests{0};        // unparsable HTTP, oversized header/body
   std::atomic<uint64_t> timeouts{0};            // header/body/idle deadlines
   std::atomic<uint64_t> client_disconnects{0};  // before the response ended
+  std::atomic<uint64_t> write_stalls{0};        // closed: nothing reached the client for write_stall_timeout
+  std::atomic<uint64_t> stream_overflows{0};    // closed: over max_stream_buffer_bytes queued
+  std::atomic<uint64_t> refused_at_header{0};   // answered by on_header, body not read
 };
 
 using http_handler = std::function<void(std::shared_ptr<http_exchange>, http_request&&)>;

@@ -5,8 +5,9 @@
 // Sockets are keyed by worker ref ("_connect" opens one, "_close" closes it: only this thread
 // touches them, so the dispatcher asks by message). They use ZMQ_IMMEDIATE (nothing is queued
 // for a worker that is not connected) and a bounded high-water mark; a frame the socket refuses
-// waits in a per-worker backlog (bounded: the oldest are dropped and counted) and is retried
-// when the socket can take it. "_flush" empties a worker's backlog (it was declared dead).
+// waits in a per-worker backlog and is retried when the socket can take it (the loop and its
+// overflow rule, drop-oldest and counted: common/link_loop.hpp). "_flush" empties a worker's backlog (it was declared
+// dead).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "common/curve_keys.hpp"
+#include "common/link_loop.hpp"
 #include "router/worker_ref.hpp"
 
 namespace zmq {
@@ -26,15 +28,14 @@ namespace sy::router {
 struct link_counters {
   std::atomic<uint64_t> frames_in{0};
   std::atomic<uint64_t> frames_out{0};
-  std::atomic<uint64_t> backlogged{0};        // sends that had to wait
-  std::atomic<uint64_t> dropped{0};           // given up (backlog full, flushed, or for a closed worker)
-  std::atomic<uint64_t> backlog_overflow{0};  // of `dropped`: the oldest frame of a full backlog
-  std::atomic<uint64_t> closed{0};            // worker connections closed ("_close")
+  std::atomic<uint64_t> dropped{0};  // given up (backlog overflow, flushed, or for a closed worker)
+  link::backlog_counters backlog;    // sends that had to wait; overflow: of `dropped`, the oldest of a full backlog
+  std::atomic<uint64_t> closed{0};   // worker connections closed ("_close")
 };
 
 struct link_config {
   int high_water_mark = 10000;
-  size_t max_backlog = 100000;   // frames per worker
+  size_t max_backlog = 100000;   // frames per worker waiting for its socket (common/link_loop.hpp's rule)
   int64_t max_frame_bytes = -1;  // ZMQ_MAXMSGSIZE: a bigger frame drops its connection; -1: none
   // CURVE (common/curve_keys.hpp): the workers' public key as Z85; empty: no authentication.
   std::string curve_server_public_z85;

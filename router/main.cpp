@@ -19,11 +19,13 @@
 #include "common/cli_args.hpp"
 #include "common/curve_keys.hpp"
 #include "common/protocol.hpp"
+#include "common/stop_signals.hpp"
 #include "router/actor_protocol.hpp"
 #include "router/api_handler.hpp"
 #include "router/dispatcher_actor.hpp"
 #include "router/http_server.hpp"
 #include "router/link_actor.hpp"
+#include "router/openai_api.hpp"
 #include "router/worker_discovery.hpp"
 
 using namespace sy;
@@ -58,6 +60,10 @@ const char* k_usage =
     "  --request-timeout-s S      default deadline per request (600)\n"
     "  --max-request-timeout-s S  a client's \"timeout\" is clamped to S (3600)\n"
     "  --max-n N                  choices per request (8)   --max-body-bytes N (4194304)\n"
+    "  --write-stall-timeout-s S  close a response none of whose pending bytes reached the client for S\n"
+    "                             seconds (the request is cancelled, its KV freed; 30; 0: never)\n"
+    "  --max-stream-buffer-bytes N  a stream's bytes queued in the router beyond the socket (1048576)\n"
+    "  --link-backlog N           frames per worker waiting for its connection; beyond, the oldest drop (100000)\n"
     "  --router-id ID             name sent to workers in hello\n"
     "  --no-kv-events             do not ask workers for their KV block events: route on this router's own\n"
     "                             dispatch history (what routers did before; for comparisons)\n"
@@ -85,17 +91,8 @@ std::string read_cache_mac_key(const std::string& path) {
   return s;
 }
 
-// Waits up to `seconds` (in 100 ms steps) until done() holds; false when a second SIGINT/SIGTERM
-// (blocked, in `sigs`) cut the wait short.
-bool wait_unless_signalled(const sigset_t& sigs, double seconds, const std::function<bool()>& done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  const timespec step{0, 100 * 1000 * 1000};
-  while (!done() && std::chrono::steady_clock::now() < end)
-    if (sigtimedwait(&sigs, nullptr, &step) > 0) return false;
-  return true;
-}
-
-int run(const cli_args& a) {
+// Unknown flags are refused (a typo must not pass for a default).
+void check_flags(const cli_args& a) {
   a.check_known({"host",
                  "port",
                  "workers",
@@ -123,6 +120,9 @@ int run(const cli_args& a) {
                  "max-request-timeout-s",
                  "max-n",
                  "max-body-bytes",
+                 "link-backlog",
+                 "write-stall-timeout-s",
+                 "max-stream-buffer-bytes",
                  "router-id",
                  "served-model-name",
                  "help",
@@ -138,42 +138,30 @@ int run(const cli_args& a) {
                  "cache-mac-key-file",
                  "metrics-host",
                  "metrics-port"});
-  if (a.has("help") || (!a.has("workers") && !a.has("workers-dns") && !a.has("workers-file"))) {
-    std::fputs(k_usage, a.has("help") ? stdout : stderr);
-    return a.has("help") ? 0 : 2;
-  }
-  if (a.has("workers-dns") && a.has("workers-file"))
-    throw std::invalid_argument("--workers-dns and --workers-file: one discovery source at most");
-  const long long dns_family = a.get_int("dns-family", 4);
-  if (dns_family != 4 && dns_family != 6) throw std::invalid_argument("--dns-family must be 4 or 6");
-  if (std::string n, p; a.has("workers-dns") && !split_name_port(a.get("workers-dns"), n, p))
-    throw std::invalid_argument("--workers-dns must be NAME:PORT");
-  const double discovery_every_s = a.get_float("dns-interval-s", 10.0);
-  const double shutdown_delay_s = a.get_float("shutdown-delay-s", 0.0);
-  const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
-  if (discovery_every_s <= 0 || shutdown_delay_s < 0 || drain_timeout_s < 0)
-    throw std::invalid_argument("--dns-interval-s must be > 0; --shutdown-delay-s, --drain-timeout-s >= 0");
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-  // Thousands of client connections: raise the descriptor limit to what the system allows.
+}
+
+// Thousands of client connections: raise the descriptor limit to what the system allows.
+void raise_fd_limit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
+}
 
-  const tenant_registry tenants =
+tenant_registry load_tenants(const cli_args& a) {
+  tenant_registry tenants =
       a.has("tenants") ? tenant_registry::load_file(a.get("tenants")) : tenant_registry::open_access();
   if (tenants.is_open())
     std::fprintf(stderr, "switchyard-router: no --tenants file: running OPEN (any API key or none is accepted)\n");
   else
     std::fprintf(stderr, "switchyard-router: %zu tenants from %s\n", tenants.tenants().size(),
                  a.get("tenants").c_str());
+  return tenants;
+}
 
+// The cluster queue, dispatch, retries and worker health (docs/reliability.md).
+dispatcher_config dispatcher_flags(const cli_args& a) {
   dispatcher_config dc;
   char host[256] = "router";
   gethostname(host, sizeof host - 1);
@@ -199,43 +187,55 @@ int run(const cli_args& a) {
         "--max-attempts must be >= 1; --retry-budget-percent, --eject-after-failures >= 0; "
         "0 < --eject-base-s <= --eject-max-s; --max-ejected-percent in [0, 100]");
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
+  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0)
+    throw std::invalid_argument("--local-queue must be >= 0; --heartbeat-timeout-ms > 0");
+  return dc;
+}
+
+api_config api_flags(const cli_args& a) {
   api_config ac;
   ac.default_timeout_s = a.get_float("request-timeout-s", 600.0);
   ac.limits.max_n = static_cast<int32_t>(a.get_int("max-n", 8));
   ac.max_timeout_s = a.get_float("max-request-timeout-s", std::max(3600.0, ac.default_timeout_s));
   if (!(ac.max_timeout_s >= ac.default_timeout_s))
     throw std::invalid_argument("--max-request-timeout-s must be >= --request-timeout-s");
-  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || ac.default_timeout_s <= 0 || ac.limits.max_n < 1)
-    throw std::invalid_argument("--local-queue must be >= 0; --heartbeat-timeout-ms, --request-timeout-s, --max-n > 0");
+  if (ac.default_timeout_s <= 0 || ac.limits.max_n < 1)
+    throw std::invalid_argument("--request-timeout-s, --max-n must be > 0");
+  return ac;
+}
 
-  std::unique_ptr<cache_service> cache;
-  if (a.has("redis")) {
-    cache_service_config cc;
-    std::string err;
-    auto rc = cache::redis_config::parse_url(a.get("redis"), &err);
-    if (!rc) throw std::invalid_argument("--redis: " + err);
-    cc.redis = *rc;
-    cc.redis.command_timeout = std::chrono::milliseconds(a.get_int("cache-lookup-timeout-ms", 5));
-    cc.policy.ttl = std::chrono::seconds(a.get_int("cache-ttl-s", 3600));
-    cc.policy.max_entry_bytes = static_cast<size_t>(a.get_int("cache-max-entry-bytes", 1 << 20));
-    cc.policy.cache_seeded_sampling = !a.has("no-cache-seeded");
-    if (a.has("cache-mac-key-file")) cc.policy.mac_key = read_cache_mac_key(a.get("cache-mac-key-file"));
-    cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
-    for (const auto& t : tenants.tenants())
-      if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
-    if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0)
-      throw std::invalid_argument("--cache-ttl-s, --cache-threads and --cache-lookup-timeout-ms must be positive");
-    cache = std::make_unique<cache_service>(cc);
-    std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, %s)\n",
-                 cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),
-                 static_cast<long long>(cc.redis.command_timeout.count()),
-                 cc.policy.mac_key.empty() ? "entries unauthenticated: no --cache-mac-key-file"
-                                           : "entries sealed with HMAC-SHA256");
-  } else {
+// The response cache (docs/cache.md); null without --redis.
+std::unique_ptr<cache_service> make_cache(const cli_args& a, const tenant_registry& tenants) {
+  if (!a.has("redis")) {
     std::fprintf(stderr, "switchyard-router: no --redis: response cache disabled\n");
+    return nullptr;
   }
+  cache_service_config cc;
+  std::string err;
+  auto rc = cache::redis_config::parse_url(a.get("redis"), &err);
+  if (!rc) throw std::invalid_argument("--redis: " + err);
+  cc.redis = *rc;
+  cc.redis.command_timeout = std::chrono::milliseconds(a.get_int("cache-lookup-timeout-ms", 5));
+  cc.policy.ttl = std::chrono::seconds(a.get_int("cache-ttl-s", 3600));
+  cc.policy.max_entry_bytes = static_cast<size_t>(a.get_int("cache-max-entry-bytes", 1 << 20));
+  cc.policy.cache_seeded_sampling = !a.has("no-cache-seeded");
+  if (a.has("cache-mac-key-file")) cc.policy.mac_key = read_cache_mac_key(a.get("cache-mac-key-file"));
+  cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
+  for (const auto& t : tenants.tenants())
+    if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
+  if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0)
+    throw std::invalid_argument("--cache-ttl-s, --cache-threads and --cache-lookup-timeout-ms must be positive");
+  auto cache = std::make_unique<cache_service>(cc);
+  std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, %s)\n",
+               cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),
+               static_cast<long long>(cc.redis.command_timeout.count()),
+               cc.policy.mac_key.empty() ? "entries unauthenticated: no --cache-mac-key-file"
+                                         : "entries sealed with HMAC-SHA256");
+  return cache;
+}
 
-  // The worker link (router/link_actor.hpp): frame size cap, and CURVE when a key is given.
+// The worker link (router/link_actor.hpp): frame size cap, backlog bound, and CURVE when a key is given.
+link_config link_flags(const cli_args& a) {
   link_config lc;
   lc.max_frame_bytes = static_cast<int64_t>(proto::k_max_frame_to_router);
   if (a.has("curve-secret-key") && !a.has("curve-server-key"))
@@ -251,9 +251,13 @@ int run(const cli_args& a) {
   } else {
     std::fprintf(stderr, "switchyard-router: worker link: unauthenticated (no --curve-server-key)\n");
   }
+  lc.max_backlog = static_cast<size_t>(std::max<int64_t>(1, a.get_int("link-backlog", 100000)));
+  return lc;
+}
 
-  model_registry models;
-  for (const std::string& m : a.all("served-model-name")) {  // aliases for models workers will bring
+// --served-model-name NAME=MODEL: aliases for models workers will bring.
+void add_model_aliases(const cli_args& a, model_registry& models) {
+  for (const std::string& m : a.all("served-model-name")) {
     const size_t eq = m.find('=');
     if (eq == 0 || eq == std::string::npos || eq + 1 == m.size() || eq > proto::k_max_model_id_bytes)
       throw std::invalid_argument("--served-model-name must be NAME=MODEL (NAME up to " +
@@ -261,6 +265,152 @@ int run(const cli_args& a) {
     if (!models.alias(m.substr(0, eq), m.substr(eq + 1)))
       throw std::invalid_argument("--served-model-name: '" + m.substr(0, eq) + "' is given for two models");
   }
+}
+
+// --workers-dns / --workers-file: where discovery looks (router/worker_discovery.hpp).
+struct discovery_source {
+  bool dns = false;
+  std::string source;  // NAME:PORT or a file path; empty: no discovery
+  long long family = 4;
+  double every_s = 10;
+};
+
+discovery_source discovery_flags(const cli_args& a) {
+  if (a.has("workers-dns") && a.has("workers-file"))
+    throw std::invalid_argument("--workers-dns and --workers-file: one discovery source at most");
+  discovery_source d;
+  d.dns = a.has("workers-dns");
+  d.source = d.dns ? a.get("workers-dns") : a.get("workers-file", "");
+  d.family = a.get_int("dns-family", 4);
+  if (d.family != 4 && d.family != 6) throw std::invalid_argument("--dns-family must be 4 or 6");
+  if (std::string n, p; d.dns && !split_name_port(d.source, n, p))
+    throw std::invalid_argument("--workers-dns must be NAME:PORT");
+  d.every_s = a.get_float("dns-interval-s", 10.0);
+  if (d.every_s <= 0) throw std::invalid_argument("--dns-interval-s must be > 0");
+  return d;
+}
+
+// --workers A,B,...: the static list.
+std::vector<std::string> static_worker_list(const cli_args& a) {
+  std::vector<std::string> out;
+  const std::string list = a.get("workers", "");
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// Where workers come from, for the start-up line.
+std::string worker_sources(const cli_args& a) {
+  std::string sources = a.get("workers", "");
+  if (a.has("workers-dns")) sources += (sources.empty() ? "dns " : ", dns ") + a.get("workers-dns");
+  if (a.has("workers-file")) sources += (sources.empty() ? "file " : ", file ") + a.get("workers-file");
+  return sources;
+}
+
+// Discovery (a Kubernetes headless Service, or a file), on its own thread until *stop: new
+// endpoints join, vanished ones retire. Endpoints of the static list (`pinned`) stay whatever
+// it says. No discovery source: no thread (not joinable).
+std::thread start_discovery(const discovery_source& src, caf::actor disp, std::set<std::string> pinned,
+                            std::shared_ptr<std::atomic<bool>> stop) {
+  if (src.source.empty()) return {};
+  return std::thread([src, disp, pinned = std::move(pinned), stop] {
+    const int family = src.family == 6 ? AF_INET6 : AF_INET;
+    worker_discovery d(src.dns ? "DNS name " + src.source + " (IPv" + std::to_string(src.family) + ")"
+                               : "workers file " + src.source);
+    while (!stop->load()) {
+      lookup_result r = src.dns ? resolve_workers(src.source, family) : read_workers_file(src.source);
+      std::erase_if(r.endpoints, [&](const std::string& e) { return pinned.count(e) != 0; });
+      const auto u = d.apply(r);
+      if (!u.log.empty()) std::fprintf(stderr, "switchyard-router: %s\n", u.log.c_str());
+      for (const auto& e : u.change.joined) caf::anon_send(disp, add_atom::value, e);
+      for (const auto& e : u.change.left) caf::anon_send(disp, retire_atom::value, e);
+      const int steps = std::max(1, static_cast<int>(src.every_s * 10 + 0.5));  // of 100 ms
+      for (int i = 0; i < steps && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+}
+
+// What a request gets before the API handler exists (the server accepts at once).
+http_response starting_response() {
+  api_error e;
+  e.status = 503;
+  e.type = "overloaded_error";
+  e.code = "starting";
+  e.message = "the router is starting";
+  return {e.status, "application/json", {{"Retry-After", "1"}}, format_error(e)};
+}
+
+// --metrics-port: /metrics alone, without a key, for the scraper; null without the flag.
+std::unique_ptr<http_server> start_metrics_server(const cli_args& a, const http_server_config& api_hc, api_handler* h) {
+  const long long mport = a.get_int("metrics-port", -1);
+  if (mport < 0) return nullptr;
+  http_server_config mc = api_hc;
+  mc.host = a.get("metrics-host", "127.0.0.1");
+  mc.port = static_cast<int>(mport);
+  mc.threads = 1;
+  mc.on_written = nullptr;
+  mc.on_header = nullptr;  // no key on this port: nothing to check before the body
+  auto server = std::make_unique<http_server>(mc, [h](std::shared_ptr<http_exchange> ex, http_request&& req) {
+    h->metrics_listener(std::move(ex), std::move(req));
+  });
+  std::fprintf(stderr, "switchyard-router: metrics on http://%s:%d/metrics (no key)\n", mc.host.c_str(),
+               server->port());
+  return server;
+}
+
+// After the first SIGINT/SIGTERM (docs/router.md, "Pods"): /ready turns 503 at once; requests
+// are still admitted for --shutdown-delay-s (load balancers stop sending meanwhile), then refused
+// (503) while what runs finishes, for --drain-timeout-s at most. A second signal skips what is left.
+void shut_down_gracefully(const sigset_t& sigs, router_status& status, const caf::actor& disp, double shutdown_delay_s,
+                          double drain_timeout_s) {
+  {
+    std::lock_guard<std::mutex> lk(status.mu);
+    status.shutting_down = true;
+  }
+  bool patient = true;
+  if (shutdown_delay_s > 0) {
+    std::fprintf(stderr, "switchyard-router: signal received: not ready, still admitting for %g s\n", shutdown_delay_s);
+    patient = wait_unless_signalled(sigs, shutdown_delay_s, [] { return false; });
+  }
+  std::fprintf(stderr, "switchyard-router: draining (at most %g s)\n", drain_timeout_s);
+  caf::anon_send(disp, drain_atom::value);
+  size_t left = 0;
+  const auto drained = [&] {
+    std::lock_guard<std::mutex> lk(status.mu);
+    left = status.active;
+    return status.draining && status.active == 0;
+  };
+  if (patient) patient = wait_unless_signalled(sigs, drain_timeout_s, drained);
+  if (!drained())
+    std::fprintf(stderr, "switchyard-router: %s with %zu requests unfinished\n",
+                 patient ? "drain timeout" : "second signal", left);
+}
+
+int run(const cli_args& a) {
+  check_flags(a);
+  if (a.has("help") || (!a.has("workers") && !a.has("workers-dns") && !a.has("workers-file"))) {
+    std::fputs(k_usage, a.has("help") ? stdout : stderr);
+    return a.has("help") ? 0 : 2;
+  }
+  const discovery_source discovery_src = discovery_flags(a);
+  const double shutdown_delay_s = a.get_float("shutdown-delay-s", 0.0);
+  const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
+  if (shutdown_delay_s < 0 || drain_timeout_s < 0)
+    throw std::invalid_argument("--shutdown-delay-s, --drain-timeout-s must be >= 0");
+  const sigset_t sigs = block_stop_signals();  // before any thread starts: sigwait below takes them
+  std::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+
+  const tenant_registry tenants = load_tenants(a);
+  const dispatcher_config dc = dispatcher_flags(a);
+  const api_config ac = api_flags(a);
+  std::unique_ptr<cache_service> cache = make_cache(a, tenants);
+  const link_config lc = link_flags(a);
+  model_registry models;
+  add_model_aliases(a, models);
   auto status = std::make_shared<router_status>();
   auto d = std::make_shared<dispatcher>(dc, tenants, models, cache.get());
 
@@ -273,47 +423,23 @@ int run(const cli_args& a) {
   status->link_metrics = [link_counts] { return render_link_metrics(*link_counts); };
   auto link = sys.spawn<caf::detached>(link_actor, &ctx, lc, disp, stop, link_counts);
 
-  std::vector<std::string> static_workers;
-  if (a.has("workers")) {
-    std::string list = a.get("workers");
-    for (size_t pos = 0; pos <= list.size();) {
-      const size_t comma = std::min(list.find(',', pos), list.size());
-      if (comma > pos) static_workers.push_back(list.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-  }
+  const std::vector<std::string> static_workers = static_worker_list(a);
   for (const auto& w : static_workers) caf::anon_send(disp, add_atom::value, w);
 
-  // Discovery (a Kubernetes headless Service, or a file): new endpoints join, vanished ones
-  // retire (router/worker_discovery.hpp). Endpoints of the static list stay whatever it says.
   auto stop_discovery = std::make_shared<std::atomic<bool>>(false);
-  std::thread discovery;
-  if (a.has("workers-dns") || a.has("workers-file")) {
-    const bool dns = a.has("workers-dns");
-    const std::string source = dns ? a.get("workers-dns") : a.get("workers-file");
-    const int family = dns_family == 6 ? AF_INET6 : AF_INET;
-    const std::set<std::string> pinned(static_workers.begin(), static_workers.end());
-    discovery = std::thread([=, stop = stop_discovery] {
-      worker_discovery d(dns ? "DNS name " + source + " (IPv" + std::to_string(dns_family) + ")"
-                             : "workers file " + source);
-      while (!stop->load()) {
-        lookup_result r = dns ? resolve_workers(source, family) : read_workers_file(source);
-        std::erase_if(r.endpoints, [&](const std::string& e) { return pinned.count(e) != 0; });
-        const auto u = d.apply(r);
-        if (!u.log.empty()) std::fprintf(stderr, "switchyard-router: %s\n", u.log.c_str());
-        for (const auto& e : u.change.joined) caf::anon_send(disp, add_atom::value, e);
-        for (const auto& e : u.change.left) caf::anon_send(disp, retire_atom::value, e);
-        const int steps = std::max(1, static_cast<int>(discovery_every_s * 10 + 0.5));  // of 100 ms
-        for (int i = 0; i < steps && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-  }
+  std::thread discovery =
+      start_discovery(discovery_src, disp, {static_workers.begin(), static_workers.end()}, stop_discovery);
 
   http_server_config hc;
   hc.host = a.get("host", "127.0.0.1");
   hc.port = static_cast<int>(a.get_int("port", 8000));
   hc.threads = static_cast<int>(a.get_int("http-threads", 2));
   hc.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 4 << 20));
+  hc.write_stall_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(a.get_float("write-stall-timeout-s", 30) * 1000));
+  hc.max_stream_buffer_bytes = static_cast<size_t>(a.get_int("max-stream-buffer-bytes", 1 << 20));
+  if (hc.write_stall_timeout.count() < 0 || hc.max_stream_buffer_bytes < 4096)
+    throw std::invalid_argument("--write-stall-timeout-s must be >= 0 and --max-stream-buffer-bytes >= 4096");
   hc.on_written = [status](double s) {
     std::lock_guard<std::mutex> lk(status->mu);
     status->write_overhead_s.observe(s);
@@ -347,65 +473,29 @@ int run(const cli_args& a) {
   auto gone = [disp](uint64_t id) { caf::anon_send(disp, gone_atom::value, id); };
   // The server accepts at once; until the handler exists, requests get a 503.
   auto current = std::make_shared<std::atomic<api_handler*>>(nullptr);
+  hc.on_header = [current](const http_request& head) -> std::optional<http_response> {
+    api_handler* h = current->load();
+    if (!h) return starting_response();
+    return h->precheck(head);
+  };
   server = std::make_unique<http_server>(hc, [current](std::shared_ptr<http_exchange> ex, http_request&& req) {
     api_handler* h = current->load();
     if (!h) {
-      ex->respond(
-          {503,
-           "application/json",
-           {{"Retry-After", "1"}},
-           R"({"error":{"message":"the router is starting","type":"overloaded_error","param":null,"code":"starting"}})"});
+      ex->respond(starting_response());
       return;
     }
     (*h)(std::move(ex), std::move(req));
   });
   handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
+  handler->set_rate_charger(&d->admission());
   current->store(handler.get());
-  if (const long long mport = a.get_int("metrics-port", -1); mport >= 0) {
-    http_server_config mc = hc;
-    mc.host = a.get("metrics-host", "127.0.0.1");
-    mc.port = static_cast<int>(mport);
-    mc.threads = 1;
-    mc.on_written = nullptr;
-    api_handler* h = handler.get();
-    metrics_server = std::make_unique<http_server>(mc, [h](std::shared_ptr<http_exchange> ex, http_request&& req) {
-      h->metrics_listener(std::move(ex), std::move(req));
-    });
-    std::fprintf(stderr, "switchyard-router: metrics on http://%s:%d/metrics (no key)\n", mc.host.c_str(),
-                 metrics_server->port());
-  }
-  std::string sources = a.get("workers", "");
-  if (a.has("workers-dns")) sources += (sources.empty() ? "dns " : ", dns ") + a.get("workers-dns");
-  if (a.has("workers-file")) sources += (sources.empty() ? "file " : ", file ") + a.get("workers-file");
+  metrics_server = start_metrics_server(a, hc, handler.get());
   std::fprintf(stderr, "switchyard-router: listening on http://%s:%d (%d I/O threads); workers: %s\n", hc.host.c_str(),
-               server->port(), hc.threads, sources.c_str());
+               server->port(), hc.threads, worker_sources(a).c_str());
 
-  // Shutdown (docs/router.md, "Pods"): /ready turns 503 at once; requests are still admitted
-  // for --shutdown-delay-s (load balancers stop sending meanwhile), then refused (503) while
-  // what runs finishes, for --drain-timeout-s at most. A second signal skips what is left.
   int sig = 0;
   sigwait(&sigs, &sig);
-  {
-    std::lock_guard<std::mutex> lk(status->mu);
-    status->shutting_down = true;
-  }
-  bool patient = true;
-  if (shutdown_delay_s > 0) {
-    std::fprintf(stderr, "switchyard-router: signal received: not ready, still admitting for %g s\n", shutdown_delay_s);
-    patient = wait_unless_signalled(sigs, shutdown_delay_s, [] { return false; });
-  }
-  std::fprintf(stderr, "switchyard-router: draining (at most %g s)\n", drain_timeout_s);
-  caf::anon_send(disp, drain_atom::value);
-  size_t left = 0;
-  const auto drained = [&] {
-    std::lock_guard<std::mutex> lk(status->mu);
-    left = status->active;
-    return status->draining && status->active == 0;
-  };
-  if (patient) patient = wait_unless_signalled(sigs, drain_timeout_s, drained);
-  if (!drained())
-    std::fprintf(stderr, "switchyard-router: %s with %zu requests unfinished\n",
-                 patient ? "drain timeout" : "second signal", left);
+  shut_down_gracefully(sigs, *status, disp, shutdown_delay_s, drain_timeout_s);
   return 0;  // `shutdown` stops everything
 }
 

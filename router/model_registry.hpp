@@ -53,10 +53,11 @@ struct model_entry {
   proto::tokenizer_spec spec;
 
   // The token ids of a chat as the model sees it (its template, then its tokenizer with BOS as
-  // it adds it): what /v1/chat/completions sends and /tokenize reports. Throws on text the
-  // tokenizer cannot take.
-  std::vector<int32_t> chat_prompt(const std::vector<chat_message>& messages, bool add_generation_prompt) const {
-    return tok.encode(tmpl.apply(messages, add_generation_prompt), true, true);
+  // it adds it): what /v1/chat/completions sends and /tokenize reports. `tools`: the functions
+  // offered (chat_template::apply). Throws on text the tokenizer cannot take.
+  std::vector<int32_t> chat_prompt(const std::vector<chat_message>& messages, bool add_generation_prompt,
+                                   const std::vector<chat_tool>& tools = {}) const {
+    return tok.encode(tmpl.apply(messages, add_generation_prompt, tools));
   }
 };
 

@@ -6,6 +6,7 @@
 // token text that ends in the middle of a UTF-8 character.
 #include "router/openai_api.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_schema.hpp"
+#include "common/utf8.hpp"
 
 namespace sy::router {
 
@@ -41,6 +43,7 @@ namespace {
 using json = nlohmann::json;
 // Output objects keep insertion order, so bodies read in OpenAI's order ("id" first).
 using ordered_json = nlohmann::ordered_json;
+using text::valid_utf8;  // every string a response carries is valid UTF-8 (common/utf8.hpp)
 
 // ---- Validation helpers ------------------------------------------------------------------------
 
@@ -222,6 +225,41 @@ void parse_prompt(const json& doc, const api_limits& limits, generation_request&
   r.prompt_is_tokens = true;
 }
 
+// An assistant message's `tool_calls`: [{"id", "type": "function", "function": {"name", "arguments"}}].
+// Arguments (a JSON string, as OpenAI sends them; an object is taken too) become compact JSON
+// text; a string that is not JSON is kept as a JSON string.
+void parse_message_calls(const json& v, const std::string& param, chat_message& msg) {
+  if (!v.is_array()) wrong_type(param, "an array", v);
+  for (size_t k = 0; k < v.size(); ++k) {
+    const std::string p = param + "[" + std::to_string(k) + "]";
+    const json& c = v[k];
+    if (!c.is_object()) wrong_type(p, "an object", c);
+    if (const json* t = field(c, "type"); t != nullptr && as_string(*t, p + ".type") != "function")
+      reject(p + ".type", quoted(p + ".type") + " must be 'function'");
+    const json* fn = field(c, "function");
+    if (fn == nullptr) reject(p + ".function", quoted(p + ".function") + " is required", "missing_required_parameter");
+    if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
+    const json* name = field(*fn, "name");
+    if (name == nullptr)
+      reject(p + ".function.name", quoted(p + ".function.name") + " is required", "missing_required_parameter");
+    chat_tool_call call;
+    call.name = as_string(*name, p + ".function.name");
+    if (const json* id = field(c, "id")) call.id = as_string(*id, p + ".id");
+    if (const json* args = field(*fn, "arguments")) {
+      if (args->is_string()) {
+        const std::string& text = args->get_ref<const std::string&>();
+        const ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+        call.arguments = parsed.is_discarded() ? ordered_json(text).dump() : parsed.dump();
+      } else if (args->is_object()) {
+        call.arguments = args->dump();
+      } else {
+        wrong_type(p + ".function.arguments", "a string", *args);
+      }
+    }
+    msg.tool_calls.push_back(std::move(call));
+  }
+}
+
 // A message's content: a string, or an array of {"type":"text","text":...} parts (joined).
 std::string message_content(const json& c, const std::string& param) {
   if (c.is_string()) return c.get<std::string>();
@@ -268,11 +306,18 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
       reject(param + ".role", quoted(param + ".role") + " is required", "missing_required_parameter");
     std::string role = as_string(*role_v, param + ".role");
     if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       reject(param + ".role",
-             quoted(param + ".role") + " must be one of system, developer, user, assistant; got '" + role + "'");
+             quoted(param + ".role") + " must be one of system, developer, user, assistant, tool; got '" + role + "'");
     }
     chat_message msg;
+    if (role == "assistant") {
+      if (const json* calls = field(m, "tool_calls")) parse_message_calls(*calls, param + ".tool_calls", msg);
+    }
+    if (role == "tool") {
+      if (const json* id = field(m, "tool_call_id")) msg.tool_call_id = as_string(*id, param + ".tool_call_id");
+    }
+    for (const chat_tool_call& c : msg.tool_calls) total_bytes += c.name.size() + c.arguments.size();
     const json* content = field(m, "content");
     if (content == nullptr) {
       // An assistant turn may carry no content (e.g. it only called tools).
@@ -454,6 +499,129 @@ void parse_response_format(const json& doc, std::string_view body, generation_re
   r.constraint.schema = std::move(text);
 }
 
+constexpr size_t k_max_tools = 128;  // OpenAI's limit
+
+// tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}.
+// `ordered`: the same item in document order (definitions and schemas keep the client's order).
+chat_tool parse_tool(const json& t, const ordered_json& ordered, const std::string& p) {
+  if (!t.is_object()) wrong_type(p, "an object", t);
+  const json* type = field(t, "type");
+  if (type == nullptr) reject(p + ".type", quoted(p + ".type") + " is required", "missing_required_parameter");
+  if (as_string(*type, p + ".type") != "function")
+    reject(p + ".type", quoted(p + ".type") + " must be 'function', got '" + type->get<std::string>() + "'");
+  const json* fn = field(t, "function");
+  if (fn == nullptr) reject(p + ".function", quoted(p + ".function") + " is required", "missing_required_parameter");
+  if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
+  const json* name = field(*fn, "name");
+  if (name == nullptr)
+    reject(p + ".function.name", quoted(p + ".function.name") + " is required", "missing_required_parameter");
+  chat_tool tool;
+  tool.name = as_string(*name, p + ".function.name");
+  const bool name_ok =
+      !tool.name.empty() && tool.name.size() <= 64 && std::all_of(tool.name.begin(), tool.name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+      });
+  if (!name_ok)
+    reject(p + ".function.name",
+           quoted(p + ".function.name") + " must be 1 to 64 letters, digits, '_' or '-', got '" + tool.name + "'");
+  if (const json* d = field(*fn, "description")) as_string(*d, p + ".function.description");
+  if (const json* st = field(*fn, "strict")) as_bool(*st, p + ".function.strict");
+  const ordered_json& ofn = ordered["function"];
+  ordered_json def_fn = ordered_json::object();
+  def_fn["name"] = tool.name;
+  if (ofn.contains("description") && !ofn["description"].is_null()) def_fn["description"] = ofn["description"];
+  if (const json* params = field(*fn, "parameters")) {
+    if (!params->is_object()) wrong_type(p + ".function.parameters", "an object (a JSON Schema)", *params);
+    tool.parameters = ofn["parameters"].dump();
+    if (tool.parameters.size() > proto::k_max_schema_bytes)
+      reject(p + ".function.parameters",
+             "the schema is larger than " + std::to_string(proto::k_max_schema_bytes) + " bytes");
+    def_fn["parameters"] = ofn["parameters"];
+  }
+  tool.definition = ordered_json{{"type", "function"}, {"function", std::move(def_fn)}}.dump();
+  return tool;
+}
+
+// tools, tool_choice, parallel_tool_calls -> r.tools (and r.constraint under an enforced choice).
+void parse_tools(const json& doc, std::string_view body, generation_request& r) {
+  tool_request& t = r.tools;
+  if (const json* v = field(doc, "tools")) {
+    if (!v->is_array()) wrong_type("tools", "an array of tools", *v);
+    if (v->size() > k_max_tools)
+      reject("tools", "'tools' has " + std::to_string(v->size()) + " tools, more than the limit of " +
+                          std::to_string(k_max_tools));
+    const ordered_json ordered = ordered_json::parse(body.begin(), body.end())["tools"];
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      chat_tool tool = parse_tool((*v)[i], ordered[i], p);
+      for (const chat_tool& seen : t.tools)
+        if (seen.name == tool.name) reject(p + ".function.name", "two tools are named '" + tool.name + "'");
+      t.tools.push_back(std::move(tool));
+    }
+  }
+  t.choice = t.tools.empty() ? tool_choice_mode::none : tool_choice_mode::automatic;
+  if (const json* v = field(doc, "tool_choice")) {
+    if (v->is_string()) {
+      const std::string& c = v->get_ref<const std::string&>();
+      if (c == "none") {
+        t.choice = tool_choice_mode::none;
+      } else if (c == "auto") {
+        t.choice = tool_choice_mode::automatic;
+      } else if (c == "required") {
+        t.choice = tool_choice_mode::required;
+      } else {
+        reject("tool_choice",
+               "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+               "\"function\": {\"name\": ...}}, got '" +
+                   c + "'");
+      }
+    } else if (v->is_object()) {
+      const json* type = field(*v, "type");
+      if (type == nullptr || !type->is_string() || type->get<std::string>() != "function")
+        reject("tool_choice.type", "'tool_choice.type' must be 'function'");
+      const json* fn = field(*v, "function");
+      if (fn == nullptr || !fn->is_object())
+        reject("tool_choice.function", "'tool_choice.function' must be an object with a 'name'",
+               "missing_required_parameter");
+      const json* name = field(*fn, "name");
+      if (name == nullptr)
+        reject("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+      t.named = as_string(*name, "tool_choice.function.name");
+      t.choice = tool_choice_mode::named;
+    } else {
+      wrong_type("tool_choice", "a string or an object", *v);
+    }
+  }
+  if (const json* v = field(doc, "parallel_tool_calls")) t.parallel = as_bool(*v, "parallel_tool_calls");
+  if (t.enforced() && t.tools.empty())
+    reject("tool_choice", "'tool_choice' " +
+                              std::string(t.choice == tool_choice_mode::named ? "naming a function" : "'required'") +
+                              " needs 'tools'");
+  if (t.choice == tool_choice_mode::named &&
+      std::none_of(t.tools.begin(), t.tools.end(), [&](const chat_tool& x) { return x.name == t.named; }))
+    reject("tool_choice.function.name", "'tool_choice' names the function '" + t.named + "', which is not in 'tools'");
+  if (!t.enforced()) return;
+  if (!r.constraint.kind.empty())
+    reject("response_format", "'response_format' must be text when 'tool_choice' is required or names a function");
+  for (size_t i = 0; i < t.tools.size(); ++i) {
+    if (t.tools[i].parameters.empty()) continue;
+    if (t.choice == tool_choice_mode::named && t.tools[i].name != t.named) continue;
+    try {
+      compile_json_schema(t.tools[i].parameters);  // what the grammar cannot enforce is named here
+    } catch (const json_schema_error& e) {
+      reject("tools[" + std::to_string(i) + "].function.parameters", e.what());
+    }
+  }
+  std::string schema = tool_call_schema(t);
+  try {
+    compile_json_schema(schema);
+  } catch (const json_schema_error& e) {
+    reject("tools", std::string("the tool-call schema cannot be enforced: ") + e.what());
+  }
+  r.constraint.kind = "json_schema";
+  r.constraint.schema = std::move(schema);
+}
+
 generation_request parse_checked(endpoint kind, std::string_view body, const api_limits& limits) {
   const json doc = parse_body(body);
   generation_request r;
@@ -469,54 +637,16 @@ generation_request parse_checked(endpoint kind, std::string_view body, const api
   parse_options(doc, kind, limits, r);
   parse_sampling(doc, limits, r);
   parse_logprobs(doc, kind, limits, r);
+  // The ranges every sampling_params obeys (the API's own bounds above are tighter or equal).
+  if (const auto e = validate(r.sampling)) reject(e->field, "'" + e->field + "' is " + e->message);
   parse_response_format(doc, body, r);
+  if (kind == endpoint::chat_completions) parse_tools(doc, body, r);
   return r;
 }
 
 // ---- Formatting helpers --------------------------------------------------------------------------
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
-
-// `s` as valid UTF-8: each maximal ill-formed subpart (a lead byte and the continuation bytes
-// that fit it, or one stray byte) becomes one U+FFFD, the Unicode-recommended practice that
-// nlohmann's "replace" handler and Python's errors="replace" follow too.
-std::string valid_utf8(std::string_view s) {
-  static constexpr std::string_view k_replacement = "\xEF\xBF\xBD";
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    size_t len = 0;                      // sequence length the lead byte announces; 0: invalid lead
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b < 0x80) {
-      len = 1;
-    } else if (b >= 0xC2 && b <= 0xDF) {
-      len = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      len = 3;
-      if (b == 0xE0) lo = 0xA0;  // no overlong forms
-      if (b == 0xED) hi = 0x9F;  // no surrogates
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      len = 4;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;  // <= U+10FFFF
-    }
-    size_t k = 1;  // bytes of a well-formed prefix
-    while (k < len && i + k < s.size()) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) break;
-      ++k;
-    }
-    if (len > 0 && k == len) {
-      out.append(s.substr(i, len));
-    } else {
-      out.append(k_replacement);
-    }
-    i += k;
-  }
-  return out;
-}
 
 // A log-probability as JSON: the float's shortest decimal form; -inf, NaN and anything below
 // -9999 become -9999 (JSON has no infinity; vLLM clamps the same way).
@@ -604,6 +734,15 @@ ordered_json chat_logprobs(const std::vector<token_logprobs>& lps) {
 ordered_json logprobs_json(const response_meta& meta, const std::vector<token_logprobs>& lps) {
   if (!meta.want_logprobs) return nullptr;
   return meta.kind == endpoint::completions ? completion_logprobs(lps) : chat_logprobs(lps);
+}
+
+// A message's tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
+ordered_json tool_call_json(const std::string& id, const parsed_tool_call& c) {
+  ordered_json call = ordered_json::object();
+  call["id"] = id;
+  call["type"] = "function";
+  call["function"] = ordered_json{{"name", c.name}, {"arguments", c.arguments}};
+  return call;
 }
 
 // The one place parsing exceptions stop: a rejection becomes its error, anything else a 500.
@@ -719,13 +858,26 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
   for (const auto& c : choices) {
     ordered_json choice = ordered_json::object();
     choice["index"] = c.index;
-    if (chat) {
+    std::string_view finish = c.finish_reason;
+    if (chat && meta.tools) {
+      const tool_output parsed = parse_tool_output(*meta.tools, c.text);
+      ordered_json message = ordered_json{{"role", "assistant"}};
+      message["content"] = parsed.has_content ? ordered_json(parsed.content) : ordered_json(nullptr);
+      if (!parsed.calls.empty()) {
+        ordered_json calls = ordered_json::array();
+        for (size_t i = 0; i < parsed.calls.size(); ++i)
+          calls.push_back(tool_call_json(tool_call_id(meta.id, c.index, i), parsed.calls[i]));
+        message["tool_calls"] = std::move(calls);
+        if (finish == "stop") finish = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+    } else if (chat) {
       choice["message"] = ordered_json{{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = logprobs_json(meta, c.logprobs);
-    choice["finish_reason"] = finish_json(c.finish_reason);
+    choice["finish_reason"] = finish_json(finish);
     out.push_back(std::move(choice));
   }
   j["choices"] = std::move(out);
@@ -740,7 +892,32 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
   choice["index"] = index;
-  if (chat) {
+  if (chat && meta.tools && meta.tool_streams) {
+    tool_call_stream& st = meta.tool_streams->try_emplace(index, *meta.tools).first->second;
+    const tool_stream_delta d = st.feed(text, !finish_reason.empty());
+    ordered_json delta = ordered_json::object();
+    if (first) delta["role"] = "assistant";
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.calls.empty()) {
+      ordered_json calls = ordered_json::array();
+      for (const tool_call_delta& c : d.calls) {
+        ordered_json call = ordered_json::object();
+        call["index"] = c.index;
+        ordered_json fn = ordered_json::object();
+        if (c.first) {
+          call["id"] = tool_call_id(meta.id, index, c.index);
+          call["type"] = "function";
+          fn["name"] = c.name;
+        }
+        fn["arguments"] = c.arguments;
+        call["function"] = std::move(fn);
+        calls.push_back(std::move(call));
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
+    choice["delta"] = std::move(delta);
+    if (finish_reason == "stop" && st.called()) finish_reason = "tool_calls";
+  } else if (chat) {
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = std::string(text);
@@ -753,6 +930,12 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   j["choices"] = ordered_json::array({std::move(choice)});
   if (usage) j["usage"] = usage_json(*usage);
   return dump(j);
+}
+
+void enable_tool_calls(response_meta& meta, const generation_request& g, chat_format f) {
+  if (g.kind != endpoint::chat_completions || !g.tools.active()) return;
+  meta.tools = std::make_shared<const tool_parse_spec>(make_parse_spec(g.tools, f));
+  meta.tool_streams = std::make_shared<std::map<int32_t, tool_call_stream>>();
 }
 
 std::string format_usage_chunk(const response_meta& meta, const usage_info& usage) {

@@ -2,10 +2,13 @@
 // bodies are parsed and validated here into native structs, and every response body, stream
 // chunk and error body is formatted here. Nothing past this file sees raw JSON.
 //
-// Pure functions, no I/O, no state: callable from any thread.
+// Pure functions, no I/O, no state: callable from any thread. The one exception: format_chunk
+// advances the tool-call stream state a response's meta carries (meta.tool_streams).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +18,7 @@
 
 #include "common/chat_template.hpp"
 #include "common/protocol.hpp"
+#include "router/tool_calls.hpp"
 
 namespace sy::router {
 
@@ -90,6 +94,14 @@ struct generation_request {
   // "description"}}. The schema is compiled here (common/json_schema.hpp) so what cannot be
   // enforced is a 400 naming the keyword; the worker compiles it again to decode under it.
   proto::wire_constraint constraint;
+
+  // Chat only: `tools` (type function: name, description, parameters), `tool_choice` ("none",
+  // "auto", "required" or {"type":"function","function":{"name"}}) and `parallel_tool_calls`.
+  // Parameters are checked to be objects; under an enforced choice they are compiled too (a
+  // keyword the grammar cannot enforce is a 400 naming it) and `constraint` holds the call
+  // schema (tool_call_schema), so response_format must then be text. Messages may be role
+  // "tool" (tool_call_id, content) and assistant messages may carry `tool_calls`.
+  tool_request tools;
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as OpenAI does). Errors:
@@ -112,7 +124,7 @@ struct token_logprobs {
 struct choice_result {
   int32_t index = 0;
   std::string text;
-  std::string finish_reason;             // "stop", "length"
+  std::string finish_reason;             // "stop", "length" ("tool_calls" is derived here from meta.tools)
   std::vector<token_logprobs> logprobs;  // when requested
 };
 
@@ -128,7 +140,16 @@ struct response_meta {
   int64_t created = 0;  // unix seconds
   endpoint kind = endpoint::completions;
   bool want_logprobs = false;
+  // Chat with tools offered (enable_tool_calls): the text is parsed into message.tool_calls
+  // (delta.tool_calls when streamed). tool_streams is the one mutable part, each choice's stream
+  // state: a response's chunks are formatted in order on one thread, and every listener of a
+  // generation (leader, coalesced follower, cache replay) has a meta of its own.
+  std::shared_ptr<const tool_parse_spec> tools;
+  std::shared_ptr<std::map<int32_t, tool_call_stream>> tool_streams;
 };
+
+// Sets meta.tools (and fresh stream state) when `g` offers tools to a model of format `f`.
+void enable_tool_calls(response_meta& meta, const generation_request& g, chat_format f);
 
 // Non-streamed body: "text_completion" or "chat.completion" with choices and usage.
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
@@ -136,8 +157,10 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 
 // One SSE chunk's JSON (without "data: " and the blank line): "text_completion" (completions)
 // or "chat.completion.chunk" (chat: "delta" holds {"role":"assistant"} when `first`, "content"
-// when text is non-empty). finish_reason is null while empty. `usage`, when given, is the usage so
-// far (stream_options.continuous_usage_stats). usage_chunk: "choices": [] and "usage" set
+// when text is non-empty; with meta.tools, the content and delta.tool_calls of
+// tool_call_stream, and finish_reason "tool_calls" for "stop" once a call went out).
+// finish_reason is null while empty. `usage`, when given, is the usage so far
+// (stream_options.continuous_usage_stats). usage_chunk: "choices": [] and "usage" set
 // (stream_options.include_usage).
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
                          std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,

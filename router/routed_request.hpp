@@ -36,6 +36,7 @@ struct routed_request {
   std::string cache_key;
   std::string prompt_hash;
   bool cache_store = false;
+  bool rate_charged = false;  // the HTTP edge took it from the tenant's requests/s bucket (precheck)
   // Not looked up (Cache-Control: no-cache) or the lookup failed (Redis error, breaker open,
   // cache threads backed up): generated and stored, but counted as a bypass, not a miss.
   bool cache_bypassed = false;

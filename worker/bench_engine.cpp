@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +22,8 @@
 
 namespace sy {
 namespace {
+
+using ordered_json = nlohmann::ordered_json;  // keys in the order the report has always had
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -63,6 +66,289 @@ bool has_word(const std::string& list, const std::string& word) {
   return false;
 }
 
+// What every section needs: the device, the model, the KV type and the workload flags.
+struct bench_setup {
+  device_choice dev;
+  cpu::thread_pool* pool;
+  const llama_model* model;
+  cpu::kv_type kvt;
+  int n_prompt, n_gen;
+  float temperature, top_p;  // [batching]: greedy by default; sampled decoding (seeded) when set
+  std::vector<int> levels;   // concurrency levels / batch sizes
+  std::string skip;
+
+  // An engine on the chosen device; the CUDA backend is sized like cfg (its KV blocks exactly).
+  std::unique_ptr<engine> make_engine(const engine_config& cfg) const {
+    if (!dev.cuda) return std::make_unique<engine>(*model, *pool, cfg);
+    cuda_backend_settings cs;
+    cs.block_size = cfg.block_size;
+    cs.n_kv_blocks = cfg.n_kv_blocks;
+    cs.max_tokens_per_step = cfg.sched.max_tokens_per_step;
+    cs.max_running = cfg.sched.max_running;
+    cs.max_context = cfg.max_context;
+    return std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), cfg);
+  }
+  sampling_params batching_params(int i) const {
+    sampling_params p = fixed_length(n_gen);
+    p.temperature = temperature;
+    p.top_p = top_p;
+    p.has_seed = true;
+    p.seed = static_cast<uint64_t>(i);
+    return p;
+  }
+};
+
+// 0. Decode: per batch size, `c` requests of n_prompt random tokens submitted at once, n_gen new
+// tokens each (greedy, EOS ignored: sampled by the backend where it samples). Step time and
+// tokens/s over the pure decode steps with all c sequences; memory-bandwidth utilisation =
+// bytes a step must read (weights + the live K/V) / (step time x measured copy bandwidth).
+ordered_json bench_decode(const bench_setup& b) {
+  const int n_prompt = b.n_prompt, n_gen = b.n_gen;
+  // bytes/s: device-to-device copy (read + write) on a GPU, read bandwidth of all threads on the CPU
+  const double bw = b.dev.cuda ? measure_copy_bandwidth(b.dev) : cpu::read_bandwidth(*b.pool);
+  const int c_max = *std::max_element(b.levels.begin(), b.levels.end());
+  engine_config cfg;
+  cfg.n_kv_blocks = c_max * ((n_prompt + n_gen + cfg.block_size - 1) / cfg.block_size + 1) + 16;
+  cfg.sched.max_running = c_max;
+  cfg.sched.max_tokens_per_step = std::max(2048, c_max);
+  cfg.max_context = std::max<int64_t>(cfg.max_context, n_prompt + n_gen);
+  cfg.prefix_caching = false;
+  cfg.kv_type = b.kvt;
+  auto e = b.make_engine(cfg);
+  const forward_backend& be = e->backend();
+  {  // warm-up: first launches, cuBLAS heuristics, allocator
+    std::mt19937 rng(1);
+    for (int i = 0; i < 2; ++i) e->submit("w" + std::to_string(i), random_prompt(rng, n_prompt), fixed_length(4), 0);
+    drain(*e, [](const std::vector<request_event>&) {});
+  }
+  std::printf("\n[decode] %s; %d-token prompts, %d new tokens each, greedy; pure decode steps only\n",
+              be.describe().c_str(), n_prompt, n_gen);
+  if (bw > 0)
+    std::printf("  %s: %.1f GB/s; weights read per step: %.1f MiB\n",
+                b.dev.cuda ? "device copy bandwidth (cudaMemcpy D2D, read + write)"
+                           : "memory read bandwidth (all threads streaming 1 GiB)",
+                bw / 1e9, static_cast<double>(be.weight_read_bytes()) / (1 << 20));
+  std::printf("%8s %12s %12s %12s %14s %10s\n", "batch", "step ms", "tok/s", "TTFT ms", "read MiB/step", "bw util");
+  ordered_json js{{"bandwidth_gb_s", bw / 1e9},
+                  {"bandwidth_kind", b.dev.cuda ? "d2d_copy" : "read"},
+                  {"weight_read_bytes", be.weight_read_bytes()},
+                  {"levels", ordered_json::array()}};
+  for (const int c : b.levels) {
+    std::mt19937 rng(1234 + c);
+    std::vector<double> first(static_cast<size_t>(c), -1);
+    const double t0 = now_s();
+    for (int i = 0; i < c; ++i) e->submit(std::to_string(i), random_prompt(rng, n_prompt), fixed_length(n_gen), 0);
+    double dec_ms = 0, kv_tokens = 0;
+    int n_steps = 0;
+    drain(*e, [&](const std::vector<request_event>& ev) {
+      for (const auto& x : ev)
+        if (!x.tokens.empty() && first[std::stoul(x.id)] < 0) first[std::stoul(x.id)] = (now_s() - t0) * 1000;
+      const auto st = e->stats();
+      if (st.last_batch_seqs == c && st.last_batch_tokens == c) {
+        dec_ms += st.last_step_ms;
+        kv_tokens += static_cast<double>(e->live_kv_tokens());  // keys attention read in that step
+        ++n_steps;
+      }
+    });
+    const double step_ms = n_steps ? dec_ms / n_steps : 0;
+    const double tok_s = step_ms > 0 ? c * 1000.0 / step_ms : 0;
+    const double ttft = *std::max_element(first.begin(), first.end());  // every request's first token
+    const double read = static_cast<double>(be.weight_read_bytes()) +
+                        (n_steps ? kv_tokens / n_steps : 0) * static_cast<double>(be.kv_bytes_per_token());
+    const double util = bw > 0 && step_ms > 0 ? read / (step_ms / 1000 * bw) : 0;
+    if (bw > 0)
+      std::printf("%8d %12.3f %12.0f %12.1f %14.1f %9.1f%%\n", c, step_ms, tok_s, ttft, read / (1 << 20), util * 100);
+    else
+      std::printf("%8d %12.3f %12.0f %12.1f %14.1f %10s\n", c, step_ms, tok_s, ttft, read / (1 << 20), "-");
+    std::fflush(stdout);
+    js["levels"].push_back({{"batch", c},
+                            {"step_ms", step_ms},
+                            {"tok_s", tok_s},
+                            {"ttft_ms", ttft},
+                            {"read_bytes", read},
+                            {"bw_util", util},
+                            {"decode_steps", n_steps}});
+  }
+  return js;
+}
+
+// 1. Continuous batching vs one at a time, same requests, same engine settings.
+ordered_json bench_batching(const bench_setup& b) {
+  const int n_prompt = b.n_prompt, n_gen = b.n_gen;
+  if (b.temperature > 0)
+    std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), temperature %.2f, top-p %.2f\n",
+                n_prompt, n_gen, b.temperature, b.top_p);
+  else
+    std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
+  std::printf(
+      "  output tok/s = generated tokens / wall time from submission (prefill included);\n"
+      "  decode tok/s = tokens sampled in pure-decode steps / the time of those steps\n");
+  std::printf("%12s %18s %18s %8s %18s %18s %8s\n", "concurrency", "continuous output", "sequential output", "ratio",
+              "continuous decode", "sequential decode", "ratio");
+  ordered_json js = ordered_json::array();
+  for (const int c : b.levels) {
+    std::mt19937 rng(1234 + c);
+    std::vector<std::vector<token_id>> prompts;
+    for (int i = 0; i < c; ++i) prompts.push_back(random_prompt(rng, n_prompt));
+    engine_config cfg;
+    cfg.n_kv_blocks = std::max(64, c * (n_prompt + n_gen) / 16 + c + 8);
+    cfg.sched.max_running = std::max(32, c);
+    cfg.prefix_caching = false;
+    cfg.kv_type = b.kvt;
+    double t_cont, t_seq;
+    // Pure-decode steps (every scheduled sequence fed exactly one token): time and tokens.
+    double dec_ms[2] = {0, 0}, dec_tok[2] = {0, 0};
+    auto decode_meter = [&](engine& e, int k) {
+      return [&e, &dec_ms, &dec_tok, k](const std::vector<request_event>&) {
+        const auto st = e.stats();
+        if (st.last_batch_seqs > 0 && st.last_batch_tokens == st.last_batch_seqs) {
+          dec_ms[k] += st.last_step_ms;
+          dec_tok[k] += st.last_batch_seqs;
+        }
+      };
+    };
+    {
+      const auto owned = b.make_engine(cfg);
+      engine& e = *owned;
+      for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], b.batching_params(i), 0);
+      t_cont = drain(e, decode_meter(e, 0));
+    }
+    if (has_word(b.skip, "sequential")) {
+      t_seq = 1e30;  // profiling the batched path alone
+    } else {
+      const auto owned = b.make_engine(cfg);
+      engine& e = *owned;
+      t_seq = 0;
+      for (int i = 0; i < c; ++i) {
+        e.submit("r" + std::to_string(i), prompts[i], b.batching_params(i), 0);
+        t_seq += drain(e, decode_meter(e, 1));
+      }
+    }
+    const double tc = c * n_gen / t_cont, dc = dec_tok[0] * 1000 / dec_ms[0];
+    if (t_seq >= 1e30) {  // skipped: no sequential figures, no ratios
+      std::printf("%12d %18.1f %18s %8s %18.1f %18s %8s\n", c, tc, "-", "-", dc, "-", "-");
+      std::fflush(stdout);
+      js.push_back({{"concurrency", c}, {"continuous_tok_s", tc}, {"continuous_decode_tok_s", dc}});
+      continue;
+    }
+    const double ts = c * n_gen / t_seq, ds = dec_tok[1] * 1000 / dec_ms[1];
+    std::printf("%12d %18.1f %18.1f %7.2fx %18.1f %18.1f %7.2fx\n", c, tc, ts, tc / ts, dc, ds, dc / ds);
+    std::fflush(stdout);
+    js.push_back({{"concurrency", c},
+                  {"continuous_tok_s", tc},
+                  {"sequential_tok_s", ts},
+                  {"ratio", tc / ts},
+                  {"continuous_decode_tok_s", dc},
+                  {"sequential_decode_tok_s", ds},
+                  {"decode_ratio", dc / ds}});
+  }
+  return js;
+}
+
+// 2. Shared prefix: 16 requests = the same 512-token system prompt + their own 32-token
+// question, arriving one after another (each after the previous one's first token).
+ordered_json bench_prefix(const bench_setup& b) {
+  std::mt19937 rng(99);
+  const auto system = random_prompt(rng, 512);
+  std::vector<std::vector<token_id>> reqs;
+  for (int i = 0; i < 16; ++i) {
+    auto p = system;
+    auto q = random_prompt(rng, 32);
+    p.insert(p.end(), q.begin(), q.end());
+    reqs.push_back(p);
+  }
+  std::vector<double> ttft[2];
+  for (int cached = 1; cached >= 0; --cached) {
+    engine_config cfg;
+    cfg.n_kv_blocks = 1024;
+    cfg.prefix_caching = cached;
+    cfg.kv_type = b.kvt;
+    const auto owned = b.make_engine(cfg);
+    engine& e = *owned;
+    for (int i = 0; i < 16; ++i) {
+      const std::string id = "p" + std::to_string(i);
+      e.submit(id, reqs[i], fixed_length(8), 0);
+      const double t0 = now_s();
+      bool first = false;
+      drain(e, [&](const std::vector<request_event>& ev) {
+        for (const auto& x : ev)
+          if (!first && x.id == id && !x.tokens.empty()) {
+            first = true;
+            ttft[cached].push_back((now_s() - t0) * 1000);
+          }
+      });
+    }
+  }
+  const double p50c = percentile(ttft[1], 0.5), p50u = percentile(ttft[0], 0.5);
+  double meanc = 0, meanu = 0;
+  for (double x : ttft[1]) meanc += x / 16;
+  for (double x : ttft[0]) meanu += x / 16;
+  std::printf("\n[prefix] 16 requests sharing a 512-token system prompt (+32 own tokens), arriving in turn\n");
+  std::printf("  TTFT with prefix caching:    p50 %7.1f ms  mean %7.1f ms\n", p50c, meanc);
+  std::printf("  TTFT without prefix caching: p50 %7.1f ms  mean %7.1f ms\n", p50u, meanu);
+  std::printf("  speed-up: p50 %.2fx, mean %.2fx\n", p50u / p50c, meanu / meanc);
+  return {{"ttft_p50_ms_cached", p50c},
+          {"ttft_p50_ms_uncached", p50u},
+          {"ttft_mean_ms_cached", meanc},
+          {"ttft_mean_ms_uncached", meanu},
+          {"speedup_p50", p50u / p50c}};
+}
+
+// 3. KV memory: share of allocated KV slots holding live tokens on mixed lengths, and how
+// many sequences a fixed budget holds, against reserving a maximum context per sequence. The
+// budget is in bytes: 896 f16 blocks (14,336 tokens: 28 x 512, or 7 x 2048); a smaller KV type
+// fits more blocks in it.
+ordered_json bench_memory(const bench_setup& b) {
+  const llama_hparams& hp = b.model->hparams();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> plen(32, 400), glen(16, 200);
+  engine_config cfg;
+  cfg.kv_type = b.kvt;
+  const int64_t budget_bytes = 896 * kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), cpu::kv_type::f16);
+  cfg.n_kv_blocks =
+      static_cast<int32_t>(budget_bytes / kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), b.kvt));
+  cfg.sched.max_running = 256;
+  cfg.sched.max_tokens_per_step = 512;
+  cfg.prefix_caching = false;
+  const auto owned = b.make_engine(cfg);
+  engine& e = *owned;
+  for (int i = 0; i < 96; ++i)
+    e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
+  double util_sum = 0;
+  int steps = 0, peak = 0;
+  const double secs = drain(e, [&](const std::vector<request_event>&) {
+    const auto ps = e.pool().stats();
+    if (ps.in_use > 0) {
+      util_sum += static_cast<double>(e.live_kv_tokens()) / (ps.in_use * cfg.block_size);
+      ++steps;
+    }
+    peak = std::max(peak, e.stats().running);
+  });
+  const double util = util_sum / std::max(1, steps);
+  const int budget = cfg.n_kv_blocks * cfg.block_size;
+  std::printf(
+      "\n[memory] 96 requests, prompts 32-400 tokens, outputs 16-200 tokens, KV budget %.1f MiB = %d tokens %s\n",
+      static_cast<double>(budget_bytes) / (1 << 20), budget, cpu::kv_type_name(b.kvt));
+  std::printf("  live tokens / allocated KV slots: %.1f%% (mean over %d steps)\n", util * 100, steps);
+  std::printf("  peak concurrent sequences: %d paged, vs %d reserving 2048 tokens each, %d reserving 512\n", peak,
+              budget / 2048, budget / 512);
+  std::printf("  (%.1f s, %llu preemptions)\n", secs, static_cast<unsigned long long>(e.stats().preemptions));
+  return {{"budget_tokens", budget},
+          {"kv_slot_utilization", util},
+          {"peak_sequences_paged", peak},
+          {"sequences_reserved_2048", budget / 2048},
+          {"sequences_reserved_512", budget / 512}};
+}
+
+std::vector<int> concurrency_levels(const cli_args& a, bool cuda) {
+  std::vector<int> levels;
+  std::stringstream ss(a.get("concurrency", cuda ? "1,8,64,256" : "1,4,16,32"));
+  for (std::string x; std::getline(ss, x, ',');) levels.push_back(std::stoi(x));
+  if (levels.empty() || *std::min_element(levels.begin(), levels.end()) < 1)
+    throw std::invalid_argument("--concurrency: a list of positive numbers");
+  return levels;
+}
+
 }  // namespace
 
 int run_bench_engine(const cli_args& a, const char* default_model) {
@@ -76,278 +362,30 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   if (dev.cuda && *kvt != cpu::kv_type::f16) throw std::invalid_argument("--kv-type: the CUDA backend stores f16");
-  const int n_prompt = static_cast<int>(a.get_int("prompt-tokens", 128));
-  const int n_gen = static_cast<int>(a.get_int("gen-tokens", 128));
-  // [batching]: greedy by default; --temperature / --top-p measure sampled decoding (seeded).
-  const float temperature = a.get_float("temperature", 0.0);
-  const float top_p = a.get_float("top-p", 1.0);
-  auto batching_params = [&](int i) {
-    sampling_params p = fixed_length(n_gen);
-    p.temperature = temperature;
-    p.top_p = top_p;
-    p.has_seed = true;
-    p.seed = static_cast<uint64_t>(i);
-    return p;
-  };
-  std::vector<int> levels;
-  {
-    std::stringstream ss(a.get("concurrency", dev.cuda ? "1,8,64,256" : "1,4,16,32"));
-    for (std::string x; std::getline(ss, x, ',');) levels.push_back(std::stoi(x));
-  }
-  if (levels.empty() || *std::min_element(levels.begin(), levels.end()) < 1)
-    throw std::invalid_argument("--concurrency: a list of positive numbers");
+  const bench_setup b{dev,
+                      &pool,
+                      model.get(),
+                      *kvt,
+                      static_cast<int>(a.get_int("prompt-tokens", 128)),
+                      static_cast<int>(a.get_int("gen-tokens", 128)),
+                      static_cast<float>(a.get_float("temperature", 0.0)),
+                      static_cast<float>(a.get_float("top-p", 1.0)),
+                      concurrency_levels(a, dev.cuda),
+                      a.get("skip", "")};
   // Sections: --sections (default: decode on a GPU, the CPU figures elsewhere) minus --skip.
-  const std::string skip = a.get("skip", "");
   const std::string sections = a.get("sections", dev.cuda ? "decode" : "batching,prefix,memory");
-  auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(skip, s); };
-  // An engine on the chosen device; the CUDA backend is sized like cfg (its KV blocks exactly).
-  auto make_engine = [&](const engine_config& cfg) {
-    if (!dev.cuda) return std::make_unique<engine>(*model, pool, cfg);
-    cuda_backend_settings cs;
-    cs.block_size = cfg.block_size;
-    cs.n_kv_blocks = cfg.n_kv_blocks;
-    cs.max_tokens_per_step = cfg.sched.max_tokens_per_step;
-    cs.max_running = cfg.sched.max_running;
-    cs.max_context = cfg.max_context;
-    return std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), cfg);
-  };
-  std::ostringstream js;
-  js << "{\"device\":\"" << dev.name() << "\",\"kernels\":\"" << cpu::kernel_isa_name()
-     << "\",\"threads\":" << pool.size() << ",\"kv_type\":\"" << cpu::kv_type_name(*kvt) << "\"";
+  auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(b.skip, s); };
+  ordered_json js{{"device", dev.name()},
+                  {"kernels", cpu::kernel_isa_name()},
+                  {"threads", pool.size()},
+                  {"kv_type", cpu::kv_type_name(*kvt)}};
   std::printf("switchyard engine benchmark: %s on %s, %d threads, kernels %s, KV cache %s\n", hp.name.c_str(),
               dev.name().c_str(), pool.size(), cpu::kernel_isa_name(), cpu::kv_type_name(*kvt));
-
-  // 0. Decode: per batch size, `c` requests of n_prompt random tokens submitted at once, n_gen new
-  // tokens each (greedy, EOS ignored: sampled by the backend where it samples). Step time and
-  // tokens/s over the pure decode steps with all c sequences; memory-bandwidth utilisation =
-  // bytes a step must read (weights + the live K/V) / (step time x measured copy bandwidth).
-  if (run_section("decode")) {
-    // bytes/s: device-to-device copy (read + write) on a GPU, read bandwidth of all threads on the CPU
-    const double bw = dev.cuda ? measure_copy_bandwidth(dev) : cpu::read_bandwidth(pool);
-    const int c_max = *std::max_element(levels.begin(), levels.end());
-    engine_config cfg;
-    cfg.n_kv_blocks = c_max * ((n_prompt + n_gen + cfg.block_size - 1) / cfg.block_size + 1) + 16;
-    cfg.sched.max_running = c_max;
-    cfg.sched.max_tokens_per_step = std::max(2048, c_max);
-    cfg.max_context = std::max<int64_t>(cfg.max_context, n_prompt + n_gen);
-    cfg.prefix_caching = false;
-    cfg.kv_type = *kvt;
-    auto e = make_engine(cfg);
-    const forward_backend& be = e->backend();
-    {  // warm-up: first launches, cuBLAS heuristics, allocator
-      std::mt19937 rng(1);
-      for (int i = 0; i < 2; ++i) e->submit("w" + std::to_string(i), random_prompt(rng, n_prompt), fixed_length(4), 0);
-      drain(*e, [](const std::vector<request_event>&) {});
-    }
-    std::printf("\n[decode] %s; %d-token prompts, %d new tokens each, greedy; pure decode steps only\n",
-                be.describe().c_str(), n_prompt, n_gen);
-    if (bw > 0)
-      std::printf("  %s: %.1f GB/s; weights read per step: %.1f MiB\n",
-                  dev.cuda ? "device copy bandwidth (cudaMemcpy D2D, read + write)"
-                           : "memory read bandwidth (all threads streaming 1 GiB)",
-                  bw / 1e9, static_cast<double>(be.weight_read_bytes()) / (1 << 20));
-    std::printf("%8s %12s %12s %12s %14s %10s\n", "batch", "step ms", "tok/s", "TTFT ms", "read MiB/step", "bw util");
-    js << ",\"decode\":{\"bandwidth_gb_s\":" << bw / 1e9 << ",\"bandwidth_kind\":\"" << (dev.cuda ? "d2d_copy" : "read")
-       << "\""
-       << ",\"weight_read_bytes\":" << be.weight_read_bytes() << ",\"levels\":[";
-    for (size_t li = 0; li < levels.size(); ++li) {
-      const int c = levels[li];
-      std::mt19937 rng(1234 + c);
-      std::vector<double> first(static_cast<size_t>(c), -1);
-      const double t0 = now_s();
-      for (int i = 0; i < c; ++i) e->submit(std::to_string(i), random_prompt(rng, n_prompt), fixed_length(n_gen), 0);
-      double dec_ms = 0, kv_tokens = 0;
-      int n_steps = 0;
-      drain(*e, [&](const std::vector<request_event>& ev) {
-        for (const auto& x : ev)
-          if (!x.tokens.empty() && first[std::stoul(x.id)] < 0) first[std::stoul(x.id)] = (now_s() - t0) * 1000;
-        const auto st = e->stats();
-        if (st.last_batch_seqs == c && st.last_batch_tokens == c) {
-          dec_ms += st.last_step_ms;
-          kv_tokens += static_cast<double>(e->live_kv_tokens());  // keys attention read in that step
-          ++n_steps;
-        }
-      });
-      const double step_ms = n_steps ? dec_ms / n_steps : 0;
-      const double tok_s = step_ms > 0 ? c * 1000.0 / step_ms : 0;
-      const double ttft = *std::max_element(first.begin(), first.end());  // every request's first token
-      const double read = static_cast<double>(be.weight_read_bytes()) +
-                          (n_steps ? kv_tokens / n_steps : 0) * static_cast<double>(be.kv_bytes_per_token());
-      const double util = bw > 0 && step_ms > 0 ? read / (step_ms / 1000 * bw) : 0;
-      if (bw > 0)
-        std::printf("%8d %12.3f %12.0f %12.1f %14.1f %9.1f%%\n", c, step_ms, tok_s, ttft, read / (1 << 20), util * 100);
-      else
-        std::printf("%8d %12.3f %12.0f %12.1f %14.1f %10s\n", c, step_ms, tok_s, ttft, read / (1 << 20), "-");
-      std::fflush(stdout);
-      js << (li ? "," : "") << "{\"batch\":" << c << ",\"step_ms\":" << step_ms << ",\"tok_s\":" << tok_s
-         << ",\"ttft_ms\":" << ttft << ",\"read_bytes\":" << read << ",\"bw_util\":" << util
-         << ",\"decode_steps\":" << n_steps << "}";
-    }
-    js << "]}";
-  }
-
-  // 1. Continuous batching vs one at a time, same requests, same engine settings.
-  if (run_section("batching")) {
-    if (temperature > 0)
-      std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), temperature %.2f, top-p %.2f\n",
-                  n_prompt, n_gen, temperature, top_p);
-    else
-      std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), greedy\n", n_prompt, n_gen);
-    std::printf(
-        "  output tok/s = generated tokens / wall time from submission (prefill included);\n"
-        "  decode tok/s = tokens sampled in pure-decode steps / the time of those steps\n");
-    std::printf("%12s %18s %18s %8s %18s %18s %8s\n", "concurrency", "continuous output", "sequential output", "ratio",
-                "continuous decode", "sequential decode", "ratio");
-    js << ",\"batching\":[";
-    for (size_t li = 0; li < levels.size(); ++li) {
-      const int c = levels[li];
-      std::mt19937 rng(1234 + c);
-      std::vector<std::vector<token_id>> prompts;
-      for (int i = 0; i < c; ++i) prompts.push_back(random_prompt(rng, n_prompt));
-      engine_config cfg;
-      cfg.n_kv_blocks = std::max(64, c * (n_prompt + n_gen) / 16 + c + 8);
-      cfg.sched.max_running = std::max(32, c);
-      cfg.prefix_caching = false;
-      cfg.kv_type = *kvt;
-      double t_cont, t_seq;
-      // Pure-decode steps (every scheduled sequence fed exactly one token): time and tokens.
-      double dec_ms[2] = {0, 0}, dec_tok[2] = {0, 0};
-      auto decode_meter = [&](engine& e, int k) {
-        return [&e, &dec_ms, &dec_tok, k](const std::vector<request_event>&) {
-          const auto st = e.stats();
-          if (st.last_batch_seqs > 0 && st.last_batch_tokens == st.last_batch_seqs) {
-            dec_ms[k] += st.last_step_ms;
-            dec_tok[k] += st.last_batch_seqs;
-          }
-        };
-      };
-      {
-        const auto owned = make_engine(cfg);
-        engine& e = *owned;
-        for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], batching_params(i), 0);
-        t_cont = drain(e, decode_meter(e, 0));
-      }
-      if (has_word(skip, "sequential")) {
-        t_seq = 1e30;  // profiling the batched path alone
-      } else {
-        const auto owned = make_engine(cfg);
-        engine& e = *owned;
-        t_seq = 0;
-        for (int i = 0; i < c; ++i) {
-          e.submit("r" + std::to_string(i), prompts[i], batching_params(i), 0);
-          t_seq += drain(e, decode_meter(e, 1));
-        }
-      }
-      const double tc = c * n_gen / t_cont, dc = dec_tok[0] * 1000 / dec_ms[0];
-      if (t_seq >= 1e30) {  // skipped: no sequential figures, no ratios
-        std::printf("%12d %18.1f %18s %8s %18.1f %18s %8s\n", c, tc, "-", "-", dc, "-", "-");
-        std::fflush(stdout);
-        js << (li ? "," : "") << "{\"concurrency\":" << c << ",\"continuous_tok_s\":" << tc
-           << ",\"continuous_decode_tok_s\":" << dc << "}";
-        continue;
-      }
-      const double ts = c * n_gen / t_seq, ds = dec_tok[1] * 1000 / dec_ms[1];
-      std::printf("%12d %18.1f %18.1f %7.2fx %18.1f %18.1f %7.2fx\n", c, tc, ts, tc / ts, dc, ds, dc / ds);
-      std::fflush(stdout);
-      js << (li ? "," : "") << "{\"concurrency\":" << c << ",\"continuous_tok_s\":" << tc
-         << ",\"sequential_tok_s\":" << ts << ",\"ratio\":" << tc / ts << ",\"continuous_decode_tok_s\":" << dc
-         << ",\"sequential_decode_tok_s\":" << ds << ",\"decode_ratio\":" << dc / ds << "}";
-    }
-    js << "]";
-  }
-
-  // 2. Shared prefix: 16 requests = the same 512-token system prompt + their own 32-token
-  // question, arriving one after another (each after the previous one's first token).
-  if (run_section("prefix")) {
-    std::mt19937 rng(99);
-    const auto system = random_prompt(rng, 512);
-    std::vector<std::vector<token_id>> reqs;
-    for (int i = 0; i < 16; ++i) {
-      auto p = system;
-      auto q = random_prompt(rng, 32);
-      p.insert(p.end(), q.begin(), q.end());
-      reqs.push_back(p);
-    }
-    std::vector<double> ttft[2];
-    for (int cached = 1; cached >= 0; --cached) {
-      engine_config cfg;
-      cfg.n_kv_blocks = 1024;
-      cfg.prefix_caching = cached;
-      cfg.kv_type = *kvt;
-      const auto owned = make_engine(cfg);
-      engine& e = *owned;
-      for (int i = 0; i < 16; ++i) {
-        const std::string id = "p" + std::to_string(i);
-        e.submit(id, reqs[i], fixed_length(8), 0);
-        const double t0 = now_s();
-        bool first = false;
-        drain(e, [&](const std::vector<request_event>& ev) {
-          for (const auto& x : ev)
-            if (!first && x.id == id && !x.tokens.empty()) {
-              first = true;
-              ttft[cached].push_back((now_s() - t0) * 1000);
-            }
-        });
-      }
-    }
-    const double p50c = percentile(ttft[1], 0.5), p50u = percentile(ttft[0], 0.5);
-    double meanc = 0, meanu = 0;
-    for (double x : ttft[1]) meanc += x / 16;
-    for (double x : ttft[0]) meanu += x / 16;
-    std::printf("\n[prefix] 16 requests sharing a 512-token system prompt (+32 own tokens), arriving in turn\n");
-    std::printf("  TTFT with prefix caching:    p50 %7.1f ms  mean %7.1f ms\n", p50c, meanc);
-    std::printf("  TTFT without prefix caching: p50 %7.1f ms  mean %7.1f ms\n", p50u, meanu);
-    std::printf("  speed-up: p50 %.2fx, mean %.2fx\n", p50u / p50c, meanu / meanc);
-    js << ",\"prefix\":{\"ttft_p50_ms_cached\":" << p50c << ",\"ttft_p50_ms_uncached\":" << p50u
-       << ",\"ttft_mean_ms_cached\":" << meanc << ",\"ttft_mean_ms_uncached\":" << meanu
-       << ",\"speedup_p50\":" << p50u / p50c << "}";
-  }
-
-  // 3. KV memory: share of allocated KV slots holding live tokens on mixed lengths, and how
-  // many sequences a fixed budget holds, against reserving a maximum context per sequence. The
-  // budget is in bytes: 896 f16 blocks (14,336 tokens: 28 x 512, or 7 x 2048); a smaller KV type
-  // fits more blocks in it.
-  if (run_section("memory")) {
-    std::mt19937 rng(7);
-    std::uniform_int_distribution<int> plen(32, 400), glen(16, 200);
-    engine_config cfg;
-    cfg.kv_type = *kvt;
-    const int64_t budget_bytes =
-        896 * kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), cpu::kv_type::f16);
-    cfg.n_kv_blocks =
-        static_cast<int32_t>(budget_bytes / kv_arena::block_bytes(hp.n_layer, cfg.block_size, hp.kv_dim(), *kvt));
-    cfg.sched.max_running = 256;
-    cfg.sched.max_tokens_per_step = 512;
-    cfg.prefix_caching = false;
-    const auto owned = make_engine(cfg);
-    engine& e = *owned;
-    for (int i = 0; i < 96; ++i)
-      e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
-    double util_sum = 0;
-    int steps = 0, peak = 0;
-    const double secs = drain(e, [&](const std::vector<request_event>&) {
-      const auto ps = e.pool().stats();
-      if (ps.in_use > 0) {
-        util_sum += static_cast<double>(e.live_kv_tokens()) / (ps.in_use * cfg.block_size);
-        ++steps;
-      }
-      peak = std::max(peak, e.stats().running);
-    });
-    const double util = util_sum / std::max(1, steps);
-    const int budget = cfg.n_kv_blocks * cfg.block_size;
-    std::printf(
-        "\n[memory] 96 requests, prompts 32-400 tokens, outputs 16-200 tokens, KV budget %.1f MiB = %d tokens %s\n",
-        static_cast<double>(budget_bytes) / (1 << 20), budget, cpu::kv_type_name(*kvt));
-    std::printf("  live tokens / allocated KV slots: %.1f%% (mean over %d steps)\n", util * 100, steps);
-    std::printf("  peak concurrent sequences: %d paged, vs %d reserving 2048 tokens each, %d reserving 512\n", peak,
-                budget / 2048, budget / 512);
-    std::printf("  (%.1f s, %llu preemptions)\n", secs, static_cast<unsigned long long>(e.stats().preemptions));
-    js << ",\"memory\":{\"budget_tokens\":" << budget << ",\"kv_slot_utilization\":" << util
-       << ",\"peak_sequences_paged\":" << peak << ",\"sequences_reserved_2048\":" << budget / 2048
-       << ",\"sequences_reserved_512\":" << budget / 512 << "}";
-  }
-  js << "}\n";
-  if (a.has("json")) std::ofstream(a.get("json")) << js.str();
+  if (run_section("decode")) js["decode"] = bench_decode(b);
+  if (run_section("batching")) js["batching"] = bench_batching(b);
+  if (run_section("prefix")) js["prefix"] = bench_prefix(b);
+  if (run_section("memory")) js["memory"] = bench_memory(b);
+  if (a.has("json")) std::ofstream(a.get("json")) << js.dump() << "\n";
   return 0;
 }
 

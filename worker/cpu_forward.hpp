@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
 #include "common/tokenizer.hpp"
+#include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "worker/kv_arena.hpp"
 #include "worker/llama_model.hpp"
 
@@ -35,11 +38,44 @@ class cpu_forward {
   void run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits);
 
  private:
+  // One row of the activations: a token of the step.
+  struct row_info {
+    int32_t seq;  // index into the batch
+    int64_t pos;
+    token_id token;
+  };
+
+  // The steps of run(), in order; each reads the rows planned by plan_rows.
+  void plan_rows(std::span<const batch_seq> batch, const kv_arena& kv);
+  void size_buffers(std::span<const batch_seq> batch);
+  void attention_block(int64_t l, std::span<const batch_seq> batch, kv_arena& kv);
+  void store_qkv(int64_t l, const llama_layer& L, std::span<const batch_seq> batch, kv_arena& kv);
+  void attend(int64_t l, std::span<const batch_seq> batch, kv_arena& kv);
+  void ffn_block(const llama_layer& L);
+  void output_logits(std::vector<float>& logits);
+  // y = x W^T for every row, several layers sharing the input `x` at once.
+  void linears(std::initializer_list<cpu::linear_out> outs, const float* x, int64_t ldx);
+  // x += tmp (the residual of the block before) when `add`, then xn = rms_norm(x) with `norm`.
+  void add_then_norm(bool add, const std::vector<float>& norm);
+  // fn(i) for every row i, split over the pool when the step has enough rows to pay for a job.
+  template <class F>
+  void per_row(F&& fn) {
+    pool_.for_each(static_cast<int64_t>(rows_.size()), 16, fn);
+  }
+
   const llama_model& model_;
   cpu::thread_pool& pool_;
+  // The step's rows: generated-token rows first (n_decode_ of them), then prompt-token rows;
+  // out_rows_: the rows whose logits are wanted, in batch order. Rebuilt by every run().
+  std::vector<row_info> rows_;
+  std::vector<int64_t> out_rows_;
+  int64_t n_decode_ = 0;
   // Activations, [n_tokens][width]; reused across steps.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
-  std::vector<float> scores_;  // per thread: n_ctx floats
+  std::vector<float> scores_;  // per thread: attend_group_scratch floats
+  int64_t scratch_ = 0;        // floats of scores_ per thread
+  // Per sequence, the current layer's K and V block pointers (rebuilt per layer).
+  std::vector<std::vector<const void*>> kb_, vb_;
 };
 
 }  // namespace sy

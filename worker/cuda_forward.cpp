@@ -102,17 +102,8 @@ constexpr int32_t k_max_bucket = 256;
 // the same kernels) and a capture never allocates.
 constexpr size_t k_blas_workspace_bytes = size_t{32} << 20;
 
-cuda::device_sampling to_device(const row_sampling& r) {
-  cuda::device_sampling d;
-  if (!r.on_backend) return d;  // greedy placeholder: the row goes back to the host anyway
-  d.temperature = r.temperature;
-  d.top_k = r.top_k;
-  d.top_p = r.top_p;
-  d.min_p = r.min_p;
-  d.seed = r.seed;
-  d.step = r.step;
-  return d;
-}
+// A row not sampled here gets a greedy placeholder: it goes back to the host anyway.
+cuda::device_sampling to_device(const row_sampling& r) { return r.on_backend ? r.draw : cuda::device_sampling{}; }
 
 }  // namespace
 

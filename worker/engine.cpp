@@ -66,25 +66,24 @@ int64_t engine::live_kv_tokens() const {
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
                                            const sampling_params& params, int32_t priority, int64_t deadline_ms,
                                            int32_t n_generated, std::shared_ptr<grammar_masks> constraint) {
-  if (id.empty()) return submit_error{"invalid_request", "request_id is empty"};
-  if (by_name_.count(id)) return submit_error{"duplicate_request", "request_id '" + id + "' is already live"};
-  if (prompt.empty()) return submit_error{"invalid_request", "prompt is empty"};
+  if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
+  if (by_name_.count(id)) return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
+  if (prompt.empty()) return submit_error{error_code::invalid_request, "prompt is empty"};
   const int64_t n_vocab = model_.hparams().n_vocab;
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= n_vocab)
-      return submit_error{"invalid_request", "prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
-                                                 " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
-  if (params.max_tokens < 1) return submit_error{"invalid_request", "max_tokens must be at least 1"};
+      return submit_error{error_code::invalid_request,
+                          "prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
+                              " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
+  if (const auto e = validate(params)) return submit_error{error_code::invalid_request, e->field + ": " + e->message};
   if (n_generated < 0 || static_cast<size_t>(n_generated) >= prompt.size() || n_generated >= params.max_tokens)
-    return submit_error{"invalid_request", "n_generated must be below the prompt's length and max_tokens"};
+    return submit_error{error_code::invalid_request, "n_generated must be below the prompt's length and max_tokens"};
   const int64_t need = static_cast<int64_t>(prompt.size()) - n_generated + params.max_tokens;
   if (need > config_.max_context)
-    return submit_error{"invalid_request", "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
-                                               std::to_string(params.max_tokens) + ") exceeds the context length (" +
-                                               std::to_string(config_.max_context) + ")"};
-  if (params.temperature < 0 || !(params.top_p > 0 && params.top_p <= 1) || params.top_k < 0 || params.min_p < 0 ||
-      params.min_p > 1 || !(params.repetition_penalty > 0))
-    return submit_error{"invalid_request", "sampling parameters out of range"};
+    return submit_error{error_code::invalid_request, "prompt (" + std::to_string(prompt.size()) +
+                                                         " tokens) + max_tokens (" + std::to_string(params.max_tokens) +
+                                                         ") exceeds the context length (" +
+                                                         std::to_string(config_.max_context) + ")"};
   const request_id rid = next_id_++;
   const std::vector<token_id> resumed(prompt.end() - n_generated, prompt.end());
   request_spec spec;
@@ -95,9 +94,10 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
   if (deadline_ms > 0) spec.deadline_ms = deadline_ms;
   spec.n_generated = n_generated;
   if (sched_.add(std::move(spec)) != add_status::ok)
-    return submit_error{"exceeds_kv_capacity", "prompt + max_tokens needs more KV blocks than this worker has (" +
-                                                   std::to_string(config_.n_kv_blocks) + " blocks of " +
-                                                   std::to_string(config_.block_size) + " tokens)"};
+    return submit_error{error_code::exceeds_kv_capacity,
+                        "prompt + max_tokens needs more KV blocks than this worker has (" +
+                            std::to_string(config_.n_kv_blocks) + " blocks of " + std::to_string(config_.block_size) +
+                            " tokens)"};
   auto lr = std::make_unique<live_request>(id, params, model_.vocab());
   // A resumed stream: detokenizer, stop strings and sampler continue from where the first
   // worker left them (a UTF-8 sequence or stop-string prefix held back there completes here);
@@ -130,16 +130,10 @@ bool engine::cancel(const std::string& id) {
 
 row_sampling engine::row_sampling_of(request_id id) const {
   const live_request& lr = *live_.at(id);
-  row_sampling r;
-  r.on_backend = lr.on_backend;
-  if (!lr.on_backend) return r;
-  r.temperature = lr.params.temperature;
-  r.top_k = lr.params.top_k;
-  r.top_p = lr.params.top_p;
-  r.min_p = lr.params.min_p;
-  r.seed = lr.backend_seed;
-  r.step = static_cast<uint64_t>(sched_.usage(id)->n_completion);  // the same after a preemption
-  return r;
+  if (!lr.on_backend) return {};
+  // step: the same after a preemption (completion tokens, not steps run)
+  return {.on_backend = true,
+          .draw = draw_of(lr.params, lr.backend_seed, static_cast<uint64_t>(sched_.usage(id)->n_completion))};
 }
 
 request_event& engine::event_for(request_id id, std::vector<request_event>& events) {

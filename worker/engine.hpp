@@ -23,6 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/error_code.hpp"
+#include "common/stream_decoder.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/forward_backend.hpp"
 #include "worker/kv_block_pool.hpp"
@@ -44,8 +46,8 @@ struct engine_config {
 
 // Why submit() refused a request (the caller turns it into an error message).
 struct submit_error {
-  std::string code;     // "duplicate_request", "invalid_request", "exceeds_kv_capacity"
-  std::string message;  // names the field or the limit
+  error_code code = error_code::invalid_request;  // duplicate_request, invalid_request or exceeds_kv_capacity
+  std::string message;                            // names the field or the limit
 };
 
 // What one request produced in a step: new tokens and text, and the end when finished.

@@ -121,9 +121,12 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(e.decode_tokens));
   o += "# HELP switchyard_worker_requests_finished_total Requests finished, by reason.\n"
        "# TYPE switchyard_worker_requests_finished_total counter\n";
-  for (int i = 1; i < 6; ++i)
-    o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(to_string(static_cast<finish_reason>(i))) +
-         "\"} " + std::to_string(c.finished[i]) + "\n";
+  for (size_t i = 0; i < k_n_finish_reasons; ++i) {
+    const auto r = static_cast<finish_reason>(i);
+    if (r == finish_reason::none || r == finish_reason::tool_calls) continue;  // not an engine's ending
+    o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(name(r)) + "\"} " +
+         std::to_string(c.finished[i]) + "\n";
+  }
   metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.",
          static_cast<double>(c.rejected));
   metric(o, "switchyard_worker_messages_bad_total", "counter", "Undecodable or unexpected messages.",

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 #include "common/tokenizer.hpp"
 
@@ -14,11 +16,17 @@ namespace {
 // Forwards everything to the real backend; only run() may fail.
 class fault_backend final : public forward_backend {
  public:
-  fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, const tokenizer& vocab)
-      : inner_(std::move(inner)), step_throw_(step_throw), marker_(std::move(marker)), vocab_(vocab) {}
+  fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, int slow_ms,
+                const tokenizer& vocab)
+      : inner_(std::move(inner)),
+        step_throw_(step_throw),
+        marker_(std::move(marker)),
+        slow_ms_(slow_ms),
+        vocab_(vocab) {}
 
   void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override {
     if (step_throw_) throw std::runtime_error("fault injection (step-throw): the device reports a sticky error");
+    if (slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
     if (!marker_.empty()) {
       for (const batch_seq& s : batch) {
         if (s.pos0 >= s.n_prompt) continue;  // a decode step: no prompt text in it
@@ -43,6 +51,7 @@ class fault_backend final : public forward_backend {
   std::unique_ptr<forward_backend> inner_;
   bool step_throw_;
   std::string marker_;  // crash-on: empty when off
+  int slow_ms_;         // slow-step: 0 when off
   const tokenizer& vocab_;
 };
 
@@ -50,19 +59,29 @@ class fault_backend final : public forward_backend {
 
 std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
                                                       const tokenizer& vocab) {
-  static constexpr std::string_view k_crash_on = "crash-on:";
+  static constexpr std::string_view k_crash_on = "crash-on:", k_slow_step = "slow-step:";
   bool step_throw = false;
   std::string marker;
-  if (mode == "step-throw")
+  int slow_ms = 0;
+  if (mode == "step-throw") {
     step_throw = true;
-  else if (mode.rfind(k_crash_on, 0) == 0 && mode.size() > k_crash_on.size())
+  } else if (mode.rfind(k_crash_on, 0) == 0 && mode.size() > k_crash_on.size()) {
     marker = mode.substr(k_crash_on.size());
-  else
-    throw std::invalid_argument("--fault-inject: unknown mode '" + mode + "' (step-throw, crash-on:MARKER)");
+  } else if (mode.rfind(k_slow_step, 0) == 0 && mode.size() > k_slow_step.size()) {
+    try {
+      slow_ms = std::stoi(mode.substr(k_slow_step.size()));
+    } catch (const std::exception&) {
+      slow_ms = 0;
+    }
+    if (slow_ms <= 0 || slow_ms > 600000) throw std::invalid_argument("--fault-inject slow-step:MS needs 1..600000 ms");
+  } else {
+    throw std::invalid_argument("--fault-inject: unknown mode '" + mode +
+                                "' (step-throw, crash-on:MARKER, slow-step:MS)");
+  }
   std::fprintf(stderr,
                "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",
                mode.c_str());
-  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), vocab);
+  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), slow_ms, vocab);
 }
 
 }  // namespace sy

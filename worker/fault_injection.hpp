@@ -11,6 +11,9 @@
 //   crash-on:MARKER   the process kills itself (SIGKILL) in the first step that prefills a prompt
 //                     chunk whose text contains MARKER: a "query of death" that takes down every
 //                     worker it is sent to.
+//   slow-step:MS      every forward step takes MS milliseconds longer (a big model's prefill on a
+//                     loaded CPU): the engine is silent that long, the link must keep the worker
+//                     alive in its routers' eyes (worker/link_actor.hpp).
 #pragma once
 
 #include <memory>

@@ -16,22 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling_draw.hpp"
 #include "worker/cpu_forward.hpp"
 
 namespace sy {
 
 // How one logits row of a step is consumed. With on_backend the backend samples the row where
-// it computed it and returns only the token (the device sampler's semantics,
-// kernels/cuda/sampling.cuh: greedy at temperature 0, else top-k -> top-p -> min-p -> one draw
-// from a counter-based hash of (seed, step)); without it the row comes back for the host sampler.
+// it computed it with `draw` (common/sampling_draw.hpp, the device sampler's parameters as they
+// are) and returns only the token; without it the row comes back for the host sampler.
 struct row_sampling {
   bool on_backend = false;
-  float temperature = 0.f;
-  int32_t top_k = 0;
-  float top_p = 1.f;
-  float min_p = 0.f;
-  uint64_t seed = 0;
-  uint64_t step = 0;  // tokens the request has sampled so far
+  sampling_draw draw;  // meaningful with on_backend; the engine fills it with draw_of()
 };
 
 // What one step produced. Logits rows are the rows the batch asks for (the last token of each

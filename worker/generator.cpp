@@ -4,6 +4,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "common/stream_decoder.hpp"
 #include "worker/stop_matcher.hpp"
 
 namespace sy {
@@ -50,7 +51,7 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
   };
 
   if (max_new <= 0) {
-    res.finish_reason = "length";
+    res.finish_reason = finish_reason::length;
     return res;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -59,22 +60,22 @@ generation_result generator::generate(std::span<const token_id> prompt, const sa
   fwd_.run(std::span<const batch_seq>(&b, 1), kv_, logits);
   res.prompt_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
-  res.finish_reason = "length";
+  res.finish_reason = finish_reason::length;
   for (int64_t i = 0; i < max_new; ++i) {
     const token_id next = smp.sample(logits, history);
     res.tokens.push_back(next);
     history.push_back(next);
     if (!params.ignore_eos && vocab.is_eog(next)) {
-      res.finish_reason = "stop";
+      res.finish_reason = finish_reason::stop;
       break;
     }
     emit(stops.push(dec.push(next)));
     if (stops.stopped()) {
-      res.finish_reason = "stop";
+      res.finish_reason = finish_reason::stop;
       break;
     }
     if (cancelled) {
-      res.finish_reason = "cancelled";
+      res.finish_reason = finish_reason::cancelled;
       break;
     }
     if (i + 1 == max_new) break;

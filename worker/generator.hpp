@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finish_reason.hpp"
 #include "worker/cpu_forward.hpp"
 #include "worker/kv_arena.hpp"
 #include "worker/sampler.hpp"
@@ -19,7 +20,8 @@ namespace sy {
 struct generation_result {
   std::vector<token_id> tokens;  // generated ids (including a final EOS, if any)
   std::string text;              // generated text, stop string excluded
-  std::string finish_reason;     // "stop" (EOS or stop string) or "length"
+  // stop (EOS or a stop string), length or cancelled
+  sy::finish_reason finish_reason = sy::finish_reason::none;
   int64_t n_prompt = 0;
   double prompt_ms = 0;  // prefill time
   double decode_ms = 0;  // time for all tokens after the first

@@ -1,13 +1,14 @@
 #include "worker/link_actor.hpp"
 
 #include <chrono>
-#include <deque>
 #include <optional>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "common/curve_keys.hpp"
+#include "common/link_loop.hpp"
+#include "common/metrics.hpp"
 #include "worker/actor_protocol.hpp"
 
 namespace sy {
@@ -18,9 +19,8 @@ namespace {
 // refused client's connection closes before any of its frames reaches the ROUTER socket.
 constexpr const char* k_zap_endpoint = "inproc://zeromq.zap.01";
 
-void answer_zap(zmq::socket_t& zap, const std::set<std::string>& allowed, link_counters& counters) {
-  std::vector<zmq::message_t> req;
-  if (!zmq::recv_multipart(zap, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+void answer_zap(zmq::socket_t& zap, const link::frame& req, const std::set<std::string>& allowed,
+                link_counters& counters) {
   const bool ok = req.size() >= 7 && req[5].to_string_view() == "CURVE" &&
                   allowed.count(curve::z85_of(req[6].data(), req[6].size())) != 0;
   if (!ok) counters.auth_refused++;
@@ -60,8 +60,8 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
   outbox.bind(k_outbox_endpoint);
 
   // Frames the ROUTER refused because a peer's queue was full; retried in order.
-  std::deque<std::vector<zmq::message_t>> backlog;
-  auto try_send = [&](std::vector<zmq::message_t>& parts) -> bool {
+  link::send_backlog backlog(cfg.max_backlog);
+  const link::send_fn try_send = [&](link::frame& parts) -> bool {
     try {
       if (!zmq::send_multipart(router, parts, zmq::send_flags::dontwait)) {
         counters->hwm_blocked++;
@@ -78,57 +78,108 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
     }
     return true;
   };
+  // [identity][type][body] from a router to the engine; anything else is answered with an error.
+  const auto from_router = [&](link::frame& parts) {
+    counters->frames_in++;
+    if (parts.size() == 3) {
+      self->send(engine, frame_atom::value, parts[0].to_string(), parts[1].to_string(), parts[2].to_string());
+      return;
+    }
+    counters->malformed_envelopes++;
+    link::frame reply;
+    reply.emplace_back(parts[0].data(), parts[0].size());
+    reply.emplace_back(std::string("error"));
+    // A valid msgpack error body, built by hand so the link needs no protocol code:
+    // {"code": "bad_message", "message": "expected [type][body] frames"}
+    static const unsigned char body[] = {0x82, 0xa4, 'c', 'o', 'd',  'e', 0xab, 'b', 'a', 'd', '_', 'm', 'e',  's',
+                                         's',  'a',  'g', 'e', 0xa7, 'm', 'e',  's', 's', 'a', 'g', 'e', 0xbc, 'e',
+                                         'x',  'p',  'e', 'c', 't',  'e', 'd',  ' ', '[', 't', 'y', 'p', 'e',  ']',
+                                         '[',  'b',  'o', 'd', 'y',  ']', ' ',  'f', 'r', 'a', 'm', 'e', 's'};
+    reply.emplace_back(body, sizeof body);
+    try_send(reply);
+  };
+  // The engine's last heartbeat to each router, and when it (or a repeat) went out.
+  struct kept_heartbeat {
+    link::frame frame;
+    std::chrono::steady_clock::time_point sent;
+  };
+  std::map<std::string, kept_heartbeat> heartbeats;  // by router identity
+  auto engine_heard = std::chrono::steady_clock::now();
+  const auto copy_of = [](const link::frame& f) {
+    link::frame c;
+    for (const auto& part : f) c.emplace_back(part.data(), part.size());
+    return c;
+  };
+  // [identity][type][body] from the engine to a router.
+  const auto from_engine = [&](link::frame& parts) {
+    if (parts.size() == 3 && parts[1].to_string_view() == "heartbeat") {
+      const auto now = std::chrono::steady_clock::now();
+      engine_heard = now;
+      heartbeats[parts[0].to_string()] = {copy_of(parts), now};
+    }
+    counters->dropped += backlog.send_or_queue(std::move(parts), try_send, counters->backlog);
+  };
+  // While the engine is inside a long step: its last heartbeats again (see link_actor.hpp).
+  const auto cover_for_engine = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (cfg.engine_silence.count() <= 0 || now - engine_heard < cfg.heartbeat_repeat ||
+        now - engine_heard > cfg.engine_silence)
+      return;
+    for (auto it = heartbeats.begin(); it != heartbeats.end();) {
+      if (now - it->second.sent < cfg.heartbeat_repeat) {
+        ++it;
+        continue;
+      }
+      const uint64_t gone_before = counters->unreachable.load();
+      link::frame again = copy_of(it->second.frame);
+      counters->dropped += backlog.send_or_queue(std::move(again), try_send, counters->backlog);
+      counters->heartbeats_repeated++;
+      it->second.sent = now;
+      if (counters->unreachable.load() != gone_before) {
+        it = heartbeats.erase(it);  // that router is gone
+      } else {
+        ++it;
+      }
+    }
+  };
 
-  std::vector<zmq::message_t> parts;
+  std::vector<link::poll_source> sources;
+  if (zap)
+    sources.push_back({zap->handle(), 1,
+                       [&](link::frame& req) { answer_zap(*zap, req, cfg.curve_allowed_clients, *counters); }, nullptr,
+                       nullptr});
+  sources.push_back({router.handle(), 256, from_router, &backlog, try_send});
+  sources.push_back({outbox.handle(), 1024, from_engine, nullptr, nullptr});
   while (!stop->load()) {
-    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
-                               {outbox.handle(), 0, ZMQ_POLLIN, 0},
-                               {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    if (!backlog.empty()) items[0].events |= ZMQ_POLLOUT;
-    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(100));
-    if (zap && (items[2].revents & ZMQ_POLLIN)) answer_zap(*zap, cfg.curve_allowed_clients, *counters);
-    if (items[0].revents & ZMQ_POLLIN) {
-      for (int burst = 0; burst < 256; ++burst) {
-        parts.clear();
-        if (!zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
-        counters->frames_in++;
-        if (parts.size() != 3) {
-          counters->malformed_envelopes++;
-          std::vector<zmq::message_t> reply;
-          reply.emplace_back(parts[0].data(), parts[0].size());
-          reply.emplace_back(std::string("error"));
-          // A valid msgpack error body, built by hand so the link needs no protocol code:
-          // {"code": "bad_message", "message": "expected [type][body] frames"}
-          static const unsigned char body[] = {
-              0x82, 0xa4, 'c', 'o', 'd', 'e', 0xab, 'b',  'a', 'd', '_', 'm', 'e', 's', 's', 'a', 'g', 'e', 0xa7,
-              'm',  'e',  's', 's', 'a', 'g', 'e',  0xbc, 'e', 'x', 'p', 'e', 'c', 't', 'e', 'd', ' ', '[', 't',
-              'y',  'p',  'e', ']', '[', 'b', 'o',  'd',  'y', ']', ' ', 'f', 'r', 'a', 'm', 'e', 's'};
-          reply.emplace_back(body, sizeof body);
-          try_send(reply);
-          continue;
-        }
-        self->send(engine, frame_atom::value, parts[0].to_string(), parts[1].to_string(), parts[2].to_string());
-      }
-    }
-    while (!backlog.empty()) {
-      if (!try_send(backlog.front())) break;
-      backlog.pop_front();
-    }
-    if (items[1].revents & ZMQ_POLLIN) {
-      for (int burst = 0; burst < 1024; ++burst) {
-        parts.clear();
-        if (!zmq::recv_multipart(outbox, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
-        if (!backlog.empty() || !try_send(parts)) {
-          if (backlog.size() >= 100000) {
-            counters->dropped++;
-            continue;
-          }
-          backlog.push_back(std::move(parts));
-          parts.clear();
-        }
-      }
-    }
+    link::poll_once(sources, std::chrono::milliseconds(100), std::chrono::milliseconds(100));
+    cover_for_engine();
   }
+}
+
+std::string render_link_metrics(const link_counters& c) {
+  std::string out;
+  counter(out, "switchyard_worker_link_frames_in_total", "Frames received from routers.", c.frames_in);
+  counter(out, "switchyard_worker_link_frames_out_total", "Frames sent to routers.", c.frames_out);
+  counter(out, "switchyard_worker_link_unreachable_total",
+          "Sends to a router that is gone (its requests are cancelled).", c.unreachable);
+  counter(out, "switchyard_worker_link_hwm_blocked_total",
+          "Sends refused by a full peer queue (high-water mark), retried.", c.hwm_blocked);
+  counter(out, "switchyard_worker_link_backlogged_total",
+          "Frames for routers that had to wait in the link's backlog (a full peer queue), retried.",
+          c.backlog.backlogged);
+  counter(out, "switchyard_worker_link_dropped_total",
+          "Frames for routers given up: backlog overflow, or a send that failed for good.", c.dropped);
+  counter(out, "switchyard_worker_link_backlog_overflow_total",
+          "Of the dropped frames: the oldest of a full backlog (--link-backlog; its request ends at its deadline).",
+          c.backlog.overflow);
+  counter(out, "switchyard_worker_link_malformed_envelopes_total", "Frames that were not [type][body].",
+          c.malformed_envelopes);
+  counter(out, "switchyard_worker_link_auth_refused_total",
+          "CURVE handshakes refused: the router's key is not in --curve-allowed-clients.", c.auth_refused);
+  counter(out, "switchyard_worker_link_heartbeats_repeated_total",
+          "Heartbeats the link repeated while the engine was inside a long step (--engine-silence-s).",
+          c.heartbeats_repeated);
+  return out;
 }
 
 }  // namespace sy

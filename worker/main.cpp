@@ -68,6 +68,9 @@ void usage() {
       "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
       "           [--served-model-name NAME]...   (more names routers accept for the model, e.g. its HF id)\n"
       "           [--curve-secret-key FILE [--curve-allowed-clients FILE]]   (authenticated link; keygen)\n"
+      "           [--link-backlog 100000]   (frames waiting for a full router connection; then the oldest drop)\n"
+      "           [--engine-silence-s 60]   (the link repeats the engine's heartbeats during a step this long at\n"
+      "                                      most; past it routers see the worker as dead)\n"
       "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
       "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
       "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
@@ -116,7 +119,7 @@ std::vector<sy::token_id> prompt_ids(const sy::llama_model& model, const sy::cli
     msgs.push_back({"user", prompt});
     prompt = tmpl.apply(msgs, true);
   }
-  return model.vocab().encode(prompt, true, a.has("chat"));
+  return model.vocab().encode(prompt, {.parse_special = a.has("chat")});
 }
 
 double now_ms() {
@@ -144,10 +147,8 @@ int cmd_generate(const sy::cli_args& a) {
   }
   sp.stop = a.all("stop");
   sp.ignore_eos = a.has("ignore-eos");
-  if (sp.max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
-  if (sp.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
-  if (sp.top_p <= 0 || sp.top_p > 1) throw std::invalid_argument("--top-p must be in (0, 1]");
-  if (sp.repetition_penalty <= 0) throw std::invalid_argument("--repeat-penalty must be > 0");
+  if (const auto e = sy::validate(sp))
+    throw std::invalid_argument("sampling parameter " + e->field + ": " + e->message);
   if (sp.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
   if (sp.min_p < 0 || sp.min_p > 1) throw std::invalid_argument("--min-p must be in [0, 1]");
   const int64_t n_ctx = std::min<int64_t>(a.get_int("ctx", 2048), model->hparams().n_ctx_train);
@@ -164,8 +165,8 @@ int cmd_generate(const sy::cli_args& a) {
                  "[prompt %lld tokens in %.1f ms (%.1f tok/s); %zu tokens generated, %.1f tok/s; finish: %s; kernels: "
                  "%s, %d threads]\n",
                  static_cast<long long>(res.n_prompt), res.prompt_ms, res.n_prompt * 1000.0 / res.prompt_ms,
-                 res.tokens.size(), n_dec * 1000.0 / std::max(res.decode_ms, 1e-3), res.finish_reason.c_str(),
-                 sy::cpu::kernel_isa_name(), pool.size());
+                 res.tokens.size(), n_dec * 1000.0 / std::max(res.decode_ms, 1e-3),
+                 std::string(sy::name(res.finish_reason)).c_str(), sy::cpu::kernel_isa_name(), pool.size());
   }
   return 0;
 }
@@ -182,9 +183,10 @@ int cmd_bench(const sy::cli_args& a) {
   const int64_t n_pp = a.get_int("prompt-tokens", 512), n_tg = a.get_int("gen-tokens", 128);
   const int reps = static_cast<int>(a.get_int("repeat", 3));
   std::string text;
-  while (static_cast<int64_t>(model->vocab().encode(text, false, false).size()) < n_pp)
+  while (static_cast<int64_t>(model->vocab().encode(text, {.add_special = false, .parse_special = false}).size()) <
+         n_pp)
     text += "The quick brown fox jumps over the lazy dog while the engineers measure tokens per second. ";
-  auto ids = model->vocab().encode(text, false, false);
+  auto ids = model->vocab().encode(text, {.add_special = false, .parse_special = false});
   ids.resize(static_cast<size_t>(n_pp));
   sy::kv_arena kv(model->hparams().n_layer, (n_pp + n_tg + 15) / 16, 16, model->hparams().kv_dim());
   std::vector<int32_t> blocks(static_cast<size_t>(kv.n_blocks()));
@@ -300,6 +302,7 @@ int cmd_info(const sy::cli_args& a) {
   std::printf("weights: %.1f MiB in file, %.1f MiB repacked (bf16 panels)\n", model->weight_bytes() / 1048576.0,
               model->repacked_bytes() / 1048576.0);
   std::printf("cpu kernels: %s, %d threads\n", sy::cpu::kernel_isa_name(), pool.size());
+  std::printf("amx: %s\n", sy::cpu::amx_status());
 #ifdef SY_HAVE_CUDA
   std::printf("cuda: %s\n", sy::cuda::describe_devices().c_str());
 #else

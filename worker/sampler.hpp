@@ -4,7 +4,7 @@
 // softmax with temperature -> top-p -> min-p -> draw with a seeded generator. (llama.cpp applies
 // the temperature last, which changes what top-p and min-p keep when temperature != 1.)
 // Same seed, same logits -> same token sequence. NaN logits count as -inf; callers validate
-// parameters (repetition_penalty > 0, top_p in (0, 1], ...) before constructing a sampler.
+// parameters (sy::validate, common/sampling_params.hpp) before constructing a sampler.
 #pragma once
 
 #include <cstdint>
@@ -13,24 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling_params.hpp"
 #include "common/tokenizer.hpp"
 
 namespace sy {
-
-struct sampling_params {
-  float temperature = 0.f;         // 0: greedy
-  int32_t top_k = 0;               // 0: off
-  float top_p = 1.f;               // 1: off
-  float min_p = 0.f;               // 0: off
-  float repetition_penalty = 1.f;  // 1: off (llama.cpp/HF style: divide positive logits)
-  int32_t repeat_last_n = 64;      // window the penalty looks at
-  uint64_t seed = 0;
-  bool has_seed = false;  // without a seed, one is drawn from random_device
-  int32_t max_tokens = 256;
-  std::vector<std::string> stop;  // stop strings (not included in the output)
-  bool ignore_eos = false;
-  int32_t logprobs = 0;  // > 0: report each sampled token's log-probability and this many top alternatives
-};
 
 // Log-probabilities (natural log, of the model's distribution before any sampling transform,
 // as vLLM reports them) of one sampled token and the `n_top` most likely tokens.

@@ -20,24 +20,6 @@ const char* to_string(request_state s) {
   return "?";
 }
 
-const char* to_string(finish_reason r) {
-  switch (r) {
-    case finish_reason::none:
-      return "none";
-    case finish_reason::stop:
-      return "stop";
-    case finish_reason::length:
-      return "length";
-    case finish_reason::cancelled:
-      return "cancelled";
-    case finish_reason::deadline:
-      return "deadline";
-    case finish_reason::error:
-      return "error";
-  }
-  return "?";
-}
-
 namespace {
 
 int32_t size32(const auto& v) { return static_cast<int32_t>(v.size()); }

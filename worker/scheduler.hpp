@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/finish_reason.hpp"
 #include "common/tokenizer.hpp"
 #include "worker/kv_block_pool.hpp"
 #include "worker/step_cost_model.hpp"
@@ -55,17 +56,11 @@ using request_id = uint64_t;
 //   any       -> finished    terminal: blocks released in the same call, then forgotten.
 enum class request_state : uint8_t { waiting, running, preempted, finished };
 
-enum class finish_reason : uint8_t {
-  none,       // not finished
-  stop,       // the engine saw EOS or a stop string (update(): sampled_token::stop)
-  length,     // max_tokens output tokens generated
-  cancelled,  // cancel(): the client went away
-  deadline,   // its deadline passed before it completed
-  error,      // the engine gave up on it (cancel(id, finish_reason::error))
-};
+// finish_reason (common/finish_reason.hpp) as the scheduler sets it: stop when update() gets
+// sampled_token::stop (EOS or a stop string), length at max_tokens, cancelled or error by
+// cancel(id, reason), deadline when its deadline passed first.
 
 const char* to_string(request_state s);
-const char* to_string(finish_reason r);
 
 struct request_spec {
   request_id id = 0;                   // unique among live requests

@@ -12,6 +12,7 @@
 #include "common/cli_args.hpp"
 #include "common/curve_keys.hpp"
 #include "common/protocol.hpp"
+#include "common/stop_signals.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/actor_protocol.hpp"
@@ -51,11 +52,7 @@ int run_serve(const cli_args& a, const char* default_model) {
     throw std::invalid_argument("--chat-template: the file is larger than " +
                                 std::to_string(proto::k_max_chat_template_bytes) + " bytes");
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  const sigset_t sigs = block_stop_signals();
   const double drain_timeout_s = a.get_float("drain-timeout-s", 30.0);
   if (drain_timeout_s < 0) throw std::invalid_argument("--drain-timeout-s must be >= 0");
   // The link's CURVE keys, read before the model loads so that a bad key file fails fast.
@@ -91,24 +88,7 @@ int run_serve(const cli_args& a, const char* default_model) {
             copy = metrics->snap;
           }
           std::string out = render_metrics(copy);
-          const link_counters& l = *link_counts;
-          metric(out, "switchyard_worker_link_frames_in_total", "counter", "Frames received from routers.",
-                 static_cast<double>(l.frames_in.load()));
-          metric(out, "switchyard_worker_link_frames_out_total", "counter", "Frames sent to routers.",
-                 static_cast<double>(l.frames_out.load()));
-          metric(out, "switchyard_worker_link_unreachable_total", "counter",
-                 "Sends to a router that is gone (its requests are cancelled).",
-                 static_cast<double>(l.unreachable.load()));
-          metric(out, "switchyard_worker_link_hwm_blocked_total", "counter",
-                 "Sends refused by a full peer queue (high-water mark), retried.",
-                 static_cast<double>(l.hwm_blocked.load()));
-          metric(out, "switchyard_worker_link_dropped_total", "counter", "Frames given up after the backlog filled.",
-                 static_cast<double>(l.dropped.load()));
-          metric(out, "switchyard_worker_link_malformed_envelopes_total", "counter",
-                 "Frames that were not [type][body].", static_cast<double>(l.malformed_envelopes.load()));
-          metric(out, "switchyard_worker_link_auth_refused_total", "counter",
-                 "CURVE handshakes refused: the router's key is not in --curve-allowed-clients.",
-                 static_cast<double>(l.auth_refused.load()));
+          out += render_link_metrics(*link_counts);
           return out;
         },
         [now, link_counts]() -> std::string {
@@ -149,6 +129,9 @@ int run_serve(const cli_args& a, const char* default_model) {
   auto stop = std::make_shared<std::atomic<bool>>(false);
   lc.listen = a.get("listen", "tcp://127.0.0.1:5555");
   lc.high_water_mark = static_cast<int>(a.get_int("hwm", 10000));
+  lc.max_backlog = static_cast<size_t>(std::max<int64_t>(1, a.get_int("link-backlog", 100000)));
+  lc.engine_silence =
+      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, a.get_float("engine-silence-s", 60)) * 1000));
   auto link_act = sys.spawn(link_actor, &ctx, lc, engine_act, stop, link_counts);
   now->store(phase::serving);  // ready once the link has bound (link_counts->bound)
 
@@ -191,11 +174,7 @@ int run_serve(const cli_args& a, const char* default_model) {
     std::lock_guard<std::mutex> lk(metrics->mu);
     return metrics->snap.draining && metrics->snap.engine.running == 0 && metrics->snap.engine.waiting == 0;
   };
-  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout_s);
-  const timespec step{0, 100 * 1000 * 1000};
-  bool cut_short = false;
-  while (!drained() && std::chrono::steady_clock::now() < drain_end && !cut_short)
-    cut_short = sigtimedwait(&sigs, nullptr, &step) > 0;
+  const bool cut_short = !wait_unless_signalled(sigs, drain_timeout_s, drained);
   if (!drained())
     std::fprintf(stderr, "switchyard-worker: %s: stopping with requests unfinished\n",
                  cut_short ? "second signal" : "drain timeout");

@@ -40,6 +40,8 @@ const std::vector<std::string>& serve_options() {
       "threads",
       "worker-id",
       "hwm",
+      "link-backlog",
+      "engine-silence-s",
       "kv-type",
       "no-prefix-cache",
       "kv-memory-fraction",

@@ -6,23 +6,6 @@
 namespace sy {
 namespace {
 
-sampling_params from_wire(const proto::wire_sampling& w) {
-  sampling_params p;
-  p.temperature = w.temperature;
-  p.top_k = w.top_k;
-  p.top_p = w.top_p;
-  p.min_p = w.min_p;
-  p.repetition_penalty = w.repetition_penalty;
-  p.repeat_last_n = w.repeat_last_n;
-  p.seed = w.seed;
-  p.has_seed = w.has_seed;
-  p.max_tokens = w.max_tokens;
-  p.stop = w.stop;
-  p.ignore_eos = w.ignore_eos;
-  p.logprobs = w.logprobs;
-  return p;
-}
-
 // Engine-side id, unique across routers: the identity's length, the identity, the request id.
 std::string engine_id(const std::string& peer, const std::string& request_id) {
   return std::to_string(peer.size()) + ":" + peer + request_id;
@@ -67,11 +50,11 @@ void worker_service::send(const std::string& peer, const T& m, std::vector<out_f
   out.push_back({peer, std::string(proto::name(proto::type_of<T>)), proto::encode(m)});
 }
 
-void worker_service::send_error(const std::string& peer, const std::string& request_id, std::string_view code,
+void worker_service::send_error(const std::string& peer, const std::string& request_id, error_code code,
                                 const std::string& message, std::vector<out_frame>& out) {
   proto::error e;
   e.request_id = request_id;
-  e.code = std::string(code);
+  e.code = code;
   e.message = message;
   send(peer, e, out);
   counters_.errors_sent++;
@@ -139,16 +122,17 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
     return send_error(peer, m.request_id, proto::error_code::invalid_request, *why, out);
   }
   std::vector<token_id> prompt(m.prompt.begin(), m.prompt.end());
-  auto err = eng_.submit(id, std::move(prompt), from_wire(m.sampling), m.priority, deadline_ms,
+  auto err = eng_.submit(id, std::move(prompt), m.sampling, m.priority, deadline_ms,
                          static_cast<int32_t>(m.n_generated),  // < prompt size (checked when decoded)
                          std::get<std::shared_ptr<grammar_masks>>(std::move(constraint)));
   if (err) {
     counters_.rejected++;
     // The engine's message names its internal id; routers know theirs.
-    if (err->code == "duplicate_request")
-      return send_error(peer, m.request_id, proto::error_code::duplicate_request,
+    if (err->code == error_code::duplicate_request)
+      return send_error(peer, m.request_id, error_code::duplicate_request,
                         "request_id '" + m.request_id + "' is already live", out);
-    return send_error(peer, m.request_id, proto::error_code::invalid_request, err->message, out);
+    // exceeds_kv_capacity too: the request cannot fit here whatever the load, a 400 as before.
+    return send_error(peer, m.request_id, error_code::invalid_request, err->message, out);
   }
   owner o;
   o.peer = peer;
@@ -181,7 +165,7 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
   }
   for (auto& ev : events_) {
     // Counted whether or not the router is still there to hear about it.
-    if (ev.finish != finish_reason::none) counters_.finished[static_cast<int>(ev.finish)]++;
+    if (ev.finish != finish_reason::none) counters_.finished[static_cast<size_t>(ev.finish)]++;
     counters_.generated_tokens += ev.tokens.size();
     auto it = owners_.find(ev.id);
     if (it == owners_.end()) continue;  // its router is gone
@@ -196,7 +180,7 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
     t.text += ev.text;
     const bool done = ev.finish != finish_reason::none;
     if (done) {
-      t.finish_reason = to_string(ev.finish);  // the wire names are the enum's names
+      t.finish_reason = ev.finish;
       t.usage.prompt_tokens = static_cast<uint32_t>(ev.usage.n_prompt);
       t.usage.cached_prompt_tokens = static_cast<uint32_t>(std::max(0, ev.usage.n_cached_prompt));
       t.usage.completion_tokens = static_cast<uint32_t>(ev.usage.n_completion);

@@ -46,7 +46,7 @@ struct service_counters {
   uint64_t submits = 0;
   uint64_t rejected = 0;  // submits answered with an error
   uint64_t cancels = 0;
-  uint64_t finished[6] = {};  // by finish_reason (index = enum value)
+  uint64_t finished[k_n_finish_reasons] = {};  // by finish_reason (index = enum value)
   uint64_t generated_tokens = 0;
   uint64_t prompt_tokens = 0;         // of finished requests
   uint64_t cached_prompt_tokens = 0;  // of finished requests
@@ -87,8 +87,8 @@ class worker_service {
     bool stream = true;
     proto::tokens pending;  // non-streaming: accumulated until the end
   };
-  void send_error(const std::string& peer, const std::string& request_id, std::string_view code,
-                  const std::string& message, std::vector<out_frame>& out);
+  void send_error(const std::string& peer, const std::string& request_id, error_code code, const std::string& message,
+                  std::vector<out_frame>& out);
   void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_ms, std::vector<out_frame>& out);
   // Ends every live request with an internal_error frame and cancels it in the engine.
   void fail_all(const std::string& message, std::vector<out_frame>& out);

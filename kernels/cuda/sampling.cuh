@@ -25,17 +25,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/sampling_draw.hpp"
+
 namespace sy::cuda {
 
-// Per-row sampling parameters, one per row, in device memory (uploaded with the step).
-struct device_sampling {
-  float temperature = 0.f;  // 0: greedy
-  int32_t top_k = 0;        // 0: off
-  float top_p = 1.f;        // 1: off
-  float min_p = 0.f;        // 0: off
-  uint64_t seed = 0;        // per request; combined with `step` for a counter-based draw
-  uint64_t step = 0;        // tokens sampled so far for this request
-};
+// Per-row sampling parameters, one per row, in device memory (uploaded with the step): the
+// engine's sampling_draw, declared once in common/ (plain data, no host-only members).
+using device_sampling = sy::sampling_draw;
 
 // The largest vocabulary the op accepts (token indices are packed into 24 bits of a sort key).
 constexpr int64_t k_sampling_max_vocab = int64_t{1} << 24;

@@ -1,7 +1,7 @@
 """The bench-only virtual environment: the field's load generators installed from PyPI, pinned, in
 the build folder (never in .venv, never committed). aiperf installs without torch and brings
-transformers and matplotlib (the report's plots); guidellm pulls torch with CUDA wheels (several
-GB), so it lives in a venv of its own that only tests/bench/report.py --guidellm creates.
+transformers and matplotlib (the report's plots); guidellm 0.3.1 (no torch, but ~600 MB with
+transformers) lives in a venv of its own that only tests/bench/report.py --guidellm creates.
 
 `ensure(build, name, packages)` returns the venv's bin folder, creating or updating the venv when
 its pinned requirement list changed. When PyPI cannot be reached it raises Unreachable (callers
@@ -53,3 +53,13 @@ def ensure(build, name, packages, timeout_s=900):
     with open(marker, "w") as f:
         f.write(wanted)
     return bin_dir
+
+
+if __name__ == "__main__":
+    # tests/run.sh: `bench_venv.py BUILD` installs the aiperf venv in the background while the
+    # build compiles (pip waits on the network and the disk, the compiler on the CPUs); a failure
+    # here is only logged: bench/aiperf_smoke tries again and reports it.
+    try:
+        ensure(sys.argv[1], "bench-venv", AIPERF)
+    except (Unreachable, subprocess.SubprocessError, OSError) as e:
+        print(f"bench venv not prepared ahead: {e}", file=sys.stderr)

@@ -21,7 +21,7 @@ Workloads (each with aiperf --tokenizer DIR from switchyard-worker export-tokeni
           one at a time): first vs repeated request, TTFT and E2E. Switchyard answers the repeat
           from its Redis response cache; llama-server recomputes it (reusing its slot's prompt cache).
   guidellm  with --guidellm: one concurrent-profile run per server through guidellm (its venv pulls
-          torch, several GB: never in CI).
+          transformers, ~600 MB: kept out of CI for its install time).
 
 Outputs BUILD/bench-report/report.json, and PNGs drawn by tests/bench/report_plots.py in the bench
 venv (matplotlib); --img DIR copies each PNG under 200 KB there as bench-NAME.png (the README's
@@ -175,10 +175,11 @@ def cache_workload(url, repeats, osl):
 def guidellm_run(bin_dir, url, tokenizer, out, concurrency, count, isl, osl):
     """One guidellm concurrent run; its benchmarks.json is kept, the headline figures returned."""
     os.makedirs(out, exist_ok=True)
-    cmd = [os.path.join(bin_dir, "guidellm"), "run", "--backend", f"kind=openai_http,target={url},model={SERVED}",
-           "--profile", f"kind=concurrent,streams={concurrency}", "--constraint", f"kind=max_requests,count={count}",
-           "--data", f"kind=synthetic_text,prompt_tokens={isl},output_tokens={osl}", "--tokenizer",
-           f"kind=huggingface_auto,model={tokenizer}", "--output", os.path.join(out, "benchmarks.json")]
+    # guidellm 0.3.1's CLI: `benchmark run`, synthetic data from token counts, our exported tokenizer.
+    cmd = [os.path.join(bin_dir, "guidellm"), "benchmark", "run", "--target", url, "--backend-type", "openai_http",
+           "--model", SERVED, "--processor", tokenizer, "--data", f"prompt_tokens={isl},output_tokens={osl}",
+           "--rate-type", "concurrent", "--rate", str(concurrency), "--max-requests", str(count),
+           "--disable-progress", "--output-path", os.path.join(out, "benchmarks.json")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         return {"error": (r.stdout + r.stderr)[-1500:]}
@@ -208,7 +209,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2, help="worker threads = llama-server -t")
     ap.add_argument("--llama-server", default=LLAMA_SERVER)
-    ap.add_argument("--guidellm", action="store_true", help="also run guidellm (its own venv; pulls torch)")
+    ap.add_argument("--guidellm", action="store_true", help="also run guidellm (its own venv)")
     ap.add_argument("--out", default=os.path.join(BUILD, "bench-report"))
     ap.add_argument("--img", help="copy the PNGs here when each is under 200 KB (docs/img)")
     a = ap.parse_args()

@@ -92,7 +92,7 @@ std::unique_ptr<engine> cuda_engine(const llama_model& model, bool graphs, cuda_
 }
 
 std::vector<token_id> chat_ids(const llama_model& m, const std::string& q) {
-  return m.vocab().encode(m.chat().apply({{"user", q}}), true, true);
+  return m.vocab().encode(m.chat().apply({{"user", q}}));
 }
 
 const std::vector<std::string> questions = {"What is the capital of France?", "Write a haiku about the sea.",

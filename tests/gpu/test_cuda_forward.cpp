@@ -288,7 +288,7 @@ void family_case(sy::gpu_test::suite& s, const std::string& path, const family_f
   std::vector<text_case> seqs;
   for (const char* text : k_family_texts) {
     text_case c;
-    c.ids = model->vocab().encode(text, true, false);
+    c.ids = model->vocab().encode(text, {.parse_special = false});
     c.n_prompt = static_cast<int64_t>(c.ids.size()) / 2;
     seqs.push_back(std::move(c));
   }

@@ -72,6 +72,35 @@ def test_black_hole_worker_is_ejected_and_requests_still_succeed():
         bad.stop()
 
 
+def test_a_worker_inside_a_long_step_is_not_taken_for_dead():
+    """Steps of 3 s (a big model's prefill on a loaded CPU) against a router that calls a worker
+    dead after 1 s of silence: the worker's link repeats the engine's heartbeats while it steps,
+    so the requests finish where they run; with the cover off the same worker is lost."""
+    slow = Worker("--kv-blocks", "128", "--max-running", "4", "--fault-inject", "slow-step:3000")
+    r = Router([slow.endpoint], "--heartbeat-timeout-ms", "1000", "--max-attempts", "1")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda i: complete(r, f"Note {i} about lakes.", max_tokens=2, timeout=120),
+                                    range(2)))
+        assert [s for s, _ in results] == [200, 200], results
+        log = open(r.log.name).read()
+        assert "missed its heartbeats" not in log
+        assert slow.metrics()["switchyard_worker_link_heartbeats_repeated_total"] >= 2
+    finally:
+        r.stop()
+        slow.stop()
+    silent = Worker("--kv-blocks", "128", "--max-running", "4", "--fault-inject", "slow-step:3000",
+                    "--engine-silence-s", "0")
+    r = Router([silent.endpoint], "--heartbeat-timeout-ms", "1000", "--max-attempts", "1")
+    try:
+        status, body = complete(r, "A note about lakes.", max_tokens=2, timeout=120)
+        assert status != 200, body  # lost with its worker: the cover is what kept the first one alive
+        wait_for("the worker marked dead", lambda: "missed its heartbeats" in open(r.log.name).read(), timeout=20)
+    finally:
+        r.stop()
+        silent.stop()
+
+
 def test_query_of_death_takes_at_most_two_workers_and_ends_with_a_named_502():
     workers = [Worker("--kv-blocks", "256", "--max-running", "8", "--fault-inject", f"crash-on:{MARKER}")
                for _ in range(3)]

@@ -68,8 +68,9 @@ def own_redis_router(worker):
 
 
 def generations(worker, expect=None):
-    """Generations the worker has finished (stop or length). The worker counts a generation just
-    after its last frame went out: with `expect`, waits (2 s at most) for the count to reach it;
+    """Generations the worker has finished (stop or length). The worker publishes its counters
+    before the frames that end a generation go out (worker/engine_actor.cpp), so a client that has
+    its answer finds it counted: with `expect`, waits (2 s at most) for the count to reach it;
     without, lets the worker settle (nothing running) first."""
     def count():
         m = worker.metrics()
@@ -78,7 +79,6 @@ def generations(worker, expect=None):
         return wait_for(lambda: count() == expect and count(), timeout=2) or count()
     wait_for(lambda: (lambda m: m["switchyard_worker_requests_running"] + m["switchyard_worker_requests_waiting"] == 0)(
         worker.metrics()), timeout=2)
-    time.sleep(0.05)
     return count()
 
 
@@ -221,8 +221,12 @@ def test_no_store_and_body_opt_out_bypass_the_cache(router, worker):
     # ... and no store.
     for i, (body, headers) in enumerate([(body_for("What is the capital of Spain?"), {"Cache-Control": "no-store"}),
                                          (body_for("What is the capital of Italy?", cache=False), None)]):
+        stores = router.metrics()[STORES]
         assert completion(router, body, headers=headers)[0] is None
-        time.sleep(0.1)  # a store would have landed by now
+        # A barrier instead of a sleep: a store of the opted-out answer would have been queued
+        # before this one's; once this one has landed, that one would have too.
+        stored(router, body_for(f"What is the capital of Greece? ({i})"))
+        assert router.metrics()[STORES] == stores + 1
         plain = {k: v for k, v in body.items() if k != "cache"}
         assert completion(router, plain)[0] != "hit", i
 
@@ -244,9 +248,9 @@ def test_ttl_expiry(worker, redis):
         body = body_for("What does TTL stand for?")
         assert stored(r, body)[0] is None
         assert completion(r, body)[0] == "hit"
-        time.sleep(1.5)
         g0 = generations(worker)
-        assert completion(r, body)[0] is None
+        # Asked again until the entry has expired: hits until then, then one miss that generates.
+        assert wait_for(lambda: completion(r, body)[0] is None, timeout=10, step=0.1)
         assert generations(worker, g0 + 1) == g0 + 1
     finally:
         r.stop()

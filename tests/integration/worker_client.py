@@ -62,9 +62,10 @@ def tokenize(prompt, chat=True):
 class Worker:
     """A switchyard-worker process on free loopback ports."""
 
-    def __init__(self, *extra, prefix=()):
-        """`prefix`: a command the worker runs under (e.g. faketime)."""
-        self.port, self.metrics_port = free_port(), free_port()
+    def __init__(self, *extra, prefix=(), port=None):
+        """`prefix`: a command the worker runs under (e.g. faketime); `port`: the link's port (a
+        worker restarted at the address of one that died), else a free one."""
+        self.port, self.metrics_port = port or free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [*prefix, WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),

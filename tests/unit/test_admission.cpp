@@ -165,6 +165,27 @@ TEST_CASE("admission: the requests/s bucket empties, is 429, and refills with ti
   CHECK(f.ac.admitted() == 5);
 }
 
+TEST_CASE("admission: the HTTP edge takes from the same requests/s bucket, and admit skips what it took",
+          "[admission]") {
+  fixture f;
+  const tenant& rate = f.t("rate");  // 2/s, burst 2
+  CHECK_FALSE(f.ac.take_rate(rate, 100.0));
+  // Charged at the edge: admit() does not charge it again.
+  CHECK(admitted(f.ac.admit(rate, 0, 1, 0, 100.0, k_empty, /*rate_taken=*/true)));
+  CHECK_FALSE(f.ac.take_rate(rate, 100.0));
+  auto no = f.ac.take_rate(rate, 100.0);  // the bucket is empty
+  REQUIRE(no);
+  CHECK(no->reason == reject_reason::tenant_rate);
+  CHECK(no->status == 429);
+  CHECK(no->retry_after_s == 1);
+  // A request that did not pass the edge still meets the bucket in admit().
+  CHECK(rejected(f.ac.admit(rate, 0, 1, 0, 100.2, k_empty)).reason == reject_reason::tenant_rate);
+  CHECK(f.ac.rejected(reject_reason::tenant_rate) == 2);  // one at the edge, one in admit()
+  CHECK_FALSE(f.ac.take_rate(rate, 100.5));               // refilled by time alone
+  // A tenant without a rate limit always passes.
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(f.ac.take_rate(f.t("free"), 100.0));
+}
+
 TEST_CASE("admission: Retry-After for a slow rate is the time to refill one request", "[admission]") {
   fixture f;
   const tenant& slow = f.t("slow");  // 0.1/s, burst max(1, 0.1) = 1

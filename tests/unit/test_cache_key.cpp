@@ -22,21 +22,21 @@ key_input base_input() {
   in.model = "smollm2-135m";
   in.endpoint = 1;
   in.prompt_tokens = {1, 9690, 198, 2683, 359, 253};
-  in.temperature = 0.0f;
-  in.top_p = 0.9f;
-  in.min_p = 0.05f;
-  in.repetition_penalty = 1.1f;
-  in.top_k = 40;
-  in.repeat_last_n = 64;
-  in.max_tokens = 128;
+  in.sampling = {.temperature = 0.0f,
+                 .top_k = 40,
+                 .top_p = 0.9f,
+                 .min_p = 0.05f,
+                 .repetition_penalty = 1.1f,
+                 .repeat_last_n = 64,
+                 .seed = 42,
+                 .has_seed = true,
+                 .max_tokens = 128,
+                 .stop = {"\n\n", "User:"},
+                 .ignore_eos = false,
+                 .logprobs = 0};
   in.n = 1;
-  in.logprobs = 0;
   in.want_logprobs = false;
   in.echo = false;
-  in.ignore_eos = false;
-  in.has_seed = true;
-  in.seed = 42;
-  in.stop = {"\n\n", "User:"};
   return in;
 }
 
@@ -67,25 +67,32 @@ TEST_CASE("changing any single field changes the key", "[cache_key]") {
       {"prompt token value", [](key_input& k) { k.prompt_tokens[3] = 2684; }},
       {"prompt token appended", [](key_input& k) { k.prompt_tokens.push_back(0); }},
       {"prompt token removed", [](key_input& k) { k.prompt_tokens.pop_back(); }},
-      {"temperature", [](key_input& k) { k.temperature = 0.7f; }},
-      {"top_p", [](key_input& k) { k.top_p = 0.95f; }},
-      {"min_p", [](key_input& k) { k.min_p = 0.0f; }},
-      {"repetition_penalty", [](key_input& k) { k.repetition_penalty = 1.0f; }},
-      {"top_k", [](key_input& k) { k.top_k = 41; }},
-      {"repeat_last_n", [](key_input& k) { k.repeat_last_n = 128; }},
-      {"max_tokens", [](key_input& k) { k.max_tokens = 129; }},
+      {"temperature", [](key_input& k) { k.sampling.temperature = 0.7f; }},
+      {"top_p", [](key_input& k) { k.sampling.top_p = 0.95f; }},
+      {"min_p", [](key_input& k) { k.sampling.min_p = 0.0f; }},
+      {"repetition_penalty", [](key_input& k) { k.sampling.repetition_penalty = 1.0f; }},
+      {"top_k", [](key_input& k) { k.sampling.top_k = 41; }},
+      {"repeat_last_n", [](key_input& k) { k.sampling.repeat_last_n = 128; }},
+      {"max_tokens", [](key_input& k) { k.sampling.max_tokens = 129; }},
       {"n", [](key_input& k) { k.n = 2; }},
-      {"logprobs", [](key_input& k) { k.logprobs = 5; }},
+      {"logprobs", [](key_input& k) { k.sampling.logprobs = 5; }},
       {"want_logprobs", [](key_input& k) { k.want_logprobs = true; }},
       {"echo", [](key_input& k) { k.echo = true; }},
-      {"ignore_eos", [](key_input& k) { k.ignore_eos = true; }},
-      {"has_seed", [](key_input& k) { k.has_seed = false; }},
-      {"seed", [](key_input& k) { k.seed = 43; }},
-      {"seed high bits", [](key_input& k) { k.seed = 42 + (uint64_t(1) << 40); }},
-      {"stop value", [](key_input& k) { k.stop[1] = "Assistant:"; }},
-      {"stop order", [](key_input& k) { std::swap(k.stop[0], k.stop[1]); }},
-      {"stop removed", [](key_input& k) { k.stop.pop_back(); }},
-      {"stop empty string added", [](key_input& k) { k.stop.push_back(""); }},
+      {"ignore_eos", [](key_input& k) { k.sampling.ignore_eos = true; }},
+      {"has_seed", [](key_input& k) { k.sampling.has_seed = false; }},
+      {"seed", [](key_input& k) { k.sampling.seed = 43; }},
+      {"seed high bits", [](key_input& k) { k.sampling.seed = 42 + (uint64_t(1) << 40); }},
+      {"stop value", [](key_input& k) { k.sampling.stop[1] = "Assistant:"; }},
+      {"stop order", [](key_input& k) { std::swap(k.sampling.stop[0], k.sampling.stop[1]); }},
+      {"stop removed", [](key_input& k) { k.sampling.stop.pop_back(); }},
+      {"stop empty string added", [](key_input& k) { k.sampling.stop.push_back(""); }},
+      {"tools", [](key_input& k) { k.tools = "auto\n\nparallel\n{}"; }},
+      {"tools and a constraint",
+       [](key_input& k) {
+         k.tools = "required\n\nparallel\n{}";
+         k.constraint_kind = "json_schema";
+         k.constraint_schema = "{}";
+       }},
   };
   const std::string base_key = sy::cache::make_key(base_input());
   std::set<std::string> seen = {base_key};
@@ -117,9 +124,9 @@ TEST_CASE("namespaces isolate identical requests", "[cache_key]") {
 
 TEST_CASE("the encoding is unambiguous across field boundaries", "[cache_key]") {
   key_input a = base_input(), b = base_input(), c = base_input();
-  a.stop = {"ab", "c"};
-  b.stop = {"a", "bc"};
-  c.stop = {"abc"};
+  a.sampling.stop = {"ab", "c"};
+  b.sampling.stop = {"a", "bc"};
+  c.sampling.stop = {"abc"};
   std::set<std::string> keys = {sy::cache::make_key(a), sy::cache::make_key(b), sy::cache::make_key(c)};
   CHECK(keys.size() == 3);
 
@@ -139,20 +146,20 @@ TEST_CASE("the encoding is unambiguous across field boundaries", "[cache_key]") 
 
 TEST_CASE("floats are compared by value: -0.0 is 0.0 and all NaNs are one", "[cache_key]") {
   key_input pos = base_input(), neg = base_input();
-  pos.temperature = 0.0f;
-  neg.temperature = -0.0f;
-  REQUIRE(std::signbit(neg.temperature));
+  pos.sampling.temperature = 0.0f;
+  neg.sampling.temperature = -0.0f;
+  REQUIRE(std::signbit(neg.sampling.temperature));
   CHECK(sy::cache::make_key(pos) == sy::cache::make_key(neg));
 
   key_input nan1 = base_input(), nan2 = base_input();
-  nan1.top_p = std::numeric_limits<float>::quiet_NaN();
-  nan2.top_p = -std::numeric_limits<float>::quiet_NaN();
+  nan1.sampling.top_p = std::numeric_limits<float>::quiet_NaN();
+  nan2.sampling.top_p = -std::numeric_limits<float>::quiet_NaN();
   CHECK(sy::cache::make_key(nan1) == sy::cache::make_key(nan2));
   CHECK(sy::cache::make_key(nan1) != sy::cache::make_key(base_input()));
 
   // Adjacent floats differ: the full bit pattern is hashed, not a rounded value.
   key_input near = base_input();
-  near.top_p = std::nextafter(base_input().top_p, 1.0f);
+  near.sampling.top_p = std::nextafter(base_input().sampling.top_p, 1.0f);
   CHECK(sy::cache::make_key(near) != sy::cache::make_key(base_input()));
 }
 
@@ -164,9 +171,9 @@ TEST_CASE("prompt_hash depends on the model and prompt tokens only", "[cache_key
 
   key_input other_params = base_input();
   other_params.tenant_namespace = "globex";
-  other_params.temperature = 0.8f;
-  other_params.max_tokens = 7;
-  other_params.stop.clear();
+  other_params.sampling.temperature = 0.8f;
+  other_params.sampling.max_tokens = 7;
+  other_params.sampling.stop.clear();
   other_params.endpoint = 0;
   CHECK(sy::cache::prompt_hash(other_params) == h);
 

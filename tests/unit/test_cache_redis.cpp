@@ -4,6 +4,7 @@
 #include "cache/cache_key.hpp"
 #include "cache/redis_client.hpp"
 #include "cache/response_cache.hpp"
+#include "tests/unit/prerequisite.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -132,13 +133,8 @@ class redis_server {
   pid_t pid_ = -1;
 };
 
-#define SKIP_WITHOUT_REDIS()                                                       \
-  do {                                                                             \
-    if (!redis_server::available()) {                                              \
-      WARN("SKIP: " << k_redis_server << " not found (apt install redis-server)"); \
-      return;                                                                      \
-    }                                                                              \
-  } while (0)
+#define SKIP_WITHOUT_REDIS() \
+  if (!redis_server::available()) SY_SKIP_TEST(k_redis_server << " not found (apt install redis-server)")
 
 stored_response make_response(std::string text, std::string model = "smollm2-135m") {
   stored_response r;
@@ -159,7 +155,7 @@ std::string key_for(std::string ns, int32_t token) {
   in.tenant_namespace = std::move(ns);
   in.model = "smollm2-135m";
   in.prompt_tokens = {1, 2, token};
-  in.temperature = 0;
+  in.sampling.temperature = 0;
   return make_key(in);
 }
 

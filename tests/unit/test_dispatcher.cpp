@@ -131,14 +131,14 @@ struct harness {
     m.request_id = wire_id;
     for (uint32_t i = 0; i < n_new; ++i) m.token_ids.push_back(static_cast<int32_t>(100 + i));
     m.text = text;
-    m.finish_reason = finish;
+    m.finish_reason = sy::parse_finish_reason(finish).value();  // the worker's wire name
     m.usage = {prompt, cached, completion};
     feed(w, proto::msg_type::tokens, proto::encode(m), now_s);
   }
-  void error(worker_ref w, const std::string& wire_id, std::string_view code, double now_s) {
+  void error(worker_ref w, const std::string& wire_id, sy::error_code code, double now_s) {
     proto::error m;
     m.request_id = wire_id;
-    m.code = std::string(code);
+    m.code = code;
     m.message = "refused by the test";
     feed(w, proto::msg_type::error, proto::encode(m), now_s);
   }
@@ -1090,7 +1090,7 @@ TEST_CASE("dispatcher: a model whose chat template cannot be applied serves comp
   const auto completion = post("/v1/completions", R"({"model":"smollm2-135m","prompt":"Hello","max_tokens":4})");
   CHECK(completion->responses.empty());
   REQUIRE(submitted.size() == 1);
-  CHECK(submitted[0]->prompt == model->tok.encode("Hello", true, true));
+  CHECK(submitted[0]->prompt == model->tok.encode("Hello"));
   h.d.on_request(submitted[0], 0.2, h.out);
   CHECK(submits(h.take(), w).size() == 1);
 }

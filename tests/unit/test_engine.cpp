@@ -49,7 +49,7 @@ std::map<std::string, outcome> run_all(engine& e, int64_t now_ms = 0, int max_st
 
 std::vector<token_id> chat_ids(const std::string& q) {
   const auto& m = *env()->model;
-  return m.vocab().encode(m.chat().apply({{"user", q}}), true, true);
+  return m.vocab().encode(m.chat().apply({{"user", q}}));
 }
 
 sampling_params greedy(int max_tokens) {
@@ -238,14 +238,14 @@ TEST_CASE("invalid submissions get a specific error and change nothing") {
   REQUIRE_FALSE(e.submit("a", {1, 2, 3}, greedy(4), 0));
   auto dup = e.submit("a", {1, 2, 3}, greedy(4), 0);
   REQUIRE(dup);
-  CHECK(dup->code == "duplicate_request");
+  CHECK(dup->code == error_code::duplicate_request);
   CHECK(e.submit("b", {}, greedy(4), 0)->message.find("empty") != std::string::npos);
   CHECK(e.submit("b", {1, 999999}, greedy(4), 0)->message.find("prompt[1]") != std::string::npos);
   CHECK(e.submit("b", std::vector<token_id>(250, 5), greedy(10), 0)->message.find("context") != std::string::npos);
-  CHECK(e.submit("b", std::vector<token_id>(150, 5), greedy(10), 0)->code == "exceeds_kv_capacity");
+  CHECK(e.submit("b", std::vector<token_id>(150, 5), greedy(10), 0)->code == error_code::exceeds_kv_capacity);
   sampling_params bad = greedy(4);
   bad.top_p = 0;
-  CHECK(e.submit("b", {1}, bad, 0)->code == "invalid_request");
+  CHECK(e.submit("b", {1}, bad, 0)->code == error_code::invalid_request);
   auto r = run_all(e);
   CHECK(r.size() == 1);
   CHECK(r["a"].finish == finish_reason::length);

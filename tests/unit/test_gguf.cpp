@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/gguf.hpp"
+#include "tests/unit/prerequisite.hpp"
 
 using namespace sy::gguf;
 using Catch::Matchers::Contains;
@@ -514,12 +515,9 @@ TEST_CASE("gguf: open() maps a file from disk", "[gguf]") {
 }
 
 TEST_CASE("gguf: real model file", "[gguf][model]") {
-  if (!std::filesystem::exists(SY_MODEL_PATH)) {
-    WARN("model file " << SY_MODEL_PATH << " absent; skipping");
-    SUCCEED();
-    return;
-  }
-  const file f = file::open(SY_MODEL_PATH);
+  if (!std::filesystem::exists(sy::test::model_path()))
+    SY_SKIP_TEST("model file " << sy::test::model_path() << " absent");
+  const file f = file::open(sy::test::model_path());
   CHECK(f.version() == 3);
   CHECK(f.get_string("general.architecture") == "llama");
   CHECK(f.get_uint("llama.block_count") == 30);

@@ -387,7 +387,7 @@ TEST_CASE("bad requests are rejected with the exact status, code and param", "[o
       {"role not a string", H, msgs(R"([{"role":1,"content":"hi"}])"), "invalid_type", "messages[0].role"},
       {"unknown role", H, msgs(R"([{"role":"user","content":"a"},{"role":"wizard","content":"b"}])"), "invalid_value",
        "messages[1].role"},
-      {"tool role", H, msgs(R"([{"role":"tool","content":"42"}])"), "invalid_value", "messages[0].role"},
+      {"function role", H, msgs(R"([{"role":"function","content":"42"}])"), "invalid_value", "messages[0].role"},
       {"user without content", H, msgs(R"([{"role":"system","content":"a"},{"role":"user"}])"),
        "missing_required_parameter", "messages[1].content"},
       {"user with null content", H, msgs(R"([{"role":"user","content":null}])"), "missing_required_parameter",

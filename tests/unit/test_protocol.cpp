@@ -103,7 +103,7 @@ proto::tokens make_tokens() {
   t.request_id = "r1";
   t.token_ids = {5, 6, 7};
   t.text = "abc ✓";
-  t.finish_reason = "length";
+  t.finish_reason = sy::finish_reason::length;
   t.usage = {.prompt_tokens = 100, .cached_prompt_tokens = 64, .completion_tokens = 3};
   for (int32_t id : t.token_ids) {
     proto::token_logprob e{.token = id, .logprob = -0.25f * float(id), .top = {}};
@@ -138,7 +138,8 @@ std::vector<std::pair<msg_type, std::string>> valid_bodies() {
       {msg_type::submit, proto::encode(make_submit())},
       {msg_type::cancel, proto::encode(proto::cancel{.request_id = "r1"})},
       {msg_type::tokens, proto::encode(make_tokens())},
-      {msg_type::error, proto::encode(proto::error{.request_id = "r1", .code = "overloaded", .message = "busy"})},
+      {msg_type::error,
+       proto::encode(proto::error{.request_id = "r1", .code = proto::error_code::overloaded, .message = "busy"})},
       {msg_type::drain, proto::encode(proto::drain{.reason = "deploy"})},
       {msg_type::kv_events,
        proto::encode(proto::kv_events{
@@ -259,9 +260,9 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     m.priority = INT32_MIN;
     m.budget_ms = UINT32_MAX;
     m.sampling.top_k = INT32_MAX;
-    m.sampling.max_tokens = 0;
+    m.sampling.max_tokens = 1;
     m.sampling.logprobs = proto::k_max_top_logprobs;
-    m.sampling.top_p = 0.f;
+    m.sampling.top_p = std::numeric_limits<float>::denorm_min();  // top_p > 0
     m.sampling.temperature = 2.f;
     CHECK(round_trip(m) == m);
     CHECK(proto::encode(m).find("temperature\xca\x40\x00\x00\x00") != std::string::npos);
@@ -273,17 +274,25 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
   SECTION("tokens") {
     const proto::tokens m = make_tokens();
     CHECK(round_trip(m) == m);
-    proto::tokens running{
-        .request_id = "r2", .token_ids = {}, .text = "", .finish_reason = "", .usage = {}, .logprobs = {}};
+    proto::tokens running{.request_id = "r2",
+                          .token_ids = {},
+                          .text = "",
+                          .finish_reason = sy::finish_reason::none,
+                          .usage = {},
+                          .logprobs = {}};
     CHECK(round_trip(running) == running);
-    for (std::string_view reason : proto::k_finish_reasons) {
+    for (size_t i = 0; i < sy::k_n_finish_reasons; ++i) {
       proto::tokens t = make_tokens();
-      t.finish_reason = std::string(reason);
+      t.finish_reason = static_cast<sy::finish_reason>(i);
       CHECK(round_trip(t) == t);
+      // On the wire as its name, a msgpack fixstr ("" while running), as peers of every version read it.
+      const std::string wire_name(sy::name(t.finish_reason));
+      CHECK(proto::encode(t).find("finish_reason" + std::string(1, char(0xa0 + wire_name.size())) + wire_name) !=
+            std::string::npos);
     }
   }
   SECTION("error") {
-    const proto::error m{.request_id = "", .code = "unknown_version", .message = all_bytes()};
+    const proto::error m{.request_id = "", .code = proto::error_code::unknown_version, .message = all_bytes()};
     CHECK(round_trip(m) == m);
   }
   SECTION("hello and welcome with the kv_events opt-in") {
@@ -560,6 +569,8 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
            {"sampling.repetition_penalty", [](proto::wire_sampling& p) { p.repetition_penalty = 0; }},
            {"sampling.repeat_last_n", [](proto::wire_sampling& p) { p.repeat_last_n = -1; }},
            {"sampling.max_tokens", [](proto::wire_sampling& p) { p.max_tokens = -1; }},
+           {"sampling.max_tokens: less than 1", [](proto::wire_sampling& p) { p.max_tokens = 0; }},
+           {"sampling.top_p: outside (0, 1]", [](proto::wire_sampling& p) { p.top_p = 0; }},
        }) {
     proto::submit s = make_submit();
     mutate(s.sampling);
@@ -567,8 +578,8 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
   }
   {
     proto::tokens t = make_tokens();
-    t.finish_reason = "exploded";
-    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field, "finish_reason");
+    expect_error(msg_type::tokens, map_body().add("request_id", "r1").add("finish_reason", "exploded").str(),
+                 decode_errc::invalid_field, "finish_reason: not one of");
     t = make_tokens();
     t.logprobs.pop_back();
     expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field,
@@ -616,8 +627,14 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
   }
   expect_error(msg_type::cancel, proto::encode(proto::cancel{}), decode_errc::invalid_field, "request_id");
   expect_error(msg_type::error,
-               proto::encode(proto::error{.request_id = "", .code = std::string(65, 'c'), .message = ""}),
+               map_body().add("request_id", "").add("code", std::string(65, 'c')).add("message", "").str(),
                decode_errc::invalid_field, "code: longer than 64 bytes");
+  {  // A code from a newer peer still ends its request: it reads as other, a worker fault.
+    const proto::decode_result r =
+        decode("error", map_body().add("request_id", "r1").add("code", "brand_new").add("message", "m").str());
+    REQUIRE(r.get_if<proto::error>() != nullptr);
+    CHECK(r.get_if<proto::error>()->code == proto::error_code::other);
+  }
   expect_error(msg_type::drain, proto::encode(proto::drain{.reason = std::string(1025, 'r')}),
                decode_errc::invalid_field, "reason");
   // A decode error without a request becomes a connection-level bad_message.

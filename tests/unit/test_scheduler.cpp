@@ -79,7 +79,7 @@ struct fake_engine {
 
   void record_finished(const std::vector<finished_request>& done) {
     for (const auto& f : done) {
-      INFO("request " << f.id << " reason " << to_string(f.reason));
+      INFO("request " << f.id << " reason " << name(f.reason));
       REQUIRE(finished.count(f.id) == 0);  // reported exactly once
       REQUIRE_FALSE(sched.state(f.id).has_value());
       CHECK(f.usage.n_prompt == n_prompt[f.id]);

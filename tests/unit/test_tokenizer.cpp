@@ -17,7 +17,9 @@
 #include "common/chat_template.hpp"
 #include "common/gguf.hpp"
 #include "common/protocol.hpp"
+#include "common/stream_decoder.hpp"
 #include "common/tokenizer.hpp"
+#include "tests/unit/prerequisite.hpp"
 #include "worker/worker_service.hpp"
 
 using sy::chat_message;
@@ -38,19 +40,16 @@ struct model_assets {
 
 const model_assets* assets() {
   static const std::unique_ptr<model_assets> a = []() -> std::unique_ptr<model_assets> {
-    if (!std::filesystem::exists(SY_MODEL_PATH)) return nullptr;
-    const auto f = sy::gguf::file::open(SY_MODEL_PATH);
+    if (!std::filesystem::exists(sy::test::model_path())) return nullptr;
+    const auto f = sy::gguf::file::open(sy::test::model_path());
     return std::make_unique<model_assets>(model_assets{tokenizer::from_gguf(f), chat_template::from_gguf(f)});
   }();
   return a.get();
 }
 
-#define SY_REQUIRE_MODEL(var)                                            \
-  const model_assets* var = assets();                                    \
-  if (var == nullptr) {                                                  \
-    WARN("model file " SY_MODEL_PATH " not found; skipping model test"); \
-    return;                                                              \
-  }
+#define SY_REQUIRE_MODEL(var)         \
+  const model_assets* var = assets(); \
+  if (var == nullptr) SY_SKIP_TEST("model file " << sy::test::model_path() << " not found")
 
 json read_fixture(const char* name) {
   const std::string path = std::string(SY_FIXTURES_DIR) + "/" + name;
@@ -156,7 +155,7 @@ TEST_CASE("tokenizer: metadata of the SmolLM2 vocabulary") {
   CHECK(tok.find("<|im_end|>") == 2);
   CHECK(tok.find("no such token, surely") == -1);
   // add_bos_token is false for this model: add_bos changes nothing.
-  CHECK(tok.encode("Hello", true) == tok.encode("Hello", false));
+  CHECK(tok.encode("Hello") == tok.encode("Hello", {.add_special = false}));
 }
 
 TEST_CASE("tokenizer: every fixture string encodes to llama.cpp's ids and decodes back") {
@@ -169,7 +168,7 @@ TEST_CASE("tokenizer: every fixture string encodes to llama.cpp's ids and decode
     const bool add_bos = c.at("add_bos");
     const std::vector<token_id> want = ids_of(c.at("ids"));
     INFO("text: \"" << text << "\" parse_special=" << parse_special);
-    CHECK(m->tok.encode(text, add_bos, parse_special) == want);
+    CHECK(m->tok.encode(text, {.add_special = add_bos, .parse_special = parse_special}) == want);
     CHECK(m->tok.decode(want, /*render_special=*/parse_special) == text);
   }
 }
@@ -177,7 +176,7 @@ TEST_CASE("tokenizer: every fixture string encodes to llama.cpp's ids and decode
 TEST_CASE("tokenizer: a router's copy built from the welcome message encodes like the worker's") {
   SY_REQUIRE_MODEL(m);
   // What a worker sends (tokenizer_spec in `welcome`), through the wire encoding and back.
-  const auto f = sy::gguf::file::open(SY_MODEL_PATH);
+  const auto f = sy::gguf::file::open(sy::test::model_path());
   sy::proto::welcome w;
   w.tokenizer = sy::tokenizer_spec_from(f);
   const auto decoded = sy::proto::decode("welcome", sy::proto::encode(w));
@@ -193,7 +192,7 @@ TEST_CASE("tokenizer: a router's copy built from the welcome message encodes lik
     const bool add_bos = c.at("add_bos");
     INFO("text: \"" << text << "\"");
     const auto ids = ids_of(c.at("ids"));
-    CHECK(copy.encode(text, add_bos, parse_special) == ids);
+    CHECK(copy.encode(text, {.add_special = add_bos, .parse_special = parse_special}) == ids);
     for (const token_id id : ids) CHECK(copy.is_eog(id) == m->tok.is_eog(id));
   }
   sy::proto::tokenizer_spec bad = w.tokenizer;
@@ -215,7 +214,7 @@ TEST_CASE("tokenizer: reference prompts encode to the logits fixture's prompt id
     const std::string prompt = c.at("prompt");
     const bool chat = c.at("chat");
     INFO("prompt: \"" << prompt << "\"");
-    CHECK(m->tok.encode(prompt, false, /*parse_special=*/chat) == ids_of(c.at("prompt_ids")));
+    CHECK(m->tok.encode(prompt, {.add_special = false, .parse_special = chat}) == ids_of(c.at("prompt_ids")));
     if (!chat) continue;
     ++n_chat;
     // The prompt is our template's rendering of its single user turn.
@@ -226,7 +225,7 @@ TEST_CASE("tokenizer: reference prompts encode to the logits fixture's prompt id
     const std::string user = prompt.substr(b + head.size(), e - b - head.size());
     const std::string rendered = m->tmpl.apply({{"user", user}});
     CHECK(rendered == prompt);
-    CHECK(m->tok.encode(rendered, false, true) == ids_of(c.at("prompt_ids")));
+    CHECK(m->tok.encode(rendered, {.add_special = false}) == ids_of(c.at("prompt_ids")));
   }
   CHECK(n_chat >= 3);
 }
@@ -236,14 +235,14 @@ TEST_CASE("tokenizer: special tokens are parsed only when asked") {
   const tokenizer& tok = m->tok;
   const std::string text = "<|im_start|>user\nhi<|im_end|>";
 
-  const auto on = tok.encode(text, false, true);
+  const auto on = tok.encode(text, {.add_special = false});
   REQUIRE(on.size() >= 3);
   CHECK(on.front() == 1);
   CHECK(on.back() == 2);
   CHECK(tok.decode(on, true) == text);
   CHECK(tok.decode(on, false) == "user\nhi");  // control tokens are not rendered by default
 
-  const auto off = tok.encode(text, false, false);
+  const auto off = tok.encode(text, {.add_special = false, .parse_special = false});
   for (const token_id id : off) CHECK(id > 16);  // ids 0..16 are the control tokens
   CHECK(off.size() > on.size());
   CHECK(tok.decode(off, false) == text);
@@ -256,11 +255,11 @@ TEST_CASE("tokenizer: end-of-generation and control tokens") {
   CHECK(tok.is_eog(tok.find("<|im_end|>")));
   CHECK(tok.is_eog(tok.find("<|endoftext|>")));
   CHECK_FALSE(tok.is_eog(tok.find("<|im_start|>")));
-  CHECK_FALSE(tok.is_eog(tok.encode("Hello", false).at(0)));
+  CHECK_FALSE(tok.is_eog(tok.encode("Hello", {.add_special = false}).at(0)));
   CHECK_FALSE(tok.is_eog(-1));
   CHECK_FALSE(tok.is_eog(static_cast<token_id>(tok.vocab_size())));
   CHECK(tok.is_control(tok.find("<|im_start|>")));
-  CHECK_FALSE(tok.is_control(tok.encode("Hello", false).at(0)));
+  CHECK_FALSE(tok.is_control(tok.encode("Hello", {.add_special = false}).at(0)));
   CHECK(tok.token_bytes(tok.find("<|im_end|>")).empty());
   CHECK(tok.token_bytes(tok.find("<|im_end|>"), true) == "<|im_end|>");
 }
@@ -270,7 +269,7 @@ TEST_CASE("tokenizer: invalid UTF-8 input becomes U+FFFD / as in llama.cpp") {
   const auto ids = m->tok.encode(
       "a\xff"
       "b\xe2\x82",
-      false, false);
+      {.add_special = false, .parse_special = false});
   CHECK(m->tok.decode(ids) ==
         "a\xEF\xBF\xBD"
         "b\xEF\xBF\xBD\xEF\xBF\xBD");
@@ -311,12 +310,12 @@ TEST_CASE("tokenizer: random text round-trips - random bytes decode to valid UTF
     const int n = static_cast<int>(rng() % 24);
     for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
     INFO("text: \"" << text << "\"");
-    CHECK(m->tok.decode(m->tok.encode(text, false, false)) == text);
-    CHECK(m->tok.decode(m->tok.encode(text, false, true), true) == text);
+    CHECK(m->tok.decode(m->tok.encode(text, {.add_special = false, .parse_special = false})) == text);
+    CHECK(m->tok.decode(m->tok.encode(text, {.add_special = false}), true) == text);
 
     std::string bytes(rng() % 32, '\0');
     for (char& c : bytes) c = static_cast<char>(rng());
-    CHECK(valid_utf8(m->tok.decode(m->tok.encode(bytes, false, false))));
+    CHECK(valid_utf8(m->tok.decode(m->tok.encode(bytes, {.add_special = false, .parse_special = false}))));
   }
 }
 
@@ -334,7 +333,7 @@ TEST_CASE("stream_decoder: token-by-token output is always valid UTF-8") {
   bool saw_split_character = false;  // some token on its own is not valid UTF-8
   for (const std::string& text : texts) {
     INFO("text: " << text);
-    const auto ids = tok.encode(text, false, false);
+    const auto ids = tok.encode(text, {.add_special = false, .parse_special = false});
     sy::stream_decoder dec(tok);
     std::string out;
     for (const token_id id : ids) {
@@ -403,7 +402,8 @@ TEST_CASE("tokenizer: concurrent encoding from several threads") {
     threads.emplace_back([&, t] {
       for (int rep = 0; rep < 20; ++rep) {
         for (const json& c : fx.at("cases")) {
-          const auto got = m->tok.encode(c.at("text").get<std::string>(), false, c.at("parse_special").get<bool>());
+          const auto got = m->tok.encode(c.at("text").get<std::string>(),
+                                         {.add_special = false, .parse_special = c.at("parse_special").get<bool>()});
           if (got != ids_of(c.at("ids"))) ++mismatches[t];
         }
       }
@@ -419,12 +419,12 @@ TEST_CASE("tokenizer: encoding a 512-token prompt is fast") {
   const std::string para =
       "Switchyard routes each request to a worker, which batches prompts, keeps a paged KV cache "
       "and streams tokens back; on 2024-05-01 it served 12,345 requests (p99 = 87 ms). ";
-  while (m->tok.encode(text, false).size() < 512) text += para;
+  while (m->tok.encode(text, {.add_special = false}).size() < 512) text += para;
 
   const int reps = 50;
   size_t n_tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) n_tokens = m->tok.encode(text, false).size();
+  for (int i = 0; i < reps; ++i) n_tokens = m->tok.encode(text, {.add_special = false}).size();
   const auto t1 = std::chrono::steady_clock::now();
   const double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / reps;
   WARN("encode: " << n_tokens << " tokens from " << text.size() << " bytes in " << us << " us");

@@ -16,7 +16,9 @@
 
 #include "common/gguf.hpp"
 #include "common/protocol.hpp"
+#include "common/stream_decoder.hpp"
 #include "common/tokenizer.hpp"
+#include "tests/unit/prerequisite.hpp"
 #include "worker/worker_service.hpp"
 
 #ifndef SY_TEST_MODELS_DIR
@@ -74,12 +76,9 @@ const test_models* models() {
   return m.get();
 }
 
-#define SY_REQUIRE_TEST_MODELS(var)                                                                     \
-  const test_models* var = models();                                                                    \
-  if (var == nullptr) {                                                                                 \
-    WARN("no " SY_TEST_MODELS_DIR "/manifest.json (tests/tools/test_models.sh); skipping family test"); \
-    return;                                                                                             \
-  }
+#define SY_REQUIRE_TEST_MODELS(var)  \
+  const test_models* var = models(); \
+  if (var == nullptr) SY_SKIP_TEST("no " SY_TEST_MODELS_DIR "/manifest.json (tests/tools/test_models.sh)")
 
 std::vector<token_id> ids_of(const json& a) { return a.get<std::vector<token_id>>(); }
 
@@ -152,7 +151,7 @@ TEST_CASE("tokenizer families: every case encodes to llama.cpp's ids and decodes
       const bool add_bos = c.at("add_bos"), parse_special = c.at("parse_special");
       const std::vector<token_id> want = ids_of(c.at("ids"));
       INFO(f.family << ": \"" << text << "\" add_bos=" << add_bos << " parse_special=" << parse_special);
-      CHECK(f.tok.encode(text, add_bos, parse_special) == want);
+      CHECK(f.tok.encode(text, {.add_special = add_bos, .parse_special = parse_special}) == want);
       const std::string pieces = c.at("pieces"), pieces_special = c.at("pieces_special");
       CHECK(f.tok.decode(want) == pieces);
       CHECK(f.tok.decode(want, true) == pieces_special);
@@ -177,7 +176,7 @@ TEST_CASE("tokenizer families: text that is not valid UTF-8 encodes and decodes 
       const bool add_bos = c.at("add_bos");
       INFO(f.family << ": " << c.at("hex").get<std::string>() << " add_bos=" << add_bos);
       const std::vector<token_id> want = ids_of(c.at("ids"));
-      CHECK(f.tok.encode(bytes, add_bos, false) == want);
+      CHECK(f.tok.encode(bytes, {.add_special = add_bos, .parse_special = false}) == want);
       CHECK(f.tok.decode(want) == from_hex(c.at("pieces_hex")));
     }
   }
@@ -219,7 +218,7 @@ TEST_CASE("tokenizer families: what each family is known to do") {
     } else if (f.family == "qwen2") {
       CHECK(tok.pre_tokenizer() == "qwen2");
       CHECK_FALSE(tok.add_bos());
-      CHECK(tok.encode("Hi") == tok.encode("Hi", false));
+      CHECK(tok.encode("Hi") == tok.encode("Hi", {.add_special = false}));
       for (const char* t : {"<|im_end|>", "<|endoftext|>"}) CHECK(tok.is_eog(tok.find(t)));
       CHECK_FALSE(tok.is_eog(tok.find("<|im_start|>")));
     } else if (f.family == "mistral") {
@@ -230,18 +229,19 @@ TEST_CASE("tokenizer families: what each family is known to do") {
       REQUIRE(inst >= 0);
       REQUIRE(end_inst >= 0);
       // A space is prepended at the start and after each special token, and kept on decode.
-      const auto ids = tok.encode("[INST] Hi [/INST]", true, true);
+      const auto ids = tok.encode("[INST] Hi [/INST]");
       REQUIRE(ids.size() >= 4);
       CHECK(ids[0] == tok.bos());
       CHECK(ids[1] == inst);
       CHECK(ids.back() == end_inst);
       CHECK(tok.decode(ids) == "  Hi ");
       CHECK(tok.decode(ids, true) == "<s>[INST]  Hi [/INST]");
-      CHECK(tok.decode(tok.encode("Hi", false)) == " Hi");
+      CHECK(tok.decode(tok.encode("Hi", {.add_special = false})) == " Hi");
       // Without parse_special the brackets are text, spelled from byte or character tokens.
-      for (const token_id id : tok.encode("[INST]", false, false)) CHECK_FALSE(tok.is_control(id));
+      for (const token_id id : tok.encode("[INST]", {.add_special = false, .parse_special = false}))
+        CHECK_FALSE(tok.is_control(id));
       // A character outside the vocabulary falls back to its UTF-8 bytes' <0xXX> tokens.
-      const auto bytes = tok.encode("\xF0\x9F\xA6\x99", false);  // U+1F999, not in the training text
+      const auto bytes = tok.encode("\xF0\x9F\xA6\x99", {.add_special = false});  // U+1F999, not in the training text
       CHECK(tok.decode(bytes) == " \xF0\x9F\xA6\x99");
       CHECK(tok.is_eog(tok.eos()));
       CHECK(tok.decode(std::vector<token_id>{tok.eos()}).empty());
@@ -290,8 +290,8 @@ TEST_CASE("tokenizer families: a router's copy from tokenizer_spec_from encodes 
       const bool add_bos = c.at("add_bos"), parse_special = c.at("parse_special");
       INFO("\"" << text << "\" add_bos=" << add_bos << " parse_special=" << parse_special);
       const std::vector<token_id> want = ids_of(c.at("ids"));
-      CHECK(local.encode(text, add_bos, parse_special) == want);
-      CHECK(remote.encode(text, add_bos, parse_special) == want);
+      CHECK(local.encode(text, {.add_special = add_bos, .parse_special = parse_special}) == want);
+      CHECK(remote.encode(text, {.add_special = add_bos, .parse_special = parse_special}) == want);
     }
   }
 }
@@ -313,7 +313,7 @@ TEST_CASE("tokenizer families: a SentencePiece spec without scores or with a bad
     bad = spec;
     bad.scores.clear();
     const tokenizer flat = tokenizer::from_spec(bad);
-    CHECK(flat.decode(flat.encode("Hello world", false)) == " Hello world");
+    CHECK(flat.decode(flat.encode("Hello world", {.add_special = false})) == " Hello world");
   }
 }
 
@@ -366,11 +366,13 @@ TEST_CASE("tokenizer: llama.cpp's text-based end-of-generation and attribute rul
   // <|end|> (with <|return|> and <|call|> present) and <|channel|> become user-defined: matched
   // as specials even without parse_special, and always rendered.
   for (const bool parse_special : {false, true}) {
-    CHECK(tok.encode("x<|channel|>y", false, parse_special) ==
+    CHECK(tok.encode("x<|channel|>y", {.add_special = false, .parse_special = parse_special}) ==
           std::vector<token_id>{id("x"), id("<|channel|>"), id("y")});
-    CHECK(tok.encode("<|end|>", false, parse_special) == std::vector<token_id>{id("<|end|>")});
+    CHECK(tok.encode("<|end|>", {.add_special = false, .parse_special = parse_special}) ==
+          std::vector<token_id>{id("<|end|>")});
     // </s> (with <|tool_response>) and an undetected <PAD> stay normal text.
-    CHECK(tok.encode("</s>", false, parse_special) == std::vector<token_id>{id("<"), id("/"), id("s"), id(">")});
+    CHECK(tok.encode("</s>", {.add_special = false, .parse_special = parse_special}) ==
+          std::vector<token_id>{id("<"), id("/"), id("s"), id(">")});
   }
   CHECK(tok.decode(std::vector<token_id>{id("<|end|>"), id("<|channel|>"), id("</s>"), id("<|return|>")}) ==
         "<|end|><|channel|></s>");

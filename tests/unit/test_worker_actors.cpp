@@ -51,7 +51,7 @@ engine_config small_engine() {
 
 std::vector<int32_t> chat_prompt(const std::string& q) {
   const auto& m = *env()->model;
-  return m.vocab().encode(m.chat().apply({{"user", q}}), true, true);
+  return m.vocab().encode(m.chat().apply({{"user", q}}));
 }
 
 proto::submit make_submit(const std::string& id, int32_t max_tokens, const std::string& question) {
@@ -233,9 +233,9 @@ TEST_CASE("engine actor: a submit streams the engine's tokens in order, one step
     got.push_back(t.token_ids[0]);
     text += t.text;
     if (step < 7) {
-      CHECK(t.finish_reason.empty());
+      CHECK(t.finish_reason == sy::finish_reason::none);
     } else {
-      CHECK(t.finish_reason == "length");
+      CHECK(t.finish_reason == sy::finish_reason::length);
       CHECK(t.usage.prompt_tokens == s.prompt.size());
       CHECK(t.usage.completion_tokens == 8);
     }
@@ -274,10 +274,10 @@ TEST_CASE("engine actor: a cancel takes effect at the next step and ends the req
   REQUIRE(types(out) == std::vector<std::string>{"tokens", "tokens"});
   const auto fourth = as<proto::tokens>(out[0]);
   CHECK(fourth.token_ids.size() == 1);
-  CHECK(fourth.finish_reason.empty());
+  CHECK(fourth.finish_reason == sy::finish_reason::none);
   const auto last = as<proto::tokens>(out[1]);
   CHECK(last.request_id == "r1");
-  CHECK(last.finish_reason == "cancelled");
+  CHECK(last.finish_reason == sy::finish_reason::cancelled);
   CHECK(last.token_ids.empty());
   CHECK(last.usage.completion_tokens == 4);
 
@@ -313,7 +313,7 @@ TEST_CASE("engine actor: a router that becomes unreachable loses its requests, o
   REQUIRE_FALSE(out.empty());
   for (const auto& x : out) CHECK(x.peer == "peer-b");  // nothing more for the router that left
   const auto last = as<proto::tokens>(out.back());
-  CHECK(last.finish_reason == "length");
+  CHECK(last.finish_reason == sy::finish_reason::length);
   CHECK(last.usage.completion_tokens == 6);
 
   const metrics_snapshot m = f.snapshot();
@@ -344,7 +344,7 @@ TEST_CASE("engine actor: draining refuses new submits as overloaded and finishes
     if (x.type == "tokens") {
       const auto t = as<proto::tokens>(x);
       CHECK(t.request_id == "r1");
-      if (!t.finish_reason.empty()) finishes.push_back(t.finish_reason);
+      if (t.finish_reason != sy::finish_reason::none) finishes.push_back(std::string(sy::name(t.finish_reason)));
     } else if (x.type == "error") {
       errors.push_back(as<proto::error>(x));
     }
@@ -393,7 +393,7 @@ TEST_CASE("engine actor: bad frames are answered with errors and the actor keeps
   REQUIRE_FALSE(out.empty());
   const auto last = as<proto::tokens>(out.back());
   CHECK(last.request_id == "r-dup");
-  CHECK(last.finish_reason == "length");
+  CHECK(last.finish_reason == sy::finish_reason::length);
   const metrics_snapshot m = f.snapshot();
   CHECK(m.service.bad_messages == 1);
   CHECK(m.service.rejected == 2);

@@ -44,7 +44,7 @@ proto::submit submit_of(const std::string& id, int32_t max_tokens) {
   const auto& m = *env()->model;
   proto::submit s;
   s.request_id = id;
-  s.prompt = m.vocab().encode(m.chat().apply({{"user", "Name a colour."}}), true, true);
+  s.prompt = m.vocab().encode(m.chat().apply({{"user", "Name a colour."}}));
   s.sampling.max_tokens = max_tokens;
   s.sampling.ignore_eos = true;
   s.stream = true;
@@ -110,7 +110,7 @@ TEST_CASE("a failing step ends every live request with internal_error and the wo
   const auto* t = last.get_if<proto::tokens>();
   REQUIRE(t);
   CHECK(t->request_id == "a2");
-  CHECK(t->finish_reason == "length");
+  CHECK(t->finish_reason == sy::finish_reason::length);
   CHECK(t->usage.completion_tokens == 4);
 }
 
