@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <vector>
+
+#include "common/json_schema_parts.hpp"
 
 namespace sy {
 namespace {
@@ -31,7 +34,8 @@ sequence cat(std::initializer_list<sequence> parts) {
 struct json_rules {
   grammar::grammar& g;
   uint32_t ws_ = UINT32_MAX, value_ = UINT32_MAX, string_ = UINT32_MAX, char_ = UINT32_MAX, number_ = UINT32_MAX,
-           integer_ = UINT32_MAX, object_ = UINT32_MAX, array_ = UINT32_MAX;
+           integer_ = UINT32_MAX, object_ = UINT32_MAX, array_ = UINT32_MAX, natural_ = UINT32_MAX, frac_ = UINT32_MAX,
+           exp_ = UINT32_MAX;
 
   // Optional whitespace: nothing, one space, or a newline and up to 20 spaces or tabs (indent).
   element ws() {
@@ -88,25 +92,35 @@ struct json_rules {
   // Numbers have bounded digits (integer part up to 16, fraction up to 16, exponent up to 3): a
   // sampled model otherwise runs away with digits until max_tokens; beyond 16 significant digits
   // a double (what most parsers read) holds no more anyway.
-  element integer() {
-    if (integer_ == UINT32_MAX) {
+  element natural() {
+    if (natural_ == UINT32_MAX) {
       const uint32_t digits = g.repeat("digits", {g.bytes(range('0', '9'))}, 0, 15);
-      const uint32_t nat = g.alt_rule("natural", {g.literal("0"), {g.bytes(range('1', '9')), g.ref(digits)}});
-      integer_ = g.alt_rule("integer", {{g.ref(nat)}, {g.byte('-'), g.ref(nat)}});
+      natural_ = g.alt_rule("natural", {g.literal("0"), {g.bytes(range('1', '9')), g.ref(digits)}});
     }
+    return g.ref(natural_);
+  }
+  element integer() {
+    if (integer_ == UINT32_MAX) integer_ = g.alt_rule("integer", {{natural()}, {g.byte('-'), natural()}});
     return g.ref(integer_);
   }
-  element number() {
-    if (number_ == UINT32_MAX) {
-      const element digit = g.bytes(range('0', '9'));
-      const uint32_t frac_digits = g.repeat("frac-digits", {digit}, 1, 16);
-      const uint32_t exp_digits = g.repeat("exp-digits", {digit}, 1, 3);
-      const uint32_t frac = g.alt_rule("frac", {{}, {g.byte('.'), g.ref(frac_digits)}});
-      const uint32_t sign = g.alt_rule("exp-sign", {{}, g.literal("+"), g.literal("-")});
-      const uint32_t exp =
-          g.alt_rule("exp", {{}, {g.bytes(range('e', 'e') | range('E', 'E')), g.ref(sign), g.ref(exp_digits)}});
-      number_ = g.alt_rule("number", {{integer(), g.ref(frac), g.ref(exp)}});
+  // Optional fraction ".ddd" (up to 16 digits) and optional exponent (up to 3 digits).
+  element frac() {
+    if (frac_ == UINT32_MAX) {
+      const uint32_t frac_digits = g.repeat("frac-digits", {g.bytes(range('0', '9'))}, 1, 16);
+      frac_ = g.alt_rule("frac", {{}, {g.byte('.'), g.ref(frac_digits)}});
     }
+    return g.ref(frac_);
+  }
+  element exp() {
+    if (exp_ == UINT32_MAX) {
+      const uint32_t exp_digits = g.repeat("exp-digits", {g.bytes(range('0', '9'))}, 1, 3);
+      const uint32_t sign = g.alt_rule("exp-sign", {{}, g.literal("+"), g.literal("-")});
+      exp_ = g.alt_rule("exp", {{}, {g.bytes(range('e', 'e') | range('E', 'E')), g.ref(sign), g.ref(exp_digits)}});
+    }
+    return g.ref(exp_);
+  }
+  element number() {
+    if (number_ == UINT32_MAX) number_ = g.alt_rule("number", {{integer(), frac(), exp()}});
     return g.ref(number_);
   }
   // Any JSON value (recursive: objects and arrays of values).
@@ -153,7 +167,7 @@ class compiler {
 
  private:
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
-    throw json_schema_error("json_schema at " + path + ": " + what);
+    json_schema_parts::fail(path, what);
   }
 
   void check_size(const std::string& path) {
@@ -221,8 +235,11 @@ class compiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
       types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types.push_back("number");
     } else {
       return j_.value();
     }
@@ -234,8 +251,8 @@ class compiler {
 
   element typed(const json& s, const std::string& t, const std::string& path, int depth) {
     if (t == "string") return string(s, path);
-    if (t == "number") return j_.number();
-    if (t == "integer") return j_.integer();
+    if (t == "number") return number(s, path);
+    if (t == "integer") return integer(s, path);
     if (t == "boolean") return g_.ref(g_.alt_rule("boolean", {g_.literal("true"), g_.literal("false")}));
     if (t == "null") return g_.ref(g_.alt_rule("null", {g_.literal("null")}));
     if (t == "object") return object(s, path, depth);
@@ -254,10 +271,89 @@ class compiler {
 
   element string(const json& s, const std::string& path) {
     const int lo = bound(s, "minLength", path, 0), hi = bound(s, "maxLength", path, -1);
-    if (lo == 0 && hi < 0) return j_.string();
     if (hi >= 0 && hi < lo) fail(path + "/maxLength", "is smaller than minLength");
+    if (s.contains("pattern") && s.contains("format"))
+      fail(path + "/format", "`format` beside `pattern` is not supported");
+    for (const char* k : {"pattern", "format"}) {
+      if (!s.contains(k)) continue;
+      if (!s[k].is_string()) fail(path + "/" + k, "must be a string");
+      const std::string text = s[k].get<std::string>(), at = path + "/" + k;
+      const sequence content = *k == 'p' ? json_schema_parts::string_pattern(g_, text, at, lo, hi, limits_)
+                                         : json_schema_parts::string_format(g_, text, at, lo, hi, limits_);
+      return g_.ref(g_.alt_rule(path, {cat({{g_.byte('"')}, content, {g_.byte('"')}})}));
+    }
+    if (lo == 0 && hi < 0) return j_.string();
     const uint32_t chars = g_.repeat(path + "/chars", {j_.chr()}, lo, hi);
     return g_.ref(g_.alt_rule(path, {{g_.byte('"'), g_.ref(chars), g_.byte('"')}}));
+  }
+
+  // A numeric bound keyword's value, if present.
+  std::optional<double> numeric(const json& s, const char* key, const std::string& path) {
+    if (!s.contains(key)) return std::nullopt;
+    if (!s[key].is_number()) fail(path + "/" + key, "must be a number");
+    return s[key].get<double>();
+  }
+
+  // minimum/maximum/exclusive* as an exact range (bounds are rounded inwards to integers).
+  element integer(const json& s, const std::string& path) {
+    std::optional<int64_t> lo, hi;
+    auto tighten = [](std::optional<int64_t>& b, int64_t v, bool lower) {
+      b = !b ? v : lower ? std::max(*b, v) : std::min(*b, v);
+    };
+    // Beyond 2^62 a bound cannot matter: the grammar writes at most 16 digits.
+    // Integral bounds are read exactly (a double loses units above 2^53).
+    auto clamp = [&](const char* key, double v) {
+      constexpr int64_t far = 4000000000000000000;
+      const json& x = s[key];
+      if (x.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(x.get<uint64_t>(), far));
+      if (x.is_number_integer()) return std::clamp<int64_t>(x.get<int64_t>(), -far, far);
+      return static_cast<int64_t>(std::clamp(v, -4e18, 4e18));
+    };
+    if (const auto v = numeric(s, "minimum", path)) tighten(lo, clamp("minimum", std::ceil(*v)), true);
+    if (const auto v = numeric(s, "exclusiveMinimum", path))
+      tighten(lo, clamp("exclusiveMinimum", std::floor(*v)) + 1, true);
+    if (const auto v = numeric(s, "maximum", path)) tighten(hi, clamp("maximum", std::floor(*v)), false);
+    if (const auto v = numeric(s, "exclusiveMaximum", path))
+      tighten(hi, clamp("exclusiveMaximum", std::ceil(*v)) - 1, false);
+    if (!lo && !hi) return j_.integer();
+    return json_schema_parts::integer_range(g_, lo, hi, path);
+  }
+
+  // Bounds on a number are enforced exactly when there is one, and it is 0: the sign of the number.
+  element number(const json& s, const std::string& path) {
+    std::vector<std::string> bounds;
+    for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"})
+      if (numeric(s, k, path)) bounds.push_back(k);
+    if (bounds.empty()) return j_.number();
+    if (bounds.size() > 1 || *numeric(s, bounds[0].c_str(), path) != 0)
+      fail(path + "/" + bounds[0],
+           "on a `number`, only a single bound of 0 is supported (`minimum`, `maximum`, "
+           "`exclusiveMinimum` or `exclusiveMaximum`); ranges are supported on `integer`");
+    const element digit = g_.bytes(range('0', '9')), nonzero = g_.bytes(range('1', '9'));
+    // Positive: a nonzero mantissa ([1-9]d{0,15} frac, or 0.d{0,7}[1-9]d{0,7}) and an exponent of at most
+    // 2 digits, so that no value underflows to 0 when read as a double (1e-999 does).
+    const uint32_t pos_int = g_.repeat(path + "/int", {digit}, 0, 15), some = g_.repeat(path + "/d", {digit}, 0, 7);
+    const uint32_t exp_digits = g_.repeat(path + "/e", {digit}, 1, 2);
+    const uint32_t exp2 = g_.alt_rule(
+        path + "/exp",
+        {{},
+         {g_.bytes(range('e', 'e') | range('E', 'E')),
+          g_.ref(g_.alt_rule(path + "/sign", {{}, g_.literal("+"), g_.literal("-")})), g_.ref(exp_digits)}});
+    const uint32_t mantissa = g_.alt_rule(
+        path + "/mantissa",
+        {{nonzero, g_.ref(pos_int), j_.frac()}, cat({g_.literal("0."), {g_.ref(some), nonzero, g_.ref(some)}})});
+    const uint32_t positive = g_.alt_rule(path + "/positive", {{g_.ref(mantissa), g_.ref(exp2)}});
+    // Zero: "0" or "0.000" (a zero with an exponent is a trap: 0.4e92 is not zero).
+    const sequence zero = {
+        g_.byte('0'), g_.ref(g_.alt_rule(path + "/zeros",
+                                         {{}, {g_.byte('.'), g_.ref(g_.repeat(path + "/z", {g_.byte('0')}, 1, 16))}}))};
+    const std::string& b = bounds[0];
+    std::vector<sequence> alts;
+    if (b == "minimum") alts = {{j_.natural(), j_.frac(), j_.exp()}};  // no sign: >= 0
+    if (b == "exclusiveMinimum") alts = {{g_.ref(positive)}};
+    if (b == "maximum") alts = {{g_.byte('-'), j_.natural(), j_.frac(), j_.exp()}, zero};
+    if (b == "exclusiveMaximum") alts = {{g_.byte('-'), g_.ref(positive)}};
+    return g_.ref(g_.alt_rule(path, std::move(alts)));
   }
 
   element array(const json& s, const std::string& path, int depth) {
@@ -362,11 +458,27 @@ class compiler {
     return g_.ref(rule);
   }
 
-  static inline const std::set<std::string, std::less<>> k_structural = {
-      "type",      "properties", "required", "additionalProperties",
-      "items",     "minItems",   "maxItems", "enum",
-      "const",     "anyOf",      "oneOf",    "allOf",
-      "minLength", "maxLength",  "$ref"};
+  static inline const std::set<std::string, std::less<>> k_structural = {"type",
+                                                                         "properties",
+                                                                         "required",
+                                                                         "additionalProperties",
+                                                                         "items",
+                                                                         "minItems",
+                                                                         "maxItems",
+                                                                         "enum",
+                                                                         "const",
+                                                                         "anyOf",
+                                                                         "oneOf",
+                                                                         "allOf",
+                                                                         "minLength",
+                                                                         "maxLength",
+                                                                         "$ref",
+                                                                         "pattern",
+                                                                         "format",
+                                                                         "minimum",
+                                                                         "maximum",
+                                                                         "exclusiveMinimum",
+                                                                         "exclusiveMaximum"};
 
   const json& root_;
   json_schema_limits limits_;

@@ -5,7 +5,10 @@
 // object/array/string/number/integer/boolean/null), `properties`, `required`,
 // `additionalProperties` (false, true or a schema), `items`, `minItems`/`maxItems`, `enum`,
 // `const`, `anyOf` (and `oneOf`, generated as anyOf), `allOf` of one schema, `minLength`/
-// `maxLength`, local `$ref` to `#`, `#/$defs/...` or `#/definitions/...` (recursion allowed).
+// `maxLength`, local `$ref` to `#`, `#/$defs/...` or `#/definitions/...` (recursion allowed),
+// string `pattern` (a regex subset) and `format` (json_schema_strings.cpp), integer `minimum`/
+// `maximum`/`exclusive*` (an exact digit-range grammar, json_schema_numbers.cpp) and a single
+// bound of 0 on a number.
 // Annotations are ignored (title, description, default, examples, $schema, $id, $comment, ...).
 // Any other keyword is refused with an error naming it and where it is — never silently dropped.
 //

@@ -4,8 +4,10 @@ For each schema: random walks of its grammar (`switchyard-worker json-grammar --
 valid JSON that the schema accepts; valid documents (hand-written, and the walks re-serialised by
 Python) are all accepted by the grammar; documents the schema refuses are refused by the grammar.
 """
+import datetime
 import json
 import os
+import re
 import subprocess
 
 import jsonschema
@@ -54,9 +56,46 @@ SCHEMAS = {
         "additionalProperties": False,
     },
     "anything": {},
+    "formats": {
+        "type": "object",
+        "properties": {f: {"type": "string", "format": f}
+                       for f in ["date", "time", "date-time", "uuid", "email", "hostname", "ipv4", "ipv6"]},
+        "required": ["date", "time", "date-time", "uuid", "email", "hostname", "ipv4", "ipv6"],
+        "additionalProperties": False,
+    },
+    "patterns": {
+        "type": "object",
+        "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{2,3}-\\d{4}$"},
+                       "slug": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+){0,3}$", "maxLength": 200},
+                       "word": {"type": "string", "pattern": "(cat|dog)s?"},
+                       "quoted": {"type": "string", "pattern": "^\"[^\"\\\\]{0,5}\"\\s?\\\\?$"}},
+        "required": ["sku", "slug", "word", "quoted"],
+        "additionalProperties": False,
+    },
+    "regex-subset": {  # each construct of the subset, checked by Python's re through jsonschema
+        "type": "array",
+        "items": {"anyOf": [{"type": "string", "pattern": p} for p in [
+            r"^\s\S\d\D\w\W$", r"^[^a-z\d]{1,3}\.$", r"^(a|b(c|)|(?:de)+?)$", "^caf\u00e9{1,2}$",
+            r"^[\t\]\-]x{0}y{2,}?$", r"^\{\}\(\)\[\]\|\*\+\?\^\$\\$", r'^.{2}["]?$', r"(?:ab){2,3}c?$"]]},
+        "maxItems": 6,
+    },
+    "bounds": {
+        "type": "object",
+        "properties": {"byte": {"type": "integer", "minimum": 0, "maximum": 255},
+                       "temp": {"type": "integer", "minimum": -40, "maximum": 100},
+                       "big": {"type": "integer", "exclusiveMinimum": 1000},
+                       "low": {"type": "integer", "exclusiveMaximum": -7},
+                       "share": {"type": "number", "minimum": 0},
+                       "gain": {"type": "number", "exclusiveMinimum": 0},
+                       "loss": {"type": "number", "maximum": 0}},
+        "required": ["byte", "temp", "big", "low", "share", "gain", "loss"],
+        "additionalProperties": False,
+    },
 }
 
 VALID = {
+    # A pattern's strings are written as whole matches: "zzabab" is valid for "(?:ab){2,3}c?$" but not written.
+    "regex-subset": ['[]', '["a", "bc", "b", "dede"]', '[" x1-a!", "caf\u00e9\u00e9", "-yy", "]yyy", "ababc"]'],
     "person": ['{"name":"Ada","age":36}', '{"name": "A", "age": -1, "email": null, "tags": []}',
                '{\n  "name": "Bo",\n  "age": 0,\n  "tags": ["x", "y", "z"]\n}'],
     "open-object": ['{"id":1}', '{"id": 1, "other": {"deep": [1, "two", null]}}'],
@@ -67,9 +106,18 @@ VALID = {
     "recursive": ['{"value":1,"children":[{"value":2,"children":[]}]}'],
     "tool-args": ['{"location": "Paris, France", "unit": "celsius", "days": 3}'],
     "anything": ['"s"', '[1, {"a": null}]', '{"k": "v"}', '-0.25'],
+    "formats": ['{"date": "2024-12-31", "time": "23:59:59.5+01:00", "date-time": "1999-01-01T00:00:00Z", '
+                '"uuid": "123e4567-e89b-12d3-a456-426614174000", "email": "ada.l+x@mail.example.org", '
+                '"hostname": "a-1.example.com", "ipv4": "255.0.10.1", "ipv6": "2001:db8:0:0:0:ff00:42:8329"}'],
+    "patterns": ['{"sku": "AB-1234", "slug": "a-b-c", "word": "cats", "quoted": "\\"x\\" \\\\"}'],
+    "bounds": ['{"byte": 255, "temp": -40, "big": 1001, "low": -8, "share": 0, "gain": 0.5, "loss": -1e3}'],
 }
 
+# A valid `formats` document with one field replaced.
+FORMATS_OK = json.loads(VALID["formats"][0])
+
 INVALID = {
+    "regex-subset": ['["abc"]', '["cafe"]', '["y"]', '[1]', '["a", "a", "a", "a", "a", "a", "a"]'],
     "person": ['{"name":"","age":1}', '{"name":"x"}', '{"name":"x","age":1.5}', '{"name":"x","age":1,"zzz":1}',
                '{"name":"x","age":1,"tags":["a","b","c","d"]}', '{"name":"x","age":"1"}'],
     "open-object": ['{}', '{"id": "1"}', '[]'],
@@ -81,7 +129,45 @@ INVALID = {
     "recursive": ['{"value":1}', '{"value":1,"children":[{"value":"2","children":[]}]}'],
     "tool-args": ['{"location": "Paris", "unit": "kelvin", "days": 3}', '{"location": "Paris", "days": 3}'],
     "anything": [],
+    "formats": [json.dumps({**FORMATS_OK, k: v}) for k, v in
+                [("date", "2023-02-30"), ("date", "2024-1-01"), ("ipv4", "256.1.1.1"), ("ipv4", "01.2.3.4"),
+                 ("uuid", "123e4567e89b12d3a456426614174000"), ("ipv6", "1:2:3:4:5:6:7:8:9"), ("email", "no-at")]],
+    "patterns": ['{"sku": "A-1234", "slug": "a", "word": "cat", "quoted": "\\"\\""}',
+                 '{"sku": "AB-1234", "slug": "a--b", "word": "cat", "quoted": "\\"\\""}',
+                 '{"sku": "AB-1234", "slug": "a", "word": "cow", "quoted": "\\"\\""}'],
+    "bounds": ['{"byte": 256, "temp": 0, "big": 1001, "low": -8, "share": 0, "gain": 1, "loss": 0}',
+               '{"byte": 0, "temp": -41, "big": 1001, "low": -8, "share": 0, "gain": 1, "loss": 0}',
+               '{"byte": 0, "temp": 0, "big": 1000, "low": -8, "share": 0, "gain": 1, "loss": 0}',
+               '{"byte": 0, "temp": 0, "big": 1001, "low": -7, "share": 0, "gain": 1, "loss": 0}',
+               '{"byte": 0, "temp": 0, "big": 1001, "low": -8, "share": -0.5, "gain": 1, "loss": 0}',
+               '{"byte": 0, "temp": 0, "big": 1001, "low": -8, "share": 0, "gain": 0.0, "loss": 0}',
+               '{"byte": 0, "temp": 0, "big": 1001, "low": -8, "share": 0, "gain": 1, "loss": 0.1}'],
 }
+
+# jsonschema checks date, email, ipv4, ipv6 and uuid; time, date-time and hostname need packages it
+# lacks here (rfc3339-validator, fqdn), so those three are checked below with the standard library.
+FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_formats(value, schema):
+    if schema is not SCHEMAS["formats"]:
+        return
+    for key, fmt in [("time", "time"), ("date-time", "date-time"), ("hostname", "hostname")]:
+        v = value[key]
+        if fmt == "hostname":
+            assert len(v) <= 253 and all(HOSTNAME_LABEL.fullmatch(p) for p in v.split(".")), v
+        elif fmt == "time":
+            datetime.time.fromisoformat(v)
+            assert v[-1] == "Z" or v[-6] in "+-", v  # RFC 3339: the offset is required
+        else:
+            assert "T" in v and (v[-1] == "Z" or v[-6] in "+-"), v
+            datetime.datetime.fromisoformat(v)
+
+
+def validate(value, schema):
+    jsonschema.validate(value, schema, format_checker=FORMAT_CHECKER)
+    check_formats(value, schema)
 
 
 def run(schema, *args, stdin=None):
@@ -104,7 +190,7 @@ def test_random_walks_are_valid(name):
     assert len(docs) >= 50, f"only {len(docs)} walks ended"
     for doc in docs:
         value = json.loads(doc)  # valid JSON
-        jsonschema.validate(value, schema)  # and valid for the schema
+        validate(value, schema)  # and valid for the schema
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -121,7 +207,7 @@ def test_valid_documents_are_accepted(name):
         rewritten += [f for f in forms if "Infinity" not in f and "\n" + " " * 21 not in f]
     docs = VALID[name] + rewritten
     for d in VALID[name]:
-        jsonschema.validate(json.loads(d), schema)  # the fixtures themselves are right
+        validate(json.loads(d), schema)  # the fixtures themselves are right
     bad = [d for d, ok in zip(docs, accepted(schema, docs)) if not ok]
     assert not bad, f"valid documents refused: {bad[:3]}"
 
@@ -142,7 +228,7 @@ def test_invalid_documents_are_refused(name, few_walks):
     docs = INVALID[name] + ["", "{", "nul", '{"a":1,}']
     for d in docs:
         try:
-            jsonschema.validate(json.loads(d), schema)
+            validate(json.loads(d), schema)
             pytest.fail(f"fixture {d!r} is valid")
         except (ValueError, jsonschema.ValidationError):
             pass
@@ -152,12 +238,13 @@ def test_invalid_documents_are_refused(name, few_walks):
     assert not any(results[:len(docs)]), [d for d, ok in zip(docs, results) if ok]
     for doc, ok in zip(others, results[len(docs):]):
         if ok:
-            jsonschema.validate(json.loads(doc), schema)
+            validate(json.loads(doc), schema)
 
 
 def test_unsupported_keywords_are_named():
-    for schema, word in [({"type": "string", "pattern": "a+"}, "pattern"), ({"type": "number", "minimum": 0}, "minimum"),
-                         ({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}, "format"),
+    for schema, word in [({"type": "string", "pattern": "(?<=a)b"}, "(?"), ({"type": "string", "pattern": "\\bx"}, "\\b"),
+                         ({"type": "number", "minimum": 1}, "minimum"),
+                         ({"type": "object", "properties": {"d": {"type": "string", "format": "uri"}}}, "format"),
                          ({"type": "array", "uniqueItems": True}, "uniqueItems")]:
         p = run(schema, "--sample", "1")
         assert p.returncode == 2 and word in p.stderr, (schema, p.stderr)

@@ -90,16 +90,38 @@ def test_completions_endpoint_too(client):
     assert isinstance(v, list) and len(v) == 3
 
 
+EVENT = {  # formats, a pattern and integer bounds (the walks of tests/integration/test_json_grammar.py check more)
+    "type": "object",
+    "properties": {
+        "date": {"type": "string", "format": "date"},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"},
+        "seats": {"type": "integer", "minimum": 1, "maximum": 500},
+        "host": {"type": "string", "format": "ipv4"},
+    },
+    "required": ["date", "code", "seats", "host"],
+    "additionalProperties": False,
+}
+
+
+def test_formats_patterns_and_bounds_are_enforced(client):
+    for seed in range(5):
+        r = ask(client, response_format=schema_format(EVENT, "event"), temperature=1.0, seed=seed, max_tokens=120)
+        c = r.choices[0]
+        assert c.finish_reason == "stop", (c.finish_reason, c.message.content)
+        jsonschema.validate(json.loads(c.message.content), EVENT,
+                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
 def test_max_tokens_cuts_a_document_with_length(client):
     r = ask(client, response_format=schema_format(CITY), temperature=0, max_tokens=5)
     assert r.choices[0].finish_reason == "length"
 
 
 @pytest.mark.parametrize("fmt,param,word", [
-    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}},
-     "response_format.json_schema.schema", "pattern"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(?=a)a"}}},
+     "response_format.json_schema.schema", "(?"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
-        "d": {"type": "string", "format": "date-time"}}}}}, "response_format.json_schema.schema", "format"),
+        "d": {"type": "string", "format": "uri"}}}}}, "response_format.json_schema.schema", "format"),
     ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema", "required"),
     ({"type": "xml"}, "response_format.type", "xml"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "required": ["a"]}}},

@@ -151,7 +151,7 @@ def test_auto_answers_with_content_or_valid_calls(client):
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name", "nope"),
     ({"tools": {"type": "function"}}, "tools", "array"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "d": {"type": "string", "format": "date"}}}}}], "tool_choice": "required"},
+        "d": {"type": "string", "format": "uri"}}}}}], "tool_choice": "required"},
      "tools[0].function.parameters", "format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}]},
      "tools[0].function.parameters", "object"),

@@ -1,0 +1,34 @@
+// Parts of the JSON Schema compiler (common/json_schema.cpp) that each have their own file: string
+// `pattern`/`format` (json_schema_strings.cpp) and integer ranges (json_schema_numbers.cpp).
+// Internal to sy_json_schema; every failure throws json_schema_error naming the keyword's path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/grammar.hpp"
+#include "common/json_schema.hpp"
+
+namespace sy::json_schema_parts {
+
+// The one form of a refusal: "json_schema at PATH: WHAT".
+[[noreturn]] void fail(const std::string& path, const std::string& what);
+
+// The content of a JSON string (between the quotes, JSON-escaped) whose value matches `pattern`
+// as a whole (see json_schema_strings.cpp for the regex subset). `min_len`/`max_len` (-1: none) are
+// the schema's minLength/maxLength: accepted only when every match already has such a length.
+grammar::sequence string_pattern(grammar::grammar& g, std::string_view pattern, const std::string& path, int min_len,
+                                 int max_len, const json_schema_limits& limits);
+// Likewise for a string `format` (date, time, date-time, uuid, email, hostname, ipv4, ipv6).
+grammar::sequence string_format(grammar::grammar& g, std::string_view format, const std::string& path, int min_len,
+                                int max_len, const json_schema_limits& limits);
+
+// Decimal integers in [lo, hi] (absent: the 16-digit bound the plain integer rule has), no
+// leading zeros, no "-0". `lo > hi` is refused at `path`.
+inline constexpr int64_t k_max_integer = 9999999999999999;  // 16 digits
+grammar::element integer_range(grammar::grammar& g, std::optional<int64_t> lo, std::optional<int64_t> hi,
+                               const std::string& path);
+
+}  // namespace sy::json_schema_parts
