@@ -185,7 +185,7 @@ TEST_CASE("bad tool fields are 400s naming the field", "[tools]") {
        chat_body(R"("tool_choice":"required","response_format":{"type":"json_object"})"), "response_format", "text"},
       {"required with a keyword the grammar cannot enforce",
        with(R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":
-         {"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}])"),
+         {"type":"object","properties":{"d":{"type":"string","format":"uri"}}}}}])"),
        "tools[0].function.parameters", "format"},
       {"tool_calls not a list", R"({"model":"m","messages":[{"role":"assistant","tool_calls":{}}]})",
        "messages[0].tool_calls", "array"},
@@ -205,7 +205,7 @@ TEST_CASE("bad tool fields are 400s naming the field", "[tools]") {
   // Under auto the schemas are not enforced, so what the grammar cannot enforce is no error.
   CHECK(std::holds_alternative<generation_request>(
       parse(with(R"("tools":[{"type":"function","function":{"name":"f","parameters":
-         {"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}])"))));
+         {"type":"object","properties":{"d":{"type":"string","format":"uri"}}}}}])"))));
 }
 
 TEST_CASE("the call schema's grammar accepts calls and refuses the rest", "[tools]") {
