@@ -3,6 +3,7 @@
 #include "cache/cache_key.hpp"
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
+#include "router/router_clock.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -129,9 +130,7 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
         request_id_for(head));
   }
   if (!rate_charger_ || !charges_rate(head.method, path)) return std::nullopt;
-  // The dispatcher's clock is the steady clock too (dispatcher_actor.cpp).
-  const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  auto no = rate_charger_->take_rate(*who, now_s);
+  auto no = rate_charger_->take_rate(*who, steady_now_s());  // on the dispatcher's clock
   if (!no) return std::nullopt;
   // Counted by the admission controller (switchyard_router_admission_rejections_total), not
   // as an edge error: one metric for the one limit.
@@ -346,11 +345,11 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->meta.want_logprobs = g.want_logprobs;
   enable_tool_calls(r->meta, g, m.tmpl.format);
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
-  r->t_received = req.received;
-  r->t_parsed = std::chrono::steady_clock::now();
+  r->t_received_s = steady_seconds(req.received);
+  r->t_parsed_s = steady_now_s();
   {
     std::lock_guard<std::mutex> lk(status_->mu);
-    status_->parse_s.observe(std::chrono::duration<double>(r->t_parsed - r->t_received).count());
+    status_->parse_s.observe(r->t_parsed_s - r->t_received_s);
   }
   r->ex = ex;
   ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });

@@ -1,6 +1,7 @@
 #include "router/dispatcher.hpp"
 
 #include "common/kv_hash.hpp"
+#include "router/answers.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -13,27 +14,18 @@ namespace {
 // How long after its deadline a dispatched request may still be ended by its worker.
 constexpr double k_deadline_grace_s = 5.0;
 
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string wire_id(uint64_t id, uint32_t attempt, uint32_t choice) {
   return std::to_string(id) + "-" + std::to_string(attempt) + "." + std::to_string(choice);
 }
 
-api_error make_error(int status, std::string type, std::string code, std::string message) {
-  api_error e;
-  e.status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  return e;
-}
-
 }  // namespace
+
+int64_t queue_tokens(const routed_request& r) {
+  int64_t tokens = static_cast<int64_t>(r.prompt.size()) + static_cast<int64_t>(r.req.sampling.max_tokens) * r.req.n;
+  if (const int64_t tpm = r.who->limits.tokens_per_min; tpm > 0 && !r.req.max_tokens_given)
+    tokens = std::min(tokens, tpm);
+  return tokens;
+}
 
 dispatcher::dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models,
                        cache_service* cache)
@@ -67,6 +59,7 @@ void dispatcher::retire_worker(const std::string& endpoint, double now_s, std::v
   log_worker_changes();
 }
 
+// The one place a hello is written: first contact, a dead worker that may come back, retries.
 void dispatcher::greet(worker_ref w, double now_s, std::vector<link_frame>& out) {
   hello_sent_s_[w] = now_s;
   proto::hello h;
@@ -82,9 +75,8 @@ void dispatcher::remove_workers(double now_s, std::vector<link_frame>& out) {
     const bool relist = v.listed;
     // Nothing of ours runs there: a retired worker is removable only once its in-flight count
     // is back to zero, and a dead one had its requests re-queued or ended when it died.
-    const auto stranded = std::count_if(active_.begin(), active_.end(), [w](const auto& kv) {
-      return kv.second->dispatched && kv.second->worker == w;
-    });
+    const auto stranded =
+        std::count_if(active_.begin(), active_.end(), [w](const auto& kv) { return kv.second->running_on(w); });
     assert(stranded == 0 && "a worker was removed while requests still referred to it");
     if (stranded != 0) {  // never in a correct build; the requests must not wait for a closed connection
       std::fprintf(stderr, "switchyard-router: BUG: worker %s removed with %zu requests on it: re-sent or ended\n",
@@ -133,6 +125,16 @@ void dispatcher::log_worker_changes() {
   }
 }
 
+bool dispatcher::registered(uint64_t id) const {
+  if (active_.count(id) != 0) return true;
+  const auto to = coalesce_.listening_to(id);
+  if (!to) return false;
+  const auto it = active_.find(*to);
+  if (it == active_.end()) return false;
+  const auto& ls = it->second->listeners;
+  return std::any_of(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
+}
+
 void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
   const std::shared_ptr<routed_request> keep = r;  // to answer it if admission throws
   try {
@@ -141,56 +143,19 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     // Registered (running, queued, or listening to a coalesced generation), it is answered by the
     // paths that end requests; otherwise nothing would ever answer it: do so now.
     const uint64_t id = keep->id;
-    bool registered = active_.count(id) != 0;
-    if (auto f = follower_of_.find(id); f != follower_of_.end() && !registered) {
-      const auto leader = active_.find(f->second);
-      if (leader != active_.end())
-        for (const listener& l : leader->second->followers) registered = registered || l.r->id == id;
-      if (!registered) follower_of_.erase(f);
-    }
-    if (registered) throw;
+    if (registered(id)) throw;
+    coalesce_.leave(id);
     std::fprintf(stderr, "switchyard-router: request %s failed before it was queued: %s\n", keep->request_id.c_str(),
                  e.what());
-    answer_internal_error(*keep, e.what());
-  }
-}
-
-void dispatcher::answer_internal_error(const routed_request& r, const char* what) {
-  internal_errors_++;
-  count_status(500);
-  const std::string body = format_error(make_error(500, "server_error", "internal_error",
-                                                   std::string("the router failed to handle the request: ") + what));
-  // The exchange takes whichever call matches its state (a stream already started, or not) and
-  // ignores the other.
-  try {
-    http_response resp;
-    resp.status = 500;
-    resp.body = body;
-    resp.headers.emplace_back("X-Request-Id", r.request_id);
-    r.ex->respond(std::move(resp));
-    if (r.req.stream) {
-      r.ex->send_event(body);
-      r.ex->send_event("[DONE]");
-      r.ex->end_stream();
-    }
-  } catch (const std::exception&) {  // the connection is beyond help; nothing else to do
+    internal_errors_++;
+    count_status(answer_internal_error(*keep, e.what()));
   }
 }
 
 void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
   routed_request& req = *r;
-  auto reply_error = [&](const api_error& e, double retry_after_s) {
-    http_response resp;
-    resp.status = e.status;
-    resp.body = format_error(e);
-    resp.headers.emplace_back("X-Request-Id", req.request_id);
-    if (retry_after_s > 0)
-      resp.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(std::max(1.0, retry_after_s))));
-    count_status(e.status);
-    req.ex->respond(std::move(resp));
-  };
   if (draining_) {
-    reply_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5);
+    count_status(reply_error(req, make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5));
     return;
   }
   // Submitted from a cache thread after a lookup, the request may come after its client's
@@ -200,13 +165,8 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
     count_status(499);
     return;
   }
-  if (!req.cache_key.empty() && attach_follower(r)) return;
-  int64_t tokens =
-      static_cast<int64_t>(req.prompt.size()) + static_cast<int64_t>(req.req.sampling.max_tokens) * req.req.n;
-  // Without max_tokens the default fills the context, which alone may exceed a small tokens/min
-  // budget: such a request is charged the whole budget at most, never refused forever.
-  if (const int64_t tpm = req.who->limits.tokens_per_min; tpm > 0 && !req.req.max_tokens_given)
-    tokens = std::min(tokens, tpm);
+  if (coalesce(r)) return;
+  const int64_t tokens = queue_tokens(req);
   const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
   queue_load load;
   load.requests = queue_.size();
@@ -218,19 +178,17 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
                        : no->status == 403 ? "permission_error"
                                            : "overloaded_error";
     // A priority outside the tenant's range is permanent: no Retry-After.
-    reply_error(make_error(no->status, type, std::string(name(no->reason)), no->message),
-                no->status == 403 ? 0 : no->retry_after_s);
+    count_status(reply_error(req, make_error(no->status, type, std::string(name(no->reason)), no->message),
+                             no->status == 403 ? 0 : no->retry_after_s));
     return;
   }
   auto a = std::make_unique<active_request>();
   a->permit = std::move(std::get<admission_permit>(verdict));
   a->choices.resize(static_cast<size_t>(req.req.n));
   a->t_enqueued_s = now_s;
-  a->queued = true;
-  if (req.req.stream) {
-    req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
-    a->stream_open = true;
-  }
+  a->queue_tokens = tokens;
+  a->phase = request_phase::queued;
+  if (req.req.stream) req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
   prompt_tokens_ += req.prompt.size();
   queue_entry e;
   e.id = req.id;
@@ -240,54 +198,32 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   e.deadline_s = deadline_s;
   e.tokens = tokens;
   queue_.push(req.model->id, e);
-  if (!req.cache_key.empty()) {
-    by_key_[req.cache_key] = e.id;
-    if (cache_)
-      cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
-                      req.model->id, req.prompt_hash, 0, 0, 0, req.preview});
-  }
-  a->r = std::move(r);
+  if (!req.cache_key.empty() && cache_)
+    cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
+                    req.model->id, req.prompt_hash, 0, 0, 0, req.preview});
+  listener own;
+  own.r = std::move(r);
+  own.own = true;
+  own.started.assign(a->choices.size(), false);
+  a->r = own.r;
+  a->listeners.push_back(std::move(own));
+  coalesce_.lead(*a);
   active_.emplace(e.id, std::move(a));
   pump(now_s, out);
 }
 
-bool dispatcher::attach_follower(std::shared_ptr<routed_request>& r) {
-  auto k = by_key_.find(r->cache_key);
-  if (k == by_key_.end()) return false;
-  auto it = active_.find(k->second);
+bool dispatcher::coalesce(std::shared_ptr<routed_request>& r) {
+  if (r->cache_key.empty()) return false;
+  const auto id = coalesce_.generating(r->cache_key);
+  if (!id) return false;
+  const auto it = active_.find(*id);
   if (it == active_.end()) return false;
-  active_request& a = *it->second;
-  listener l;
-  l.r = r;
-  l.started.assign(a.choices.size(), false);
-  if (r->req.stream) {
-    r->ex->start_stream(200, {{"X-Request-Id", r->request_id}, {"X-Cache", "coalesced"}});
-    l.stream_open = true;
-    // Join the live stream: first what the generation has produced so far.
-    for (uint32_t c = 0; c < a.choices.size(); ++c) {
-      const choice_state& cs = a.choices[c];
-      for (size_t i = 0; i < cs.deltas.size(); ++i) {
-        const bool last = cs.finished && i + 1 == cs.deltas.size();
-        send_stream_chunk(*r, l.started, c, cs.deltas[i], last ? name(cs.finish_reason) : "", {}, {});
-      }
-      if (cs.finished && cs.deltas.empty()) send_stream_chunk(*r, l.started, c, "", name(cs.finish_reason), {}, {});
-      if (!cs.deltas.empty() || cs.finished) a.sent_tokens = true;
-    }
-  }
-  coalesced_++;
-  follower_of_[r->id] = a.r->id;
+  const routed_request& req = *r;
   if (cache_)
-    cache_->record({cache::event_kind::coalesced, r->who->name, r->model->id, r->prompt_hash,
-                    static_cast<uint32_t>(r->prompt.size()), 0, 0, r->preview});
-  a.followers.push_back(std::move(l));
+    cache_->record({cache::event_kind::coalesced, req.who->name, req.model->id, req.prompt_hash,
+                    static_cast<uint32_t>(req.prompt.size()), 0, 0, req.preview});
+  coalesce_.join(*it->second, std::move(r));
   return true;
-}
-
-void dispatcher::send_stream_chunk(const routed_request& to, std::vector<bool>& started, uint32_t c,
-                                   std::string_view text, std::string_view finish,
-                                   const std::vector<token_logprobs>& lps, clock::time_point t_recv) {
-  to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !started[c], finish, lps), t_recv);
-  started[c] = true;
 }
 
 void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
@@ -314,7 +250,6 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
       const auto w = pool_.choose(model, a.block_hashes, a.avoid);
       if (!w) break;
       q.pop(now_s);
-      a.queued = false;
       try {
         dispatch(a, *w, now_s, out);
       } catch (const std::exception& e) {
@@ -331,11 +266,11 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
 
 void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, std::vector<link_frame>& out) {
   const routed_request& r = *a.r;
-  a.dispatched = true;
+  a.phase = request_phase::running;
   a.worker = worker;
   a.attempt++;
   if (a.attempt == 1) retries_.on_request(now_s);  // first attempts fund the retry budget
-  a.t_dispatched = clock::now();
+  a.t_dispatched_s = now_s;
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
   proto::submit s;
   s.prompt = r.prompt;
@@ -345,13 +280,13 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   s.priority = r.priority;
   s.stream = true;  // always: progress is how a dead worker's requests are sorted out
   if (r.timeout_s > 0) {
-    const double left_s = r.timeout_s - seconds(clock::now() - r.t_received);
+    const double left_s = r.timeout_s - (now_s - r.t_received_s);
     // Relative: the worker's clock may differ from ours (the wire carries no wall-clock time).
     s.budget_ms = static_cast<uint32_t>(std::clamp(left_s * 1000.0, 1.0, 4294967295.0));
   }
   for (uint32_t c = 0; c < a.choices.size(); ++c) {
     const choice_state& cs = a.choices[c];
-    if (cs.finished) continue;
+    if (cs.finished()) continue;
     s.request_id = wire_id(r.id, a.attempt, c);
     if (r.req.sampling.has_seed) s.sampling.seed = r.req.sampling.seed + c;
     // A resumed choice: the worker recomputes what the client has and goes on from there.
@@ -361,12 +296,13 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
     send(a.worker, s, out);
     pool_.on_dispatched(worker, a.block_hashes, now_s);
   }
-  // Time the router itself spent: parse -> enqueue, plus dequeue -> submit encoded.
+  // The router's own time: parsed -> enqueued, plus dequeued -> this dispatch (as of now_s, the
+  // time this event began; the submits' encoding is not in it).
   const double in_queue = now_s - a.t_enqueued_s;
-  dispatch_overhead_s_.observe(std::max(0.0, seconds(clock::now() - r.t_parsed) - in_queue));
+  dispatch_overhead_s_.observe(std::max(0.0, now_s - r.t_parsed_s - in_queue));
 }
 
-dispatcher::active_request* dispatcher::find_wire(std::string_view wire, uint32_t* choice) {
+active_request* dispatcher::find_wire(std::string_view wire, uint32_t* choice) {
   const size_t dash = wire.find('-'), dot = wire.find('.');
   if (dash == std::string_view::npos || dot == std::string_view::npos || dot < dash) return nullptr;
   uint64_t id = 0;
@@ -378,12 +314,12 @@ dispatcher::active_request* dispatcher::find_wire(std::string_view wire, uint32_
   auto it = active_.find(id);
   if (it == active_.end()) return nullptr;
   active_request& a = *it->second;
-  if (!a.dispatched || a.attempt != attempt || *choice >= a.choices.size()) return nullptr;
+  if (a.phase != request_phase::running || a.attempt != attempt || *choice >= a.choices.size()) return nullptr;
   return &a;
 }
 
 void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_view body, double now_s,
-                          clock::time_point t_recv, std::vector<link_frame>& out) {
+                          double t_recv_s, std::vector<link_frame>& out) {
   if (!pool_.find(worker)) {  // sent before its worker was removed, still on its way
     late_frames_++;
     return;
@@ -397,7 +333,7 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
   }
   proto::message& m = decoded.value();
   if (auto* t = std::get_if<proto::tokens>(&m)) {
-    on_tokens(worker, *t, now_s, t_recv, out);
+    on_tokens(worker, *t, now_s, t_recv_s > 0 ? t_recv_s : now_s, out);
   } else if (auto* hb = std::get_if<proto::heartbeat>(&m)) {
     pool_.on_heartbeat(worker, *hb, now_s);
   } else if (auto* w = std::get_if<proto::welcome>(&m)) {
@@ -418,7 +354,6 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
   log_worker_changes();
   pump(now_s, out);
 }
-
 void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out) {
   if (auto err = proto::check_version(m.version)) {
     std::fprintf(stderr, "switchyard-router: worker %s: %s\n", pool_.at(worker).endpoint.c_str(), err->message.c_str());
@@ -429,7 +364,7 @@ void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, 
       // A template that cannot be applied does not stop the model: its completions are served
       // and its chat requests refused (api_handler).
       auto entry = std::make_shared<model_entry>(
-          model_entry{m.model_id, m.context_length, unix_ms_now() / 1000, tokenizer::from_spec(m.tokenizer),
+          model_entry{m.model_id, m.context_length, cfg_.unix_time_s(), tokenizer::from_spec(m.tokenizer),
                       chat_template::parse(m.tokenizer.chat_template), m.tokenizer});
       if (!entry->tmpl.supported())
         std::fprintf(stderr,
@@ -475,11 +410,11 @@ token_logprobs dispatcher::render_logprobs(const routed_request& r, const proto:
   return t;
 }
 
-void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now_s, clock::time_point t_recv,
+void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now_s, double t_recv_s,
                            std::vector<link_frame>& out) {
   uint32_t c = 0;
   active_request* ap = find_wire(m.request_id, &c);
-  if (!ap || ap->worker != worker || ap->choices[c].finished) {
+  if (!ap || ap->worker != worker || ap->choices[c].finished()) {
     late_frames_++;
     return;
   }
@@ -507,13 +442,13 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     return;
   }
   if (!m.token_ids.empty()) {
-    if (a.t_first_token == clock::time_point{}) {
-      a.t_first_token = t_recv;
-      ttft_s_.observe(seconds(t_recv - r.t_received));
+    if (a.t_first_token_s == 0) {
+      a.t_first_token_s = t_recv_s;
+      ttft_s_.observe(t_recv_s - r.t_received_s);
     } else {
-      itl_s_.observe(seconds(t_recv - a.t_last_token));
+      itl_s_.observe(t_recv_s - a.t_last_token_s);
     }
-    a.t_last_token = t_recv;
+    a.t_last_token_s = t_recv_s;
     rate_window_tokens_ += m.token_ids.size();
   }
   cs.completion_tokens = m.usage.completion_tokens;  // a resumed choice's worker counts what it resumed from
@@ -530,33 +465,29 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     cs.echoed = true;
   }
   const bool done = fr == finish_reason::stop || fr == finish_reason::length;
-  const bool chunk = !text.empty() || !lps.empty() || done;
-  if (r.req.stream && !a.leader_gone) {
-    if (chunk) {
+  const std::string_view ends = done ? name(fr) : "";  // the chunk's finish_reason
+  if (!r.req.stream) {
+    cs.text += text;
+    for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
+  }
+  if (!text.empty() || !lps.empty() || done) {
+    for (listener& l : a.listeners) {
+      if (!l.stream()) continue;
+      if (!l.own) {
+        send_chunk(l, c, text, ends, {}, nullptr, t_recv_s);
+        continue;
+      }
       // stream_options.continuous_usage_stats: the usage so far in every chunk. Workers report
       // usage in a request's last frame only, so until then it is what the router has seen.
       usage_info so_far = a.usage;
       so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
       so_far.completion_tokens = 0;
       for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
-      r.ex->send_event(format_chunk(r.meta, static_cast<int32_t>(c), text, !cs.started, done ? name(fr) : "", lps,
-                                    r.req.continuous_usage ? &so_far : nullptr),
-                       t_recv);
-      cs.started = true;
-      a.sent_tokens = true;  // anything streamed rules out a silent re-dispatch
+      send_chunk(l, c, text, ends, lps, r.req.continuous_usage ? &so_far : nullptr, t_recv_s);
     }
-  } else if (!r.req.stream) {
-    cs.text += text;
-    for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
-  }
-  for (listener& f : a.followers) {
-    if (!f.stream_open || !chunk) continue;
-    send_stream_chunk(*f.r, f.started, c, text, done ? name(fr) : "", {}, t_recv);
-    a.sent_tokens = true;
   }
   if (!r.cache_key.empty() && !text.empty()) cs.deltas.push_back(text);
   if (done) {
-    cs.finished = true;
     cs.finish_reason = fr;
     a.n_finished++;
     pool_.on_finished(worker);
@@ -564,50 +495,19 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     if (a.n_finished == a.choices.size()) {
       // Out of the tables before anyone is answered: a throwing answer cannot leave it stuck.
       const auto owned = detach(r.id);
-      finish(*owned);
+      finish(*owned, now_s);
     }
   }
 }
 
-void dispatcher::end_listener(const routed_request& to, bool stream_open, const active_request& a,
-                              const usage_info& u) {
-  count_status(200);
-  if (stream_open) {
-    if (to.req.include_usage) to.ex->send_event(format_usage_chunk(to.meta, u));
-    to.ex->send_event("[DONE]");
-    to.ex->end_stream();
-    return;
-  }
-  const bool own = &to == a.r.get() && !to.req.stream;  // the leader accumulated text itself
-  std::vector<choice_result> choices;
-  for (uint32_t c = 0; c < a.choices.size(); ++c) {
-    const choice_state& cs = a.choices[c];
-    choice_result cr;
-    cr.index = static_cast<int32_t>(c);
-    if (own) {
-      cr.text = cs.text;
-      cr.logprobs = cs.logprobs;
-    } else {
-      for (const auto& d : cs.deltas) cr.text += d;
-    }
-    cr.finish_reason = name(cs.finish_reason);
-    choices.push_back(std::move(cr));
-  }
-  http_response resp;
-  resp.body = format_response(to.meta, choices, u);
-  resp.headers.emplace_back("X-Request-Id", to.request_id);
-  if (!own) resp.headers.emplace_back("X-Cache", "coalesced");
-  to.ex->respond(std::move(resp));
-}
-
-void dispatcher::finish(active_request& a) {
+void dispatcher::finish(active_request& a, double now_s) {
   const routed_request& r = *a.r;
   usage_info u = a.usage;
   u.completion_tokens = 0;
   for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
-  e2e_s_.observe(seconds(clock::now() - r.t_received));
+  e2e_s_.observe(now_s - r.t_received_s);
   // Queued before the answers go out, so that a client's next identical request (looked up on
   // another cache thread) rarely overtakes the store.
   if (cache_ && r.cache_store) {
@@ -618,41 +518,29 @@ void dispatcher::finish(active_request& a) {
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
-    sr.generation_s = a.t_dispatched == clock::time_point{} ? 0 : seconds(clock::now() - a.t_dispatched);
+    sr.generation_s = a.attempt == 0 ? 0 : now_s - a.t_dispatched_s;
     cache_->store(r.cache_key, std::move(sr));
   }
-  if (!a.leader_gone) end_listener(r, a.stream_open, a, u);
-  for (const listener& f : a.followers) end_listener(*f.r, f.stream_open, a, u);
-}
-
-void dispatcher::fail_listener(const routed_request& to, bool stream_open, const api_error& e) {
-  count_status(e.status);
-  if (stream_open) {
-    to.ex->send_event(format_error(e));
-    to.ex->send_event("[DONE]");
-    to.ex->end_stream();
-    return;
+  for (const listener& l : a.listeners) {
+    count_status(200);
+    answer_success(l, a, u);
   }
-  http_response resp;
-  resp.status = e.status;
-  resp.body = format_error(e);
-  resp.headers.emplace_back("X-Request-Id", to.request_id);
-  to.ex->respond(std::move(resp));
 }
 
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
   cancel_on_worker(a, out);
   const auto owned = detach(a.r->id);  // see on_tokens: removed before the answers go out
   if (!owned) return;
-  if (!owned->leader_gone) fail_listener(*owned->r, owned->stream_open, e);
-  for (const listener& f : owned->followers) fail_listener(*f.r, f.stream_open, e);
+  for (const listener& l : owned->listeners) {
+    count_status(e.status);
+    answer_error(l, e);
+  }
 }
 
 void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_frame>& out) {
-  if (a.queued) return;
-  if (!a.dispatched) return;
+  if (a.phase != request_phase::running) return;
   for (uint32_t c = 0; c < a.choices.size(); ++c) {
-    if (a.choices[c].finished) continue;
+    if (a.choices[c].finished()) continue;
     proto::cancel m;
     m.request_id = wire_id(a.r->id, a.attempt, c);
     send(a.worker, m, out);
@@ -662,45 +550,30 @@ void dispatcher::cancel_on_worker(const active_request& a, std::vector<link_fram
 
 void dispatcher::erase(uint64_t id) { detach(id); }
 
-std::unique_ptr<dispatcher::active_request> dispatcher::detach(uint64_t id) {
+std::unique_ptr<active_request> dispatcher::detach(uint64_t id) {
   auto it = active_.find(id);
   if (it == active_.end()) return nullptr;
   std::unique_ptr<active_request> owned = std::move(it->second);
   active_.erase(it);
-  const active_request& a = *owned;
-  if (a.queued) queue_.remove(a.r->model->id, id);
-  if (!a.r->cache_key.empty()) {
-    auto k = by_key_.find(a.r->cache_key);
-    if (k != by_key_.end() && k->second == id) by_key_.erase(k);
-  }
-  for (const listener& f : a.followers) follower_of_.erase(f.r->id);
+  if (owned->phase == request_phase::queued) queue_.remove(owned->r->model->id, id);
+  coalesce_.forget(*owned);
   return owned;
 }
 
 void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out) {
-  uint64_t leader = id;
-  if (auto f = follower_of_.find(id); f != follower_of_.end()) {  // a coalesced listener left
-    leader = f->second;
-    follower_of_.erase(f);
-    auto it = active_.find(leader);
-    if (it == active_.end()) return;
-    auto& fs = it->second->followers;
-    fs.erase(std::remove_if(fs.begin(), fs.end(), [id](const listener& l) { return l.r->id == id; }), fs.end());
-    client_cancels_++;
-    count_status(499);
-    if (!it->second->leader_gone || !fs.empty()) return;  // someone still listens
-  } else {
-    auto it = active_.find(id);
-    if (it == active_.end()) return;
-    client_cancels_++;
-    count_status(499);                     // nginx's "client closed request"
-    if (!it->second->followers.empty()) {  // the generation goes on for the coalesced requests
-      it->second->leader_gone = true;
-      return;
-    }
-  }
-  cancel_on_worker(*active_.at(leader), out);
-  erase(leader);
+  // Its own generation, or the one it was coalesced onto.
+  const uint64_t gen = coalesce_.leave(id).value_or(id);
+  const auto it = active_.find(gen);
+  if (it == active_.end()) return;
+  auto& ls = it->second->listeners;
+  const auto gone = std::remove_if(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
+  if (gone == ls.end()) return;
+  ls.erase(gone, ls.end());
+  client_cancels_++;
+  count_status(499);        // nginx's "client closed request"
+  if (!ls.empty()) return;  // the generation goes on for those still listening
+  cancel_on_worker(*it->second, out);
+  erase(gen);
   pump(now_s, out);  // its slot is free for the next in the queue
 }
 
@@ -711,7 +584,7 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
     late_frames_++;
     return;
   }
-  if (m.code == proto::error_code::overloaded && !a->sent_tokens) {
+  if (m.code == proto::error_code::overloaded && !a->output_sent()) {
     // The worker refused it (draining): back to the front of the queue for another worker, and
     // no more work goes there until a heartbeat says otherwise.
     pool_.mark_draining(worker);
@@ -742,11 +615,12 @@ void dispatcher::on_worker_fault(worker_ref worker, double now_s) {
 void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out) {
   // Output the client has is resumed from (each unfinished choice has its tokens so far, fewer
   // than max_tokens, unless its final frame was lost: then it cannot be, and it ends).
+  const bool sent = a.output_sent();
   const bool resumable = std::all_of(a.choices.begin(), a.choices.end(), [&](const choice_state& cs) {
-    return cs.finished || cs.tokens.size() < static_cast<size_t>(a.r->req.sampling.max_tokens);
+    return cs.finished() || cs.tokens.size() < static_cast<size_t>(a.r->req.sampling.max_tokens);
   });
-  if (cfg_.max_attempts <= 1 || (a.sent_tokens && !resumable)) {
-    if (a.sent_tokens && cause.code == "worker_lost") worker_lost_++;
+  if (cfg_.max_attempts <= 1 || (sent && !resumable)) {
+    if (sent && cause.code == "worker_lost") worker_lost_++;
     fail(a, cause, out);
     return;
   }
@@ -770,8 +644,8 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
   }
   cancel_on_worker(a, out);  // in case it is only slow; a restarted or failed worker ignores it
   a.avoid = a.worker;
-  if (a.sent_tokens) streams_resumed_++;
-  requeue(a, /*keep_progress=*/a.sent_tokens);
+  if (sent) streams_resumed_++;
+  requeue(a, /*keep_progress=*/sent);
 }
 
 void dispatcher::on_worker_dead(worker_ref worker, double now_s, std::vector<link_frame>& out) {
@@ -781,24 +655,22 @@ void dispatcher::on_worker_dead(worker_ref worker, double now_s, std::vector<lin
 }
 
 void dispatcher::requeue(active_request& a, bool keep_progress) {
-  a.dispatched = false;
-  a.queued = true;
+  a.phase = request_phase::queued;
   if (!keep_progress) {
     for (auto& cs : a.choices) cs = {};
     a.n_finished = 0;
-    a.t_first_token = {};
+    a.t_first_token_s = 0;
   }
-  const int64_t tokens =
-      static_cast<int64_t>(a.r->prompt.size()) + static_cast<int64_t>(a.r->req.sampling.max_tokens) * a.r->req.n;
   const double deadline_s = a.r->timeout_s > 0 ? a.t_enqueued_s + a.r->timeout_s : 0;
-  queue_.push_front(a.r->model->id, {a.r->id, a.r->who->index, a.r->priority, a.t_enqueued_s, deadline_s, tokens});
+  queue_.push_front(a.r->model->id,
+                    {a.r->id, a.r->who->index, a.r->priority, a.t_enqueued_s, deadline_s, a.queue_tokens});
   redispatched_++;
 }
 
 void dispatcher::requeue_or_fail(worker_ref worker, double now_s, std::vector<link_frame>& out) {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
-    if (a->dispatched && a->worker == worker) ids.push_back(id);
+    if (a->running_on(worker)) ids.push_back(id);
   for (const uint64_t id : ids) {
     active_request& a = *active_.at(id);
     retry_or_fail(a,
@@ -824,7 +696,8 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
   // worker that restarted within the heartbeat timeout): end it here rather than wait forever.
   std::vector<uint64_t> overdue;
   for (const auto& [id, a] : active_)
-    if (a->dispatched && a->r->timeout_s > 0 && now_s > a->t_enqueued_s + a->r->timeout_s + k_deadline_grace_s)
+    if (a->phase == request_phase::running && a->r->timeout_s > 0 &&
+        now_s > a->t_enqueued_s + a->r->timeout_s + k_deadline_grace_s)
       overdue.push_back(id);
   for (const uint64_t id : overdue) {
     expired_++;
@@ -863,8 +736,11 @@ void dispatcher::request_kv_resyncs(double now_s, std::vector<link_frame>& out) 
 }
 
 bool dispatcher::ready(double now_s) const {
-  (void)now_s;
-  return !draining_ && pool_.n_ready() > 0;
+  if (draining_) return false;
+  const auto& all = pool_.all();
+  return std::any_of(all.begin(), all.end(), [&](const auto& kv) {
+    return kv.second.state == worker_state::ready && now_s - kv.second.last_seen_s < cfg_.pool.heartbeat_timeout_s;
+  });
 }
 
 std::string dispatcher::render_metrics(double now_s) const {
@@ -880,7 +756,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   for (const auto& [id, a] : active_) {
     per_model& pm = models[a->r->model->id];
     pm.active++;
-    if (a->queued) pm.oldest_wait_s = std::max(pm.oldest_wait_s, now_s - a->t_enqueued_s);
+    if (a->phase == request_phase::queued) pm.oldest_wait_s = std::max(pm.oldest_wait_s, now_s - a->t_enqueued_s);
   }
   std::string out;
   out += "# HELP switchyard_router_requests_total Requests answered, by HTTP status (499: client went away).\n";
@@ -963,7 +839,7 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(client_cancels_));
   metric(out, "switchyard_router_coalesced_total", "counter",
          "Requests that joined an identical in-flight generation instead of starting one.",
-         static_cast<double>(coalesced_));
+         static_cast<double>(coalesce_.coalesced()));
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
   metric(out, "switchyard_router_late_frames_total", "counter", "Worker frames for requests that had already ended.",

@@ -4,10 +4,14 @@
 // frames it returns; unit-testable without sockets or actors.
 //
 // Owned by one thread. Answers go straight to each request's http_exchange (thread-safe).
+// Time is one clock, seconds (router_clock.hpp): every entry point takes `now_s`, frames their
+// receive time, requests their stamps; nothing here reads a clock itself.
 //
-// Request life: admitted (or rejected with 429/403/503) -> queued -> dispatched to a worker as
-// n submits (one per choice, wire id "<id>-<attempt>.<choice>") -> tokens stream back ->
-// response ends (stop/length), or an error, or the client goes (cancel sent to the worker).
+// Request life (its state machine: active_request.hpp): admitted (or rejected with
+// 429/403/503) -> queued -> running on a worker as n submits (one per choice, wire id
+// "<id>-<attempt>.<choice>") -> tokens stream back -> response ends (stop/length), or an error,
+// or its last listener goes (cancel sent to the worker). Identical cacheable requests in flight
+// share one generation (coalescer.hpp).
 // A worker declared dead: requests that have not sent the client any token go back to the
 // front of the queue (attempt + 1, frames of the old attempt are ignored); started streams are
 // continued on another worker from what the client has — prompt + the tokens already sent,
@@ -28,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,8 +41,10 @@
 #include <vector>
 
 #include "common/metrics.hpp"
+#include "router/active_request.hpp"
 #include "router/admission.hpp"
 #include "router/cache_service.hpp"
+#include "router/coalescer.hpp"
 #include "router/model_queues.hpp"
 #include "router/model_registry.hpp"
 #include "router/priority_queue.hpp"
@@ -58,6 +65,11 @@ struct link_frame {
 
 struct dispatcher_config {
   std::string router_id = "router";
+  // Wall-clock unix seconds: only for the `created` of models as /v1/models lists them.
+  std::function<int64_t()> unix_time_s = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
   admission_config admission;
   queue_config queue;
   worker_pool_config pool;
@@ -71,8 +83,6 @@ struct dispatcher_config {
 
 class dispatcher {
  public:
-  using clock = std::chrono::steady_clock;
-
   // `cache` (may be null: no response cache) receives finished cacheable responses and the
   // miss/coalesced analytics events; its methods only queue work.
   dispatcher(dispatcher_config cfg, const tenant_registry& tenants, model_registry& models,
@@ -85,14 +95,17 @@ class dispatcher {
   void retire_worker(const std::string& endpoint, double now_s, std::vector<link_frame>& out);
   void on_request(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
   void on_client_gone(uint64_t id, double now_s, std::vector<link_frame>& out);
-  void on_frame(worker_ref worker, std::string_view type, std::string_view body, double now_s, clock::time_point t_recv,
+  // `t_recv_s`: when the link received it (0: not stamped; now_s stands in).
+  void on_frame(worker_ref worker, std::string_view type, std::string_view body, double now_s, double t_recv_s,
                 std::vector<link_frame>& out);
   // Liveness, worker removal, expiry, hello retries, dispatch. Call every ~100 ms.
   void tick(double now_s, std::vector<link_frame>& out);
   // Stop admitting (503); what is queued and running finishes.
   void drain() { draining_ = true; }
 
-  bool ready(double now_s) const;  // some worker ready and making progress
+  // Takes requests: not draining, and some worker is ready and was heard from (welcome or
+  // heartbeat) within the heartbeat timeout as of now_s (between the ticks that declare it dead).
+  bool ready(double now_s) const;
   size_t active() const { return active_.size(); }
   size_t queued() const { return queue_.size(); }
   const worker_pool& workers() const { return pool_; }
@@ -101,51 +114,9 @@ class dispatcher {
   std::string render_metrics(double now_s) const;
 
  private:
-  struct choice_state {
-    bool finished = false;
-    bool started = false;  // a chunk of this choice went to the client
-    std::string text;      // non-streamed: accumulated
-    sy::finish_reason finish_reason = sy::finish_reason::none;
-    std::vector<token_logprobs> logprobs;
-    uint32_t completion_tokens = 0;   // the worker's count, in the choice's last frame
-    uint32_t tokens_seen = 0;         // token ids received so far (continuous_usage_stats)
-    std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
-    std::vector<int32_t> tokens;      // the token ids received: a lost stream resumes from them
-    bool echoed = false;              // echo: the prompt text went out
-  };
-  // A coalesced request: an identical cacheable request that arrived while this one was
-  // generating; it gets the same tokens (a stream joins with what was sent so far).
-  struct listener {
-    std::shared_ptr<routed_request> r;
-    bool stream_open = false;
-    std::vector<bool> started;  // per choice: a chunk went out
-  };
-  struct active_request {
-    std::shared_ptr<routed_request> r;
-    admission_permit permit;
-    bool queued = false;
-    bool dispatched = false;
-    worker_ref worker = 0;  // where it runs, when dispatched
-    uint32_t attempt = 0;
-    uint32_t failures = 0;            // dispatches a worker failed (lost it, or ended it with a worker error)
-    std::optional<worker_ref> avoid;  // the worker that failed it last: its retry goes elsewhere
-    bool stream_open = false;         // start_stream sent
-    bool sent_tokens = false;         // some token reached the client: no re-dispatch from here on
-    std::vector<choice_state> choices;
-    uint32_t n_finished = 0;
-    usage_info usage;
-    std::vector<uint64_t> block_hashes;
-    double t_enqueued_s = 0;
-    clock::time_point t_first_token{};
-    clock::time_point t_last_token{};
-    clock::time_point t_dispatched{};
-    std::vector<listener> followers;
-    bool leader_gone = false;  // r's client left, followers still listen
-  };
-
   void pump(double now_s, std::vector<link_frame>& out);
   void dispatch(active_request& a, worker_ref worker, double now_s, std::vector<link_frame>& out);
-  void on_tokens(worker_ref worker, const proto::tokens& m, double now_s, clock::time_point t_recv,
+  void on_tokens(worker_ref worker, const proto::tokens& m, double now_s, double t_recv_s,
                  std::vector<link_frame>& out);
   void on_worker_error(worker_ref worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
   void on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
@@ -159,9 +130,6 @@ class dispatcher {
   void on_worker_fault(worker_ref worker, double now_s);
   // on_request's work; on_request answers a request it throws on before it was registered.
   void admit(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out);
-  // A 500 (or a terminal SSE error event, when its stream is open) for a request the dispatcher
-  // could not handle; never throws.
-  void answer_internal_error(const routed_request& r, const char* what);
   // Back to the front of its model's queue (a worker refused or lost it before it started), with
   // its first enqueue time and deadline, so it still expires on time.
   // keep_progress (a started stream that will resume): its choices keep what they sent.
@@ -174,9 +142,11 @@ class dispatcher {
   // ones still listed.
   void remove_workers(double now_s, std::vector<link_frame>& out);
   void log_worker_changes();
-  // Ends the request with an error: an HTTP error response, or a terminal SSE error event.
+  // Ends the request with an error to each listener: an HTTP error response, or a terminal SSE
+  // error event.
   void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);
-  void finish(active_request& a);  // all choices done: final response / usage chunk + [DONE]
+  // All choices done: the response (or usage chunk + [DONE]) to each listener; stored in the cache.
+  void finish(active_request& a, double now_s);
   void cancel_on_worker(const active_request& a, std::vector<link_frame>& out);
   void erase(uint64_t id);
   // Takes a request out of every table and hands it over (null when unknown).
@@ -186,11 +156,10 @@ class dispatcher {
   template <class T>
   void send(worker_ref worker, const T& m, std::vector<link_frame>& out);
   void count_status(int status) { status_counts_[status]++; }
-  bool attach_follower(std::shared_ptr<routed_request>& r);
-  void send_stream_chunk(const routed_request& to, std::vector<bool>& started, uint32_t c, std::string_view text,
-                         std::string_view finish, const std::vector<token_logprobs>& lps, clock::time_point t_recv);
-  void end_listener(const routed_request& to, bool stream_open, const active_request& a, const usage_info& u);
-  void fail_listener(const routed_request& to, bool stream_open, const api_error& e);
+  // `r` joins the generation of an identical request in flight, if there is one.
+  bool coalesce(std::shared_ptr<routed_request>& r);
+  // Whether request `id` is in the tables (running, queued, or listening to another's generation).
+  bool registered(uint64_t id) const;
 
   dispatcher_config cfg_;
   const tenant_registry& tenants_;
@@ -200,8 +169,7 @@ class dispatcher {
   worker_pool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<active_request>> active_;
   cache_service* cache_ = nullptr;
-  std::unordered_map<std::string, uint64_t> by_key_;     // cache key -> generating request
-  std::unordered_map<uint64_t, uint64_t> follower_of_;   // coalesced request -> its leader
+  coalescer coalesce_;
   std::unordered_map<worker_ref, double> hello_sent_s_;  // per worker in the pool
   bool draining_ = false;
   double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
@@ -212,7 +180,7 @@ class dispatcher {
   std::map<int, uint64_t> status_counts_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
-  uint64_t expired_ = 0, coalesced_ = 0;
+  uint64_t expired_ = 0;
   uint64_t retries_exhausted_ = 0, retry_budget_exhausted_ = 0, internal_errors_ = 0, streams_resumed_ = 0;
   retry_budget retries_;
   histogram ttft_s_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};

@@ -78,8 +78,9 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
         s->guarded("a disconnect", [&] { s->d->on_client_gone(id, now_s(self), s->out); });
       },
       [s, self](frame_atom, uint32_t w, const std::string& type, const std::string& body, int64_t t_ns) {
-        const auto t_recv = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t_ns));
-        s->guarded("a worker frame", [&] { s->d->on_frame(w, type, body, now_s(self), t_recv, s->out); });
+        // Stamped by the link on the steady clock (router_clock.hpp), in nanoseconds.
+        const double t_recv_s = static_cast<double>(t_ns) * 1e-9;
+        s->guarded("a worker frame", [&] { s->d->on_frame(w, type, body, now_s(self), t_recv_s, s->out); });
       },
       [s, self](add_atom, const std::string& endpoint) {
         s->guarded("adding a worker", [&] { s->d->add_worker(endpoint, now_s(self), s->out); });

@@ -2,7 +2,6 @@
 // Built on an HTTP thread, then owned by the dispatcher thread (moved in a shared_ptr).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,9 +26,10 @@ struct routed_request {
   std::string echo_text;  // completions with echo: the prompt text
   std::shared_ptr<const model_entry> model;
   response_meta meta;
-  std::chrono::steady_clock::time_point t_received;  // request fully read
-  std::chrono::steady_clock::time_point t_parsed;    // validated and tokenized
-  double timeout_s = 0;                              // until the deadline, from t_received; 0: none
+  // Seconds on the router's clock (router_clock.hpp).
+  double t_received_s = 0;  // request fully read
+  double t_parsed_s = 0;    // validated and tokenized
+  double timeout_s = 0;     // until the deadline, from t_received_s; 0: none
 
   // Response cache (empty key: not cacheable). The dispatcher coalesces identical in-flight
   // requests by key and, when cache_store, stores the finished response under it.

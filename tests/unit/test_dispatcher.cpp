@@ -81,6 +81,7 @@ struct request_opts {
   bool gone = false;      // the client left before the dispatcher saw the request
   std::string model = k_model;
   bool start_stream_throws = false;  // the exchange fails to start the stream
+  std::string cache_key{};           // cacheable: identical requests in flight are coalesced
 };
 
 struct client {
@@ -105,7 +106,7 @@ struct harness {
     return 0;
   }
   void feed(worker_ref w, proto::msg_type type, const std::string& body, double now_s) {
-    d.on_frame(w, proto::name(type), body, now_s, std::chrono::steady_clock::now(), out);
+    d.on_frame(w, proto::name(type), body, now_s, now_s, out);
   }
   void welcome(worker_ref w, uint32_t max_running, double now_s, const std::string& worker_id = "",
                const std::string& model = k_model, uint32_t context_length = 2048) {
@@ -167,8 +168,9 @@ struct harness {
     r->meta.model = o.model;
     r->meta.created = 1700000000;
     r->meta.kind = r->req.kind;
-    r->t_received = r->t_parsed = std::chrono::steady_clock::now();
+    r->t_received_s = r->t_parsed_s = now_s;
     r->timeout_s = o.timeout_s;
+    r->cache_key = o.cache_key;
     const uint64_t id = r->id;
     d.on_request(std::move(r), now_s, out);
     return {id, ex};
@@ -1324,4 +1326,87 @@ TEST_CASE("dispatcher: a request that throws before it is queued gets a 500, not
   const auto ok = h.request({}, 0.2);
   CHECK(submits(h.take(), 0).size() == 1);
   CHECK(ok.ex->log.empty());
+}
+
+TEST_CASE("dispatcher: an identical request joins the running generation, a stream from what was already sent") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto first = h.request({.stream = true, .cache_key = "k1"}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.tokens(0, wire(first.id, 1), 1, "Hello", 1, 0.2);
+  // Same key while it generates: no second submit; the stream replays "Hello" at once.
+  const auto late_stream = h.request({.stream = true, .cache_key = "k1"}, 0.3);
+  const auto late_whole = h.request({.cache_key = "k1"}, 0.3);
+  CHECK(submits(h.take(), 0).empty());
+  CHECK(h.d.active() == 1);
+  CHECK(header(late_stream.ex->stream_headers, "X-Cache") == "coalesced");
+  REQUIRE(late_stream.ex->events.size() == 1);
+  CHECK(late_stream.ex->event(0)["choices"][0]["text"] == "Hello");
+  h.tokens(0, wire(first.id, 1), 1, " world", 2, 0.4, "stop");
+  for (const auto* c : {&first, &late_stream}) {
+    REQUIRE(c->ex->events.size() == 3);
+    CHECK(c->ex->event(1)["choices"][0]["text"] == " world");
+    CHECK(c->ex->event(1)["choices"][0]["finish_reason"] == "stop");
+    CHECK(c->ex->events[2] == "[DONE]");
+  }
+  REQUIRE(late_whole.ex->responses.size() == 1);
+  CHECK(late_whole.ex->body()["choices"][0]["text"] == "Hello world");
+  CHECK(header(late_whole.ex->responses[0].headers, "X-Cache") == "coalesced");
+  CHECK(h.d.active() == 0);
+  // Ended: the key generates afresh.
+  h.request({.cache_key = "k1"}, 0.5);
+  CHECK(submits(h.take(), 0).size() == 1);
+  CHECK(h.d.render_metrics(1.0).find("switchyard_router_coalesced_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: a coalesced generation goes on while anyone listens and is cancelled when the last leaves") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto first = h.request({.stream = true, .cache_key = "k2"}, 0.1);
+  const auto second = h.request({.stream = true, .cache_key = "k2"}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.d.on_client_gone(first.id, 0.2, h.out);  // its own client left: the other still listens
+  CHECK(cancels(h.take(), 0).empty());
+  h.tokens(0, wire(first.id, 1), 1, "Hi", 1, 0.3);
+  CHECK(first.ex->events.empty());
+  REQUIRE(second.ex->events.size() == 1);
+  h.d.on_client_gone(second.id, 0.4, h.out);  // the last one: cancelled on the worker
+  const auto cs = cancels(h.take(), 0);
+  REQUIRE(cs.size() == 1);
+  CHECK(cs[0].request_id == wire(first.id, 1));
+  CHECK(h.d.active() == 0);
+  CHECK(h.d.render_metrics(1.0).find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: ready means a ready worker heard from within the heartbeat timeout, as of now_s") {
+  SY_REQUIRE_MODEL();
+  harness h;  // heartbeat timeout 2 s
+  CHECK_FALSE(h.d.ready(0.0));
+  start_workers(h, 1, 4);  // welcomed at t=0
+  CHECK(h.d.ready(1.9));
+  CHECK_FALSE(h.d.ready(2.5));  // silent too long, though no tick has declared it dead yet
+  h.heartbeat(0, 2.6);
+  CHECK(h.d.ready(2.7));
+  h.d.drain();
+  CHECK_FALSE(h.d.ready(2.7));
+}
+
+TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times, not a clock of its own") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({}, 10.0);  // received (stamped) at t=10
+  h.take();
+  h.tokens(0, wire(c.id, 1), 1, "a", 1, 10.3);
+  h.tokens(0, wire(c.id, 1), 1, "b", 2, 10.32);
+  h.tokens(0, wire(c.id, 1), 1, "c", 3, 11.5, "stop");
+  const std::string m = h.d.render_metrics(12.0);
+  CHECK(m.find("switchyard_router_ttft_seconds_bucket{le=\"0.25\"} 0\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_ttft_seconds_bucket{le=\"0.5\"} 1\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_inter_token_seconds_bucket{le=\"0.025\"} 1\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_inter_token_seconds_bucket{le=\"1\"} 1\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_e2e_seconds_bucket{le=\"1\"} 0\n") != std::string::npos);
+  CHECK(m.find("switchyard_router_e2e_seconds_bucket{le=\"2.5\"} 1\n") != std::string::npos);
 }

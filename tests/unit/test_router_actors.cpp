@@ -36,6 +36,7 @@
 #include "router/dispatcher.hpp"
 #include "router/dispatcher_actor.hpp"
 #include "router/link_actor.hpp"
+#include "router/router_clock.hpp"
 #include "tests/unit/actor_env.hpp"
 #include "tests/unit/router_fakes.hpp"
 
@@ -158,7 +159,7 @@ struct dispatcher_fixture {
     r->meta.id = "cmpl-" + std::to_string(r->id);
     r->meta.model = k_model;
     r->meta.kind = r->req.kind;
-    r->t_received = r->t_parsed = std::chrono::steady_clock::now();
+    r->t_received_s = r->t_parsed_s = steady_seconds(actors.sched().clock().now());  // the simulated clock
     r->timeout_s = timeout_s;
     const uint64_t id = r->id;
     caf::anon_send(actor, submit_atom::value, std::move(r));

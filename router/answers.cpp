@@ -1,0 +1,96 @@
+#include "router/answers.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "router/router_clock.hpp"
+
+namespace sy::router {
+
+api_error make_error(int status, std::string type, std::string code, std::string message) {
+  api_error e;
+  e.status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+
+void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view finish,
+                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s) {
+  const routed_request& to = *l.r;
+  to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !l.started[c], finish, logprobs, usage),
+                    t_recv_s > 0 ? steady_time(t_recv_s) : std::chrono::steady_clock::time_point{});
+  l.started[c] = true;
+}
+
+void answer_success(const listener& l, const active_request& a, const usage_info& u) {
+  const routed_request& to = *l.r;
+  if (l.stream()) {
+    if (to.req.include_usage) to.ex->send_event(format_usage_chunk(to.meta, u));
+    to.ex->send_event("[DONE]");
+    to.ex->end_stream();
+    return;
+  }
+  std::vector<choice_result> choices;
+  for (uint32_t c = 0; c < a.choices.size(); ++c) {
+    const choice_state& cs = a.choices[c];
+    choice_result cr;
+    cr.index = static_cast<int32_t>(c);
+    if (l.own) {
+      cr.text = cs.text;
+      cr.logprobs = cs.logprobs;
+    } else {
+      for (const auto& d : cs.deltas) cr.text += d;
+    }
+    cr.finish_reason = name(cs.finish_reason);
+    choices.push_back(std::move(cr));
+  }
+  http_response resp;
+  resp.body = format_response(to.meta, choices, u);
+  resp.headers.emplace_back("X-Request-Id", to.request_id);
+  if (!l.own) resp.headers.emplace_back("X-Cache", "coalesced");
+  to.ex->respond(std::move(resp));
+}
+
+int answer_error(const listener& l, const api_error& e) {
+  if (!l.stream()) return reply_error(*l.r, e);
+  l.r->ex->send_event(format_error(e));
+  l.r->ex->send_event("[DONE]");
+  l.r->ex->end_stream();
+  return e.status;
+}
+
+int reply_error(const routed_request& r, const api_error& e, double retry_after_s) {
+  http_response resp;
+  resp.status = e.status;
+  resp.body = format_error(e);
+  resp.headers.emplace_back("X-Request-Id", r.request_id);
+  if (retry_after_s > 0)
+    resp.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(std::max(1.0, retry_after_s))));
+  r.ex->respond(std::move(resp));
+  return e.status;
+}
+
+int answer_internal_error(const routed_request& r, const char* what) {
+  const std::string body = format_error(make_error(500, "server_error", "internal_error",
+                                                   std::string("the router failed to handle the request: ") + what));
+  // The exchange takes whichever call matches its state (a stream already started, or not) and
+  // ignores the other.
+  try {
+    http_response resp;
+    resp.status = 500;
+    resp.body = body;
+    resp.headers.emplace_back("X-Request-Id", r.request_id);
+    r.ex->respond(std::move(resp));
+    if (r.req.stream) {
+      r.ex->send_event(body);
+      r.ex->send_event("[DONE]");
+      r.ex->end_stream();
+    }
+  } catch (const std::exception&) {  // the connection is beyond help; nothing else to do
+  }
+  return 500;
+}
+
+}  // namespace sy::router

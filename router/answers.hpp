@@ -1,0 +1,36 @@
+// How the dispatcher answers the clients of a request (active_request.hpp's listeners): stream
+// chunks, the final response or [DONE], an error as a response or as a stream's last event.
+// Those that answer with an error return its HTTP status (for the dispatcher's requests_total).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "router/active_request.hpp"
+#include "router/openai_api.hpp"
+
+namespace sy::router {
+
+api_error make_error(int status, std::string type, std::string code, std::string message);
+
+// One chunk of choice `c` to a stream listener (the first of its choice carries the role).
+// `t_recv_s`: when its frame reached the router (0: not stamped), for the write-latency metric.
+void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view finish,
+                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s);
+
+// Every choice of `a` finished: a stream's usage chunk and [DONE], or the whole response (the
+// own listener's text and logprobs as accumulated; a coalesced one's from the shared deltas).
+void answer_success(const listener& l, const active_request& a, const usage_info& u);
+
+// An error: the response, or a stream's terminal error event and [DONE].
+int answer_error(const listener& l, const api_error& e);
+
+// An error response (with Retry-After when > 0) to a request that never got a stream.
+int reply_error(const routed_request& r, const api_error& e, double retry_after_s = 0);
+
+// A 500 for a request the dispatcher could not handle, whichever state its exchange is in
+// (stream started or not); never throws.
+int answer_internal_error(const routed_request& r, const char* what);
+
+}  // namespace sy::router
