@@ -4,43 +4,11 @@
 #include <string>
 
 #include "common/chat_template.hpp"
+#include "common/json_text.hpp"
 
 namespace sy {
 
 namespace {
-
-// `s` as a JSON string literal (sy_common has no JSON library; the texts here are small).
-std::string json_quote(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (u < 0x20) {
-          out.append("\\u00").append(1, hex[u >> 4]).append(1, hex[u & 15]);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // {"name": N, "<args_key>": ARGS} (and "id" for mistral, which refers to calls by id).
 std::string call_json(const chat_tool_call& c, std::string_view args_key, bool with_id) {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "common/json_schema_parts.hpp"
+#include "common/json_text.hpp"
 
 namespace sy::json_schema_parts {
 namespace {
@@ -40,29 +41,10 @@ const char_class k_space = span(' ', ' ') | span('\t', '\r');  // \t \n \v \f \r
 
 // How a character is written inside a JSON string.
 std::string json_escaped(uint8_t c) {
-  switch (c) {
-    case '"':
-      return "\\\"";
-    case '\\':
-      return "\\\\";
-    case '\n':
-      return "\\n";
-    case '\t':
-      return "\\t";
-    case '\r':
-      return "\\r";
-    case '\f':
-      return "\\f";
-    case '\b':
-      return "\\b";
-    default:
-      break;
-  }
-  if (c < 0x20) {
-    static const char* hex = "0123456789abcdef";
-    return std::string("\\u00") + hex[c >> 4] + hex[c & 15];
-  }
-  return std::string(1, static_cast<char>(c));
+  std::string out;
+  const char ch = static_cast<char>(c);
+  append_json_escaped(out, std::string_view(&ch, 1));
+  return out;
 }
 
 // A parsed part of a pattern: its grammar and the lengths (in characters) of its matches.

@@ -24,6 +24,8 @@
 // (max_stream_buffer_bytes in the process, the kernel's send buffer outside it).
 #include "router/http_server.hpp"
 
+#include "common/json_text.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -92,22 +94,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-void append_json_escaped(std::string& out, std::string_view s) {
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
 }
 
 // An OpenAI-style error body.
