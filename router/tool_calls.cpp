@@ -100,6 +100,24 @@ struct raw_call {
   bool closed = false;
 };
 
+// Inside a JSON string literal or not, for a scanner fed one character at a time.
+struct json_string_state {
+  bool open = false;
+  bool escaped = false;  // the previous character was an unescaped backslash
+  // `c` inside the string: whether it closes it.
+  bool closes_at(char c) {
+    if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      open = false;
+      return true;
+    }
+    return false;
+  }
+};
+
 // Call objects sit at depth 1 ({...}) or 2 ([{...}, ...]); properties in schema order, so the
 // name comes before the arguments.
 std::vector<raw_call> scan_calls(std::string_view s) {
@@ -107,14 +125,15 @@ std::vector<raw_call> scan_calls(std::string_view s) {
   const size_t first = s.find_first_not_of(k_space);
   const int call_depth = first != std::string_view::npos && s[first] == '[' ? 2 : 1;
   int depth = 0;
-  bool in_str = false, esc = false, expect_key = false, in_args = false;
+  json_string_state str;
+  bool expect_key = false, in_args = false;
   size_t str_begin = 0;
   std::string key;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (in_args) {
       raw_call& cur = calls.back();
-      if (!in_str && depth == call_depth && (c == ',' || c == '}')) {
+      if (!str.open && depth == call_depth && (c == ',' || c == '}')) {
         cur.args_done = true;
         in_args = false;  // and c is the call object's own
       } else {
@@ -123,17 +142,11 @@ std::vector<raw_call> scan_calls(std::string_view s) {
           if (space) continue;
           cur.args_begin = i;
         }
-        if (in_str) {
-          if (esc) {
-            esc = false;
-          } else if (c == '\\') {
-            esc = true;
-          } else if (c == '"') {
-            in_str = false;
-          }
+        if (str.open) {
+          str.closes_at(c);
           cur.args_end = i + 1;
         } else {
-          if (c == '"') in_str = true;
+          if (c == '"') str.open = true;
           if (c == '{' || c == '[') ++depth;
           if (c == '}' || c == ']') --depth;
           if (!space) cur.args_end = i + 1;
@@ -141,13 +154,8 @@ std::vector<raw_call> scan_calls(std::string_view s) {
         continue;
       }
     }
-    if (in_str) {
-      if (esc) {
-        esc = false;
-      } else if (c == '\\') {
-        esc = true;
-      } else if (c == '"') {
-        in_str = false;
+    if (str.open) {
+      if (str.closes_at(c)) {
         if (depth == call_depth && !calls.empty()) {
           const std::string_view text = s.substr(str_begin, i - str_begin);
           if (expect_key) {
@@ -161,7 +169,7 @@ std::vector<raw_call> scan_calls(std::string_view s) {
       continue;
     }
     if (c == '"') {
-      in_str = true;
+      str.open = true;
       str_begin = i + 1;
     } else if (c == '{' || c == '[') {
       ++depth;
