@@ -3,8 +3,9 @@
 # nvcc exists), and runs the whole suite with ctest. CI runs exactly this (.ci/run).
 #   BUILD_DIR   build folder (default: build)
 #   CTEST_ARGS  extra ctest arguments, e.g. "-R tokenizer" or "-L gpu"
-#   SANITIZE    0: skip the sanitizer stage (tests/sanitize.sh: fuzzers and unit tests under
-#               ASan + UBSan in a second build folder, SAN_BUILD_DIR, default build-san)
+#   SANITIZE    0: skip the sanitizer stage (tests/sanitize.sh: fuzzers, unit tests and the
+#               router in integration tests under ASan + UBSan in build-san, SAN_BUILD_DIR; the
+#               HTTP server and admission under TSan in build-tsan, TSAN_BUILD_DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

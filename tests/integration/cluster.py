@@ -1,4 +1,9 @@
-"""Real router + worker processes on loopback for the integration tests and benchmarks."""
+"""Real router + worker processes on loopback for the integration tests and benchmarks.
+
+SY_ROUTER_BIN: the switchyard-router to run instead of SY_BUILD_DIR's (tests/sanitize.sh points
+it at an ASan + UBSan build, and sets SY_ROUTER_SANITIZED=1); SY_ROUTER_EXIT_LOG: a file to which Router.stop() appends "PID EXIT_CODE"
+(the sanitizer stage checks that each router ended by itself on SIGTERM, where LeakSanitizer runs);
+SY_WORKER_BIN and the other variables: worker_client.py."""
 import json
 import os
 import signal
@@ -10,8 +15,11 @@ import urllib.request
 
 from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus, stop_process
 
-ROUTER = os.path.join(BUILD, "router", "switchyard-router")
+ROUTER = os.environ.get("SY_ROUTER_BIN") or os.path.join(BUILD, "router", "switchyard-router")
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+# A sanitizer build's resident memory holds ASan's shadow and its quarantine of freed blocks (up
+# to 256 MiB), not the router's own: the tests' resident-memory bounds do not apply to it.
+ROUTER_SANITIZED = os.environ.get("SY_ROUTER_SANITIZED", "") not in ("", "0")
 
 
 class Router:
@@ -64,6 +72,9 @@ class Router:
     def stop(self, sig=15, timeout=40):
         rc = stop_process(self.proc, sig, timeout)
         self.log.close()
+        if os.environ.get("SY_ROUTER_EXIT_LOG"):
+            with open(os.environ["SY_ROUTER_EXIT_LOG"], "a") as f:
+                f.write(f"{self.proc.pid} {rc}\n")
         return rc
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cluster import MODEL_ID, Router
+from cluster import MODEL_ID, ROUTER_SANITIZED, Router
 from http_load import rss_bytes, wait_until
 from worker_client import MODEL, Worker
 
@@ -89,7 +89,10 @@ def test_two_hundred_streams_that_stop_reading_are_closed_and_their_kv_freed():
         wait_until("the worker idle with every KV block free", worker_idle, timeout=20, every=0.2)
         assert w.metrics()['switchyard_worker_requests_finished_total{reason="cancelled"}'] == 200
         print(f"router RSS {base_rss:.0f} MB before, peak {peak_rss:.0f} MB while 200 clients hung")
-        assert peak_rss < base_rss + 64
+        if ROUTER_SANITIZED:
+            print("router RSS bound not checked: a sanitizer build (cluster.py)")
+        else:
+            assert peak_rss < base_rss + 64
         # Each closed socket reads as ended (FIN or reset) once its unread bytes are consumed.
         ended = 0
         for s in socks:

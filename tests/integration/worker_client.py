@@ -1,5 +1,12 @@
 """A small client for the router <-> worker protocol (ZeroMQ DEALER + MessagePack), used by the
-integration tests to drive a real switchyard-worker process the way a router does."""
+integration tests to drive a real switchyard-worker process the way a router does.
+
+Where the binaries come from (environment):
+  SY_BUILD_DIR   build folder of both binaries, and where process logs go (default: build)
+  SY_WORKER_BIN  the switchyard-worker to run instead of SY_BUILD_DIR's (cluster.py has
+                 SY_ROUTER_BIN): tests/sanitize.sh runs an ASan build of one against a normal
+                 build of the other
+  SY_MODEL       the GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)"""
 import json
 import os
 import socket
@@ -11,7 +18,7 @@ import zmq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SY_BUILD_DIR", os.path.join(ROOT, "build"))
-WORKER = os.path.join(BUILD, "worker", "switchyard-worker")
+WORKER = os.environ.get("SY_WORKER_BIN") or os.path.join(BUILD, "worker", "switchyard-worker")
 MODEL = os.environ.get("SY_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
