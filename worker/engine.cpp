@@ -178,7 +178,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     b.pos0 = s.pos0;
     b.block_ids = s.block_table;
     b.logits = s.sample;
-    b.n_prompt = sched_.usage(s.id)->n_prompt;
+    b.n_prompt = s.n_prompt;
     batch_.push_back(b);
     if (s.sample) row_sampling_.push_back(row_sampling_of(s.id));
     if (!s.sample)

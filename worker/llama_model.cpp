@@ -165,6 +165,14 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   return m;
 }
 
+size_t llama_model::keep_prompt_panels(cpu::thread_pool& pool) {
+  prompt_panel_bytes_ = 0;
+  for (llama_layer& L : layers_)
+    for (cpu::linear* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      prompt_panel_bytes_ += w->keep_prompt_panels(pool);
+  return prompt_panel_bytes_;
+}
+
 cpu::rope_config llama_model::rope() const {
   cpu::rope_config c;
   c.n_rot = hp_.n_rot;

@@ -75,6 +75,10 @@ class llama_model {
   // Bytes of the matrices as stored in the file, and of the repacked copies held besides.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t repacked_bytes() const { return repacked_bytes_; }
+  // Every layer's prompt GEMM panels kept resident (cpu::linear::keep_prompt_panels; not the
+  // output head, whose rows always take the integer kernel). Returns the bytes they hold.
+  size_t keep_prompt_panels(cpu::thread_pool& pool);
+  size_t prompt_panel_bytes() const { return prompt_panel_bytes_; }
   // "q4_K x 98, q6_K x 13, f32 x 33": the file's tensor types, for logs.
   std::string type_summary() const;
 
@@ -98,6 +102,7 @@ class llama_model {
   cpu::linear output_;
   size_t weight_bytes_ = 0;
   size_t repacked_bytes_ = 0;
+  size_t prompt_panel_bytes_ = 0;
 };
 
 }  // namespace sy

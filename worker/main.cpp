@@ -64,6 +64,8 @@ void usage() {
       "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
       "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "           [--max-step-ms MS]   (while streams decode, a step's prompt tokens fit MS; 0: off, the default)\n"
+      "           [--prompt-panels per-step|resident]   (resident: the prompt GEMM's bf16 weight panels built\n"
+      "                                once, 2 bytes per weight, so small prompt chunks are cheap; CPU only)\n"
       "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
       "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
       "           [--served-model-name NAME]...   (more names routers accept for the model, e.g. its HF id)\n"

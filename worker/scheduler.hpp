@@ -73,10 +73,10 @@ struct request_spec {
   int32_t n_generated = 0;
 };
 
-// `serve --max-step-ms` when not given: off. Measured at 8 streams (docs/worker.md, "Step-time
-// budget"), 150 ms cut ITL p99 ~2.8x for ~1 % of output tok/s and 100 ms ~3.8x for 7-13 % on a
-// 2-core EPYC: an operator's choice for latency-bound deployments until more machines confirm a
-// default that costs no throughput.
+// `serve --max-step-ms` when not given: off. Measured at 8 streams on a 2-core EPYC
+// (docs/worker.md, "Step-time budget"), 80 ms with --prompt-panels resident took ITL p99 from
+// ~585 to ~95 ms for ~3 % of output tok/s: an operator's choice for latency-bound CPU workers
+// (it changes nothing where steps are short, and resident panels cost memory).
 inline constexpr double k_default_max_step_ms = 0;
 
 struct scheduler_config {
@@ -89,7 +89,7 @@ struct scheduler_config {
   // admissions) are cut so the step's predicted time stays under this many milliseconds, but
   // never below `min_prefill_chunk`: streams keep a bounded inter-token latency while prompts are
   // admitted. The prediction is the step_cost_model fitted on the engine's measured steps
-  // (observe_step); until it has a fit, only the token budget applies.
+  // (observe_step); until it has a fit, such a step carries min_prefill_chunk prompt tokens.
   double max_step_ms = 0;
   int32_t min_prefill_chunk = 16;
 };
@@ -115,6 +115,7 @@ struct scheduled_seq {
   std::vector<token_id> tokens;       // prompt chunk, recompute chunk, or last sampled token
   std::vector<block_id> block_table;  // covers [0, pos0 + tokens.size())
   bool sample = false;                // the chunk ends the known tokens: sample one after it
+  int32_t n_prompt = 0;               // the request's prompt: rows at positions >= it are generated tokens
 };
 
 struct step_plan {

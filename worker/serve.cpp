@@ -46,6 +46,12 @@ std::vector<std::string> served_model_names(const cli_args& a, const std::string
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known(serve_options());
   const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
+  // So does a bad --prompt-panels (resident: the prompt GEMM's bf16 panels built once, 2 bytes
+  // per weight, instead of in every step with prompt rows; cpu::linear::keep_prompt_panels).
+  const std::string panels = a.get("prompt-panels", "per-step");
+  if (panels != "resident" && panels != "per-step")
+    throw std::invalid_argument("--prompt-panels must be resident or per-step, not '" + panels + "'");
+  const bool resident_panels = panels == "resident";
   // So does a bad --chat-template. Its name, or its file's text, is what routers are sent.
   const std::string chat_override = a.has("chat-template") ? chat_template::read_option(a.get("chat-template")) : "";
   if (chat_override.size() > proto::k_max_chat_template_bytes)
@@ -106,6 +112,9 @@ int run_serve(const cli_args& a, const char* default_model) {
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   const std::string model_path = a.get("model", default_model);
   auto model = llama_model::load(model_path, pool);
+  if (resident_panels && !dev.cuda)
+    std::fprintf(stderr, "switchyard-worker: prompt GEMM panels resident: %.1f MiB\n",
+                 static_cast<double>(model->keep_prompt_panels(pool)) / (1 << 20));
   std::unique_ptr<engine> eng = make_serve_engine(a, dev, *model, pool);
   const engine_config& used = eng->config();  // the backend's KV size
 
@@ -154,16 +163,21 @@ int run_serve(const cli_args& a, const char* default_model) {
   // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second
   // signal stops at once.
   auto link_alive = std::make_shared<std::atomic<bool>>(true);
-  sys.spawn([link_act, link_alive](caf::event_based_actor* self) {
-    self->monitor(link_act);
-    self->set_down_handler([link_alive, self](caf::down_msg& dm) {
-      link_alive->store(false);
-      if (dm.reason && dm.reason != caf::exit_reason::normal)
-        std::fprintf(stderr, "switchyard-worker: link stopped: %s\n", caf::to_string(dm.reason).c_str());
-      ::kill(::getpid(), SIGTERM);  // process-directed: main's sigwait takes it
-      self->quit();
-    });
-  });
+  // Spawn arguments, not captures: CAF 0.17 starts an actor spawned without arguments by
+  // dereferencing a null std::shared_ptr<std::tuple<>> (caf/detail/init_fun_factory.hpp), which
+  // UBSan reports (the ASan + UBSan worker of tests/sanitize.sh, SANITIZE_WORKER=1).
+  sys.spawn(
+      [](caf::event_based_actor* self, caf::actor link_act, std::shared_ptr<std::atomic<bool>> link_alive) {
+        self->monitor(link_act);
+        self->set_down_handler([link_alive, self](caf::down_msg& dm) {
+          link_alive->store(false);
+          if (dm.reason && dm.reason != caf::exit_reason::normal)
+            std::fprintf(stderr, "switchyard-worker: link stopped: %s\n", caf::to_string(dm.reason).c_str());
+          ::kill(::getpid(), SIGTERM);  // process-directed: main's sigwait takes it
+          self->quit();
+        });
+      },
+      link_act, link_alive);
   int sig = 0;
   sigwait(&sigs, &sig);
   now->store(phase::draining);

@@ -50,6 +50,7 @@ const std::vector<std::string>& serve_options() {
       "chat-template",
       "drain-timeout-s",
       "max-step-ms",
+      "prompt-panels",
       "served-model-name",
       "curve-secret-key",
       "curve-allowed-clients",

@@ -3,15 +3,19 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace sy {
 namespace {
 
-constexpr int k_features = 3;  // fixed, per token, per 1024 attended pairs
+// fixed, prompt fixed, per decode row, per prompt row, per 1024 attended pairs
+constexpr int k_features = 5;
+constexpr int k_per_prompt = 3;
 using vec = std::array<double, k_features>;
 
 vec features(const step_shape& s) {
-  return {1.0, static_cast<double>(s.n_tokens), static_cast<double>(s.attended_pairs) / 1024.0};
+  return {1.0, s.n_prompt > 0 ? 1.0 : 0.0, static_cast<double>(s.n_decode), static_cast<double>(s.n_prompt),
+          static_cast<double>(s.attended_pairs) / 1024.0};
 }
 
 // Least squares over the features in `use` (the others held at 0), by Gaussian elimination on
@@ -60,7 +64,7 @@ std::optional<std::pair<vec, double>> solve(const Obs& obs, const std::array<boo
 }  // namespace
 
 void step_cost_model::observe(const step_shape& s, double ms) {
-  if (s.n_tokens <= 0 || !std::isfinite(ms) || ms < 0) return;
+  if (s.n_tokens() <= 0 || s.n_decode < 0 || s.n_prompt < 0 || !std::isfinite(ms) || ms < 0) return;
   obs_.push_back({s, ms});
   if (obs_.size() > k_window) obs_.pop_front();
   refit();
@@ -69,27 +73,53 @@ void step_cost_model::observe(const step_shape& s, double ms) {
 void step_cost_model::refit() {
   if (obs_.size() < k_min_observations) return;
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-  for (const auto& o : obs_) lo = std::min(lo, o.shape.n_tokens), hi = std::max(hi, o.shape.n_tokens);
-  // All steps of (nearly) one size say nothing about the cost per token.
-  if (hi - lo < 4) return;
-  // The best non-negative fit among the feature sets that keep the per-token cost (an active set
-  // of three features, enumerated).
-  constexpr std::array<std::array<bool, k_features>, 4> sets{
-      {{true, true, true}, {true, true, false}, {false, true, true}, {false, true, false}}};
+  bool prompts = false;
+  for (const auto& o : obs_) {
+    lo = std::min(lo, o.shape.n_tokens());
+    hi = std::max(hi, o.shape.n_tokens());
+    prompts = prompts || o.shape.n_prompt > 0;
+  }
+  // All steps of (nearly) one size say nothing about the cost per token, and steps without a
+  // prompt row nothing about what one costs.
+  if (hi - lo < 4 || !prompts) return;
+  // The best non-negative fit among the feature sets that keep the per-prompt-token cost (an
+  // active set of the other four features, enumerated: 16 small solves).
   std::optional<std::pair<vec, double>> best;
-  for (const auto& use : sets) {
+  for (unsigned mask = 0; mask < (1u << (k_features - 1)); ++mask) {
+    std::array<bool, k_features> use{};
+    int bit = 0;
+    for (int f = 0; f < k_features; ++f) {
+      if (f == k_per_prompt) {
+        use[f] = true;  // always in: the budget divides by it
+        continue;
+      }
+      use[f] = ((mask >> bit) & 1u) != 0;
+      ++bit;
+    }
     const auto r = solve(obs_, use);
-    if (!r || r->first[1] <= 0 || r->first[0] < 0 || r->first[2] < 0) continue;
+    if (!r || r->first[k_per_prompt] <= 0) continue;
+    if (std::any_of(r->first.begin(), r->first.end(), [](double c) { return c < 0; })) continue;
     if (!best || r->second < best->second) best = r;
   }
-  if (best) fit_ = step_cost{best->first[0], best->first[1], best->first[2]};
+  if (!best) return;
+  const vec& c = best->first;
+  step_cost fit{c[0], c[1], c[2], c[3], c[4], 0.0};
+  std::vector<double> under;  // measured - predicted, of the steps with decodes and prompt rows
+  for (const auto& o : obs_)
+    if (o.shape.n_decode > 0 && o.shape.n_prompt > 0) under.push_back(o.ms - fit.predict(o.shape));
+  if (under.size() >= k_min_margin_steps) {
+    const auto k = static_cast<size_t>(k_margin_quantile * static_cast<double>(under.size() - 1));
+    std::nth_element(under.begin(), under.begin() + static_cast<std::ptrdiff_t>(k), under.end());
+    fit.margin_ms = std::max(0.0, under[k]);
+  }
+  fit_ = fit;
 }
 
 int32_t prefill_tokens_within(const step_cost& cost, const step_shape& decodes, int64_t prompt_pos, double max_step_ms,
                               int32_t min_chunk, int32_t max_tokens) {
   const double per_prompt_token =
-      cost.per_token_ms + cost.per_kpair_ms * static_cast<double>(std::max<int64_t>(prompt_pos, 0)) / 1024.0;
-  const double left = max_step_ms - cost.predict(decodes);
+      cost.per_prompt_ms + cost.per_kpair_ms * static_cast<double>(std::max<int64_t>(prompt_pos, 0)) / 1024.0;
+  const double left = max_step_ms - cost.margin_ms - cost.predict(decodes) - cost.prompt_fixed_ms;
   int64_t n =
       per_prompt_token > 0 ? static_cast<int64_t>(std::floor(std::max(left, 0.0) / per_prompt_token)) : max_tokens;
   n = std::max<int64_t>(n, min_chunk);

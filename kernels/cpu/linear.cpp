@@ -114,6 +114,18 @@ void linear::pack_panels(int64_t p0, int64_t p1, uint16_t* out) const {
   pack_bf16_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, out);
 }
 
+size_t linear::keep_prompt_panels(thread_pool& pool) {
+  if (prompt_on_integer_kernel() || !prompt_panels_.empty()) return prompt_panel_bytes();
+  prompt_panels_.resize(static_cast<size_t>(n_panels_ * panel_rows * cols_));
+  uint16_t* out = prompt_panels_.data();
+  pool.run([&](int ith, int nth) {
+    int64_t p0, p1;
+    thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
+    if (p0 < p1) pack_panels(p0, p1, out + p0 * panel_rows * cols_);
+  });
+  return prompt_panel_bytes();
+}
+
 void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const {
   const linear_out out{this, y, ldy};
   forward_gemv_fused({&out, 1}, x, ldx, n_tok, pool);
@@ -237,10 +249,16 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
   linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     auto& ps = tls_panels;
-    ps.panels.resize(static_cast<size_t>(group * panel_rows * cols));
+    if (w.prompt_panels_.empty()) ps.panels.resize(static_cast<size_t>(group * panel_rows * cols));
     for (int64_t p = b0; p < b1; p += group) {
       const int64_t g = std::min(group, b1 - p);
-      w.pack_panels(p, p + g, ps.panels.data());
+      const uint16_t* panels = nullptr;
+      if (w.prompt_panels_.empty()) {
+        w.pack_panels(p, p + g, ps.panels.data());
+        panels = ps.panels.data();
+      } else {
+        panels = w.prompt_panels_.data() + p * panel_rows * cols;  // resident (keep_prompt_panels)
+      }
       const int64_t row0 = p * panel_rows;
       const bool past_end = row0 + g * panel_rows > w.rows();
       float* y = outs[i].y + row0;
@@ -251,11 +269,11 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
         ldy = g * panel_rows;
       }
       if (amx)
-        gemm_panels_amx(ps.panels.data(), cols, 0, g, xb, cols, n_tok, y, ldy);
+        gemm_panels_amx(panels, cols, 0, g, xb, cols, n_tok, y, ldy);
       else if (wide)
-        gemm_panels_avx512(ps.panels.data(), cols, 0, g, xb, cols, n_tok, y, ldy);
+        gemm_panels_avx512(panels, cols, 0, g, xb, cols, n_tok, y, ldy);
       else
-        gemm_panels_avx2(ps.panels.data(), cols, 0, g, x, ldx, n_tok, y, ldy);
+        gemm_panels_avx2(panels, cols, 0, g, x, ldx, n_tok, y, ldy);
       if (past_end)
         for (int64_t t = 0; t < n_tok; ++t)
           std::copy(y + t * ldy, y + t * ldy + (w.rows() - row0), outs[i].y + t * outs[i].ldy + row0);

@@ -12,7 +12,8 @@
 //    Float weights (f32/f16/bf16): f32 FMAs on the rows as stored;
 //  * forward_gemm (prompt tokens): a tiled GEMM (AMX tdpbf16ps, AVX-512 BF16 dot products, or f32 FMA)
 //    over bf16 16-row panels built from the weights a few panels at a time into a per-thread
-//    scratch, so the conversion is paid once per step and panel and no bf16 copy stays resident;
+//    scratch, so the conversion is paid once per step and panel and no bf16 copy stays resident
+//    (unless keep_prompt_panels() asked for one: then the panels are built once, at load);
 //    except K-quants on CPUs without AVX-512 BF16, whose prompt tokens take the integer kernel
 //    (faster there; see prompt_on_integer_kernel).
 #pragma once
@@ -77,6 +78,13 @@ class linear {
   // on CPUs without AVX-512 BF16, where it is the faster of the two (gemv_avx2.cpp's K-quant kernel
   // reaches ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core).
   bool prompt_on_integer_kernel() const;
+  // Keeps the bf16 panels of the prompt GEMM resident (built now, 2 bytes per weight) instead of
+  // converting them in every step that has prompt rows: the conversion is a fixed cost per step
+  // (~28 ms for the 135M model on 2 EPYC cores), which is what a small prompt chunk costs most under a
+  // step-time budget (docs/worker.md, "Step-time budget"). The same panels, so the same results.
+  // Nothing for a layer whose prompt tokens take the integer kernel. Returns the bytes it holds.
+  size_t keep_prompt_panels(thread_pool& pool);
+  size_t prompt_panel_bytes() const { return prompt_panels_.size() * sizeof(uint16_t); }
 
   // y[t * ldy + r] = sum_k W[r][k] x[t * ldx + k], t < n_tok, r < rows, by either path.
   void forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy, thread_pool& pool) const;
@@ -103,8 +111,9 @@ class linear {
   // else null. Otherwise the arena or own_ holds the copy of the rows data_ points to (none with
   // SY_HUGE_PAGES=0: data_ == source_).
   const line64* int_panels_ = nullptr;
-  size_t held_bytes_ = 0;                                   // arena_bytes() of this layer
-  std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;  // when no arena was given
+  size_t held_bytes_ = 0;                                               // arena_bytes() of this layer
+  std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;              // when no arena was given
+  std::vector<uint16_t, huge_page_allocator<uint16_t>> prompt_panels_;  // keep_prompt_panels(), else empty
 };
 
 }  // namespace sy::cpu

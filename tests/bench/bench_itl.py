@@ -6,9 +6,12 @@ random token ids (default 150: no prefix-cache hits) and N new tokens (default 1
 sent straight to a worker over ZeroMQ as a router does. For each setting of --max-step-ms, in
 alternating rounds in one run: output tokens/s, TTFT p50/p99, ITL p50/p99/max (the gap between a
 stream's successive token frames; the worker sends one frame per step per stream).
+A setting "MS:resident" also keeps the prompt GEMM's weight panels resident (serve
+--prompt-panels resident), which makes the small prompt chunks of a budget cheap.
 
 usage: tests/bench/bench_itl.py [--concurrency 8] [--requests 32] [--prompt-tokens 150]
-                                [--new-tokens 128] [--step-ms 0,100] [--rounds 2] [--json FILE]
+                                [--new-tokens 128] [--step-ms 0,100,100:resident] [--rounds 2]
+                                [--json FILE]
 Not part of CI (it times things). Prints a table.
 """
 import argparse
@@ -37,8 +40,20 @@ def cpu_name():
     return platform.processor()
 
 
-def run_once(step_ms, args, seed):
-    w = Worker("--max-step-ms", str(step_ms), "--max-running", "32", "--kv-memory-mb", "512")
+def parse_setting(text):
+    """"100" or "100:resident" -> (100.0, "per-step" | "resident")."""
+    ms, _, panels = text.partition(":")
+    return float(ms), panels or "per-step"
+
+
+def label_of(text):
+    ms, panels = parse_setting(text)
+    return ("off" if ms == 0 else f"{ms:g}") + (" + resident panels" if panels == "resident" else "")
+
+
+def run_once(setting, args, seed):
+    step_ms, panels = parse_setting(setting)
+    w = Worker("--max-step-ms", str(step_ms), "--prompt-panels", panels, "--max-running", "32", "--kv-memory-mb", "512")
     c = Client(w.endpoint)
     try:
         c.hello()
@@ -82,7 +97,7 @@ def run_once(step_ms, args, seed):
         wall = time.perf_counter() - t0
         ttft = [(first[r] - sent[r]) * 1000.0 for r in first]
         return {
-            "max_step_ms": step_ms,
+            "setting": setting,
             "output_tok_s": n_tokens / wall,
             "ttft_p50_ms": pct(ttft, 0.5),
             "ttft_p99_ms": pct(ttft, 0.99),
@@ -102,17 +117,20 @@ def main():
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=150)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--step-ms", default="0,100", help="comma-separated --max-step-ms values (0: off)")
+    ap.add_argument("--step-ms", default="0,100,100:resident",
+                    help="comma-separated --max-step-ms values (0: off), each optionally :resident")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
-    settings = [float(x) for x in args.step_ms.split(",")]
+    settings = args.step_ms.split(",")
+    for s in settings:
+        parse_setting(s)  # a bad value fails before any worker starts
     results = {s: [] for s in settings}
     for rnd in range(args.rounds):
         for s in settings:
             r = run_once(s, args, seed=rnd)
             results[s].append(r)
-            print(f"round {rnd + 1} --max-step-ms {s:g}: {r['output_tok_s']:.1f} tok/s, TTFT p50 {r['ttft_p50_ms']:.0f} ms, "
+            print(f"round {rnd + 1} {label_of(s)}: {r['output_tok_s']:.1f} tok/s, TTFT p50 {r['ttft_p50_ms']:.0f} ms, "
                   f"ITL p50 {r['itl_p50_ms']:.0f} p99 {r['itl_p99_ms']:.0f} max {r['itl_max_ms']:.0f} ms", flush=True)
     print(f"\nCPU: {cpu_name()}, {os.cpu_count()} cores; c={args.concurrency}, {args.requests} requests, "
           f"{args.prompt_tokens}-token prompts, {args.new_tokens} new tokens; median of {args.rounds} rounds")
@@ -121,11 +139,10 @@ def main():
     base = statistics.median(r["output_tok_s"] for r in results[settings[0]])
     summary = []
     for s in settings:
-        med = {k: statistics.median(r[k] for r in results[s]) for k in results[s][0] if k != "max_step_ms"}
-        med["max_step_ms"] = s
+        med = {k: statistics.median(r[k] for r in results[s]) for k in results[s][0] if k != "setting"}
+        med["setting"] = s
         summary.append(med)
-        label = "off" if s == 0 else f"{s:g}"
-        print(f"| {label} | {med['output_tok_s']:.1f} ({med['output_tok_s'] / base:.2f}x) | {med['ttft_p50_ms']:.0f} / "
+        print(f"| {label_of(s)} | {med['output_tok_s']:.1f} ({med['output_tok_s'] / base:.2f}x) | {med['ttft_p50_ms']:.0f} / "
               f"{med['ttft_p99_ms']:.0f} | {med['itl_p50_ms']:.0f} / {med['itl_p99_ms']:.0f} / {med['itl_max_ms']:.0f} |")
     if args.json:
         with open(args.json, "w") as f:

@@ -227,3 +227,28 @@ def test_kv_cache_sized_by_a_fraction_of_free_memory_and_bad_flags_refused():
                            capture_output=True, text=True, timeout=60)
         assert p.returncode != 0
         assert "error" in p.stderr and bad[0].lstrip("-") in p.stderr
+
+
+def test_resident_prompt_panels_give_the_same_tokens_and_a_bad_value_is_refused(client, prompts):
+    """--prompt-panels resident keeps the prompt GEMM's bf16 panels built once: the same panels,
+    so greedy output is the same token for token as a worker that builds them every step."""
+    w = Worker("--kv-blocks", "64", "--prompt-panels", "resident")
+    c = Client(w.endpoint)
+    try:
+        assert c.hello()[0] == "welcome"
+        for i, q in enumerate(QUESTIONS[:2]):
+            c.submit(f"r{i}", prompts[q], max_tokens=16, stream=False)
+            client.submit(f"p{i}", prompts[q], max_tokens=16, stream=False)
+        resident = c.collect([f"r{i}" for i in range(2)])
+        per_step = client.collect([f"p{i}" for i in range(2)])
+        for i in range(2):
+            assert resident[f"r{i}"]["error"] is None and resident[f"r{i}"]["tokens"]
+            assert resident[f"r{i}"]["tokens"] == per_step[f"p{i}"]["tokens"]
+    finally:
+        c.close()
+        assert w.stop() == 0
+    import subprocess
+    from worker_client import WORKER
+    p = subprocess.run([WORKER, "serve", "--model", MODEL, "--metrics-port", "-1", "--prompt-panels", "always"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--prompt-panels must be resident or per-step" in p.stderr

@@ -348,6 +348,34 @@ TEST_CASE("fused layers give each layer's own result bitwise") {
   force_portable_kernels(false);
 }
 
+TEST_CASE("resident prompt panels give the per-step panels' results bitwise") {
+  thread_pool pool(2);
+  for (auto [isa, portable] : isa_modes()) {
+    force_portable_kernels(portable);
+    for (weight_type t : {weight_type::q4_1, weight_type::q4_0, weight_type::q8_0, weight_type::f16, weight_type::q4_k,
+                          weight_type::q6_k}) {
+      const int64_t cols = is_k_quant(t) ? 256 : 96, rows = 40;  // 40: a last panel past the end
+      auto w = random_weights(t, rows, cols);
+      const linear per_step(t, w.data(), rows, cols, pool);
+      linear resident(t, w.data(), rows, cols, pool);
+      const size_t held = resident.keep_prompt_panels(pool);
+      INFO("isa " << isa << " type " << weight_type_name(t));
+      // A layer whose prompt tokens take the integer kernel keeps nothing; the others hold
+      // 2 bytes per weight, rows rounded up to whole panels.
+      CHECK(held == (resident.prompt_on_integer_kernel() ? 0 : static_cast<size_t>(48 * cols * 2)));
+      CHECK(resident.prompt_panel_bytes() == held);
+      for (int64_t n_tok : {1, 5, 17}) {
+        auto x = random_floats(static_cast<size_t>(n_tok * cols));
+        std::vector<float> a(n_tok * rows), b(a.size());
+        per_step.forward_gemm(x.data(), cols, n_tok, a.data(), rows, pool);
+        resident.forward_gemm(x.data(), cols, n_tok, b.data(), rows, pool);
+        CHECK(a == b);
+      }
+    }
+  }
+  force_portable_kernels(false);
+}
+
 TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
   auto x = random_floats(576);
   auto w = random_floats(576);

@@ -597,53 +597,87 @@ TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops 
 
 // ---- step-time budget ------------------------------------------------------------------------
 
-TEST_CASE("step cost model: recovers a linear cost from measured steps, refuses to guess from one size") {
+TEST_CASE("step cost model: recovers the cost of both kinds of row, refuses to guess from one size") {
   step_cost_model m;
-  const step_cost truth{20.0, 1.5, 0.25};
-  for (int i = 0; i < 20; ++i) m.observe({8, 8 * 100}, truth.predict({8, 8 * 100}));
-  CHECK_FALSE(m.fit().has_value());  // every step 8 tokens: nothing says what a token costs
+  // 20 ms a step, 15 ms more with prompt rows (their second weight pass), 1 ms a decode row,
+  // 1.5 ms a prompt row, 0.25 ms per 1024 attended pairs.
+  const step_cost truth{20.0, 15.0, 1.0, 1.5, 0.25};
+  for (int i = 0; i < 20; ++i) m.observe({8, 0, 8 * 100}, truth.predict({8, 0, 8 * 100}));
+  CHECK_FALSE(m.fit().has_value());  // every step 8 decodes: nothing says what a token costs
+  for (int i = 0; i < 20; ++i) m.observe({1 + i % 16, 0, 100}, truth.predict({1 + i % 16, 0, 100}));
+  CHECK_FALSE(m.fit().has_value());  // no step had a prompt row
   std::mt19937 rng(7);
   for (int i = 0; i < 200; ++i) {
-    const step_shape s{1 + static_cast<int64_t>(rng() % 256), static_cast<int64_t>(rng() % 200000)};
+    const int64_t n_prompt = i % 3 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 256);
+    const step_shape s{static_cast<int64_t>(rng() % 33), n_prompt, static_cast<int64_t>(rng() % 200000)};
+    if (s.n_tokens() == 0) continue;
     const double noise = static_cast<double>(rng() % 100) / 1000.0;  // 0-0.1 ms
     m.observe(s, truth.predict(s) + noise);
   }
   const auto fit = m.fit();
   REQUIRE(fit.has_value());
   CHECK(fit->fixed_ms == Approx(truth.fixed_ms).epsilon(0.02));
-  CHECK(fit->per_token_ms == Approx(truth.per_token_ms).epsilon(0.02));
+  CHECK(fit->prompt_fixed_ms == Approx(truth.prompt_fixed_ms).epsilon(0.02));
+  CHECK(fit->per_decode_ms == Approx(truth.per_decode_ms).epsilon(0.02));
+  CHECK(fit->per_prompt_ms == Approx(truth.per_prompt_ms).epsilon(0.02));
   CHECK(fit->per_kpair_ms == Approx(truth.per_kpair_ms).epsilon(0.02));
-  CHECK(m.n_observations() == 220);
-  for (int i = 0; i < 100; ++i) m.observe({1 + i, 0}, truth.predict({1 + i, 0}));
+  for (int i = 0; i < 300; ++i) m.observe({1 + i % 7, i % 64, 0}, truth.predict({1 + i % 7, i % 64, 0}));
   CHECK(m.n_observations() == step_cost_model::k_window);  // the oldest are forgotten
-  // Garbage in (a zero-token step, a negative or NaN time) is ignored.
-  m.observe({0, 0}, 5);
-  m.observe({4, 0}, -1);
-  m.observe({4, 0}, std::nan(""));
-  CHECK(m.fit()->per_token_ms == Approx(truth.per_token_ms).epsilon(0.02));
+  // Garbage in (a zero-token step, negative rows, a negative or NaN time) is ignored.
+  m.observe({0, 0, 0}, 5);
+  m.observe({-4, 8, 0}, 5);
+  m.observe({4, 0, 0}, -1);
+  m.observe({4, 0, 0}, std::nan(""));
+  CHECK(m.n_observations() == step_cost_model::k_window);
+  CHECK(m.fit()->per_prompt_ms == Approx(truth.per_prompt_ms).epsilon(0.02));
+}
+
+TEST_CASE("step cost model: keeps aside the 95th percentile of its under-predictions of mixed steps") {
+  const step_cost truth{20.0, 0.0, 1.0, 1.5, 0.0};
+  step_cost_model exact, noisy;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    const step_shape s{1 + static_cast<int64_t>(rng() % 16), i % 2 == 0 ? 0 : 16 + static_cast<int64_t>(rng() % 48), 0};
+    exact.observe(s, truth.predict(s));
+    noisy.observe(s, truth.predict(s) + static_cast<double>(rng() % 1001) / 100.0);  // + 0-10 ms
+  }
+  REQUIRE(exact.fit().has_value());
+  REQUIRE(noisy.fit().has_value());
+  CHECK(exact.fit()->margin_ms == Approx(0.0).margin(1e-6));
+  // The fit absorbs the mean (5 ms); what is left is -5..5 ms, whose 95th percentile is ~4.5.
+  CHECK(noisy.fit()->margin_ms > 3.5);
+  CHECK(noisy.fit()->margin_ms < 5.5);
+  // The budget keeps the margin aside: 100 - 20 - 14 = 66 ms, 132 prompt tokens at 0.5 ms.
+  const step_cost c{10.0, 0.0, 0.5, 0.5, 0.0, 20.0};
+  CHECK(prefill_tokens_within(c, {8, 0, 800}, 0, 100.0, 16, 256) == 132);
 }
 
 TEST_CASE("step cost model: a fit never has negative costs") {
   step_cost_model m;
   // Time falls with attention (nonsense, as noisy timings can suggest): that term is dropped.
-  for (int i = 1; i <= 32; ++i) m.observe({i * 4, (32 - i) * 4096}, 10.0 + 2.0 * i * 4 - 0.01 * (32 - i) * 4);
+  for (int i = 1; i <= 32; ++i) m.observe({4, i * 4, (32 - i) * 4096}, 10.0 + 4.0 + 2.0 * i * 4 - 0.01 * (32 - i) * 4);
   const auto fit = m.fit();
   REQUIRE(fit.has_value());
   CHECK(fit->fixed_ms >= 0);
-  CHECK(fit->per_token_ms > 0);
+  CHECK(fit->prompt_fixed_ms >= 0);
+  CHECK(fit->per_decode_ms >= 0);
+  CHECK(fit->per_prompt_ms > 0);
   CHECK(fit->per_kpair_ms >= 0);
 }
 
 TEST_CASE("prefill_tokens_within: what is left of the step after the decodes, at least the minimum chunk") {
-  const step_cost c{10.0, 0.5, 0.0};
+  const step_cost c{10.0, 0.0, 0.5, 0.5, 0.0};
   // 8 decodes predict 14 ms; 100 ms leaves 86 ms = 172 prompt tokens.
-  CHECK(prefill_tokens_within(c, {8, 800}, 0, 100.0, 16, 256) == 172);
-  CHECK(prefill_tokens_within(c, {8, 800}, 0, 100.0, 16, 64) == 64);     // capped by the token budget
-  CHECK(prefill_tokens_within(c, {190, 0}, 0, 100.0, 16, 256) == 16);    // decodes alone over it
-  CHECK(prefill_tokens_within(c, {190, 0}, 0, 100.0, 300, 256) == 256);  // min chunk, still capped
+  CHECK(prefill_tokens_within(c, {8, 0, 800}, 0, 100.0, 16, 256) == 172);
+  CHECK(prefill_tokens_within(c, {8, 0, 800}, 0, 100.0, 16, 64) == 64);     // capped by the token budget
+  CHECK(prefill_tokens_within(c, {190, 0, 0}, 0, 100.0, 16, 256) == 16);    // decodes alone over it
+  CHECK(prefill_tokens_within(c, {190, 0, 0}, 0, 100.0, 300, 256) == 256);  // min chunk, still capped
   // Prompt tokens deep in a long context also pay attention: 0.5 + 1 * 2048/1024 = 2.5 ms each.
-  const step_cost a{10.0, 0.5, 1.0};
-  CHECK(prefill_tokens_within(a, {8, 0}, 2048, 100.0, 16, 256) == 34);
+  const step_cost a{10.0, 0.0, 0.5, 0.5, 1.0};
+  CHECK(prefill_tokens_within(a, {8, 0, 0}, 2048, 100.0, 16, 256) == 34);
+  // Having prompt rows at all costs a second pass over the weights: 100 - 14 - 30 = 56 ms left.
+  const step_cost p{10.0, 30.0, 0.5, 0.5, 0.0};
+  CHECK(prefill_tokens_within(p, {8, 0, 800}, 0, 100.0, 16, 256) == 112);
 }
 
 namespace {
@@ -657,15 +691,14 @@ int32_t run_with_cost(fake_engine& e, const step_cost& cost, int max_steps) {
     const bool had_fit = e.cfg.max_step_ms <= 0 || e.sched.step_costs().fit().has_value();
     const step_plan plan = e.step();
     step_shape s;
-    int32_t n_decode = 0;
     for (const auto& q : plan.seqs) {
       const auto k = static_cast<int64_t>(q.tokens.size());
-      s.n_tokens += k;
+      const bool decode = q.pos0 >= e.n_prompt[q.id];
+      (decode ? s.n_decode : s.n_prompt) += k;
       s.attended_pairs += k * q.pos0 + k * (k + 1) / 2;
-      n_decode += q.pos0 >= e.n_prompt[q.id];
     }
     e.sched.observe_step(plan, cost.predict(s));
-    if (n_decode > 0 && had_fit) worst = std::max(worst, plan.n_tokens - n_decode);
+    if (s.n_decode > 0 && had_fit) worst = std::max(worst, static_cast<int32_t>(s.n_prompt));
   }
   REQUIRE(e.idle());
   return worst;
@@ -678,7 +711,7 @@ TEST_CASE("step-time budget: prompt chunks shrink while streams decode, not when
   cfg.max_tokens_per_step = 256;
   cfg.max_running = 16;
   cfg.min_prefill_chunk = 16;
-  const step_cost cost{10.0, 0.5, 0.0};  // a 256-token step takes 138 ms; 8 decodes 14 ms
+  const step_cost cost{10.0, 0.0, 0.5, 0.5, 0.0};  // a 256-token step takes 138 ms; 8 decodes 14 ms
 
   SECTION("off: the token budget alone") {
     fake_engine e(1024, 16, cfg);
