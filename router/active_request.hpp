@@ -88,7 +88,6 @@ struct active_request {
       return std::find(l.started.begin(), l.started.end(), true) != l.started.end();
     });
   }
-  listener* own() { return !listeners.empty() && listeners.front().own ? &listeners.front() : nullptr; }
 };
 
 // What a request weighs in the queue and against a tenant's tokens/min: prompt + max_tokens per

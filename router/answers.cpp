@@ -53,12 +53,14 @@ void answer_success(const listener& l, const active_request& a, const usage_info
   to.ex->respond(std::move(resp));
 }
 
-int answer_error(const listener& l, const api_error& e) {
-  if (!l.stream()) return reply_error(*l.r, e);
+void answer_error(const listener& l, const api_error& e) {
+  if (!l.stream()) {
+    reply_error(*l.r, e);
+    return;
+  }
   l.r->ex->send_event(format_error(e));
   l.r->ex->send_event("[DONE]");
   l.r->ex->end_stream();
-  return e.status;
 }
 
 int reply_error(const routed_request& r, const api_error& e, double retry_after_s) {

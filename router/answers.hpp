@@ -1,6 +1,6 @@
 // How the dispatcher answers the clients of a request (active_request.hpp's listeners): stream
 // chunks, the final response or [DONE], an error as a response or as a stream's last event.
-// Those that answer with an error return its HTTP status (for the dispatcher's requests_total).
+// reply_error and answer_internal_error return the status they answered with (requests_total).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view
 void answer_success(const listener& l, const active_request& a, const usage_info& u);
 
 // An error: the response, or a stream's terminal error event and [DONE].
-int answer_error(const listener& l, const api_error& e);
+void answer_error(const listener& l, const api_error& e);
 
 // An error response (with Retry-After when > 0) to a request that never got a stream.
 int reply_error(const routed_request& r, const api_error& e, double retry_after_s = 0);

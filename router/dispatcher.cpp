@@ -187,7 +187,6 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   a->choices.resize(static_cast<size_t>(req.req.n));
   a->t_enqueued_s = now_s;
   a->queue_tokens = tokens;
-  a->phase = request_phase::queued;
   if (req.req.stream) req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
   prompt_tokens_ += req.prompt.size();
   queue_entry e;
@@ -354,6 +353,7 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
   log_worker_changes();
   pump(now_s, out);
 }
+
 void dispatcher::on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out) {
   if (auto err = proto::check_version(m.version)) {
     std::fprintf(stderr, "switchyard-router: worker %s: %s\n", pool_.at(worker).endpoint.c_str(), err->message.c_str());
@@ -533,7 +533,7 @@ void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_fr
   if (!owned) return;
   for (const listener& l : owned->listeners) {
     count_status(e.status);
-    answer_error(l, e);
+    answer_error(l, e);  // after counting, as finish() does: a throwing answer is still counted
   }
 }
 
@@ -735,13 +735,7 @@ void dispatcher::request_kv_resyncs(double now_s, std::vector<link_frame>& out) 
   }
 }
 
-bool dispatcher::ready(double now_s) const {
-  if (draining_) return false;
-  const auto& all = pool_.all();
-  return std::any_of(all.begin(), all.end(), [&](const auto& kv) {
-    return kv.second.state == worker_state::ready && now_s - kv.second.last_seen_s < cfg_.pool.heartbeat_timeout_s;
-  });
-}
+bool dispatcher::ready(double now_s) const { return !draining_ && pool_.any_ready(now_s); }
 
 std::string dispatcher::render_metrics(double now_s) const {
   // Per model: every model a worker has announced (0 when idle, so a scaler sees the series),

@@ -168,7 +168,7 @@ std::vector<worker_ref> worker_pool::readmit(double now_s) {
 std::vector<worker_ref> worker_pool::check_liveness(double now_s) {
   std::vector<worker_ref> died;
   for (auto& [ref, v] : workers_) {
-    if (v.liveness == worker_liveness::up && now_s - v.last_seen_s > cfg_.heartbeat_timeout_s) {
+    if (v.liveness == worker_liveness::up && silent(v, now_s)) {
       v.liveness = worker_liveness::dead;
       v.dead_since_s = now_s;
       v.in_flight = 0;
@@ -177,6 +177,12 @@ std::vector<worker_ref> worker_pool::check_liveness(double now_s) {
     }
   }
   return died;
+}
+
+bool worker_pool::any_ready(double now_s) const {
+  return std::any_of(workers_.begin(), workers_.end(), [&](const auto& kv) {
+    return kv.second.state == worker_state::ready && !silent(kv.second, now_s);
+  });
 }
 
 std::vector<worker_ref> worker_pool::removable(double now_s) const {

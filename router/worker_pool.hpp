@@ -154,6 +154,9 @@ class worker_pool {
   const worker_view& at(worker_ref w) const;                                 // w must be in the pool
   const std::map<worker_ref, worker_view>& all() const { return workers_; }  // by ref: join order
   size_t n_ready() const { return count(worker_state::ready); }
+  // Some worker is ready and, as of now_s, not silent past the heartbeat timeout (between the
+  // check_liveness calls that would declare it dead).
+  bool any_ready(double now_s) const;
   size_t count(worker_state s) const;
   // Leading blocks of `block_hashes` found in worker w's view of its prefix cache.
   size_t cached_blocks(worker_ref w, std::span<const uint64_t> block_hashes) const;
@@ -162,6 +165,7 @@ class worker_pool {
 
  private:
   bool has_slot(const worker_view& v) const;
+  bool silent(const worker_view& v, double now_s) const { return now_s - v.last_seen_s > cfg_.heartbeat_timeout_s; }
   worker_view& get(worker_ref w);
   void update_state(worker_view& v);  // recomputes v.state from its inputs, recording a change
 

@@ -18,22 +18,40 @@ vec features(const step_shape& s) {
           static_cast<double>(s.attended_pairs) / 1024.0};
 }
 
-// Least squares over the features in `use` (the others held at 0), by Gaussian elimination on
-// the normal equations with a small ridge so a nearly singular system stays finite. Returns the
-// coefficients and the sum of squared residuals, or nothing when the system is singular.
+// The normal equations of all the features, summed once over the observations: every subset's
+// least squares is solved from them (the refit runs after every step while a budget is on).
+struct normal_equations {
+  double xtx[k_features][k_features] = {};
+  vec xty{};
+  double yty = 0;
+};
+
 template <typename Obs>
-std::optional<std::pair<vec, double>> solve(const Obs& obs, const std::array<bool, k_features>& use) {
+normal_equations accumulate(const Obs& obs) {
+  normal_equations n;
+  for (const auto& o : obs) {
+    const vec x = features(o.shape);
+    for (int i = 0; i < k_features; ++i) {
+      for (int j = 0; j < k_features; ++j) n.xtx[i][j] += x[i] * x[j];
+      n.xty[i] += x[i] * o.ms;
+    }
+    n.yty += o.ms * o.ms;
+  }
+  return n;
+}
+
+// Least squares over the features in `use` (the others held at 0), by Gaussian elimination with
+// a small ridge so a nearly singular system stays finite. Returns the coefficients and the sum
+// of squared residuals (y'y - 2 c'X'y + c'X'Xc), or nothing when the system is singular.
+std::optional<std::pair<vec, double>> solve(const normal_equations& n, const std::array<bool, k_features>& use) {
   int idx[k_features];
   int m = 0;
   for (int f = 0; f < k_features; ++f)
     if (use[f]) idx[m++] = f;
   double a[k_features][k_features + 1] = {};
-  for (const auto& o : obs) {
-    const vec x = features(o.shape);
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < m; ++j) a[i][j] += x[idx[i]] * x[idx[j]];
-      a[i][m] += x[idx[i]] * o.ms;
-    }
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < m; ++j) a[i][j] = n.xtx[idx[i]][idx[j]];
+    a[i][m] = n.xty[idx[i]];
   }
   for (int i = 0; i < m; ++i) a[i][i] += 1e-9 * (1.0 + a[i][i]);
   for (int c = 0; c < m; ++c) {
@@ -50,12 +68,10 @@ std::optional<std::pair<vec, double>> solve(const Obs& obs, const std::array<boo
   }
   vec coef{};
   for (int i = 0; i < m; ++i) coef[idx[i]] = a[i][m] / a[i][i];
-  double sse = 0;
-  for (const auto& o : obs) {
-    const vec x = features(o.shape);
-    double pred = 0;
-    for (int f = 0; f < k_features; ++f) pred += coef[f] * x[f];
-    sse += (pred - o.ms) * (pred - o.ms);
+  double sse = n.yty;
+  for (int i = 0; i < k_features; ++i) {
+    sse -= 2 * coef[i] * n.xty[i];
+    for (int j = 0; j < k_features; ++j) sse += coef[i] * n.xtx[i][j] * coef[j];
   }
   if (!std::isfinite(sse)) return std::nullopt;
   return std::pair{coef, sse};
@@ -84,19 +100,13 @@ void step_cost_model::refit() {
   if (hi - lo < 4 || !prompts) return;
   // The best non-negative fit among the feature sets that keep the per-prompt-token cost (an
   // active set of the other four features, enumerated: 16 small solves).
+  const normal_equations n = accumulate(obs_);
   std::optional<std::pair<vec, double>> best;
-  for (unsigned mask = 0; mask < (1u << (k_features - 1)); ++mask) {
+  for (unsigned mask = 0; mask < (1u << k_features); ++mask) {
+    if (((mask >> k_per_prompt) & 1u) == 0) continue;  // always in: the budget divides by it
     std::array<bool, k_features> use{};
-    int bit = 0;
-    for (int f = 0; f < k_features; ++f) {
-      if (f == k_per_prompt) {
-        use[f] = true;  // always in: the budget divides by it
-        continue;
-      }
-      use[f] = ((mask >> bit) & 1u) != 0;
-      ++bit;
-    }
-    const auto r = solve(obs_, use);
+    for (int f = 0; f < k_features; ++f) use[f] = ((mask >> f) & 1u) != 0;
+    const auto r = solve(n, use);
     if (!r || r->first[k_per_prompt] <= 0) continue;
     if (std::any_of(r->first.begin(), r->first.end(), [](double c) { return c < 0; })) continue;
     if (!best || r->second < best->second) best = r;
