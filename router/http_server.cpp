@@ -786,7 +786,10 @@ void connection::call_handler(const std::shared_ptr<exchange>& ex, http_request&
 void connection::abandon_exchange(bool by_client) {
   auto ex = std::move(current_);
   if (!ex) return;
-  if (by_client) core_.counters.client_disconnects.fetch_add(1, std::memory_order_relaxed);
+  // A response the handler had ended (only its last writes pending) was not abandoned: a client
+  // that closes on reading its last byte can beat on_write's completion to the strand.
+  if (by_client && response_ != response_state::ended)
+    core_.counters.client_disconnects.fetch_add(1, std::memory_order_relaxed);
   auto f = ex->mark_disconnected();
   if (!f) return;
   try {
