@@ -88,4 +88,16 @@ inline sampling_draw draw_of(const sampling_params& p, uint64_t seed, uint64_t s
       .temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p, .seed = seed, .step = step};
 }
 
+// The seed of choice `index` of a request with n > 1 choices: choice 0 keeps the request's seed
+// (n = 1 and the first of n give the same text), every other choice a seed mixed from (seed,
+// index), so that choices of neighbouring seeds are unrelated (seed + index would make choice 1 of
+// seed s choice 0 of seed s + 1). splitmix64's finalizer, fixed bit for bit.
+inline uint64_t choice_seed(uint64_t seed, uint32_t index) {
+  if (index == 0) return seed;
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t{index} + 1));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace sy

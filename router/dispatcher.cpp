@@ -287,7 +287,7 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
     const choice_state& cs = a.choices[c];
     if (cs.finished()) continue;
     s.request_id = wire_id(r.id, a.attempt, c);
-    if (r.req.sampling.has_seed) s.sampling.seed = r.req.sampling.seed + c;
+    if (r.req.sampling.has_seed) s.sampling.seed = choice_seed(r.req.sampling.seed, c);
     // A resumed choice: the worker recomputes what the client has and goes on from there.
     s.prompt.resize(r.prompt.size());
     s.prompt.insert(s.prompt.end(), cs.tokens.begin(), cs.tokens.end());

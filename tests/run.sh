@@ -17,13 +17,32 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 venv_job=$!
 cmake --build "$build"
 wait "$venv_job" || true
+# Every process a stage starts inherits SY_TEST_RUN in its environment; none may outlive the
+# stage (a failed test's servers would hold ports and cores for whatever runs next).
+run_mark="SY_TEST_RUN=sy-$$-$(date +%s%N)"
+leftovers_of() {  # $1: the stage's name. Lists, kills and fails on processes carrying the mark.
+  local e pid pids=()
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}
+    pid=${pid%/environ}
+    grep -qszxF "$run_mark" "$e" 2>/dev/null && pids+=("$pid")
+  done
+  [ ${#pids[@]} -eq 0 ] && return 0
+  echo "FAIL: $1 left ${#pids[@]} process(es) running:" >&2
+  ps -o pid=,etime=,args= -p "$(IFS=,; echo "${pids[*]}")" >&2 || true
+  kill -9 "${pids[@]}" 2>/dev/null || true
+  return 1
+}
 cd "$build"
-ctest --output-on-failure --timeout 900 ${CTEST_ARGS:-}
+rc=0
+env "$run_mark" ctest --output-on-failure --timeout 900 ${CTEST_ARGS:-} || rc=$?
 cd "$root"
+leftovers_of ctest || rc=1
+[ "$rc" -eq 0 ] || exit "$rc"
 if [ "${SANITIZE:-1}" = 0 ]; then
   echo "SKIP: sanitizer stage (SANITIZE=0)"
 else
-  rc=0
-  bash tests/sanitize.sh || rc=$?
+  env "$run_mark" bash tests/sanitize.sh || rc=$?
+  leftovers_of "the sanitizer stage" || rc=1
   [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"
 fi

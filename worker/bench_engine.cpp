@@ -27,11 +27,25 @@ using ordered_json = nlohmann::ordered_json;  // keys in the order the report ha
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::vector<token_id> random_prompt(std::mt19937& rng, int n) {
-  std::uniform_int_distribution<token_id> d(200, 40000);
+// Random ordinary tokens of the model's vocabulary (ids past the first 200, where the control and
+// byte tokens of the usual vocabularies sit, and below 40000 as before for SmolLM2's 49k).
+std::vector<token_id> random_prompt(std::mt19937& rng, int n, int64_t n_vocab) {
+  const auto hi = static_cast<token_id>(std::min<int64_t>(40000, n_vocab - 1));
+  std::uniform_int_distribution<token_id> d(std::min<token_id>(200, hi / 2), hi);
   std::vector<token_id> p(static_cast<size_t>(n));
   for (auto& t : p) t = d(rng);
   return p;
+}
+
+// A benchmark request the engine refuses would make every figure meaningless: stop at once.
+void submit_or_throw(engine& e, const std::string& id, const std::vector<token_id>& prompt, const sampling_params& p) {
+  if (auto err = e.submit(id, prompt, p, 0))
+    throw std::runtime_error("bench-engine: the engine refused request " + id + ": " + err->message);
+}
+
+// A section that measured nothing (no steps, no time) fails the run instead of printing zeros.
+void require_measured(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("bench-engine: " + what + " measured nothing");
 }
 
 sampling_params fixed_length(int n) {
@@ -118,7 +132,9 @@ ordered_json bench_decode(const bench_setup& b) {
   const forward_backend& be = e->backend();
   {  // warm-up: first launches, cuBLAS heuristics, allocator
     std::mt19937 rng(1);
-    for (int i = 0; i < 2; ++i) e->submit("w" + std::to_string(i), random_prompt(rng, n_prompt), fixed_length(4), 0);
+    for (int i = 0; i < 2; ++i)
+      submit_or_throw(*e, "w" + std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
+                      fixed_length(4));
     drain(*e, [](const std::vector<request_event>&) {});
   }
   std::printf("\n[decode] %s; %d-token prompts, %d new tokens each, greedy; pure decode steps only\n",
@@ -137,7 +153,9 @@ ordered_json bench_decode(const bench_setup& b) {
     std::mt19937 rng(1234 + c);
     std::vector<double> first(static_cast<size_t>(c), -1);
     const double t0 = now_s();
-    for (int i = 0; i < c; ++i) e->submit(std::to_string(i), random_prompt(rng, n_prompt), fixed_length(n_gen), 0);
+    for (int i = 0; i < c; ++i)
+      submit_or_throw(*e, std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
+                      fixed_length(n_gen));
     double dec_ms = 0, kv_tokens = 0;
     int n_steps = 0;
     drain(*e, [&](const std::vector<request_event>& ev) {
@@ -150,7 +168,8 @@ ordered_json bench_decode(const bench_setup& b) {
         ++n_steps;
       }
     });
-    const double step_ms = n_steps ? dec_ms / n_steps : 0;
+    require_measured(n_steps > 0 && dec_ms > 0, "[decode] at batch " + std::to_string(c));
+    const double step_ms = dec_ms / n_steps;
     const double tok_s = step_ms > 0 ? c * 1000.0 / step_ms : 0;
     const double ttft = *std::max_element(first.begin(), first.end());  // every request's first token
     const double read = static_cast<double>(be.weight_read_bytes()) +
@@ -189,7 +208,7 @@ ordered_json bench_batching(const bench_setup& b) {
   for (const int c : b.levels) {
     std::mt19937 rng(1234 + c);
     std::vector<std::vector<token_id>> prompts;
-    for (int i = 0; i < c; ++i) prompts.push_back(random_prompt(rng, n_prompt));
+    for (int i = 0; i < c; ++i) prompts.push_back(random_prompt(rng, n_prompt, b.model->hparams().n_vocab));
     engine_config cfg;
     cfg.n_kv_blocks = std::max(64, c * (n_prompt + n_gen) / 16 + c + 8);
     cfg.sched.max_running = std::max(32, c);
@@ -210,8 +229,9 @@ ordered_json bench_batching(const bench_setup& b) {
     {
       const auto owned = b.make_engine(cfg);
       engine& e = *owned;
-      for (int i = 0; i < c; ++i) e.submit("r" + std::to_string(i), prompts[i], b.batching_params(i), 0);
+      for (int i = 0; i < c; ++i) submit_or_throw(e, "r" + std::to_string(i), prompts[i], b.batching_params(i));
       t_cont = drain(e, decode_meter(e, 0));
+      require_measured(t_cont > 0 && dec_ms[0] > 0, "[batching] at concurrency " + std::to_string(c));
     }
     if (has_word(b.skip, "sequential")) {
       t_seq = 1e30;  // profiling the batched path alone
@@ -220,7 +240,7 @@ ordered_json bench_batching(const bench_setup& b) {
       engine& e = *owned;
       t_seq = 0;
       for (int i = 0; i < c; ++i) {
-        e.submit("r" + std::to_string(i), prompts[i], b.batching_params(i), 0);
+        submit_or_throw(e, "r" + std::to_string(i), prompts[i], b.batching_params(i));
         t_seq += drain(e, decode_meter(e, 1));
       }
     }
@@ -231,6 +251,7 @@ ordered_json bench_batching(const bench_setup& b) {
       js.push_back({{"concurrency", c}, {"continuous_tok_s", tc}, {"continuous_decode_tok_s", dc}});
       continue;
     }
+    require_measured(t_seq > 0 && dec_ms[1] > 0, "[batching] sequential at concurrency " + std::to_string(c));
     const double ts = c * n_gen / t_seq, ds = dec_tok[1] * 1000 / dec_ms[1];
     std::printf("%12d %18.1f %18.1f %7.2fx %18.1f %18.1f %7.2fx\n", c, tc, ts, tc / ts, dc, ds, dc / ds);
     std::fflush(stdout);
@@ -249,11 +270,11 @@ ordered_json bench_batching(const bench_setup& b) {
 // question, arriving one after another (each after the previous one's first token).
 ordered_json bench_prefix(const bench_setup& b) {
   std::mt19937 rng(99);
-  const auto system = random_prompt(rng, 512);
+  const auto system = random_prompt(rng, 512, b.model->hparams().n_vocab);
   std::vector<std::vector<token_id>> reqs;
   for (int i = 0; i < 16; ++i) {
     auto p = system;
-    auto q = random_prompt(rng, 32);
+    auto q = random_prompt(rng, 32, b.model->hparams().n_vocab);
     p.insert(p.end(), q.begin(), q.end());
     reqs.push_back(p);
   }
@@ -267,7 +288,7 @@ ordered_json bench_prefix(const bench_setup& b) {
     engine& e = *owned;
     for (int i = 0; i < 16; ++i) {
       const std::string id = "p" + std::to_string(i);
-      e.submit(id, reqs[i], fixed_length(8), 0);
+      submit_or_throw(e, id, reqs[i], fixed_length(8));
       const double t0 = now_s();
       bool first = false;
       drain(e, [&](const std::vector<request_event>& ev) {
@@ -279,6 +300,7 @@ ordered_json bench_prefix(const bench_setup& b) {
       });
     }
   }
+  require_measured(ttft[0].size() == 16 && ttft[1].size() == 16, "[prefix]");
   const double p50c = percentile(ttft[1], 0.5), p50u = percentile(ttft[0], 0.5);
   double meanc = 0, meanu = 0;
   for (double x : ttft[1]) meanc += x / 16;
@@ -313,7 +335,7 @@ ordered_json bench_memory(const bench_setup& b) {
   const auto owned = b.make_engine(cfg);
   engine& e = *owned;
   for (int i = 0; i < 96; ++i)
-    e.submit("m" + std::to_string(i), random_prompt(rng, plen(rng)), fixed_length(glen(rng)), 0);
+    submit_or_throw(e, "m" + std::to_string(i), random_prompt(rng, plen(rng), hp.n_vocab), fixed_length(glen(rng)));
   double util_sum = 0;
   int steps = 0, peak = 0;
   const double secs = drain(e, [&](const std::vector<request_event>&) {
@@ -324,7 +346,8 @@ ordered_json bench_memory(const bench_setup& b) {
     }
     peak = std::max(peak, e.stats().running);
   });
-  const double util = util_sum / std::max(1, steps);
+  require_measured(steps > 0 && secs > 0, "[memory]");
+  const double util = util_sum / steps;
   const int budget = cfg.n_kv_blocks * cfg.block_size;
   std::printf(
       "\n[memory] 96 requests, prompts 32-400 tokens, outputs 16-200 tokens, KV budget %.1f MiB = %d tokens %s\n",

@@ -236,11 +236,10 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     const token_id tok = p.token;
     bool stop = false;
     request_event& ev = event_for(s.id, events);
+    ev.add_completion_token(tok, std::move(p.logprobs), lr.params.logprobs > 0);
     if (!lr.params.ignore_eos && vocab.is_eog(tok)) {
-      stop = true;
+      stop = true;  // counted and logprob'd like any token; no text
     } else {
-      ev.tokens.push_back(tok);
-      if (lr.params.logprobs > 0) ev.logprobs.push_back(std::move(p.logprobs));
       ev.text += lr.stops.push(lr.decoder.push(tok));
       stop = lr.stops.stopped();
       if (lr.grammar) {

@@ -51,6 +51,9 @@ struct submit_error {
 };
 
 // What one request produced in a step: new tokens and text, and the end when finished.
+// Completion tokens (docs/worker.md, "Completion tokens and logprobs"): every token sampled for a
+// request is one — the end-of-generation token that ends it included — so `tokens` holds it,
+// usage counts it and `logprobs` has its entry; only its text is empty.
 struct request_event {
   std::string id;
   std::vector<token_id> tokens;
@@ -58,6 +61,12 @@ struct request_event {
   std::vector<token_logprobs_info> logprobs;  // one per token when the request asked for them
   finish_reason finish = finish_reason::none;
   request_usage usage;  // filled on finish
+
+  // The one place a sampled token joins the event (the rule above); returns nothing, adds no text.
+  void add_completion_token(token_id t, token_logprobs_info&& lp, bool want_logprobs) {
+    tokens.push_back(t);
+    if (want_logprobs) logprobs.push_back(std::move(lp));
+  }
 };
 
 struct engine_stats {

@@ -29,7 +29,9 @@ struct generation_result {
 
 class generator {
  public:
-  generator(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx, int64_t block_size = 16);
+  // `kv`: the KV cache's element type (f16, or q8_0 as `serve --kv-type q8_0` keeps it).
+  generator(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx, int64_t block_size = 16,
+            cpu::kv_type kv = cpu::kv_type::f16);
 
   // `on_text` gets each UTF-8-complete text delta; returning false cancels.
   // Throws std::invalid_argument when the prompt is empty or does not fit the context.

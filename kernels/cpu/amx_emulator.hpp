@@ -1,12 +1,11 @@
 // A scalar model of the AMX tile instructions the kernels use, so their loops (amx_loops.hpp)
 // run and are checked on any CPU: the element order of Intel's pseudo-code for tdpbf16ps (f32
 // sums of bf16 products, pair element 0 then 1, k in order) and tdpbsud (exact int32 sums), and
-// the checks where the hardware faults: a configuration palette 1 rejects, an instruction on an
-// unconfigured tile or with mismatched shapes. On top of the hardware, every row a tile loads or
-// stores must lie inside the memory declared readable / writable (the kernel's operands, its
-// scratch): a layout or edge-tile bug shows here as an exception, not as a wrong number on the
-// first AMX machine. Tile rows past `rows` and bytes past `colsb` read as zero, as in hardware.
-// DAZ/FTZ are not modelled (the tests use normal numbers).
+// (tdpbssd likewise, both operands signed), and the checks where the hardware faults: a configuration palette 1
+// rejects, an instruction on an unconfigured tile or with mismatched shapes. On top of the hardware, every row a tile
+// loads or stores must lie inside the memory declared readable / writable (the kernel's operands, its scratch): a
+// layout or edge-tile bug shows here as an exception, not as a wrong number on the first AMX machine. Tile rows past
+// `rows` and bytes past `colsb` read as zero, as in hardware. DAZ/FTZ are not modelled (the tests use normal numbers).
 #pragma once
 
 #include <cstddef>
@@ -89,16 +88,17 @@ class amx_tile_model {
   // tdpbsud: C[m][n] += sum_j A[m][4k+j] (signed) * B[k][4n+j] (unsigned), k ascending, int32.
   template <int C, int A, int B>
   void dot_s8u8() {
-    check_dot(C, A, B);
-    for (int m = 0; m < cfg_.rows[C]; ++m)
-      for (int k = 0; k < cfg_.colsb[A] / 4; ++k)
-        for (int n = 0; n < cfg_.colsb[C] / 4; ++n) {
-          int64_t s = get<int32_t>(C, m, n);
-          for (int j = 0; j < 4; ++j)
-            s += static_cast<int64_t>(get<int8_t>(A, m, 4 * k + j)) * get<uint8_t>(B, k, 4 * n + j);
-          put(C, m, n, static_cast<int32_t>(static_cast<uint32_t>(s)));  // wraps like the hardware
-        }
-    ++n_dots_;
+    dot_int<C, A, B, uint8_t>();
+  }
+  // tdpbssd: the same with B signed.
+  template <int C, int A, int B>
+  void dot_s8s8() {
+    dot_int<C, A, B, int8_t>();
+  }
+
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const float (*mins)[16],
+               const int16_t* sums32, const float* dmw) {
+    kq_fold_scalar(acc, hi, lo, dw, dx, mins, sums32, dmw);
   }
 
   // Counts, for tests: configurations loaded and dot-product instructions run.
@@ -135,6 +135,19 @@ class amx_tile_model {
     if (cfg_.colsb[a] != 4 * cfg_.rows[b]) fail("A bytes per row != 4 x B rows");
     if (cfg_.colsb[c] % 4 != 0 || cfg_.colsb[a] % 4 != 0) fail("bytes per row not a multiple of 4");
   }
+  template <int C, int A, int B, class BV>
+  void dot_int() {
+    check_dot(C, A, B);
+    for (int m = 0; m < cfg_.rows[C]; ++m)
+      for (int k = 0; k < cfg_.colsb[A] / 4; ++k)
+        for (int n = 0; n < cfg_.colsb[C] / 4; ++n) {
+          int64_t s = get<int32_t>(C, m, n);
+          for (int j = 0; j < 4; ++j)
+            s += static_cast<int64_t>(get<int8_t>(A, m, 4 * k + j)) * get<BV>(B, k, 4 * n + j);
+          put(C, m, n, static_cast<int32_t>(static_cast<uint32_t>(s)));  // wraps like the hardware
+        }
+    ++n_dots_;
+  }
   template <class V>
   V get(int t, int r, int i) const {
     V v;
@@ -161,5 +174,8 @@ void gemm_panels_amx_emulated(const uint16_t* panels, int64_t k, int64_t p0, int
                               int64_t ldx, int64_t n_tok, float* y, int64_t ldy, amx_tile_model* model = nullptr);
 void gemv_int_panels_amx_emulated(weight_type t, const line64* panels, int64_t rows, int64_t p0, int64_t p1,
                                   const q8_act_batch& a, float* y, int64_t ldy, amx_tile_model* model = nullptr);
+void gemv_kq_panels_amx_emulated(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                                 const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy,
+                                 amx_tile_model* model = nullptr);
 
 }  // namespace sy::cpu

@@ -10,6 +10,9 @@
 //   dot_bf16<C, A, B>()                           tdpbf16ps: C[m][n] += sum_k A[m][2k+j] B[k][2n+j] (f32)
 //   dot_s8u8<C, A, B>()                           tdpbsud:   C[m][n] += sum_k A[m][4k+j] B[k][4n+j]
 //                                                 (int32; A signed bytes, B unsigned bytes)
+//   dot_s8s8<C, A, B>()                           tdpbssd:   the same with B signed
+//   fold_kq(acc, hi, lo, dw, dx, mins, sums32, dmw)  the K-panel kernel's f32 fold of 16 rows (below):
+//                                                 zmm instructions on the hardware, scalar on the model
 //   release()                                     tilerelease
 //   scratch(const void* p, size_t bytes)          a kernel-local buffer tiles may load from and
 //                                                 store to (the model checks every access)
@@ -28,6 +31,14 @@
 //    of int32: the exact integer sums the AVX-512 kernel's vpdpbusd gives. They are folded into
 //    f32 with the same operations in the same order as there (convert, fma with d_w * d_x, fma
 //    of m_w and s_x), so the results are bitwise those of gemv_int_panels_avx512.
+//  * K panels (kquant_panels.hpp), one super-block per C: the weights times their sub-block
+//    scales (q4_K/q5_K sc q <= 1953; q6_K sc (q - 32), |.| <= 4096) split into 64 hi + lo with lo in
+//    [0, 64), as B tiles of 64 columns (16 lines of 16 rows x 4 bytes), made once per super-block
+//    and pass; A = 16 tokens x 64 activation bytes (row stride one token's q8_K blocks); C = the
+//    super-block's sums of x lo (tdpbsud) and of x hi (tdpbsud, or tdpbssd for q6_K's signed
+//    high parts), so isum = 64 C_hi + C_lo exactly the model's integer sum, then the same f32 fold
+//    as the model: bitwise gemv_kq_panels_model's results. (The scales cannot ride in 8 bits, so
+//    each product is split in two; a super-block is then one C, not one per sub-block.)
 #pragma once
 
 #include <cmath>
@@ -36,6 +47,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/kquant_panels.hpp"
 
 namespace sy::cpu {
 
@@ -223,6 +235,252 @@ void amx_int_panels(Tiles& tl, weight_type t, const line64* panels, int64_t rows
       return amx_int_panels_t<weight_type::q4_1>(tl, panels, rows, p0, p1, a, y, ldy);
     case weight_type::q8_0:
       return amx_int_panels_t<weight_type::q8_0>(tl, panels, rows, p0, p1, a, y, ldy);
+    default:
+      return;
+  }
+}
+
+// K panels: every tile 16 x 64 bytes. A = tiles 1 and 4 (two token tiles), B = tiles 2 (high
+// parts) and 5 (low parts) of one 64-column group, C = tiles 0/3 (high/low sums of the first token
+// tile) and 6/7 (of the second).
+inline tile_config amx_kq_config() {
+  tile_config c;
+  for (int t = 0; t < 8; ++t) c.set(t, amx_tile_rows, 64);
+  return c;
+}
+
+// Tokens per pass over a panel: their f32 sums stay on the stack (8 KiB).
+constexpr int64_t amx_kq_tokens = 128;
+
+// 64 bytes as one value (GCC's vector extension): zmm instructions where this is compiled for
+// AVX-512 (gemm_amx.cpp), plain code on the tile model, the same (exact, integer) results.
+// (-Wpsabi: these values never cross a call boundary that another translation unit compiled.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+using kq_v16i = int32_t __attribute__((vector_size(64)));
+using kq_v32i16 = int16_t __attribute__((vector_size(64)));
+using kq_v64u = uint8_t __attribute__((vector_size(64)));
+using kq_v16f = float __attribute__((vector_size(64)));
+using kq_v32u8 = uint8_t __attribute__((vector_size(32)));
+using kq_v32i8 = int8_t __attribute__((vector_size(32)));
+using kq_v32u16 = uint16_t __attribute__((vector_size(64)));
+template <class V>
+inline V kq_load(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+inline void kq_store(void* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <class To, class From>
+inline To kq_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From));
+  To t;
+  std::memcpy(&t, &v, sizeof t);
+  return t;
+}
+
+// The K-panel kernel's f32 fold of one token and super-block for 16 rows, as gemv_kq_panels_model's:
+// isum = 64 hi + lo (the two C tiles' sums, exact), acc = fma(float(isum), dw dx, acc); with mins (q4_K/q5_K), acc =
+// fma(-msum, dmw dx, acc) where msum = sum_j mins[j] sums32[j] (every product and partial sum exact in f32). The scalar
+// definition; the tile model calls it, gemm_amx.cpp has the same operations on zmm registers.
+inline void kq_fold_scalar(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx,
+                           const float (*mins)[16], const int16_t* sums32, const float* dmw) {
+  for (int i = 0; i < 16; ++i) {
+    const int32_t isum = hi[i] * 64 + lo[i];
+    acc[i] = std::fma(static_cast<float>(isum), dw[i] * dx, acc[i]);
+    if (!mins) continue;
+    float ms = 0.f;
+    for (int j = 0; j < 8; ++j) ms = std::fma(mins[j][i], static_cast<float>(sums32[j]), ms);
+    acc[i] = std::fma(-ms, dmw[i] * dx, acc[i]);
+  }
+}
+
+// One line of 16 rows x 4 values (lane i = row i, values 0..63 in its 4 bytes) times the rows'
+// scales, written as the high and low parts of each product p = 64 hi + lo (lo in [0, 64); hi
+// signed): `sc16` holds each row's scale in both 16-bit halves of its lane; `offset` is subtracted
+// from every value first (q6_K: 32).
+inline void kq_scale_split(kq_v64u v, kq_v32i16 sc16, int16_t offset, line64* hi, line64* lo) {
+  const kq_v32i16 w = kq_cast<kq_v32i16>(v);
+  const kq_v32i16 even = (w & 0xff) - offset, odd = ((w >> 8) & 0xff) - offset;
+  const kq_v32i16 pe = even * sc16, po = odd * sc16;
+  kq_store(hi, ((pe >> 6) & 0xff) | ((po >> 6) << 8));
+  kq_store(lo, (pe & 63) | ((po & 63) << 8));
+}
+
+template <weight_type wt, class Tiles>
+void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                     const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy) {
+  constexpr bool q6 = wt == weight_type::q6_k;
+  constexpr int64_t lines = kq_lines(wt);
+  constexpr int n_sc = q6 ? 16 : 8;
+  const int64_t nb = k / qk_k, stride = kq_panel_lines(wt, k);
+  alignas(64) line64 bh[4][16], bl[4][16];  // B tiles of the super-block: high and low parts
+  // C of two token tiles (high 0, low 0, high 1, low 1), three in flight
+  alignas(64) int32_t c[3][4][amx_tile_rows][16];
+  alignas(64) int8_t tail[amx_tile_rows][64];  // A of a last tile of fewer tokens, zero-padded
+  alignas(64) float acc[amx_kq_tokens][16];    // [token][row]
+  alignas(64) float mnf[8][16];                // q4_K/q5_K mins as f32 (exact)
+  float dw[16], dmw[16];
+  std::memset(tail, 0, sizeof tail);
+  tl.scratch(bh, sizeof bh);
+  tl.scratch(bl, sizeof bl);
+  tl.scratch(c, sizeof c);
+  tl.scratch(tail, sizeof tail);
+  tl.configure(amx_kq_config());
+  // A of token tile `t0` (m tokens), 64 columns from `col` of super-block b, into tile T.
+  auto load_a = [&](auto tile, int64_t t0, int64_t m, int64_t b, int col) {
+    constexpr int T = decltype(tile)::value;
+    const int8_t* xq = qs_by_block + (b * n_tok + t0) * qk_k + col;
+    if (m == amx_tile_rows) return tl.template load<T>(xq, qk_k);
+    for (int64_t t = 0; t < m; ++t) std::memcpy(tail[t], xq + t * qk_k, 64);
+    tl.template load<T>(tail, 64);
+  };
+  // Panels outside, token passes inside: a panel is read from memory once and stays in cache for
+  // every pass; the activations (k bytes a token) are the part re-read.
+  for (int64_t p = p0; p < p1; ++p) {
+    const line64* panel = panels + p * stride;
+    const int64_t row0 = p * panel_rows, n_rows = rows - row0 < panel_rows ? rows - row0 : panel_rows;
+    for (int64_t c0 = 0; c0 < n_tok; c0 += amx_kq_tokens) {
+      const int64_t n_c = n_tok - c0 < amx_kq_tokens ? n_tok - c0 : amx_kq_tokens;
+      for (int64_t t = 0; t < n_c; ++t)
+        for (int i = 0; i < 16; ++i) acc[t][i] = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const line64* blk = panel + b * lines;
+        const line64* scl = blk + (q6 ? 48 : lines - 5);
+        // Each row's scale of each sub-block in both 16-bit halves of its lane, and the mins as f32.
+        kq_v32i16 sc16[16];
+        for (int q = 0; q < n_sc / 2; ++q) {
+          const uint8_t* pb = scl[q / 2].b + 32 * (q % 2);
+          kq_v16i lanes;  // row i: scale 2q in the low 16 bits, 2q + 1 in the high 16 bits
+          if constexpr (q6)
+            lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32i8>(pb), kq_v32i16));
+          else
+            lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
+          const kq_v16i e = lanes & 0xffff, o = (lanes >> 16) & 0xffff;
+          sc16[2 * q] = kq_cast<kq_v32i16>(e | (e << 16));
+          sc16[2 * q + 1] = kq_cast<kq_v32i16>(o | (o << 16));
+        }
+        if constexpr (!q6)
+          for (int q = 0; q < 4; ++q) {
+            const uint8_t* pb = scl[2 + q / 2].b + 32 * (q % 2);
+            const kq_v16i lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
+            kq_store(mnf[2 * q], __builtin_convertvector(lanes & 0xffff, kq_v16f));
+            kq_store(mnf[2 * q + 1], __builtin_convertvector(lanes >> 16, kq_v16f));
+          }
+        for (int i = 0; i < 16; ++i) {
+          uint16_t h;
+          std::memcpy(&h, blk[lines - 1].b + 2 * i, 2);
+          dw[i] = fp16_to_fp32(h);
+          std::memcpy(&h, blk[lines - 1].b + 32 + 2 * i, 2);
+          dmw[i] = fp16_to_fp32(h);
+        }
+        // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
+        if constexpr (q6) {
+          for (int L = 0; L < 32; ++L) {
+            const auto v = kq_load<kq_v64u>(blk + L), h = kq_load<kq_v64u>(blk + 32 + L / 2);
+            const int sh = 4 * (L % 2);
+            const kq_v64u lo = (v & 15) | (((h >> sh) & 3) << 4), hi = (v >> 4) | (((h >> (sh + 2)) & 3) << 4);
+            kq_scale_split(lo, sc16[L / 4], 32, &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
+            kq_scale_split(hi, sc16[8 + L / 4], 32, &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
+          }
+        } else {
+          for (int g = 0; g < 4; ++g)
+            for (int cc = 0; cc < 8; ++cc) {
+              const auto v = kq_load<kq_v64u>(blk + 8 * g + cc);
+              kq_v64u lo = v & 15, hi = v >> 4;
+              if constexpr (wt == weight_type::q5_k) {
+                const auto h = kq_load<kq_v64u>(blk + 32 + 2 * g + cc / 4);
+                lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
+                hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
+              }
+              kq_scale_split(lo, sc16[2 * g], 0, &bh[g][cc], &bl[g][cc]);
+              kq_scale_split(hi, sc16[2 * g + 1], 0, &bh[g][8 + cc], &bl[g][8 + cc]);
+            }
+        }
+        // Two token tiles at a time (the second may be absent): C = sum over the super-block. The
+        // f32 fold of a pair runs two pairs later, while the tile unit computes, so that its loads
+        // find the tile stores done instead of waiting for them (C stored to three rotating parts of
+        // the scratch).
+        const int64_t n_pairs_t = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
+        auto tokens_of = [&](int64_t pi, int half) {
+          const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
+          return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
+        };
+        auto fold_pair = [&](int64_t pi) {
+          for (int half = 0; half < 2; ++half) {
+            const int64_t m = tokens_of(pi, half);
+            const int32_t(*ch)[16] = c[pi % 3][2 * half];
+            const int32_t(*cl)[16] = c[pi % 3][2 * half + 1];
+            for (int64_t t = 0; t < m; ++t) {
+              const int64_t tok = pi * 2 * amx_tile_rows + half * amx_tile_rows + t;
+              const block_q8_K& x = a[(c0 + tok) * nb + b];
+              tl.fold_kq(acc[tok], ch[t], cl[t], dw, x.d, q6 ? nullptr : mnf, x.sums32, dmw);
+            }
+          }
+        };
+        for (int64_t pi = 0; pi <= n_pairs_t + 1; ++pi) {
+          const int64_t m0 = tokens_of(pi, 0), m1 = tokens_of(pi, 1);
+          if (pi < n_pairs_t) {
+            const int64_t tt = pi * 2 * amx_tile_rows;
+            tl.template zero<0>();
+            tl.template zero<3>();
+            if (m1 > 0) {
+              tl.template zero<6>();
+              tl.template zero<7>();
+            }
+            for (int g = 0; g < 4; ++g) {
+              tl.template load<2>(bh[g], 64);
+              tl.template load<5>(bl[g], 64);
+              load_a(std::integral_constant<int, 1>{}, c0 + tt, m0, b, 64 * g);
+              if constexpr (q6)
+                tl.template dot_s8s8<0, 1, 2>();
+              else
+                tl.template dot_s8u8<0, 1, 2>();
+              tl.template dot_s8u8<3, 1, 5>();
+              if (m1 > 0) {
+                load_a(std::integral_constant<int, 4>{}, c0 + tt + amx_tile_rows, m1, b, 64 * g);
+                if constexpr (q6)
+                  tl.template dot_s8s8<6, 4, 2>();
+                else
+                  tl.template dot_s8u8<6, 4, 2>();
+                tl.template dot_s8u8<7, 4, 5>();
+              }
+            }
+          }
+          if (pi < n_pairs_t) {
+            tl.template store<0>(c[pi % 3][0], 64);
+            tl.template store<3>(c[pi % 3][1], 64);
+            if (m1 > 0) {
+              tl.template store<6>(c[pi % 3][2], 64);
+              tl.template store<7>(c[pi % 3][3], 64);
+            }
+          }
+          if (pi > 1) fold_pair(pi - 2);
+        }
+      }
+      for (int64_t t = 0; t < n_c; ++t) std::memcpy(y + (c0 + t) * ldy + row0, acc[t], n_rows * sizeof(float));
+    }
+  }
+  tl.release();
+}
+
+#pragma GCC diagnostic pop
+
+// gemv_kq_panels_model's contract, bitwise its results.
+template <class Tiles>
+void amx_kq_panels(Tiles& tl, weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                   const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy) {
+  if (p0 >= p1 || n_tok <= 0) return;
+  switch (t) {
+    case weight_type::q4_k:
+      return amx_kq_panels_t<weight_type::q4_k>(tl, panels, rows, k, p0, p1, a, qs_by_block, n_tok, y, ldy);
+    case weight_type::q5_k:
+      return amx_kq_panels_t<weight_type::q5_k>(tl, panels, rows, k, p0, p1, a, qs_by_block, n_tok, y, ldy);
+    case weight_type::q6_k:
+      return amx_kq_panels_t<weight_type::q6_k>(tl, panels, rows, k, p0, p1, a, qs_by_block, n_tok, y, ldy);
     default:
       return;
   }

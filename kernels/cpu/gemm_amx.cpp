@@ -3,6 +3,9 @@
 // them); only called when use_amx_kernels() says the CPU has AMX and Linux granted the tile state.
 // Nothing from the standard library is instantiated here: an out-of-line copy compiled with these
 // flags could be the one the linker keeps for every other caller.
+// GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
+// (GCC bug 105593), a false positive; nothing else in this file needs the warning.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "kernels/cpu/amx_loops.hpp"
@@ -12,9 +15,11 @@ namespace sy::cpu {
 namespace {
 
 // The tile intrinsics are asm statements that name the tile by a literal (stringified) and do not
-// tell the compiler which memory a load or ldtilecfg reads: `fence(p)` makes every store before it
-// (p escaping) happen before the instruction, so a just-written scratch buffer or configuration is
-// not reordered past it or dropped as dead.
+// tell the compiler which memory a load or ldtilecfg reads or a store writes: `fence(p)` before a
+// load makes every store before it (p escaping) happen before the instruction, so a just-written
+// scratch buffer or configuration is not reordered past it or dropped as dead; after a store it
+// makes every later read of that memory happen after it (GCC otherwise sees the buffer as never
+// written).
 inline void fence(const void* p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
 #define SY_TILE_CHAIN(OP)        \
@@ -38,6 +43,23 @@ inline void fence(const void* p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
 struct amx_tiles {
   void scratch(const void*, size_t) {}
+  // kq_fold_scalar on zmm registers: the same operations per lane, so the same bits.
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const float (*mins)[16],
+               const int16_t* sums32, const float* dmw) {
+    const __m512 vdx = _mm512_set1_ps(dx);
+    const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi), 6), _mm512_load_si512(lo));
+    __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_loadu_ps(dw), vdx), _mm512_load_ps(acc));
+    if (mins) {
+      // The 8 sums as f32 with one conversion (scalar int-to-float conversions would each wait on
+      // the last, through their merge into a register's upper lanes), then 8 broadcast FMAs.
+      alignas(32) float s[8];
+      _mm256_store_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)sums32))));
+      __m512 ms = _mm512_mul_ps(_mm512_load_ps(mins[0]), _mm512_set1_ps(s[0]));
+      for (int j = 1; j < 8; ++j) ms = _mm512_fmadd_ps(_mm512_load_ps(mins[j]), _mm512_set1_ps(s[j]), ms);
+      a = _mm512_fnmadd_ps(ms, _mm512_mul_ps(_mm512_loadu_ps(dmw), vdx), a);
+    }
+    _mm512_store_ps(acc, a);
+  }
   void configure(const tile_config& c) {
     fence(&c);
     _tile_loadconfig(&c);
@@ -64,6 +86,7 @@ struct amx_tiles {
 #define SY_TILE_STORE(n) _tile_stored(n, p, stride)
     SY_TILE_CHAIN(SY_TILE_STORE)
 #undef SY_TILE_STORE
+    fence(p);  // the asm does not declare the memory it writes: later reads must not be moved above it
   }
   // Only the combinations amx_loops.hpp uses; another one is a compile error, not a wrong tile.
   template <int C, int A, int B>
@@ -84,8 +107,24 @@ struct amx_tiles {
   void dot_s8u8() {
     if constexpr (C == 0 && A == 1 && B == 2) {
       _tile_dpbsud(0, 1, 2);  // signed A (activations), unsigned B (weights)
+    } else if constexpr (C == 3 && A == 1 && B == 5) {
+      _tile_dpbsud(3, 1, 5);
+    } else if constexpr (C == 6 && A == 4 && B == 2) {
+      _tile_dpbsud(6, 4, 2);
+    } else if constexpr (C == 7 && A == 4 && B == 5) {
+      _tile_dpbsud(7, 4, 5);
     } else {
       static_assert(C < 0, "tile combination not listed in amx_tiles::dot_s8u8");
+    }
+  }
+  template <int C, int A, int B>
+  void dot_s8s8() {
+    if constexpr (C == 0 && A == 1 && B == 2) {
+      _tile_dpbssd(0, 1, 2);  // signed A (activations), signed B (q6_K's high parts)
+    } else if constexpr (C == 6 && A == 4 && B == 2) {
+      _tile_dpbssd(6, 4, 2);
+    } else {
+      static_assert(C < 0, "tile combination not listed in amx_tiles::dot_s8s8");
     }
   }
 };
@@ -104,6 +143,12 @@ void gemv_int_panels_amx(weight_type t, const line64* panels, int64_t rows, int6
                          const q8_act_batch& a, float* y, int64_t ldy) {
   amx_tiles tl;
   amx_int_panels(tl, t, panels, rows, p0, p1, a, y, ldy);
+}
+
+void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                        const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy) {
+  amx_tiles tl;
+  amx_kq_panels(tl, t, panels, rows, k, p0, p1, a, qs_by_block, n_tok, y, ldy);
 }
 
 }  // namespace sy::cpu

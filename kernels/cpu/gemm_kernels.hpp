@@ -64,6 +64,10 @@ void pack_bf16_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_
                       int64_t p1, uint16_t* out);
 void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t k, int64_t p0, int64_t p1,
                                uint16_t* out);
+// ... or from K panels (q4_K/q5_K/q6_K, kquant_panels.hpp) of a `rows`-row matrix: the same values as
+// from the rows.
+void pack_bf16_panels_from_kq(weight_type t, const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                              uint16_t* out);
 
 // y[t * ldy + r] = dot(W row r, token t) for rows in panels [p0, p1) (clipped to `rows`) and
 // every token of `a`. Each (row, token) result is computed by the same instruction sequence

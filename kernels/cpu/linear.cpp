@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/kquant_panels.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace sy::cpu {
@@ -19,9 +20,10 @@ namespace {
 // Per-calling-thread scratch for converted activations (the step loop calls from one thread;
 // pool workers only read it during the call).
 struct scratch {
-  std::vector<block_q8_act> q8;  // per token k / 32 blocks
-  std::vector<block_q8_K> q8k;   // per token k / 256 blocks
-  std::vector<int8_t> q8_qs;     // q8_act_batch (AVX-512 VNNI)
+  std::vector<block_q8_act> q8;      // per token k / 32 blocks
+  std::vector<block_q8_K> q8k;       // per token k / 256 blocks
+  std::vector<int8_t> q8k_by_block;  // the same values block-major, for the AMX K-panel kernel
+  std::vector<int8_t> q8_qs;         // q8_act_batch (AVX-512 VNNI)
   std::vector<float> q8_d, q8_s;
   std::vector<uint16_t> bf16;
 };
@@ -53,12 +55,15 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 namespace {
-// Integer panels only where the AVX-512 kernels will run (VNNI and BF16, as use_avx512_kernels
-// asks): on a VNNI-only CPU (Cascade Lake, Ice Lake) they would sit unused next to the rows.
-bool builds_int_panels(weight_type t, int64_t cols) {
+// Integer panels (q4_0/q4_1/q8_0) and K panels (q4_K/q5_K/q6_K) only where the AVX-512 kernels
+// will run (VNNI and BF16, as use_avx512_kernels asks): on a VNNI-only CPU (Cascade Lake, Ice Lake)
+// they would sit unused next to the rows.
+bool avx512_cpu() {
   const auto& f = cpu_features();
-  return vnni_type(t) && cols <= k_max_int_cols && f.avx512 && f.avx512_vnni && f.avx512_bf16;
+  return f.avx512 && f.avx512_vnni && f.avx512_bf16;
 }
+bool builds_int_panels(weight_type t, int64_t cols) { return vnni_type(t) && cols <= k_max_int_cols && avx512_cpu(); }
+bool builds_kq_panels(weight_type t) { return is_k_quant(t) && avx512_cpu(); }
 constexpr size_t k_arena_align = 64;
 }  // namespace
 
@@ -66,6 +71,8 @@ size_t linear::arena_bytes(weight_type type, int64_t rows, int64_t cols) {
   size_t n = 0;
   if (builds_int_panels(type, cols)) {
     n = static_cast<size_t>((rows + panel_rows - 1) / panel_rows * int_panel_lines(type, cols)) * sizeof(line64);
+  } else if (builds_kq_panels(type)) {
+    n = static_cast<size_t>((rows + panel_rows - 1) / panel_rows * kq_panel_lines(type, cols)) * sizeof(line64);
   } else if (huge_pages_enabled()) {
     n = row_bytes(type, cols) * static_cast<size_t>(rows);
   }
@@ -86,14 +93,15 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
     own_.resize(held_bytes_);
     held = own_.data();
   }
-  if (builds_int_panels(type_, cols_)) {
+  const bool int_panels = builds_int_panels(type_, cols_), kq_panels = builds_kq_panels(type_);
+  if (int_panels || kq_panels) {  // repacked over the pool, panels split between the threads
     line64* panels = reinterpret_cast<line64*>(held);
     pool.run([&](int ith, int nth) {
       int64_t p0, p1;
       thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
-      repack_int_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, panels);
+      (int_panels ? repack_int_panels : repack_kq_panels)(type_, data_, row_bytes_, rows_, cols_, p0, p1, panels);
     });
-    int_panels_ = panels;
+    (int_panels ? int_panels_ : kq_panels_) = panels;
   } else if (held_bytes_ > 0) {
     // The GGUF rows copied once onto huge pages, the map's pages let go: decode streams every
     // weight each step, and on the map's 4 KiB pages that is a TLB miss every 4 KiB (measured on
@@ -108,9 +116,11 @@ void linear::release_source_pages() const {
 }
 
 bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_kernels(); }
+bool linear::kq_ready() const { return kq_panels_ != nullptr && use_avx512_kernels(); }
 
 void linear::pack_panels(int64_t p0, int64_t p1, uint16_t* out) const {
   if (int_panels_) return pack_bf16_panels_from_int(type_, int_panels_, cols_, p0, p1, out);
+  if (kq_panels_) return pack_bf16_panels_from_kq(type_, kq_panels_, rows_, cols_, p0, p1, out);
   pack_bf16_panels(type_, data_, row_bytes_, rows_, cols_, p0, p1, out);
 }
 
@@ -161,7 +171,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     const weight_type t = o.w->type_;
     if (o.w->vnni_ready()) {
       need_vnni = true;
-    } else if (is_k_quant(t)) {
+    } else if (is_k_quant(t)) {  // K panels or the rows: q8_K activations either way
       need_q8k = true;
     } else if (integer_type(t)) {
       need_q8 = true;
@@ -195,13 +205,22 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   }
   // AMX from a full tile of tokens on: bitwise the VNNI kernel's results, so no token's result
   // depends on which of the two ran.
-  const bool amx = need_vnni && n_tok >= amx_int_min_tokens && use_amx_kernels();
+  const bool amx = n_tok >= amx_int_min_tokens && use_amx_kernels();
+  if (amx && need_q8k && std::any_of(outs.begin(), outs.end(), [](const linear_out& o) { return o.w->kq_ready(); })) {
+    sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
+    kq_qs_by_block(sc.q8k.data(), n_tok, cols, sc.q8k_by_block.data());
+  }
   linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     float* y = outs[i].y;
     const int64_t ldy = outs[i].ldy;
     if (w.vnni_ready() && amx) return gemv_int_panels_amx(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
     if (w.vnni_ready()) return gemv_int_panels_avx512(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
+    if (w.kq_ready() && amx)
+      return gemv_kq_panels_amx(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), sc.q8k_by_block.data(),
+                                n_tok, y, ldy);
+    if (w.kq_ready())
+      return gemv_kq_panels_avx512(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), n_tok, y, ldy);
     const int64_t r0 = b0 * panel_rows, r1 = std::min(b1 * panel_rows, w.rows_);
     if (is_k_quant(w.type_))
       return gemv_q8k_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, sc.q8k.data(), cols, n_tok, y, ldy);
@@ -216,7 +235,7 @@ void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, 
   forward_gemm_fused({&out, 1}, x, ldx, n_tok, pool);
 }
 
-bool linear::prompt_on_integer_kernel() const { return is_k_quant(type_) && !use_avx512_kernels(); }
+bool linear::prompt_on_integer_kernel() const { return is_k_quant(type_) && !use_amx_kernels(); }
 
 void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_t ldx, int64_t n_tok,
                         thread_pool& pool) {

@@ -14,8 +14,8 @@
 //    over bf16 16-row panels built from the weights a few panels at a time into a per-thread
 //    scratch, so the conversion is paid once per step and panel and no bf16 copy stays resident
 //    (unless keep_prompt_panels() asked for one: then the panels are built once, at load);
-//    except K-quants on CPUs without AVX-512 BF16, whose prompt tokens take the integer kernel
-//    (faster there; see prompt_on_integer_kernel).
+//    except K-quants on CPUs without AMX, whose prompt tokens take the integer kernel (faster
+//    there; see prompt_on_integer_kernel).
 #pragma once
 
 #include <cstdint>
@@ -75,8 +75,10 @@ class linear {
   size_t file_bytes() const { return static_cast<size_t>(row_bytes_ * rows_); }
   size_t repacked_bytes() const { return held_bytes_; }
   // Whether forward_gemm runs on the integer kernel rather than the bf16 panel GEMM: for K-quants
-  // on CPUs without AVX-512 BF16, where it is the faster of the two (gemv_avx2.cpp's K-quant kernel
-  // reaches ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core).
+  // on CPUs without AMX, where it is the faster of the two (AVX2: gemv_avx2.cpp's K-quant kernel
+  // ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core; AVX-512: the
+  // K-panel VNNI kernel, pp512 on the 1B Q4_K_M file 205-211 tok/s against 66 for the bf16 panels,
+  // whose per-step dequantization dominates). With AMX the bf16 tiles win (238 tok/s).
   bool prompt_on_integer_kernel() const;
   // Keeps the bf16 panels of the prompt GEMM resident (built now, 2 bytes per weight) instead of
   // converting them in every step that has prompt rows: the conversion is a fixed cost per step
@@ -95,8 +97,10 @@ class linear {
   friend void forward_gemm_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   template <class F>
   static void for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn);
-  // Whether the AVX-512 VNNI kernel may run this layer now (built and not forced portable).
+  // Whether the AVX-512 VNNI kernel may run this layer now (built and not forced portable), on its
+  // integer panels or its K panels.
   bool vnni_ready() const;
+  bool kq_ready() const;
 
   // bf16 panels [p0, p1) into out (prompt GEMM), from the integer panels where built.
   void pack_panels(int64_t p0, int64_t p1, uint16_t* out) const;
@@ -111,6 +115,8 @@ class linear {
   // else null. Otherwise the arena or own_ holds the copy of the rows data_ points to (none with
   // SY_HUGE_PAGES=0: data_ == source_).
   const line64* int_panels_ = nullptr;
+  // q4_K/q5_K/q6_K repacked the same way into K panels (kquant_panels.hpp); else null.
+  const line64* kq_panels_ = nullptr;
   size_t held_bytes_ = 0;                                               // arena_bytes() of this layer
   std::vector<uint8_t, huge_page_allocator<uint8_t>> own_;              // when no arena was given
   std::vector<uint16_t, huge_page_allocator<uint16_t>> prompt_panels_;  // keep_prompt_panels(), else empty

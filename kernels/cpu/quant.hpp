@@ -119,6 +119,10 @@ uint16_t fp32_to_bf16(float f);  // round to nearest even
 
 // The 32 unsigned 5-bit values of a q5_0/q5_1 block from its qh (4 bytes) followed by qs (16).
 void unpack_q5(const uint8_t* qh_qs, uint8_t* q);
+// The values, sub-block scales and mins of one K-quant super-block as stored: q4_K/q5_K 256
+// unsigned values (0..15 / 0..31) with 8 six-bit scales and 8 mins; q6_K the 256 values q + 32
+// (0..63) with 16 int8 scales (mins unused). The definition every repacked layout is checked against.
+void unpack_k_block(weight_type t, const void* blk, uint8_t* q, int8_t* sc, uint8_t* mn);
 // dequantize_row for the K-quants (kernels/cpu/quant_k.cpp).
 void dequantize_row_k(weight_type t, const void* row, float* out, int64_t n);
 

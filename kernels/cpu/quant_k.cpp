@@ -3,6 +3,7 @@
 // integer part.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cpu/quant.hpp"
@@ -53,6 +54,25 @@ void unpack_q6_k(const block_q6_K& b, int8_t* q) {
         q[128 * n + 32 * c + l] = static_cast<int8_t>((lo | (hi << 4)) - 32);
       }
 }
+
+}  // namespace
+
+void unpack_k_block(weight_type t, const void* blk, uint8_t* q, int8_t* sc, uint8_t* mn) {
+  if (t == weight_type::q6_k) {
+    const auto& b = *static_cast<const block_q6_K*>(blk);
+    int8_t v[256];
+    unpack_q6_k(b, v);
+    for (int e = 0; e < 256; ++e) q[e] = static_cast<uint8_t>(v[e] + 32);
+    std::memcpy(sc, b.scales, 16);
+    return;
+  }
+  uint8_t s[8];
+  float d, dmin;
+  unpack_q45_k(t, static_cast<const uint8_t*>(blk), q, s, mn, d, dmin);
+  for (int j = 0; j < 8; ++j) sc[j] = static_cast<int8_t>(s[j]);
+}
+
+namespace {
 
 size_t k_block_bytes(weight_type t) {
   return t == weight_type::q4_k ? sizeof(block_q4_K) : t == weight_type::q5_k ? sizeof(block_q5_K) : sizeof(block_q6_K);

@@ -3,11 +3,13 @@
 // small scratch, so no second full copy of the weights stays resident).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/kquant_panels.hpp"
 
 namespace sy::cpu {
 
@@ -142,6 +144,19 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
       std::memcpy(panel + b * qk / 2 * 32, lines, sizeof lines);
     }
   }
+}
+
+void pack_bf16_panels_from_kq(weight_type t, const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                              uint16_t* out) {
+  tls_row.resize(static_cast<size_t>(k));
+  for (int64_t p = p0; p < p1; ++p)
+    for (int i = 0; i < panel_rows; ++i) {
+      if (p * panel_rows + i < rows)
+        dequantize_kq_panel_row(t, kq_panels, k, p, i, tls_row.data());
+      else
+        std::fill(tls_row.begin(), tls_row.end(), 0.f);
+      store_panel_row(tls_row.data(), k, i, out + (p - p0) * panel_rows * k);
+    }
 }
 
 }  // namespace sy::cpu

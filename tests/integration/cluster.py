@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus, stop_process
+from worker_client import BUILD, MODEL, Worker, free_port, parse_prometheus, spawn, stop_process
 
 ROUTER = os.environ.get("SY_ROUTER_BIN") or os.path.join(BUILD, "router", "switchyard-router")
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -32,7 +32,7 @@ class Router:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(BUILD, f"router-{self.port}.log"), "w")
         workers = ["--workers", ",".join(endpoints)] if endpoints else []
-        self.proc = subprocess.Popen([ROUTER, "--port", str(self.port), *workers, *extra], stderr=self.log)
+        self.proc = spawn([ROUTER, "--port", str(self.port), *workers, *extra], stderr=self.log)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -107,7 +107,7 @@ class Redis:
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}"
         self.log = open(os.path.join(BUILD, f"redis-{self.port}.log"), "w")
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10

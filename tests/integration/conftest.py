@@ -6,6 +6,8 @@ instead of 0; with CI set it fails, since CI promises every prerequisite. ctest 
 import collections
 import os
 
+from worker_client import end_spawned
+
 SKIPPED_EXIT = 77
 _outcomes = collections.defaultdict(collections.Counter)  # module -> {"passed"/"failed"/"skipped": n}
 
@@ -32,11 +34,16 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    # Processes the tests started (worker_client.spawn) end with the session, whatever its outcome:
+    # a fixture skipped by a failure must not leave servers behind for whatever runs next.
+    left = end_spawned()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if left and reporter:
+        reporter.write_line(f"ended {len(left)} process(es) the tests left running: " + "; ".join(left), yellow=True)
     skipped_all = sorted(m for m, c in _outcomes.items() if c["skipped"] and not c["passed"] and not c["failed"])
     if not skipped_all or exitstatus not in (0, 5):
         return
     ci = os.environ.get("CI", "") not in ("", "0", "false")
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for m in skipped_all:
         line = f"{m}: every test skipped" + (" under CI: a prerequisite is missing" if ci else "")
         if reporter:

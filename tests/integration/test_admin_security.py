@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from cluster import MODEL_ID, Router
-from worker_client import BUILD, MODEL, Worker, free_port
+from worker_client import BUILD, MODEL, Worker, free_port, spawn
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)"),
@@ -35,7 +35,7 @@ class PasswordRedis:
     def __init__(self):
         self.port = free_port()
         self.log = os.path.join(BUILD, f"redis-{self.port}.log")
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        self.proc = spawn(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--requirepass", REDIS_PASSWORD],
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         end = time.time() + 10

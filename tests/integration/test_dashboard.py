@@ -22,7 +22,7 @@ from html.parser import HTMLParser
 import pytest
 
 from cluster import MODEL_ID, Redis, Router
-from worker_client import BUILD, MODEL, ROOT, Worker, free_port
+from worker_client import BUILD, MODEL, ROOT, Worker, free_port, spawn
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)"),
@@ -105,7 +105,7 @@ def run_chromium(*args, timeout=120):
     with tempfile.TemporaryDirectory(prefix="sy-chromium-") as profile:
         cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
                f"--user-data-dir={profile}", "--virtual-time-budget=10000", *args]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cluster import MODEL_ID, ROUTER, Router
-from worker_client import MODEL, WORKER, Client, Worker, free_port, http_get, tokenize
+from worker_client import MODEL, WORKER, Client, Worker, free_port, http_get, spawn, tokenize
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
 
@@ -164,7 +164,7 @@ def test_an_unreadable_list_changes_nothing_and_an_empty_one_retires_every_worke
 def test_worker_ready_through_start_serve_and_drain_with_its_drain_timeout():
     port, metrics_port = free_port(), free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen([WORKER, "serve", "--model", MODEL, "--listen", endpoint, "--metrics-port",
+    proc = spawn([WORKER, "serve", "--model", MODEL, "--listen", endpoint, "--metrics-port",
                              str(metrics_port), "--threads", "2", "--kv-blocks", "128", "--drain-timeout-s", "2"],
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -101,6 +101,49 @@ def test_n_choices_seed_and_logprobs(client):
     assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]  # seeded
 
 
+
+def test_choices_of_neighbouring_seeds_are_unrelated(client):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Tell me a short story about a robot."}],
+              max_tokens=16, temperature=1.0, n=3)
+    s7 = [c.message.content for c in client.chat.completions.create(seed=7, **kw).choices]
+    s8 = [c.message.content for c in client.chat.completions.create(seed=8, **kw).choices]
+    one = client.chat.completions.create(seed=7, **{**kw, "n": 1}).choices[0].message.content
+    assert one == s7[0]  # the first of n choices is what n = 1 gives
+    assert len(set(s7 + s8)) == 6, (s7, s8)  # seed 7's second choice is not seed 8's first, ...
+
+
+# The completion-token rule (docs/worker.md): every sampled token is a completion token, the end
+# token included, with one logprob entry each; the end token's entry names it and adds no text.
+@pytest.mark.parametrize("ending", ["eos", "stop_string", "max_tokens"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_logprob_entries_equal_completion_tokens_however_a_choice_ends(client, ending, stream):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "What is the capital of France?"}],
+              max_tokens=64, temperature=0, logprobs=True, top_logprobs=1)
+    if ending == "stop_string":
+        kw["stop"] = ["Paris"]
+    if ending == "max_tokens":
+        kw["max_tokens"] = 3
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+        entries = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        usage = chunks[-1].usage
+    else:
+        r = client.chat.completions.create(**kw)
+        entries, text = r.choices[0].logprobs.content, r.choices[0].message.content
+        finish, usage = [r.choices[0].finish_reason], r.usage
+    assert len(entries) == usage.completion_tokens
+    assert finish == ["length" if ending == "max_tokens" else "stop"]
+    if ending == "eos":
+        assert entries[-1].token == "<|im_end|>" and "<|im_end|>" not in text and "Paris" in text
+        assert "".join(t.token for t in entries[:-1]) == text
+    if ending == "stop_string":
+        assert "Paris" not in text and entries[-1].token != "<|im_end|>"
+    if ending == "max_tokens":
+        assert usage.completion_tokens == 3
+
+
 BAD = [
     # (path, raw body, status, code or None, param or None)
     ("/v1/chat/completions", b"{not json", 400, "invalid_json", None),

@@ -84,7 +84,8 @@ def test_concurrent_streams_match_non_streamed_results(client, prompts, worker):
         assert n["messages"] == 1                                         # one final message
         assert s["text"] == n["text"] and s["tokens"] == n["tokens"]
         assert s["usage"]["prompt_tokens"] == len(prompts[q])
-        assert s["usage"]["completion_tokens"] == len(s["tokens"]) + (1 if s["finish"] == "stop" else 0)
+        # Every sampled token is a completion token and is sent, the end token too (docs/worker.md).
+        assert s["usage"]["completion_tokens"] == len(s["tokens"])
     assert "Paris" in streamed["s0"]["text"]
     # The second round found the prompts in the prefix cache.
     assert all(whole[f"n{i}"]["usage"]["cached_prompt_tokens"] >= 16 for i in range(len(QUESTIONS)))

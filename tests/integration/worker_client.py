@@ -9,6 +9,7 @@ Where the binaries come from (environment):
   SY_MODEL       the GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)"""
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -30,6 +31,37 @@ def parse_prometheus(text):
             k, _, v = line.rpartition(" ")
             values[k] = float(v)
     return values
+
+
+_spawned = []  # every process spawn() started in this test session
+
+
+def spawn(argv, **kw):
+    """subprocess.Popen for a process a test owns: started in a process group of its own, and ended
+    (with everything in its group) by end_spawned() at the end of the session whatever the tests'
+    outcome (conftest.py), so a failing test cannot leave servers holding ports and cores."""
+    proc = subprocess.Popen(argv, start_new_session=True, **kw)
+    _spawned.append(proc)
+    return proc
+
+
+def end_spawned():
+    """Kills the process groups of spawned processes that still run; returns their command lines."""
+    left = []
+    for proc in _spawned:
+        if proc.poll() is None:
+            left.append(" ".join(map(str, proc.args)) if isinstance(proc.args, (list, tuple)) else str(proc.args))
+        for sig in (signal.SIGCONT, signal.SIGKILL):  # a stopped (SIGSTOP) process too; its children too
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+    _spawned.clear()
+    return left
 
 
 def stop_process(proc, sig=15, timeout=40):
@@ -74,7 +106,7 @@ class Worker:
         worker restarted at the address of one that died), else a free one."""
         self.port, self.metrics_port = port or free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [*prefix, WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
              "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60

@@ -6,11 +6,11 @@ with llama.cpp's own quantizer (llama_model_quantize through llama-cpp-python's 
 No model hub is reachable on these machines and only SmolLM2-135M ships in a package, so the
 weight types and architectures people bring (Llama 3.x, Qwen2/2.5, Mistral; Q4_K_M, Q5_K_M,
 Q6_K, Q8_0, F16, BF16, ...) are checked on files made here. Shapes are realistic at small width
-(GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b` makes a
-Llama-3.2-1B-shaped file for the benchmark.
+(GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b` and `--shape 3b`
+make Llama-3.2-1B- and 3B-shaped files for the benchmarks.
 
     make_test_models.py --out DIR [--families llama3,qwen2,mistral] [--types f16,q4_k_m,...]
-                        [--shape tiny|1b]
+                        [--shape tiny|1b|3b]
 
 Needs numpy, gguf, tokenizers, sentencepiece, and llama.cpp (tests/tools/build_llamacpp.sh:
 PYTHONPATH=<dir>/python LLAMA_CPP_LIB_PATH=<dir>/lib). Writes DIR/<family>/<family>-<type>.gguf
@@ -208,9 +208,12 @@ SHAPES = {
     # n_embd, n_ff, n_layer, n_head, n_head_kv, vocab (trained merges), vocab padded to
     "tiny": dict(n_embd=256, n_ff=768, n_layer=2, n_head=4, n_head_kv=2, vocab=1200, pad_to=0, ctx=4096),
     "1b": dict(n_embd=2048, n_ff=8192, n_layer=16, n_head=32, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
+    # Llama-3.2-3B-shaped (head dim 128); the f32 source is ~13 GB on disk and in memory while written.
+    "3b": dict(n_embd=3072, n_ff=8192, n_layer=28, n_head=24, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
 }
 
 FAMILIES = ["llama3", "qwen2", "mistral"]
+SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2}  # fixed, so a new shape changes no existing file
 
 # llama.cpp ftype per weight-type name (llama_cpp.LLAMA_FTYPE_*).
 FTYPES = {
@@ -312,7 +315,7 @@ def write_family(family, shape, path, arch=None):
 
     # Weights: N(0, 1/fan_in) products, norms near 1, an output head scaled so logits spread over a
     # few units (clear winners at most positions, as in trained models).
-    rng = np.random.default_rng(FAMILIES.index(family) * 1000 + sorted(SHAPES).index(shape))
+    rng = np.random.default_rng(FAMILIES.index(family) * 1000 + SHAPE_SEEDS[shape])
 
     def mat(rows, cols, gain=1.0):
         return (rng.standard_normal((rows, cols), dtype=np.float32) * (gain / math.sqrt(cols))).astype(np.float32)

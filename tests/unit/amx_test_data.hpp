@@ -89,6 +89,36 @@ inline std::vector<uint8_t> random_int_weights(weight_type t, int64_t rows, int6
   return w;
 }
 
+// GGUF rows of a random q4_K / q5_K / q6_K matrix: random bytes everywhere (values, scales, mins),
+// then sane super-block scales (the extremes of every 4/5/6-bit value and scale occur).
+inline std::vector<uint8_t> random_k_weights(weight_type t, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> w(row_bytes(t, cols) * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> sc(0.001f, 0.05f);
+  const size_t bytes = row_bytes(t, qk_k);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols / qk_k; ++i) {
+      uint8_t* b = w.data() + r * row_bytes(t, cols) + i * bytes;
+      for (size_t j = 0; j < bytes; ++j) b[j] = static_cast<uint8_t>(byte(rng()));
+      if (t == weight_type::q6_k) {
+        const uint16_t d = fp32_to_fp16(sc(rng()) / 64);
+        std::memcpy(b + bytes - 2, &d, 2);
+      } else {
+        const uint16_t d = fp32_to_fp16(sc(rng()) / 32), dmin = fp32_to_fp16(sc(rng()) / 8);
+        std::memcpy(b, &d, 2);
+        std::memcpy(b + 2, &dmin, 2);
+      }
+    }
+  return w;
+}
+
+// Each token's q8_K blocks in a row (k / 256 per token), by the scalar quantizer.
+inline std::vector<block_q8_K> quantize_k_batch(const std::vector<float>& x, int64_t n_tok, int64_t k) {
+  std::vector<block_q8_K> a(static_cast<size_t>(n_tok * (k / qk_k)));
+  for (int64_t t = 0; t < n_tok; ++t) quantize_row_q8_K(x.data() + t * k, a.data() + t * (k / qk_k), k);
+  return a;
+}
+
 // Activations of n_tok tokens as the AVX-512 / AMX integer kernels take them (q8_act_batch),
 // quantized by the scalar definition (quantize_q8_act_avx512 gives the same values).
 struct act_batch {

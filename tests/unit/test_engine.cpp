@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <random>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/model_env.hpp"
 #include "worker/engine.hpp"
@@ -129,34 +131,124 @@ TEST_CASE("with a q8_0 KV cache concurrent greedy requests produce the same toke
   check_together_equals_alone(cfg, run_each_alone(cfg));
 }
 
-// 8-bit K/V moves logits by a few hundredths, so greedy answers only part where two tokens are
-// nearly tied (seen: the two prompts that part from f16 at their second token have a top-2 gap
-// of 0.02-0.04 there, and an f32 cache picks q8_0's token, not f16's).
-TEST_CASE("a q8_0 KV cache mostly keeps the f16 cache's greedy answers") {
+// A q8_0 KV cache against f16, teacher-forced: both caches score the same sequences (each question
+// and the f16 cache's greedy answer), so a near-tie that flips one token cannot cascade into a
+// different continuation, and the bar does not depend on which kernel family runs. The contract:
+// 8-bit K/V (a rounding error of at most half a step, 1/254 of each 32-element block's largest
+// value) moves the logits of the f16 cache's 10 most likely tokens by at most k_q8_kv_logit_tol
+// (and by k_q8_kv_mean_tol on average over positions), so wherever f16's top-2 margin is above
+// twice that the greedy token is the same, and q8_0's choice is always among f16's top 3. Seen on
+// SmolLM2-135M (max / mean of the per-position max |difference| on the top 10): AMX 0.52 / 0.22,
+// AVX-512 0.92 / 0.23, AVX2 0.63 / 0.22; the greedy token differs at 2-4 of 128 positions, all
+// near-ties. (Over the whole 49k vocabulary, tokens far below the top move more: 1.0-1.4.)
+TEST_CASE("a q8_0 KV cache moves logits by a bounded amount and keeps every firm greedy choice") {
   REQUIRE_MODEL();
-  std::map<std::string, outcome> by_type[2];
-  for (int k = 0; k < 2; ++k) {
+  constexpr double k_q8_kv_logit_tol = 1.25, k_q8_kv_mean_tol = 0.35;
+  const auto& m = *env()->model;
+  const int64_t n_vocab = m.hparams().n_vocab;
+  generator f16(m, env()->pool, 512, 16, cpu::kv_type::f16);
+  generator q8(m, env()->pool, 512, 16, cpu::kv_type::q8_0);
+  int positions = 0, firm = 0, same = 0;
+  double max_diff = 0, sum_diff = 0;
+  for (const auto& q : questions) {
+    const auto prompt = chat_ids(q);
+    const auto answer = f16.generate(prompt, greedy(16)).tokens;
+    REQUIRE(answer.size() == 16);
+    std::vector<token_id> seq = prompt;
+    seq.insert(seq.end(), answer.begin(), answer.end() - 1);
+    const auto a = f16.score(seq), b = q8.score(seq);
+    REQUIRE(a.size() == b.size());
+    std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+    for (size_t j = prompt.size() - 1; j < seq.size(); ++j) {
+      const float* ra = a.data() + j * n_vocab;
+      const float* rb = b.data() + j * n_vocab;
+      for (int64_t v = 0; v < n_vocab; ++v) order[v] = static_cast<int32_t>(v);
+      std::partial_sort(order.begin(), order.begin() + 10, order.end(),
+                        [&](int32_t x, int32_t y) { return ra[x] > ra[y]; });
+      const int64_t top_b = std::max_element(rb, rb + n_vocab) - rb;
+      double row_max = 0;
+      for (int i = 0; i < 10; ++i)
+        row_max = std::max(row_max, static_cast<double>(std::fabs(ra[order[i]] - rb[order[i]])));
+      const double margin = ra[order[0]] - ra[order[1]];
+      ++positions;
+      same += order[0] == top_b;
+      max_diff = std::max(max_diff, row_max);
+      sum_diff += row_max;
+      INFO(q << ": position " << j << ", f16 margin " << margin);
+      CHECK(std::find(order.begin(), order.begin() + 3, top_b) != order.begin() + 3);
+      if (margin > 2 * k_q8_kv_logit_tol) {
+        ++firm;
+        CHECK(order[0] == top_b);
+      }
+    }
+  }
+  WARN("q8_0 vs f16 KV (" << cpu::kernel_isa_name() << " kernels): max |logit difference| on f16's top 10 " << max_diff
+                          << ", mean of per-position max " << sum_diff / positions << "; same greedy token at " << same
+                          << "/" << positions << " positions; " << firm << " positions have an f16 margin above "
+                          << 2 * k_q8_kv_logit_tol);
+  CHECK(positions == 8 * 16);
+  CHECK(max_diff <= k_q8_kv_logit_tol);
+  CHECK(sum_diff / positions <= k_q8_kv_mean_tol);
+  CHECK(firm >= positions / 4);  // the bar covers many positions, so the check cannot pass vacuously
+}
+
+// The completion-token rule (docs/worker.md): every sampled token, the end token included, is in
+// the events' tokens, counted in usage and given one logprob entry; the end token adds no text.
+// Checked for each way a request ends by itself: the end token, a stop string, max_tokens.
+TEST_CASE("every completion token is counted and has one logprob entry, however the request ends") {
+  REQUIRE_MODEL();
+  const auto& m = *env()->model;
+  const auto ids = chat_ids("What is the capital of France?");
+  auto run = [&](sampling_params p) {
+    p.logprobs = 2;
     engine_config cfg;
-    cfg.n_kv_blocks = 256;
-    cfg.kv_type = k == 0 ? cpu::kv_type::f16 : cpu::kv_type::q8_0;
-    engine e(*env()->model, env()->pool, cfg);
-    for (size_t i = 0; i < questions.size(); ++i)
-      REQUIRE_FALSE(e.submit("q" + std::to_string(i), chat_ids(questions[i]), greedy(16), 0));
-    by_type[k] = run_all(e);
-  }
-  int same8 = 0;
-  for (size_t i = 0; i < questions.size(); ++i) {
-    const std::string id = "q" + std::to_string(i);
-    const auto& a = by_type[0][id].tokens;
-    const auto& b = by_type[1][id].tokens;
-    REQUIRE(a.size() == 16);
-    REQUIRE(b.size() == 16);
-    const bool same = std::equal(a.begin(), a.begin() + 8, b.begin());
-    same8 += same;
-    INFO(id << ": " << questions[i] << "\n f16:  " << by_type[0][id].text << "\n q8_0: " << by_type[1][id].text);
-    if (i == 0) CHECK(same);  // "What is the capital of France?": the first 8 tokens are equal
-  }
-  CHECK(same8 >= 6);  // of 8 questions (seen: 6 with the AVX-512 kernels and with AVX2)
+    cfg.n_kv_blocks = 64;
+    engine e(m, env()->pool, cfg);
+    std::vector<token_logprobs_info> lps;
+    std::vector<request_event> ev;
+    REQUIRE_FALSE(e.submit("r", ids, p, 0));
+    outcome o;
+    while (e.has_work()) {
+      ev.clear();
+      e.step(0, ev);
+      for (auto& x : ev) {
+        REQUIRE(x.logprobs.size() == x.tokens.size());  // one entry per token, in every event
+        o.tokens.insert(o.tokens.end(), x.tokens.begin(), x.tokens.end());
+        o.text += x.text;
+        for (auto& l : x.logprobs) lps.push_back(l);
+        if (x.finish != finish_reason::none) {
+          o.finish = x.finish;
+          o.usage = x.usage;
+        }
+      }
+    }
+    CHECK(o.usage.n_completion == static_cast<int32_t>(o.tokens.size()));
+    for (size_t i = 0; i < lps.size(); ++i) CHECK(lps[i].token == o.tokens[i]);
+    require_idle(e);
+    return o;
+  };
+  sampling_params eos;  // greedy, ends on <|im_end|> well before 64 tokens
+  eos.max_tokens = 64;
+  const auto by_eos = run(eos);
+  CHECK(by_eos.finish == finish_reason::stop);
+  REQUIRE_FALSE(by_eos.tokens.empty());
+  CHECK(m.vocab().is_eog(by_eos.tokens.back()));
+  CHECK(by_eos.tokens.size() < 64);
+  CHECK(by_eos.text.find("Paris") != std::string::npos);
+  CHECK(by_eos.text.find("<|im_end|>") == std::string::npos);  // counted, not written
+
+  sampling_params stop = eos;  // a stop string inside the same answer
+  stop.stop = {"Paris"};
+  const auto by_stop = run(stop);
+  CHECK(by_stop.finish == finish_reason::stop);
+  CHECK(by_stop.text.find("Paris") == std::string::npos);
+  CHECK_FALSE(m.vocab().is_eog(by_stop.tokens.back()));
+
+  sampling_params len = eos;
+  len.max_tokens = 3;
+  const auto by_len = run(len);
+  CHECK(by_len.finish == finish_reason::length);
+  CHECK(by_len.tokens.size() == 3);
 }
 
 TEST_CASE("a prefix-cache hit produces the same tokens as a cold run") {
@@ -270,7 +362,8 @@ TEST_CASE("a chat answer ends at EOS with stop and its text and stop strings cut
   require_idle(e);
 }
 
-TEST_CASE("a soak of mixed requests with cancels and deadlines returns the pool to idle") {
+// [bookkeeping]: the same under every kernel family, so run once (docs/testing.md).
+TEST_CASE("a soak of mixed requests with cancels and deadlines returns the pool to idle", "[bookkeeping]") {
   REQUIRE_MODEL();
   engine_config cfg;
   cfg.n_kv_blocks = 40;  // tight: preemptions happen

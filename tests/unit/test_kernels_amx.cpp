@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/amx_emulator.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/kquant_panels.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/amx_test_data.hpp"
@@ -91,12 +92,39 @@ TEST_CASE("AMX integer panels equal the AVX-512 VNNI kernel and the tile model b
   }
 }
 
+TEST_CASE("AMX K panels equal the AVX-512 VNNI kernel and the model bitwise") {
+  for (weight_type t : {weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+    for (int64_t rows : {16, 40}) {
+      const int64_t cols = 768, n_panels = (rows + panel_rows - 1) / panel_rows;
+      const auto w = random_k_weights(t, rows, cols);
+      std::vector<line64> kp(static_cast<size_t>(n_panels * kq_panel_lines(t, cols)));
+      repack_kq_panels(t, w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, n_panels, kp.data());
+      for (int64_t n_tok : {1, 16, 17, 40, 131}) {
+        INFO(weight_type_name(t) << " rows " << rows << " tokens " << n_tok);
+        const auto x = random_floats(static_cast<size_t>(n_tok * cols));
+        const auto a = quantize_k_batch(x, n_tok, cols);
+        const int64_t ldy = rows + 3;
+        sentinel_out hw(n_tok, ldy), vnni(n_tok, ldy), model(n_tok, ldy);
+        std::vector<int8_t> qs(static_cast<size_t>(n_tok * cols));
+        kq_qs_by_block(a.data(), n_tok, cols, qs.data());
+        gemv_kq_panels_amx(t, kp.data(), rows, cols, 0, n_panels, a.data(), qs.data(), n_tok, hw.y(), ldy);
+        gemv_kq_panels_avx512(t, kp.data(), rows, cols, 0, n_panels, a.data(), n_tok, vnni.y(), ldy);
+        gemv_kq_panels_model(t, kp.data(), rows, cols, 0, n_panels, a.data(), n_tok, model.y(), ldy);
+        CHECK(hw.only_wrote(0, rows));
+        CHECK(hw.buf == vnni.buf);
+        CHECK(hw.buf == model.buf);
+      }
+    }
+  }
+}
+
 TEST_CASE("linear layers on AMX match the scalar reference and the AVX-512 kernels") {
   thread_pool pool(2);
-  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0, weight_type::f16, weight_type::q4_k}) {
+  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0, weight_type::f16, weight_type::q4_k,
+                        weight_type::q6_k}) {
     const int64_t rows = 72, cols = is_k_quant(t) ? 768 : 576;
     std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-    if (t == weight_type::f16 || t == weight_type::q4_k) {
+    if (t == weight_type::f16 || is_k_quant(t)) {
       std::uniform_int_distribution<int> byte(0, 255);
       for (auto& v : w) v = static_cast<uint8_t>(byte(rng()));
       for (int64_t r = 0; r < rows; ++r) {  // sane scales in place of the random bytes
@@ -109,8 +137,13 @@ TEST_CASE("linear layers on AMX match the scalar reference and the AVX-512 kerne
         } else {
           for (int64_t i = 0; i < cols / qk_k; ++i) {
             const uint16_t d = fp32_to_fp16(0.001f), dmin = fp32_to_fp16(0.002f);
-            std::memcpy(row + i * row_bytes(t, qk_k), &d, 2);
-            std::memcpy(row + i * row_bytes(t, qk_k) + 2, &dmin, 2);
+            uint8_t* blk = row + i * row_bytes(t, qk_k);
+            if (t == weight_type::q6_k) {
+              std::memcpy(blk + row_bytes(t, qk_k) - 2, &d, 2);
+            } else {
+              std::memcpy(blk, &d, 2);
+              std::memcpy(blk + 2, &dmin, 2);
+            }
           }
         }
       }
@@ -137,8 +170,13 @@ TEST_CASE("linear layers on AMX match the scalar reference and the AVX-512 kerne
       lin.forward_gemv(x.data(), cols, n_tok, off_gemv.y(), rows, pool);
       force_amx_off(false);
       CHECK(amx_gemm.only_wrote(0, rows));
-      CHECK(nmse(ref, amx_gemm.y(), rows, rows, 0) < 2e-5);  // the AVX-512 bf16 kernels' contract
-      CHECK(amx_gemv.buf == off_gemv.buf);                   // AMX or VNNI: the same bits
+      if (lin.prompt_on_integer_kernel()) {  // K-quants: prompt tokens on the integer kernel too
+        CHECK(amx_gemm.buf == amx_gemv.buf);
+        CHECK(nmse(ref, amx_gemm.y(), rows, rows, 0) < 1e-3);  // 8-bit activations per 256
+      } else {
+        CHECK(nmse(ref, amx_gemm.y(), rows, rows, 0) < 2e-5);  // the AVX-512 bf16 kernels' contract
+      }
+      CHECK(amx_gemv.buf == off_gemv.buf);  // AMX or VNNI: the same bits
       // A prompt token's result does not depend on the chunk it came in.
       sentinel_out one(1, rows);
       lin.forward_gemm(x.data() + (n_tok - 1) * cols, cols, 1, one.y(), rows, pool);

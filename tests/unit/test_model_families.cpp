@@ -153,15 +153,8 @@ TEST_CASE("every generated model loads and dequantizes its weights exactly as ll
 // reference's at the share of positions set above, and the reference's top-1 within our top 3
 // everywhere. Both references: llama.cpp (which quantizes activations inside every product, as we
 // do in decode) and exact float64 arithmetic on the dequantized weights.
+// Every kernel family of the CPU: ctest runs this binary once per family (docs/testing.md).
 TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic for every family and type") {
-  const bool portable = GENERATE(true, false);
-  if (!portable && !cpu::use_avx512_kernels()) {
-    // Only one kernel family on this CPU, checked by the portable=true run (SUCCEED: this run has
-    // nothing to check, which -w NoAssertions would otherwise call a failure).
-    SUCCEED("no AVX-512 kernels on this CPU");
-    return;
-  }
-  cpu::force_portable_kernels(portable);
   for (const auto& c : cases()) {
     const llama_model& m = load(c);
     generator gen(m, pool(), 512);
@@ -187,17 +180,15 @@ TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic 
       }
     }
     const int lc_ex = c.ref["llamacpp_exact_top1"].get<int>();
-    WARN(c.family << " " << c.type << " (" << (portable ? "avx2" : cpu::kernel_isa_name()) << "): top-1 vs llama.cpp "
-                  << agree_lc << "/" << positions << ", vs exact " << agree_ex << "/" << positions
-                  << " (llama.cpp vs exact " << lc_ex << "), exact top-1 in our top 3 " << in_top3
-                  << ", max |logit - exact| on its top-10 " << max_diff);
+    WARN(c.family << " " << c.type << " (" << cpu::kernel_isa_name() << "): top-1 vs llama.cpp " << agree_lc << "/"
+                  << positions << ", vs exact " << agree_ex << "/" << positions << " (llama.cpp vs exact " << lc_ex
+                  << "), exact top-1 in our top 3 " << in_top3 << ", max |logit - exact| on its top-10 " << max_diff);
     INFO(c.path);
     CHECK(positions == 6 * 32);
     CHECK(agree_lc >= k_min_agree_llamacpp * positions);
     CHECK(agree_ex >= lc_ex - k_exact_slack);
     CHECK(in_top3 == positions);
   }
-  cpu::force_portable_kernels(false);
 }
 
 TEST_CASE("greedy generation reproduces llama.cpp's tokens until its first near-tie") {

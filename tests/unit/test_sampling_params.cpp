@@ -193,3 +193,13 @@ TEST_CASE("draw_of carries the backend sampler's fields", "[sampling_params]") {
   CHECK(d.seed == 99);
   CHECK(d.step == 5);
 }
+
+TEST_CASE("each choice of a seeded request has its own seed, unrelated to neighbouring seeds") {
+  CHECK(sy::choice_seed(7, 0) == 7);  // n = 1 and the first of n agree
+  std::set<uint64_t> seen;
+  for (uint64_t s = 0; s < 200; ++s)
+    for (uint32_t c = 0; c < 4; ++c) seen.insert(sy::choice_seed(s, c));
+  CHECK(seen.size() == 200 * 4);  // seed s + 1's first choice is not seed s's second, and so on
+  CHECK(sy::choice_seed(7, 1) == sy::choice_seed(7, 1));
+  CHECK(sy::choice_seed(7, 1) != sy::choice_seed(8, 1));
+}

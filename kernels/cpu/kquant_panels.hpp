@@ -1,0 +1,75 @@
+// K-quant weights (q4_K, q5_K, q6_K) repacked at load into 16-row panels ("K panels") for the
+// AVX-512 VNNI and AMX integer kernels, and the one arithmetic those kernels share.
+//
+// Layout. Rows are grouped 16 at a time (rows past the matrix are zero). Per panel, per 256-column
+// super-block, 64-byte lines (line64); "lane i" is bytes 4i..4i+3 of a line, which belong to row
+// 16p + i, so one vpdpbusd against 4 broadcast activation bytes gives 16 rows' partial sums and 8
+// (or 4) consecutive lines are a tdpbsud B tile as they are:
+//  * q4_K (37 lines): lines 8g + c (g < 4 sub-block pairs, c < 8): lane i byte k = the GGUF qs byte
+//    32g + 4c + k of the row: its low nibble is column 64g + 4c + k (sub-block 2g), its high nibble
+//    column 64g + 32 + 4c + k (sub-block 2g + 1). Lines 32-33: the 8 six-bit scales in pairs, byte
+//    32q + 2i + e = scale 2q + e of row i; lines 34-35 the 8 mins, the same way; line 36: the rows'
+//    d as fp16 (bytes 2i, 2i + 1), then their dmin (bytes 32 + 2i).
+//  * q5_K (45 lines): nibble lines as q4_K (from the GGUF qs); lines 32 + 2g + h hold the fifth bits
+//    of nibble lines 8g + 4h + c' (c' < 4): byte 4i + k bit 2c' is the low value's, bit 2c' + 1 the
+//    high value's; lines 40-44 as q4_K's 32-36.
+//  * q6_K (53 lines): lines L < 32: lane i byte k holds the low 4 bits of the row's 6-bit value of
+//    column 4L + k (low nibble, sub-block L / 4) and of column 128 + 4L + k (high nibble, sub-block
+//    8 + L / 4); lines 32 + 2j + h hold the top 2 bits of nibble lines 4j + 2h + c' (c' < 2): byte
+//    4i + k bits 4c', 4c' + 1 the low value's, 4c' + 2, 4c' + 3 the high value's; lines 48-51 the
+//    16 int8 scales in pairs (byte 32q + 2i + e = scale 2q + e of row i); line 52 the rows' d (fp16).
+// About 3 % more bytes than the GGUF rows (q4_K 2368 vs 2304 per 16 x 256, q5_K 2880 vs 2816,
+// q6_K 3392 vs 3360), streamed once per step for every token of the step.
+//
+// Arithmetic (kq_dot below is its definition, the kernels reproduce it bit for bit): against the
+// q8_K activations (quant.hpp: per 256 a scale d_x, int8 values q_x, sums of each 16 and 32), per
+// row and super-block the exact integer sums
+//   q4_K/q5_K: isum = sum_j sc_j * sum_{l in j} q_l q_x,l      msum = sum_j m_j * sums32_j
+//   q6_K:      isum = sum_j sc_j * sum_{l in j} q_l q_x,l  -  32 * sum_j sc_j * bsums_j   (q = stored 0..63)
+// (int32: at most ~2.6e8 in magnitude), folded into the row's f32 sum in super-block order:
+//   acc = fma(float(isum), d_w * d_x, acc);  q4_K/q5_K then acc = fma(-float(msum), dmin_w * d_x, acc)
+// starting from 0. The integer part is exactly the reference dot product's (dot_row_q8_K_ref);
+// only the f32 rounding differs from its double sum. A (row, token) result depends on nothing
+// but that row and token, so batching cannot change it, and the AVX-512 kernel, the AMX kernel
+// and the scalar model agree bitwise (tests/unit/test_kquant_panels.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_kernels.hpp"
+
+namespace sy::cpu {
+
+// Lines per panel and super-block, and per panel for a k-column matrix.
+constexpr int64_t kq_lines(weight_type t) {
+  return t == weight_type::q4_k ? 37 : t == weight_type::q5_k ? 45 : t == weight_type::q6_k ? 53 : 0;
+}
+constexpr int64_t kq_panel_lines(weight_type t, int64_t k) { return k / qk_k * kq_lines(t); }
+
+// Fills panels [p0, p1) of `out` from the GGUF rows (row_bytes apart) of a `rows` x k K-quant matrix.
+void repack_kq_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
+                      int64_t p1, line64* out);
+// The same panels by the slow, obviously-right route (unpack every value, place it), for tests.
+void repack_kq_panels_reference(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
+                                int64_t p1, line64* out);
+
+// One row of one panel, dequantized (the values the reference dequantization gives), for tests
+// and the bf16 prompt panels: `out` gets k floats of row `i` (< 16) of panel `p`.
+void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int64_t p, int i, float* out);
+
+// y[t * ldy + r] = the K-panel dot product of row r with token t, for rows in panels [p0, p1)
+// (clipped to `rows`) and tokens t < n_tok; `a` holds each token's k / 256 q8_K blocks in a row.
+// The scalar model (any CPU), the AVX-512 VNNI kernel (kquant_avx512.cpp) and the AMX kernel
+// (gemm_amx.cpp; only called when use_amx_kernels()) give bitwise equal results.
+void gemv_kq_panels_model(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                          const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
+void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                           const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
+// The AMX kernel also takes the activations' int8 values block-major, [k / 256][n_tok][256]
+// (kq_qs_by_block), so that a tile of 16 tokens' 64 columns is 16 rows 256 bytes apart, in one
+// small area, instead of 16 rows a whole token apart.
+void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                        const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy);
+void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
+
+}  // namespace sy::cpu

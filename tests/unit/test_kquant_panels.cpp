@@ -1,0 +1,152 @@
+// K panels (kernels/cpu/kquant_panels.hpp): the repack keeps every value, scale and min of the
+// GGUF rows; the scalar model computes the quantized dot product; the AVX-512 kernel (where the
+// CPU has it) and the AMX loops on the tile model (any CPU) give the model's results bitwise for
+// every edge of rows, columns and tokens, and write nothing they do not own.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/amx_emulator.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/kquant_panels.hpp"
+#include "tests/unit/amx_test_data.hpp"
+
+using namespace sy::cpu;
+using namespace amx_test;
+
+namespace {
+
+const weight_type k_types[] = {weight_type::q4_k, weight_type::q5_k, weight_type::q6_k};
+
+struct kq_matrix {
+  int64_t rows, cols, n_panels;
+  std::vector<uint8_t> w;
+  std::vector<line64> panels;
+};
+kq_matrix make_matrix(weight_type t, int64_t rows, int64_t cols) {
+  kq_matrix m{rows, cols, (rows + panel_rows - 1) / panel_rows, random_k_weights(t, rows, cols), {}};
+  m.panels.resize(static_cast<size_t>(m.n_panels * kq_panel_lines(t, cols)));
+  repack_kq_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, m.n_panels, m.panels.data());
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("K panels hold exactly the GGUF rows' values, scales and mins") {
+  for (weight_type t : k_types)
+    for (int64_t rows : {16, 21}) {
+      const auto m = make_matrix(t, rows, 512);
+      std::vector<float> want(512), got(512);
+      for (int64_t r = 0; r < m.n_panels * panel_rows; ++r) {
+        INFO(weight_type_name(t) << " row " << r);
+        dequantize_kq_panel_row(t, m.panels.data(), m.cols, r / 16, static_cast<int>(r % 16), got.data());
+        if (r < rows)
+          dequantize_row(t, m.w.data() + r * row_bytes(t, m.cols), want.data(), m.cols);
+        else
+          std::fill(want.begin(), want.end(), 0.f);  // rows past the matrix are zero
+        REQUIRE(got == want);
+      }
+    }
+}
+
+TEST_CASE("the load-time K-panel repack writes the reference repack's bytes") {
+  for (weight_type t : k_types) {
+    const auto m = make_matrix(t, 37, 768);
+    std::vector<line64> ref(m.panels.size());
+    repack_kq_panels_reference(t, m.w.data(), static_cast<int64_t>(row_bytes(t, m.cols)), m.rows, m.cols, 0, m.n_panels,
+                               ref.data());
+    INFO(weight_type_name(t));
+    REQUIRE(std::memcmp(ref.data(), m.panels.data(), ref.size() * sizeof(line64)) == 0);
+  }
+}
+
+TEST_CASE("bf16 panels built from K panels equal those built from the GGUF rows") {
+  for (weight_type t : k_types) {
+    const auto m = make_matrix(t, 21, 512);
+    std::vector<uint16_t> want(static_cast<size_t>(m.n_panels * panel_rows * m.cols)), got(want.size());
+    pack_bf16_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, m.cols)), m.rows, m.cols, 0, m.n_panels,
+                     want.data());
+    pack_bf16_panels_from_kq(t, m.panels.data(), m.rows, m.cols, 0, m.n_panels, got.data());
+    INFO(weight_type_name(t));
+    size_t bad = 0, first = want.size();
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i]) {
+        ++bad;
+        first = std::min(first, i);
+      }
+    INFO("differing " << bad << ", first at " << first);
+    REQUIRE(bad == 0);
+  }
+}
+
+TEST_CASE("the K-panel model computes the quantized dot product") {
+  for (weight_type t : k_types) {
+    const auto m = make_matrix(t, 40, 768);
+    const int64_t n_tok = 3;
+    const auto x = random_floats(static_cast<size_t>(n_tok * m.cols));
+    const auto a = quantize_k_batch(x, n_tok, m.cols);
+    std::vector<float> y(static_cast<size_t>(n_tok * m.rows));
+    gemv_kq_panels_model(t, m.panels.data(), m.rows, m.cols, 0, m.n_panels, a.data(), n_tok, y.data(), m.rows);
+    for (int64_t i = 0; i < n_tok; ++i)
+      for (int64_t r = 0; r < m.rows; ++r) {
+        INFO(weight_type_name(t) << " row " << r << " token " << i);
+        const float ref =
+            dot_row_q8_K_ref(t, m.w.data() + r * row_bytes(t, m.cols), a.data() + i * (m.cols / qk_k), m.cols);
+        REQUIRE(y[i * m.rows + r] == Approx(ref).epsilon(1e-5).margin(1e-5));
+      }
+  }
+}
+
+TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
+  if (!use_avx512_kernels()) {
+    WARN("no AVX-512 VNNI + BF16 here (" << kernel_isa_name()
+                                         << "): the kernel cannot run; the model it must equal is checked above");
+    SUCCEED();
+    return;
+  }
+  for (weight_type t : k_types)
+    for (int64_t rows : {16, 40})
+      for (int64_t cols : {256, 1024}) {
+        const auto m = make_matrix(t, rows, cols);
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11}) {
+          INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
+          const auto x = random_floats(static_cast<size_t>(n_tok * cols));
+          const auto a = quantize_k_batch(x, n_tok, cols);
+          for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
+            const int64_t ldy = rows + 3;
+            sentinel_out got(n_tok, ldy), want(n_tok, ldy);
+            gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
+            gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
+            CHECK(got.only_wrote(p0 * panel_rows, rows));
+            REQUIRE(got.buf == want.buf);
+          }
+        }
+      }
+}
+
+TEST_CASE("AMX K-panel loops on the tile model give the model's results bitwise") {
+  for (weight_type t : k_types)
+    for (int64_t rows : {16, 40}) {
+      const int64_t cols = 512;
+      const auto m = make_matrix(t, rows, cols);
+      for (int64_t n_tok : {1, 15, 16, 17, 40, 129}) {  // 129: past a 128-token pass
+        INFO(weight_type_name(t) << " rows " << rows << " tokens " << n_tok);
+        const auto x = random_floats(static_cast<size_t>(n_tok * cols));
+        const auto a = quantize_k_batch(x, n_tok, cols);
+        for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
+          const int64_t ldy = rows + 3;
+          sentinel_out got(n_tok, ldy), want(n_tok, ldy);
+          amx_tile_model model;
+          gemv_kq_panels_amx_emulated(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy,
+                                      &model);
+          gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
+          CHECK(got.only_wrote(p0 * panel_rows, rows));
+          CHECK(model.n_configs() == 1);
+          // per super-block and token tile, two dot products (high and low parts) per 64 columns
+          CHECK(model.n_dots() == 2 * 4 * (cols / qk_k) * (m.n_panels - p0) * ((n_tok + 15) / 16));
+          REQUIRE(got.buf == want.buf);
+        }
+      }
+    }
+}
