@@ -5,24 +5,48 @@
 
 namespace sy::link {
 
+std::string send_backlog::lane_of(const frame& f) const {
+  return lane_per_peer_ && !f.empty() ? f[0].to_string() : std::string();
+}
+
 size_t send_backlog::send_or_queue(frame&& f, const send_fn& send, backlog_counters& counters) {
-  if (frames_.empty() && send(f)) return 0;
+  std::string lane = lane_of(f);
+  auto it = lanes_.find(lane);
+  if (it == lanes_.end() && send(f)) return 0;
   counters.backlogged++;
-  frames_.push_back(std::move(f));
-  if (frames_.size() <= max_frames_) return 0;
-  frames_.pop_front();
+  if (it == lanes_.end()) it = lanes_.emplace(std::move(lane), std::deque<frame>{}).first;
+  it->second.push_back(std::move(f));
+  if (it->second.size() <= max_frames_) return 0;
+  it->second.pop_front();
   counters.overflow++;
   return 1;
 }
 
 void send_backlog::retry(const send_fn& send) {
-  while (!frames_.empty() && send(frames_.front())) frames_.pop_front();
+  for (auto it = lanes_.begin(); it != lanes_.end();) {
+    std::deque<frame>& q = it->second;
+    while (!q.empty() && send(q.front())) q.pop_front();
+    it = q.empty() ? lanes_.erase(it) : std::next(it);
+  }
 }
 
 size_t send_backlog::clear() {
-  const size_t n = frames_.size();
-  frames_.clear();
+  const size_t n = size();
+  lanes_.clear();
   return n;
+}
+
+size_t send_backlog::size() const {
+  size_t n = 0;
+  for (const auto& [lane, q] : lanes_) n += q.size();
+  return n;
+}
+
+void set_keepalive(zmq::socket_ref sock) {
+  sock.set(zmq::sockopt::tcp_keepalive, 1);
+  sock.set(zmq::sockopt::tcp_keepalive_idle, 30);
+  sock.set(zmq::sockopt::tcp_keepalive_intvl, 10);
+  sock.set(zmq::sockopt::tcp_keepalive_cnt, 3);
 }
 
 void poll_once(std::span<poll_source> sources, std::chrono::milliseconds idle, std::chrono::milliseconds backlogged) {

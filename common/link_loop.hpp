@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 #include <zmq.hpp>
 
@@ -38,25 +40,34 @@ struct backlog_counters {
   std::atomic<uint64_t> overflow{0};    // frames dropped: the oldest of an over-full backlog
 };
 
-// The frames waiting for one socket, oldest first, at most max_frames (the rule above).
+// The frames waiting for one socket, oldest first, at most max_frames per lane (the rule
+// above). A socket that talks to one peer (a router's DEALER to one worker) has one lane; a
+// ROUTER socket that talks to many (the worker's, one connection per router) has one lane per
+// peer, keyed by the frame's first part (the peer's identity): a peer whose queue is full holds
+// back only its own frames, never another peer's behind them.
 class send_backlog {
  public:
-  explicit send_backlog(size_t max_frames) : max_frames_(max_frames) {}
+  explicit send_backlog(size_t max_frames, bool lane_per_peer = false)
+      : max_frames_(max_frames), lane_per_peer_(lane_per_peer) {}
 
-  // Sends `f` now when nothing waits and the socket takes it; otherwise queues it behind the
-  // waiting frames, dropping the oldest when that makes more than max_frames. Returns the number
-  // of frames dropped (0 or 1).
+  // Sends `f` now when nothing waits in its lane and the socket takes it; otherwise queues it
+  // behind its lane's waiting frames, dropping that lane's oldest when that makes more than
+  // max_frames. Returns the number of frames dropped (0 or 1).
   size_t send_or_queue(frame&& f, const send_fn& send, backlog_counters& counters);
-  // Sends waiting frames in order while the socket takes them.
+  // Sends each lane's waiting frames in order while the socket takes them.
   void retry(const send_fn& send);
   // Drops every waiting frame (their peer is gone); returns how many.
   size_t clear();
-  bool empty() const { return frames_.empty(); }
-  size_t size() const { return frames_.size(); }
+  bool empty() const { return lanes_.empty(); }
+  size_t size() const;
+  size_t lanes() const { return lanes_.size(); }
 
  private:
+  std::string lane_of(const frame& f) const;
+
   size_t max_frames_;
-  std::deque<frame> frames_;
+  bool lane_per_peer_;
+  std::map<std::string, std::deque<frame>> lanes_;  // only lanes with frames waiting
 };
 
 // One socket of the loop.
@@ -69,6 +80,12 @@ struct poll_source {
   send_backlog* backlog = nullptr;
   send_fn send;
 };
+
+// TCP keepalive on a link socket (both ends set it): a peer whose host vanished without a FIN
+// (a node gone, a partition) is found out by the kernel in about a minute (30 s idle, then 3
+// probes 10 s apart). A paused or throttled peer process still has its kernel answer the
+// probes, so a pause never breaks the connection or drops what is queued on it.
+void set_keepalive(zmq::socket_ref sock);
 
 // One turn of the loop: waits up to `idle` for any socket to be readable (or, when a backlog
 // waits, writable — and then at most `backlogged`, since a ZMQ_IMMEDIATE socket never reports

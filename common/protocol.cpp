@@ -187,6 +187,7 @@ void fields(V& v, S& m) {
   v("finish_reason", m.finish_reason, {.max_bytes = 16});
   v("usage", m.usage);
   v("logprobs", m.logprobs, {.max_n = k_max_tokens_per_message});
+  v("seq", m.seq);
 }
 
 template <class V, is<error> S>
@@ -194,6 +195,7 @@ void fields(V& v, S& m) {
   v("request_id", m.request_id, {.max_bytes = k_max_id_bytes});
   v("code", m.code, {.max_bytes = k_max_error_code_bytes});
   v("message", m.message, {.max_bytes = k_max_error_message_bytes});
+  v("failure", m.failure);
 }
 
 template <class V, is<drain> S>

@@ -239,6 +239,10 @@ struct tokens {
   sy::finish_reason finish_reason = sy::finish_reason::none;
   token_usage usage;                    // totals so far
   std::vector<token_logprob> logprobs;  // empty, or one per token_ids entry
+  // The frame's place in its request's stream: 1 for the first tokens message of a request_id,
+  // one more for each after. A receiver that sees a number skipped knows a frame was lost on
+  // the link (a backlog overflowed) and that the text has a hole. 0: not numbered (an older peer).
+  uint32_t seq = 0;
 
   bool operator==(const tokens&) const = default;
 };
@@ -254,6 +258,10 @@ struct error {
   error_code code = error_code::other;  // on the wire: name(), <= k_max_error_code_bytes; a name
                                         // this build does not know reads as other
   std::string message;                  // human readable, <= k_max_error_message_bytes
+  // The worker's failure this error reports: every request of one failed step gets an error
+  // with the same number (the worker's count of failed steps), so that a router counts one
+  // failure of the worker, not one per request in the step. 0: an error of this request alone.
+  uint64_t failure = 0;
 
   bool operator==(const error&) const = default;
 };

@@ -49,6 +49,7 @@ struct choice_state {
   uint32_t tokens_seen = 0;         // token ids received so far (continuous_usage_stats)
   std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
   std::vector<int32_t> tokens;      // the token ids received: a lost stream resumes from them
+  uint32_t frames = 0;              // tokens frames of the current attempt received in order (their seq)
 
   bool finished() const { return finish_reason != sy::finish_reason::none; }
 };
@@ -70,6 +71,7 @@ struct active_request {
   worker_ref worker = 0;            // running: where
   uint32_t attempt = 0;             // dispatches so far; the wire id carries it
   uint32_t failures = 0;            // dispatches a worker failed (lost it, or ended it with a worker error)
+  uint32_t gaps = 0;                // attempts ended because a frame of theirs was lost on the link
   std::optional<worker_ref> avoid;  // the worker that failed it last: its retry goes elsewhere
   std::vector<choice_state> choices;
   uint32_t n_finished = 0;

@@ -7,12 +7,15 @@
 #include <cassert>
 #include <charconv>
 #include <cstdio>
+#include <utility>
 
 namespace sy::router {
 namespace {
 
 // How long after its deadline a dispatched request may still be ended by its worker.
 constexpr double k_deadline_grace_s = 5.0;
+// Attempts a request may lose to frames lost on the link before it ends with frames_lost.
+constexpr uint32_t k_max_gaps = 3;
 
 std::string wire_id(uint64_t id, uint32_t attempt, uint32_t choice) {
   return std::to_string(id) + "-" + std::to_string(attempt) + "." + std::to_string(choice);
@@ -165,6 +168,14 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
     count_status(499);
     return;
   }
+  if (unserved(req.model->id, now_s)) {
+    no_workers_++;
+    count_status(reply_error(req,
+                             make_error(503, "overloaded_error", "no_workers",
+                                        "the model '" + req.model->id + "' has no ready worker; retry shortly"),
+                             2));
+    return;
+  }
   if (coalesce(r)) return;
   const int64_t tokens = queue_tokens(req);
   const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
@@ -284,8 +295,9 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
     s.budget_ms = static_cast<uint32_t>(std::clamp(left_s * 1000.0, 1.0, 4294967295.0));
   }
   for (uint32_t c = 0; c < a.choices.size(); ++c) {
-    const choice_state& cs = a.choices[c];
+    choice_state& cs = a.choices[c];
     if (cs.finished()) continue;
+    cs.frames = 0;  // a new wire id: its frames are numbered from 1
     s.request_id = wire_id(r.id, a.attempt, c);
     if (r.req.sampling.has_seed) s.sampling.seed = choice_seed(r.req.sampling.seed, c);
     // A resumed choice: the worker recomputes what the client has and goes on from there.
@@ -421,6 +433,13 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   active_request& a = *ap;
   const routed_request& r = *a.r;
   choice_state& cs = a.choices[c];
+  if (m.seq != 0) {  // numbered (workers that predate numbering send 0)
+    if (m.seq != cs.frames + 1) {
+      on_frame_gap(a, c, cs.frames + 1, m.seq, out);
+      return;
+    }
+    cs.frames = m.seq;
+  }
   const finish_reason fr = m.finish_reason;
   if (fr == finish_reason::cancelled || fr == finish_reason::error) {
     // The worker gave up on it without the client asking: an upstream failure, 502 like a worker
@@ -599,9 +618,36 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
     fail(*a, e, out);
     return;
   }
-  // The worker failed it (its step threw): it may be failing everything (a black hole).
-  on_worker_fault(worker, now_s);
-  retry_or_fail(*a, e, now_s, out);
+  // The worker failed it (its step threw): it may be failing everything (a black hole). The
+  // requests of one failed step are one failure of the worker: counted once toward its ejection
+  // and charged once to the retry budget (each still spends one of its own attempts).
+  const bool first_of_its_failure = pool_.new_failure(worker, m.failure);
+  if (first_of_its_failure) on_worker_fault(worker, now_s);
+  retry_or_fail(*a, e, now_s, out, first_of_its_failure);
+}
+
+void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expected, uint32_t got,
+                              std::vector<link_frame>& out) {
+  frame_gaps_++;
+  a.gaps++;
+  std::fprintf(stderr,
+               "switchyard-router: request %s choice %u: frame %u from worker %s, expected %u (lost on the link): %s\n",
+               a.r->request_id.c_str(), static_cast<unsigned>(choice), static_cast<unsigned>(got),
+               pool_.at(a.worker).endpoint.c_str(), static_cast<unsigned>(expected),
+               a.gaps > k_max_gaps ? "ended" : "resumed from what the client has");
+  if (a.gaps > k_max_gaps) {
+    fail(a,
+         make_error(502, "server_error", "frames_lost",
+                    "frames of this request were lost on the worker link " + std::to_string(a.gaps) + " times"),
+         out);
+    return;
+  }
+  // Not the worker's failure and not charged to the retry budget: the link lost a frame. Its
+  // choices keep what reached the router (the lost frame's tokens are generated again).
+  cancel_on_worker(a, out);
+  const bool sent = a.output_sent();
+  if (sent) streams_resumed_++;
+  requeue(a, /*keep_progress=*/true);  // on_frame pumps it out again
 }
 
 void dispatcher::on_worker_fault(worker_ref worker, double now_s) {
@@ -612,7 +658,8 @@ void dispatcher::on_worker_fault(worker_ref worker, double now_s) {
                static_cast<unsigned long long>(v.ejections));
 }
 
-void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out) {
+void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out,
+                               bool charged) {
   // Output the client has is resumed from (each unfinished choice has its tokens so far, fewer
   // than max_tokens, unless its final frame was lost: then it cannot be, and it ends).
   const bool sent = a.output_sent();
@@ -634,7 +681,9 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
          out);
     return;
   }
-  if (!retries_.try_retry(now_s)) {
+  if (!charged) {
+    uncharged_retries_++;
+  } else if (!retries_.try_retry(now_s)) {
     retry_budget_exhausted_++;
     fail(a,
          make_error(502, "server_error", "retry_budget_exhausted",
@@ -671,15 +720,63 @@ void dispatcher::requeue_or_fail(worker_ref worker, double now_s, std::vector<li
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : active_)
     if (a->running_on(worker)) ids.push_back(id);
+  // One event (the worker died or restarted): charged to the retry budget once, whatever the
+  // number of requests it took with it; each still spends one of its own attempts.
+  bool charged = true;
   for (const uint64_t id : ids) {
     active_request& a = *active_.at(id);
     retry_or_fail(a,
                   make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
-                  now_s, out);
+                  now_s, out, std::exchange(charged, false));
+  }
+}
+
+void dispatcher::check_stall(double now_s) {
+  const double gap = last_tick_s_ < 0 ? 0 : now_s - last_tick_s_;
+  last_tick_s_ = now_s;
+  if (cfg_.stall_threshold_s <= 0 || gap <= cfg_.stall_threshold_s) return;
+  stalls_++;
+  stalled_s_ += gap;
+  if (gap >= 1.0)  // shorter ones are a loaded machine's scheduling, counted but not logged
+    std::fprintf(stderr,
+                 "switchyard-router: this router stalled for %.1f s (paused or throttled): its workers' silence "
+                 "during it is not counted against them\n",
+                 gap);
+  pool_.forgive_silence(gap, now_s);
+  for (auto& [model, since] : unserved_since_s_) since = std::min(now_s, since + gap);
+}
+
+bool dispatcher::unserved(const std::string& model, double now_s) const {
+  const auto it = unserved_since_s_.find(model);
+  // The table is brought up to date by ticks; a worker that welcomed since serves at once.
+  return it != unserved_since_s_.end() && now_s - it->second >= cfg_.no_worker_timeout_s && !pool_.serves(model);
+}
+
+void dispatcher::check_served(double now_s, std::vector<link_frame>& out) {
+  const auto track = [&](const std::string& model) {
+    if (pool_.serves(model))
+      unserved_since_s_.erase(model);
+    else
+      unserved_since_s_.emplace(model, now_s);  // keeps the first time
+  };
+  for (const auto& m : models_.all()) track(m->id);
+  for (const auto& [model, q] : queue_.by_model()) track(model);
+  std::vector<uint64_t> stranded;
+  for (const auto& [id, a] : active_)
+    if (a->phase == request_phase::queued && unserved(a->r->model->id, now_s)) stranded.push_back(id);
+  for (const uint64_t id : stranded) {
+    no_workers_++;
+    active_request& a = *active_.at(id);
+    fail(a,
+         make_error(503, "overloaded_error", "no_workers",
+                    "the model '" + a.r->model->id + "' has had no ready worker for " +
+                        std::to_string(static_cast<int>(cfg_.no_worker_timeout_s)) + " s"),
+         out);
   }
 }
 
 void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
+  check_stall(now_s);  // before liveness: a stall of this router is not its workers' silence
   for (const worker_ref w : pool_.check_liveness(now_s)) on_worker_dead(w, now_s, out);
   pool_.readmit(now_s);  // ejected workers whose time is up: logged below as ejected -> ready
   for (const uint64_t id : queue_.expired(now_s)) {
@@ -704,6 +801,7 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     fail(*active_.at(id),
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
+  check_served(now_s, out);
   // After the requests this tick ended: a retired worker whose last one just ended goes now.
   remove_workers(now_s, out);
   pool_.expire_kv_hints(now_s);
@@ -817,7 +915,7 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(streams_resumed_));
   metric(out, "switchyard_router_retries_total", "counter",
          "Requests dispatched again after a worker failed them (lost, or a worker error).",
-         static_cast<double>(retries_.granted()));
+         static_cast<double>(retries_.granted() + uncharged_retries_));
   metric(out, "switchyard_router_retries_exhausted_total", "counter",
          "Requests ended with 502 retries_exhausted: workers failed them max_attempts times (a query of death?).",
          static_cast<double>(retries_exhausted_));
@@ -836,6 +934,18 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(coalesce_.coalesced()));
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
+  metric(out, "switchyard_router_no_workers_total", "counter",
+         "Requests answered 503 no_workers: their model had no ready worker for the no-worker timeout.",
+         static_cast<double>(no_workers_));
+  metric(out, "switchyard_router_frame_gaps_total", "counter",
+         "Tokens frames that arrived after a lost one (a link backlog overflowed): the request resumed from what "
+         "the router had.",
+         static_cast<double>(frame_gaps_));
+  metric(out, "switchyard_router_stalls_total", "counter",
+         "Times this router's own loop stalled past its threshold (paused, throttled); workers were not blamed.",
+         static_cast<double>(stalls_));
+  metric(out, "switchyard_router_stalled_seconds_total", "counter", "Time this router's loop spent stalled.",
+         stalled_s_);
   metric(out, "switchyard_router_late_frames_total", "counter", "Worker frames for requests that had already ended.",
          static_cast<double>(late_frames_));
   metric(out, "switchyard_router_bad_frames_total", "counter", "Worker frames that could not be decoded.",

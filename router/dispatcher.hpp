@@ -79,6 +79,16 @@ struct dispatcher_config {
   // a query of death takes down at most this many workers. 1: never retried.
   uint32_t max_attempts = 2;
   retry_budget_config retry;
+  // A model that has had no ready worker for this long (its workers died, drained or left):
+  // its queued requests end with 503 no_workers and new ones are refused at once, with
+  // Retry-After, instead of waiting out their deadlines. The time before is the grace of a
+  // starting fleet, a replacement pod, a worker restarting at its address. 0: no grace.
+  double no_worker_timeout_s = 10.0;
+  // A gap longer than this between two ticks means this router's own loop stalled (SIGSTOP, CPU
+  // throttling under a limit, a VM pause, a debugger): the workers' silence during it is
+  // forgiven (worker_pool::forgive_silence) instead of read as their death. 0: off (unit tests
+  // that step the clock in big jumps); the router sets a quarter of the heartbeat timeout.
+  double stall_threshold_s = 0;
 };
 
 class dispatcher {
@@ -125,7 +135,14 @@ class dispatcher {
   void requeue_or_fail(worker_ref worker, double now_s, std::vector<link_frame>& out);
   // A worker failed `a` (`cause`: what the client gets if it is not retried). Before any token
   // reached the client it runs again elsewhere, within max_attempts and the retry budget.
-  void retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out);
+  // `charged`: whether the retry draws on the retry budget (the requests of one failed step are
+  // one failure: only the first is charged).
+  void retry_or_fail(active_request& a, const api_error& cause, double now_s, std::vector<link_frame>& out,
+                     bool charged = true);
+  // A tokens frame of `a` came with a sequence number past the next one: frames were lost on the
+  // link. What the client has is kept; the rest is generated again from there (not charged as a
+  // worker failure), at most k_max_gaps times, then the request ends with 502 frames_lost.
+  void on_frame_gap(active_request& a, uint32_t choice, uint32_t expected, uint32_t got, std::vector<link_frame>& out);
   // A worker ended a request with a worker error: its outlier record (ejection) is updated.
   void on_worker_fault(worker_ref worker, double now_s);
   // on_request's work; on_request answers a request it throws on before it was registered.
@@ -160,6 +177,14 @@ class dispatcher {
   bool coalesce(std::shared_ptr<routed_request>& r);
   // Whether request `id` is in the tables (running, queued, or listening to another's generation).
   bool registered(uint64_t id) const;
+  // Whether `model` has been without a ready worker for no_worker_timeout_s (its requests get
+  // 503 no_workers).
+  bool unserved(const std::string& model, double now_s) const;
+  // Records, per model, since when it has had no ready worker; ends the queued requests of the
+  // models unserved too long.
+  void check_served(double now_s, std::vector<link_frame>& out);
+  // A long gap since the last tick: this router stalled; its workers' silence is forgiven.
+  void check_stall(double now_s);
 
   dispatcher_config cfg_;
   const tenant_registry& tenants_;
@@ -175,12 +200,18 @@ class dispatcher {
   double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
   double rate_window_start_s_ = 0;
   uint64_t rate_window_tokens_ = 0;
+  double last_tick_s_ = -1;
+  // Models (served before, or named by queued requests) without a ready worker, and since when.
+  std::unordered_map<std::string, double> unserved_since_s_;
 
   // Metrics (this thread only).
   std::map<int, uint64_t> status_counts_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
   uint64_t expired_ = 0;
+  uint64_t no_workers_ = 0, stalls_ = 0, frame_gaps_ = 0;
+  uint64_t uncharged_retries_ = 0;  // retries of a failed step's bystanders (not from the budget)
+  double stalled_s_ = 0;
   uint64_t retries_exhausted_ = 0, retry_budget_exhausted_ = 0, internal_errors_ = 0, streams_resumed_ = 0;
   retry_budget retries_;
   histogram ttft_s_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};

@@ -31,6 +31,7 @@ zmq::socket_t open_peer(zmq::context_t& ctx, const link_config& cfg, const std::
   sock.set(zmq::sockopt::reconnect_ivl, 100);
   sock.set(zmq::sockopt::reconnect_ivl_max, 2000);
   sock.set(zmq::sockopt::maxmsgsize, cfg.max_frame_bytes);
+  link::set_keepalive(sock);
   if (!cfg.curve_server_public_z85.empty())
     curve::make_client(sock.handle(), cfg.curve_own, cfg.curve_server_public_z85);
   sock.connect(endpoint);

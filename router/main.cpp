@@ -52,6 +52,8 @@ const char* k_usage =
     "  --local-queue N            requests per worker beyond its max running (2)\n"
     "  --heartbeat-timeout-ms MS  silence after which a worker is dead (2000)\n"
     "  --max-attempts N           dispatches per request when workers fail it (2; 1: no retries)\n"
+    "  --no-worker-timeout-s S    a model without a ready worker this long: its queued requests end and new\n"
+    "                             ones are refused at once with 503 no_workers (10)\n"
     "  --retry-budget-percent P   retries allowed per 100 requests, over 10 s (20)   --retry-budget-min N (10)\n"
     "  --eject-after-failures K   eject a worker after K worker errors in a row (5; 0: never)\n"
     "  --eject-base-s S           first ejection S seconds, then 2S, 3S, ... (30)   --eject-max-s S (300)\n"
@@ -108,6 +110,7 @@ void check_flags(const cli_args& a) {
                  "max-queued-tokens",
                  "local-queue",
                  "max-attempts",
+                 "no-worker-timeout-s",
                  "retry-budget-percent",
                  "retry-budget-min",
                  "eject-after-failures",
@@ -171,6 +174,10 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
   dc.pool.local_queue = static_cast<int32_t>(a.get_int("local-queue", 2));
   dc.pool.heartbeat_timeout_s = static_cast<double>(a.get_int("heartbeat-timeout-ms", 2000)) / 1000.0;
   dc.pool.dead_grace_s = 2 * dc.pool.heartbeat_timeout_s;
+  // Its own loop's stalls are told from its workers' silence (dispatcher.hpp): a tick every
+  // 100 ms, so a gap of a quarter of the heartbeat timeout is this router's, not theirs.
+  dc.stall_threshold_s = dc.pool.heartbeat_timeout_s / 4;
+  dc.no_worker_timeout_s = a.get_float("no-worker-timeout-s", 10.0);
   dc.kv_events = !a.has("no-kv-events");
   // Bad workers (docs/reliability.md): bounded retries, the retry budget, outlier ejection.
   dc.max_attempts = static_cast<uint32_t>(std::max<int64_t>(1, a.get_int("max-attempts", 2)));
@@ -187,8 +194,8 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
         "--max-attempts must be >= 1; --retry-budget-percent, --eject-after-failures >= 0; "
         "0 < --eject-base-s <= --eject-max-s; --max-ejected-percent in [0, 100]");
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
-  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0)
-    throw std::invalid_argument("--local-queue must be >= 0; --heartbeat-timeout-ms > 0");
+  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || dc.no_worker_timeout_s < 0)
+    throw std::invalid_argument("--local-queue, --no-worker-timeout-s must be >= 0; --heartbeat-timeout-ms > 0");
   return dc;
 }
 

@@ -101,6 +101,7 @@ bool worker_pool::on_welcome(worker_ref w, proto::welcome info, double now_s) {
     v.consecutive_failures = 0;
     v.ejections_in_a_row = 0;
     v.ejected_until_s = 0;
+    v.last_failure = 0;
   }
   info.tokenizer = {};
   v.info = std::move(info);
@@ -146,6 +147,14 @@ bool worker_pool::on_request_failed(worker_ref w, double now_s) {
   return true;
 }
 
+bool worker_pool::new_failure(worker_ref w, uint64_t failure) {
+  if (failure == 0) return true;
+  worker_view& v = get(w);
+  if (v.last_failure == failure) return false;
+  v.last_failure = failure;
+  return true;
+}
+
 void worker_pool::on_request_succeeded(worker_ref w) {
   auto it = workers_.find(w);
   if (it == workers_.end()) return;
@@ -177,6 +186,18 @@ std::vector<worker_ref> worker_pool::check_liveness(double now_s) {
     }
   }
   return died;
+}
+
+void worker_pool::forgive_silence(double stalled_s, double now_s) {
+  for (auto& [ref, v] : workers_)
+    if (v.liveness == worker_liveness::up) v.last_seen_s = std::min(now_s, v.last_seen_s + stalled_s);
+}
+
+bool worker_pool::serves(const std::string& model) const {
+  return std::any_of(workers_.begin(), workers_.end(), [&](const auto& kv) {
+    const worker_view& v = kv.second;
+    return v.info.model_id == model && (v.state == worker_state::ready || v.state == worker_state::ejected);
+  });
 }
 
 bool worker_pool::any_ready(double now_s) const {

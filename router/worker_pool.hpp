@@ -89,6 +89,7 @@ struct worker_view {
   int32_t consecutive_failures = 0;  // requests it ended with a worker error since its last success
   uint32_t ejections_in_a_row = 0;   // ejections since its last success: the next one lasts longer
   double ejected_until_s = 0;        // > 0: ejected until then
+  uint64_t last_failure = 0;         // the last failed step it reported (proto::error::failure)
   uint64_t ejections = 0;            // times ejected, ever
 };
 
@@ -116,6 +117,13 @@ class worker_pool {
   void on_heartbeat(worker_ref w, const proto::heartbeat& hb, double now_s);
   // Workers that have just been declared dead (up and silent too long).
   std::vector<worker_ref> check_liveness(double now_s);
+  // This router could not listen for `stalled_s` (its own loop stalled: a SIGSTOP, CPU throttling,
+  // a VM pause): that time is not the workers' silence. Each up worker's last_seen_s moves forward
+  // by it (never past now_s), so a worker is judged on the time this router was awake to hear it.
+  void forgive_silence(double stalled_s, double now_s);
+  // Whether some worker of `model` takes new requests now or will again by itself (ready, or
+  // ejected for a while); draining, retired, connecting and dead ones do not count.
+  bool serves(const std::string& model) const;
   // Workers to take out now: unlisted with nothing in flight, or dead for dead_grace_s.
   std::vector<worker_ref> removable(double now_s) const;
   void remove(worker_ref w);
@@ -144,6 +152,9 @@ class worker_pool {
   // A request the worker ended with a worker error (its step failed, say): true when this
   // ejects it. A request that completed: its failure record is cleared.
   bool on_request_failed(worker_ref w, double now_s);
+  // Whether an error numbered `failure` (proto::error::failure) reports a failure of the worker
+  // not seen before: true for 0 (the request's own) and for the first error of each failed step.
+  bool new_failure(worker_ref w, uint64_t failure);
   void on_request_succeeded(worker_ref w);
   // Ejected workers whose time is up are ready again; returns them.
   std::vector<worker_ref> readmit(double now_s);

@@ -44,6 +44,7 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
   router.set(zmq::sockopt::rcvhwm, cfg.high_water_mark);
   router.set(zmq::sockopt::linger, 0);
   router.set(zmq::sockopt::maxmsgsize, cfg.max_frame_bytes);
+  link::set_keepalive(router);
   std::optional<zmq::socket_t> zap;  // bound before the ROUTER socket: no handshake goes unasked
   if (!cfg.curve_secret_z85.empty()) {
     if (!cfg.curve_allowed_clients.empty()) {
@@ -59,8 +60,9 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
   outbox.set(zmq::sockopt::linger, 0);
   outbox.bind(k_outbox_endpoint);
 
-  // Frames the ROUTER refused because a peer's queue was full; retried in order.
-  link::send_backlog backlog(cfg.max_backlog);
+  // Frames the ROUTER refused because a peer's queue was full; retried in order, a lane per
+  // router: one that stopped reading (paused, throttled) holds back only its own frames.
+  link::send_backlog backlog(cfg.max_backlog, /*lane_per_peer=*/true);
   const link::send_fn try_send = [&](link::frame& parts) -> bool {
     try {
       if (!zmq::send_multipart(router, parts, zmq::send_flags::dontwait)) {

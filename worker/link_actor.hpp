@@ -32,7 +32,7 @@ struct link_config {
   std::string listen;            // e.g. tcp://*:5555
   int high_water_mark = 10000;   // messages queued per peer, each direction
   int64_t max_frame_bytes = -1;  // ZMQ_MAXMSGSIZE: a bigger frame drops its connection; -1: none
-  size_t max_backlog = 100000;   // frames waiting for full peers (common/link_loop.hpp's rule)
+  size_t max_backlog = 100000;   // frames waiting per router whose queue is full (common/link_loop.hpp)
   // CURVE (common/curve_keys.hpp): the worker's secret key as Z85; empty: no authentication.
   std::string curve_secret_z85;
   // Routers' public keys (Z85) admitted through a ZAP handler; empty: any router that knows

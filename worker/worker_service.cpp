@@ -51,11 +51,12 @@ void worker_service::send(const std::string& peer, const T& m, std::vector<out_f
 }
 
 void worker_service::send_error(const std::string& peer, const std::string& request_id, error_code code,
-                                const std::string& message, std::vector<out_frame>& out) {
+                                const std::string& message, std::vector<out_frame>& out, uint64_t failure) {
   proto::error e;
   e.request_id = request_id;
   e.code = code;
   e.message = message;
+  e.failure = failure;
   send(peer, e, out);
   counters_.errors_sent++;
 }
@@ -198,9 +199,13 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
           part.logprobs.assign(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
           t.logprobs.erase(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
         }
+        part.seq = ++o.frames_sent;
         send(o.peer, part, out);  // text travels with the final part
       }
-      if (!t.token_ids.empty() || !t.text.empty() || done) send(o.peer, t, out);
+      if (!t.token_ids.empty() || !t.text.empty() || done) {
+        t.seq = ++o.frames_sent;
+        send(o.peer, t, out);
+      }
       t.token_ids.clear();
       t.text.clear();
       t.logprobs.clear();
@@ -212,7 +217,7 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
 
 void worker_service::fail_all(const std::string& message, std::vector<out_frame>& out) {
   for (const auto& [id, o] : owners_) {
-    send_error(o.peer, o.request_id, proto::error_code::internal_error, message, out);
+    send_error(o.peer, o.request_id, proto::error_code::internal_error, message, out, counters_.step_failures);
     eng_.cancel(id);
   }
   owners_.clear();

@@ -85,10 +85,12 @@ class worker_service {
     std::string peer;
     std::string request_id;
     bool stream = true;
-    proto::tokens pending;  // non-streaming: accumulated until the end
+    proto::tokens pending;     // non-streaming: accumulated until the end
+    uint32_t frames_sent = 0;  // tokens messages sent for it: the next one's seq is one more
   };
+  // `failure`: the failed step it reports (proto::error::failure), 0 for none.
   void send_error(const std::string& peer, const std::string& request_id, error_code code, const std::string& message,
-                  std::vector<out_frame>& out);
+                  std::vector<out_frame>& out, uint64_t failure = 0);
   void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_ms, std::vector<out_frame>& out);
   // Ends every live request with an internal_error frame and cancels it in the engine.
   void fail_all(const std::string& message, std::vector<out_frame>& out);

@@ -1309,6 +1309,40 @@ TEST_CASE("dispatcher: past the cluster's retry budget a failed request ends wit
   CHECK(has_line(h.d.render_metrics(1.0), "switchyard_router_retry_budget_exhausted_total 1"));
 }
 
+TEST_CASE("dispatcher: one failed step is one failure of its worker, however many requests it held") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.pool.eject_after_failures = 3;
+  cfg.retry = {.ratio = 0.0, .min_retries = 1, .window_s = 10.0};  // one charged retry per 10 s
+  harness h(cfg);
+  start_workers(h, 2, 8);
+  // Six requests over the two workers, then worker 0's step throws: an error frame for each of
+  // its requests, all of the same failure.
+  std::vector<client> cs;
+  for (int i = 0; i < 6; ++i) cs.push_back(h.request({}, 0.1));
+  auto f = h.take();
+  std::vector<uint64_t> on0;
+  for (const auto& c : cs)
+    if (submitted_to(f, wire(c.id, 1)) == worker_ref{0}) on0.push_back(c.id);
+  REQUIRE(on0.size() >= 3);
+  for (const uint64_t id : on0) {
+    proto::error e;
+    e.request_id = wire(id, 1);
+    e.code = proto::error_code::internal_error;
+    e.message = "the worker's step failed";
+    e.failure = 1;
+    h.feed(0, proto::msg_type::error, proto::encode(e), 0.2);
+  }
+  f = h.take();
+  // Not ejected (one failure of 3), every bystander re-sent (only the first drew on the budget).
+  CHECK(h.d.workers().at(0).state == worker_state::ready);
+  for (const uint64_t id : on0) CHECK(submitted_to(f, wire(id, 2)).has_value());
+  const std::string m = h.d.render_metrics(0.3);
+  CHECK(has_line(m, "switchyard_router_retry_budget_exhausted_total 0"));
+  CHECK(has_line(m, "switchyard_router_retries_total " + std::to_string(on0.size())));
+  CHECK(has_line(m, "switchyard_router_worker_ejections_total 0"));
+}
+
 TEST_CASE("dispatcher: a request that throws before it is queued gets a 500, not silence") {
   SY_REQUIRE_MODEL();
   harness h;
@@ -1409,4 +1443,145 @@ TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times,
   CHECK(m.find("switchyard_router_inter_token_seconds_bucket{le=\"1\"} 1\n") != std::string::npos);
   CHECK(m.find("switchyard_router_e2e_seconds_bucket{le=\"1\"} 0\n") != std::string::npos);
   CHECK(m.find("switchyard_router_e2e_seconds_bucket{le=\"2.5\"} 1\n") != std::string::npos);
+}
+
+TEST_CASE(
+    "dispatcher: a model whose last worker died answers 503 no_workers after the no-worker timeout, not at its "
+    "deadline") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.no_worker_timeout_s = 10.0;
+  harness h(cfg);
+  start_workers(h, 1, 4);
+  const auto first = h.request({.timeout_s = 600}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.d.tick(2.2, h.out);  // no heartbeat since 0: dead; `first` goes back to the queue (nothing was sent)
+  CHECK(h.d.workers().at(0).state == worker_state::dead);
+  CHECK(h.d.queued() == 1);
+  const auto streamed = h.request({.stream = true, .timeout_s = 600}, 5.0);  // within the grace: queued
+  CHECK(h.d.queued() == 2);
+  CHECK(streamed.ex->stream_status == 200);
+  h.d.tick(12.1, h.out);  // 9.9 s without a ready worker
+  CHECK(h.d.queued() == 2);
+  CHECK(first.ex->responses.empty());
+  h.d.tick(12.3, h.out);  // past 10 s: both end now, not at their 600 s deadlines
+  CHECK(h.d.queued() == 0);
+  CHECK(h.d.active() == 0);
+  REQUIRE(first.ex->responses.size() == 1);
+  CHECK(first.ex->responses[0].status == 503);
+  CHECK(json::parse(first.ex->responses[0].body)["error"]["code"] == "no_workers");
+  REQUIRE(streamed.ex->events.size() >= 2);
+  CHECK(json::parse(streamed.ex->events.at(0))["error"]["code"] == "no_workers");
+  CHECK(streamed.ex->events.back() == "[DONE]");
+  // A new request is refused at once, with Retry-After.
+  const auto late = h.request({.timeout_s = 600}, 13.0);
+  REQUIRE(late.ex->responses.size() == 1);
+  CHECK(late.ex->responses[0].status == 503);
+  CHECK(header(late.ex->responses[0].headers, "Retry-After") == "2");
+  CHECK(json::parse(late.ex->responses[0].body)["error"]["code"] == "no_workers");
+  CHECK(has_line(h.d.render_metrics(13.0), "switchyard_router_no_workers_total 3"));
+  // A worker comes back (relisted under a new ref after the dead grace): served again at once.
+  h.take();
+  const worker_ref back = h.ref_of("tcp://w0:5555");
+  h.welcome(back, 4, 14.0, "worker-again");
+  h.d.tick(14.1, h.out);
+  h.take();
+  const auto again = h.request({}, 14.2);
+  REQUIRE(submits(h.take(), back).size() == 1);
+  CHECK(again.ex->responses.empty());
+}
+
+TEST_CASE("dispatcher: a stall of the router's own loop is not its workers' death") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();  // heartbeat timeout 2 s
+  cfg.stall_threshold_s = 0.5;
+  harness h(cfg);
+  start_workers(h, 2, 4);
+  const auto c = h.request({.stream = true}, 0.1);
+  auto f = h.take();
+  const worker_ref w = submits(f, 0).empty() ? 1 : 0, other = 1 - w;
+  h.tokens(w, wire(c.id, 1), 1, "Once", 1, 0.2);
+  for (double t = 0.1; t < 1.05; t += 0.1) {
+    h.heartbeat(0, t);
+    h.heartbeat(1, t);
+    h.d.tick(t, h.out);
+  }
+  // The router is SIGSTOPped from 1.0 to 21.0: on waking, its first tick sees a 20 s gap.
+  h.d.tick(21.0, h.out);
+  f = h.take();
+  CHECK(submits(f, other).empty());  // nothing re-dispatched
+  CHECK(h.d.workers().at(0).state == worker_state::ready);
+  CHECK(h.d.workers().at(1).state == worker_state::ready);
+  CHECK(has_line(h.d.render_metrics(21.0), "switchyard_router_stalls_total 1"));
+  // The frames the worker sent meanwhile arrive: the stream goes on where it was.
+  h.heartbeat(w, 21.05);
+  h.tokens(w, wire(c.id, 1), 1, " upon", 2, 21.05, "length");
+  CHECK(c.ex->events.back() == "[DONE]");
+  // A worker that really is gone is still found out, on the time the router was awake: `other`
+  // was last heard at 1.0, plus the 20 s forgiven: 21.0; dead past 23.0.
+  for (double t = 21.4; t < 23.5; t += 0.4) {
+    h.heartbeat(w, t);
+    h.d.tick(t, h.out);
+    CHECK(h.d.workers().at(w).state == worker_state::ready);
+    CHECK(h.d.workers().at(other).state == (t > 23.0 ? worker_state::dead : worker_state::ready));
+  }
+  CHECK(has_line(h.d.render_metrics(23.4), "switchyard_router_stalls_total 1"));
+}
+
+TEST_CASE("dispatcher: a numbered tokens frame after a lost one resumes the stream from what the client has") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.stream = true, .max_tokens = 8}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  const auto frame = [&](uint32_t attempt, uint32_t seq, std::vector<int32_t> ids, const std::string& text,
+                         const std::string& finish = "") {
+    proto::tokens m;
+    m.request_id = wire(c.id, attempt);
+    m.seq = seq;
+    m.token_ids = std::move(ids);
+    m.text = text;
+    m.finish_reason = sy::parse_finish_reason(finish).value();
+    m.usage.completion_tokens = 0;
+    h.feed(0, proto::msg_type::tokens, proto::encode(m), 0.5);
+  };
+  frame(1, 1, {101}, "A");
+  frame(1, 2, {102}, "B");
+  frame(1, 4, {104}, "D");  // frame 3 was lost on the link: D must not reach the client after B
+  auto f = h.take();
+  REQUIRE(cancels(f, 0).size() == 1);
+  const auto again = submits(f, 0);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].request_id == wire(c.id, 2));
+  CHECK(again[0].n_generated == 2);  // the tokens the client has: A, B
+  CHECK(std::vector<int32_t>(again[0].prompt.end() - 2, again[0].prompt.end()) == std::vector<int32_t>{101, 102});
+  frame(1, 3, {103}, "C");  // the old attempt's frames are ignored from now on
+  frame(2, 1, {103}, "C");
+  frame(2, 2, {104}, "D", "length");
+  std::string text;
+  for (size_t i = 0; i + 1 < c.ex->events.size(); ++i) text += json::parse(c.ex->events[i])["choices"][0]["text"];
+  CHECK(text == "ABCD");
+  CHECK(c.ex->events.back() == "[DONE]");
+  const std::string m = h.d.render_metrics(1.0);
+  CHECK(has_line(m, "switchyard_router_frame_gaps_total 1"));
+  CHECK(has_line(m, "switchyard_router_retries_total 0"));  // the link's loss, not a worker failure
+}
+
+TEST_CASE("dispatcher: a request that keeps losing frames on the link ends with 502 frames_lost") {
+  SY_REQUIRE_MODEL();
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.max_tokens = 8}, 0.1);
+  for (uint32_t attempt = 1; attempt <= 4; ++attempt) {
+    REQUIRE(submits(h.take(), 0).size() == 1);
+    proto::tokens m;
+    m.request_id = wire(c.id, attempt);
+    m.seq = 2;  // the first frame of every attempt is lost
+    m.token_ids = {100};
+    h.feed(0, proto::msg_type::tokens, proto::encode(m), 0.2 * attempt);
+  }
+  REQUIRE(c.ex->responses.size() == 1);
+  CHECK(c.ex->responses[0].status == 502);
+  CHECK(json::parse(c.ex->responses[0].body)["error"]["code"] == "frames_lost");
+  CHECK(h.d.active() == 0);
 }

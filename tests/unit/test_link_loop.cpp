@@ -106,3 +106,39 @@ TEST_CASE("link loop: one turn reads a readable socket up to its burst, the rest
   sy::link::poll_once(sources, std::chrono::milliseconds(5000), std::chrono::milliseconds(5000));
   CHECK(got == std::vector<std::string>{"0", "1", "2", "3", "4"});
 }
+
+TEST_CASE("link backlog: with a lane per peer, a peer that stopped reading holds back only its own frames") {
+  // [peer][payload] frames; the socket refuses peer "b" (its queue is full), takes "a".
+  const auto to = [](const std::string& peer, const std::string& x) {
+    frame f;
+    f.emplace_back(peer);
+    f.emplace_back(x);
+    return f;
+  };
+  bool b_open = false;
+  std::vector<std::string> sent;
+  const sy::link::send_fn send = [&](frame& f) {
+    if (f.at(0).to_string() == "b" && !b_open) return false;
+    sent.push_back(f.at(0).to_string() + ":" + f.at(1).to_string());
+    return true;
+  };
+  backlog_counters c;
+  send_backlog b(2, /*lane_per_peer=*/true);
+  b.send_or_queue(to("b", "1"), send, c);
+  b.send_or_queue(to("a", "1"), send, c);  // not behind b's waiting frame
+  b.send_or_queue(to("b", "2"), send, c);
+  b.send_or_queue(to("a", "2"), send, c);
+  CHECK(sent == std::vector<std::string>{"a:1", "a:2"});
+  CHECK(b.size() == 2);
+  CHECK(b.lanes() == 1);
+  CHECK(b.send_or_queue(to("b", "3"), send, c) == 1);  // b's lane over its bound: b's oldest goes
+  CHECK(c.overflow == 1);
+  b.retry(send);  // still refused: nothing moves, a's later frames still pass
+  b.send_or_queue(to("a", "3"), send, c);
+  CHECK(sent.back() == "a:3");
+  b_open = true;
+  b.retry(send);
+  CHECK(sent == std::vector<std::string>{"a:1", "a:2", "a:3", "b:2", "b:3"});
+  CHECK(b.empty());
+  CHECK(b.lanes() == 0);
+}

@@ -105,6 +105,7 @@ proto::tokens make_tokens() {
   t.text = "abc ✓";
   t.finish_reason = sy::finish_reason::length;
   t.usage = {.prompt_tokens = 100, .cached_prompt_tokens = 64, .completion_tokens = 3};
+  t.seq = 0xfffffffeu;
   for (int32_t id : t.token_ids) {
     proto::token_logprob e{.token = id, .logprob = -0.25f * float(id), .top = {}};
     for (int j = 0; j < 3; ++j) e.top.push_back({.token = id + j, .logprob = -1.5f * float(j)});

@@ -529,3 +529,46 @@ TEST_CASE("kv view: a heartbeat naming a later seq reveals a lost last message")
   pool.on_heartbeat(old, hb, 1.5);
   CHECK(pool.kv_resyncs_due(5.0).empty());
 }
+
+TEST_CASE("worker_pool: time this router could not listen is not its workers' silence") {
+  worker_pool_config cfg;
+  cfg.heartbeat_timeout_s = 2.0;
+  worker_pool pool(cfg);
+  const worker_ref a = pool.add("tcp://a:1").ref, b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, welcome_of("wa"), 0.0);
+  pool.on_welcome(b, welcome_of("wb"), 0.0);
+  pool.on_heartbeat(a, {}, 1.0);
+  pool.on_heartbeat(b, {}, 0.5);
+  // The router stalls from 1.2 to 21.2 (SIGSTOP): 20 s nobody could hear.
+  pool.forgive_silence(20.0, 21.2);
+  CHECK(pool.check_liveness(21.2).empty());
+  CHECK(pool.at(a).last_seen_s == Approx(21.0));
+  CHECK(pool.at(b).last_seen_s == Approx(20.5));
+  // Awake again, b stays silent: dead once 2 s of awake silence add up; a beats on.
+  pool.on_heartbeat(a, {}, 21.6);
+  CHECK(pool.check_liveness(22.4).empty());
+  CHECK(pool.check_liveness(22.6) == std::vector<worker_ref>{b});
+  // Never moved past now: a worker heard during the gap keeps its fresh time.
+  pool.forgive_silence(5.0, 23.0);
+  CHECK(pool.at(a).last_seen_s == Approx(23.0));
+}
+
+TEST_CASE("worker_pool: a model is served by ready or ejected workers, not by draining, connecting or dead ones") {
+  worker_pool_config cfg;
+  cfg.heartbeat_timeout_s = 2.0;
+  worker_pool pool(cfg);
+  CHECK_FALSE(pool.serves("m"));
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  CHECK_FALSE(pool.serves("m"));  // connecting
+  pool.on_welcome(a, welcome_of("wa"), 0.0);
+  CHECK(pool.serves("m"));
+  CHECK_FALSE(pool.serves("other"));
+  sy::proto::heartbeat draining;
+  draining.draining = true;
+  pool.on_heartbeat(a, draining, 0.5);
+  CHECK_FALSE(pool.serves("m"));
+  pool.on_heartbeat(a, {}, 1.0);
+  CHECK(pool.serves("m"));
+  pool.check_liveness(3.5);
+  CHECK_FALSE(pool.serves("m"));  // dead
+}

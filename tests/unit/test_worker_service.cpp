@@ -89,6 +89,7 @@ TEST_CASE("a failing step ends every live request with internal_error and the wo
     CHECK(e->code == proto::error_code::internal_error);
     CHECK(e->request_id == (f.peer == "peer-a" ? "a1" : "b1"));
     CHECK(e->message.find("illegal memory access") != std::string::npos);
+    CHECK(e->failure == 1);  // both report the worker's first failed step: one failure, not two
   }
   CHECK(w.counters().step_failures == 1);
 
@@ -105,6 +106,13 @@ TEST_CASE("a failing step ends every live request with internal_error and the wo
   while (w.step(1000, out)) {
   }
   REQUIRE_FALSE(out.empty());
+  // Its frames are numbered 1, 2, ... in the order they go out (a receiver finds a lost one).
+  uint32_t expect_seq = 1;
+  for (const auto& f : out) {
+    const auto d = proto::decode(f.type, f.body);
+    if (const auto* each = d ? d.get_if<proto::tokens>() : nullptr) CHECK(each->seq == expect_seq++);
+  }
+  CHECK(expect_seq > 2);
   const auto last = proto::decode(out.back().type, out.back().body);
   REQUIRE(last);
   const auto* t = last.get_if<proto::tokens>();

@@ -1,0 +1,123 @@
+"""Faults at the router-worker link, with real router and worker processes on loopback
+(docs/reliability.md, "The router-worker link"): a router paused while another shares its worker,
+and a model whose only worker died. Each fault is made for real (SIGSTOP, kill -9); nothing is
+faked."""
+import concurrent.futures
+import os
+import signal
+import time
+
+import pytest
+
+from cluster import MODEL_ID, Router
+from http_load import OK, request
+from worker_client import MODEL, Worker
+
+if not os.path.exists(MODEL):
+    if os.environ.get("CI"):
+        raise RuntimeError(f"model not downloaded: {MODEL} (deploy/setup.sh)")
+    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+
+
+def stream_body(i, max_tokens):
+    return {"model": MODEL_ID, "prompt": f"Story {i}: once upon a time", "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "temperature": 0, "stream_options": {"include_usage": True}}
+
+
+def completion_tokens(result):
+    usage = [e["usage"] for e in result.events if isinstance(e, dict) and e.get("usage")]
+    return usage[-1]["completion_tokens"] if usage else None
+
+
+def wait_for(what, cond, timeout=30, every=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_paused_router_recovers_its_streams_and_does_not_hold_up_another():
+    """Two routers share one worker. Router B has 12 streams running when it is SIGSTOPped for
+    four heartbeat timeouts; router A serves 4 streams meanwhile. A's streams end while B is
+    still stopped (B's full connection does not hold A's frames back), and after SIGCONT B
+    sees that it stalled (not its worker): no worker declared dead, nothing re-dispatched, every
+    one of its streams completes with all its tokens."""
+    worker = Worker("--kv-blocks", "512", "--max-running", "16")
+    a = Router([worker.endpoint], "--router-id", "router-a")
+    b = Router([worker.endpoint], "--router-id", "router-b")
+    stopped = False
+    try:
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            b_streams = [pool.submit(request, b.port, "/v1/completions", stream_body(i, 160), timeout=120)
+                         for i in range(12)]
+            # All of B's streams are running on the worker before the pause.
+            wait_for("B's streams to start", lambda: b.metrics().get("switchyard_router_ttft_seconds_count", 0) >= 12,
+                     timeout=60)
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            stopped = True
+            t_stop = time.time()
+            a_streams = [pool.submit(request, a.port, "/v1/completions", stream_body(100 + i, 32), timeout=60)
+                         for i in range(4)]
+            a_results = [f.result() for f in a_streams]
+            a_done_s = time.time() - t_stop
+            # Hold B stopped for at least 8 s (4 x its 2 s heartbeat timeout) in all.
+            time.sleep(max(0.0, 8.0 - a_done_s))
+            os.kill(b.proc.pid, signal.SIGCONT)
+            stopped = False
+            b_results = [f.result() for f in b_streams]
+        assert [r.outcome for r in a_results] == [OK] * 4, a_results
+        assert [completion_tokens(r) for r in a_results] == [32] * 4
+        assert [r.outcome for r in b_results] == [OK] * 12, b_results
+        assert [completion_tokens(r) for r in b_results] == [160] * 12
+        log = open(b.log.name).read()
+        assert "missed its heartbeats" not in log
+        assert "this router stalled for" in log
+        mb = b.metrics()
+        assert mb["switchyard_router_stalls_total"] >= 1
+        assert mb["switchyard_router_retries_total"] == 0
+        assert mb["switchyard_router_redispatched_total"] == 0
+        assert "missed its heartbeats" not in open(a.log.name).read()
+        assert worker.metrics()["switchyard_worker_link_dropped_total"] == 0
+    finally:
+        if stopped:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        a.stop()
+        b.stop()
+        worker.stop()
+
+
+def test_a_model_whose_only_worker_died_answers_503_no_workers_instead_of_hanging():
+    """One router, one worker, kill -9 of the worker: a request sent at once waits out the short
+    no-worker timeout (a replacement could still come) and then gets 503 no_workers; one sent
+    after it is refused at once with Retry-After. A worker back at the address serves again."""
+    worker = Worker("--kv-blocks", "256", "--max-running", "4")
+    r = Router([worker.endpoint], "--heartbeat-timeout-ms", "1000", "--no-worker-timeout-s", "3")
+    body = {"model": MODEL_ID, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+    try:
+        assert request(r.port, "/v1/completions", body).outcome == OK
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+        t0 = time.time()
+        first = request(r.port, "/v1/completions", body, timeout=30)
+        waited = time.time() - t0
+        assert first.status == 503 and first.outcome == "error:no_workers", first
+        assert waited < 15, waited  # heartbeat timeout + no-worker timeout, not the 600 s deadline
+        t0 = time.time()
+        later = request(r.port, "/v1/completions", dict(body, stream=True), timeout=30)
+        assert later.status == 503 and later.outcome == "error:no_workers", later
+        assert later.headers.get("retry-after") == "2"
+        assert time.time() - t0 < 5
+        wait_for("both counted", lambda: r.metrics().get("switchyard_router_no_workers_total") == 2, timeout=5)
+        # A new worker process at the same address: served again.
+        port = int(worker.endpoint.rsplit(":", 1)[1])
+        back = Worker("--kv-blocks", "256", "--max-running", "4", port=port)
+        try:
+            wait_for("the worker back", lambda: request(r.port, "/v1/completions", body).outcome == OK, timeout=60,
+                     every=0.5)
+        finally:
+            back.stop()
+    finally:
+        r.stop()
+        worker.stop()
