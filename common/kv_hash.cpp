@@ -24,16 +24,21 @@ uint64_t kv_chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens, ui
   return h == 0 ? 1 : h;  // 0 is reserved for "no parent"
 }
 
-std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> prompt, uint32_t block_size, uint64_t salt) {
+std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> prompt, uint32_t block_size, uint64_t salt,
+                                      uint64_t root) {
   std::vector<uint64_t> out;
   if (block_size == 0) return out;
   out.reserve(prompt.size() / block_size);
-  uint64_t parent = 0;
+  uint64_t parent = root;
   for (size_t b = 0; (b + 1) * block_size <= prompt.size(); ++b) {
     parent = kv_chain_hash(parent, prompt.subspan(b * block_size, block_size), salt);
     out.push_back(parent);
   }
   return out;
+}
+
+uint64_t kv_cache_root(std::string_view cache_namespace) {
+  return cache_namespace.empty() ? 0 : kv_model_salt(cache_namespace);  // the same FNV-1a + mix; never 0
 }
 
 uint64_t kv_model_salt(std::string_view model_identity) {

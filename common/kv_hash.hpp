@@ -23,8 +23,17 @@ uint64_t kv_mix64(uint64_t x);
 uint64_t kv_chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens, uint64_t salt);
 
 // The chained hashes of a prompt's full blocks: result[i] covers tokens [0, (i+1) * block_size).
-// Empty when block_size is 0.
-std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> prompt, uint32_t block_size, uint64_t salt);
+// Empty when block_size is 0. `root`: the first block's parent, the prompt's prefix-cache
+// namespace (kv_cache_root; 0: the shared one).
+std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> prompt, uint32_t block_size, uint64_t salt,
+                                      uint64_t root = 0);
+
+// The prefix-cache namespace of requests that may share cached prompt blocks: the parent hash
+// of their first block, so that equal prompts in different namespaces hash apart and never
+// share a block (nor reveal, through cached_tokens or time to first token, that another
+// namespace sent the same text). The router gives each tenant its own, and tenants of one
+// cache_group a shared one; "" (open access, one tenant) maps to 0.
+uint64_t kv_cache_root(std::string_view cache_namespace);
 
 // The salt a model's blocks are hashed with: a stable function of the model's identity, so
 // every worker of one model (wherever its file is mounted) hashes alike and workers of

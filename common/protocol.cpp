@@ -152,6 +152,7 @@ void fields(V& v, S& m) {
   v("stream", m.stream);
   v("n_generated", m.n_generated);
   v("constraint", m.constraint);
+  v("cache_root", m.cache_root);
 }
 
 template <class V, is<cancel> S>

@@ -192,6 +192,9 @@ struct submit {
   // completion_tokens, and their text is not sent again. 0: a new request.
   uint32_t n_generated = 0;
   wire_constraint constraint;  // none by default
+  // The prompt's prefix-cache namespace (common/kv_hash.hpp kv_cache_root): its blocks are
+  // shared only with requests that carry the same value. 0: the shared namespace.
+  uint64_t cache_root = 0;
 
   bool operator==(const submit&) const = default;
 };

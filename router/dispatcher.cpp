@@ -252,7 +252,8 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
         for (const auto& [ref, v] : pool_.all()) {
           if (v.state == worker_state::ready && v.info.model_id == model) {
             // The workers' own hash (common/kv_hash.hpp): their kv_events name blocks by it.
-            a.block_hashes = kv_block_hashes(a.r->prompt, v.info.kv_block_size, v.info.kv_hash_salt);
+            a.block_hashes = kv_block_hashes(a.r->prompt, v.info.kv_block_size, v.info.kv_hash_salt,
+                                             kv_cache_root(a.r->who->cache_namespace));
             break;
           }
         }
@@ -288,6 +289,7 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   s.constraint = r.req.constraint;
   if (r.req.want_logprobs) s.sampling.logprobs = std::max(1, s.sampling.logprobs);
   s.priority = r.priority;
+  s.cache_root = kv_cache_root(r.who->cache_namespace);  // the tenant's prefix-cache namespace
   s.stream = true;  // always: progress is how a dead worker's requests are sorted out
   if (r.timeout_s > 0) {
     const double left_s = r.timeout_s - (now_s - r.t_received_s);

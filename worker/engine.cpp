@@ -65,7 +65,8 @@ int64_t engine::live_kv_tokens() const {
 
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
                                            const sampling_params& params, int32_t priority, int64_t deadline_ms,
-                                           int32_t n_generated, std::shared_ptr<grammar_masks> constraint) {
+                                           int32_t n_generated, std::shared_ptr<grammar_masks> constraint,
+                                           uint64_t cache_root) {
   if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
   if (by_name_.count(id)) return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
   if (prompt.empty()) return submit_error{error_code::invalid_request, "prompt is empty"};
@@ -93,6 +94,7 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
   spec.priority = priority;
   if (deadline_ms > 0) spec.deadline_ms = deadline_ms;
   spec.n_generated = n_generated;
+  spec.cache_root = cache_root;
   if (sched_.add(std::move(spec)) != add_status::ok)
     return submit_error{error_code::exceeds_kv_capacity,
                         "prompt + max_tokens needs more KV blocks than this worker has (" +

@@ -102,9 +102,10 @@ class engine {
   // are output already sent (proto::submit::n_generated). `constraint`: the output must be a
   // sentence of that grammar (structured outputs): each step masks the tokens that would leave
   // it, and the request stops as soon as the sentence is complete and nothing may follow.
+  // `cache_root`: its prefix-cache namespace (proto::submit::cache_root; 0: the shared one).
   std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt, const sampling_params& params,
                                      int32_t priority, int64_t deadline_ms = 0, int32_t n_generated = 0,
-                                     std::shared_ptr<grammar_masks> constraint = nullptr);
+                                     std::shared_ptr<grammar_masks> constraint = nullptr, uint64_t cache_root = 0);
   // Cancels a live request; it is reported finished (cancelled) by the next step().
   bool cancel(const std::string& id);
   bool has_work() const { return !live_.empty(); }

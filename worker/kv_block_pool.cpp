@@ -41,11 +41,11 @@ int32_t kv_block_pool::block_size() const { return block_size_; }
 
 int32_t kv_block_pool::n_available() const { return stats_.free + stats_.cached; }
 
-std::vector<block_id> kv_block_pool::acquire_prefix(std::span<const token_id> tokens) {
+std::vector<block_id> kv_block_pool::acquire_prefix(std::span<const token_id> tokens, uint64_t root) {
   std::vector<block_id> hits;
   const size_t n_full = prefix_caching_ ? tokens.size() / static_cast<size_t>(block_size_) : 0;
   const size_t bs = static_cast<size_t>(block_size_);
-  uint64_t parent = 0;
+  uint64_t parent = root;
   for (size_t i = 0; i < n_full; ++i) {
     const auto content = tokens.subspan(i * bs, bs);
     const uint64_t h = chain_hash(parent, content, salt_);

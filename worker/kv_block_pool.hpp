@@ -61,15 +61,17 @@ class kv_block_pool {
 
   // The longest run of leading *full* blocks of `tokens` already in the pool, in order, each
   // with one more reference (cached blocks move to in use). Counts tokens.size() query tokens
-  // and block_size * result.size() hit tokens.
-  std::vector<block_id> acquire_prefix(std::span<const token_id> tokens);
+  // and block_size * result.size() hit tokens. `root`: the prompt's prefix-cache namespace, the
+  // parent hash of its first block (kv_cache_root; 0: the shared one).
+  std::vector<block_id> acquire_prefix(std::span<const token_id> tokens, uint64_t root = 0);
 
   // `n` blocks with one reference each, taking free blocks first, then evicting cached blocks
   // in LRU order; std::nullopt (and no change) when fewer than n are available.
   std::optional<std::vector<block_id>> allocate(int32_t n);
 
   // Registers in-use block `b`, now full with `tokens` (block_size ids) after the prefix whose
-  // last block hash is `parent_hash` (0 for the first block), so later sequences can reuse it.
+  // last block hash is `parent_hash` (the namespace's root for the first block: 0 or
+  // kv_cache_root), so later sequences can reuse it.
   // Returns the block's hash. If an identical block is already registered, `b` stays
   // unregistered (it is freed normally on release) and the existing hash is returned;
   // registering `b` again with the same content is a no-op returning its hash.

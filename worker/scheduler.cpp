@@ -49,6 +49,7 @@ add_status scheduler::add(request_spec spec) {
   r.deadline_ms = spec.deadline_ms;
   r.max_tokens = spec.max_tokens;
   r.n_prompt = size32(spec.prompt) - spec.n_generated;
+  r.cache_root = spec.cache_root;
   r.tokens = std::move(spec.prompt);
   r.tokens.reserve(r.tokens.size() + static_cast<size_t>(std::min(spec.max_tokens, 4096)));
   waiting_.insert({queue_key{r.priority, r.arrival}, r.id});
@@ -179,7 +180,7 @@ scheduler::admit_result scheduler::try_admit(request& r) {
   if (blocked_head_ && blocked_head_->first == r.id && n_available <= blocked_head_->second)
     return admit_result::no_blocks;
 
-  std::vector<block_id> hits = pool_.acquire_prefix(r.tokens);
+  std::vector<block_id> hits = pool_.acquire_prefix(r.tokens, r.cache_root);
   int32_t n_cached = size32(hits) * block_size_;
   if (n_cached >= size32(r.tokens)) {
     // The last token must be computed to get logits: recompute the last block in a fresh one
@@ -290,7 +291,7 @@ void scheduler::register_full_blocks(request& r) {
   const std::span<const token_id> tokens(r.tokens);
   while (r.block_hashes.size() < n_full) {
     const size_t i = r.block_hashes.size();
-    const uint64_t parent = i == 0 ? 0 : r.block_hashes[i - 1];
+    const uint64_t parent = i == 0 ? r.cache_root : r.block_hashes[i - 1];
     const auto content = tokens.subspan(i * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     r.block_hashes.push_back(pool_.register_full(r.blocks[i], parent, content));
   }

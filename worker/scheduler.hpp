@@ -71,6 +71,8 @@ struct request_spec {
   // Resumed elsewhere-started output: the prompt's last n_generated tokens are output (the
   // request starts as if preempted after sampling them). < prompt.size().
   int32_t n_generated = 0;
+  // Its prefix-cache namespace (proto::submit::cache_root): blocks are shared only within it.
+  uint64_t cache_root = 0;
 };
 
 // `serve --max-step-ms` when not given: off. Measured at 8 streams on a 2-core EPYC
@@ -187,6 +189,7 @@ class scheduler {
     int32_t max_tokens = 0;
     int32_t n_prompt = 0;
     std::vector<token_id> tokens;  // prompt, then the output tokens sampled so far
+    uint64_t cache_root = 0;       // its prefix-cache namespace (request_spec::cache_root)
     request_state state = request_state::waiting;
     // Leading tokens whose K/V are in `blocks`. While live, n_computed < tokens.size(): the
     // last sampled token is always still to be fed.

@@ -125,7 +125,7 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
   std::vector<token_id> prompt(m.prompt.begin(), m.prompt.end());
   auto err = eng_.submit(id, std::move(prompt), m.sampling, m.priority, deadline_ms,
                          static_cast<int32_t>(m.n_generated),  // < prompt size (checked when decoded)
-                         std::get<std::shared_ptr<grammar_masks>>(std::move(constraint)));
+                         std::get<std::shared_ptr<grammar_masks>>(std::move(constraint)), m.cache_root);
   if (err) {
     counters_.rejected++;
     // The engine's message names its internal id; routers know theirs.

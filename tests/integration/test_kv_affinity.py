@@ -112,3 +112,40 @@ def test_two_routers_keep_the_prefix_hit_rate_of_one():
             r.stop()
         for w in workers:
             w.stop()
+
+
+def test_tenants_do_not_share_prefix_cache_blocks(tmp_path):
+    """A tenant cannot learn that another sent a prompt: each tenant's prompts hash into its own
+    prefix-cache namespace (common/kv_hash.hpp kv_cache_root), so the same text sent by another
+    tenant reports cached_tokens 0 (and pays its prefill); a tenant's own repeat and tenants of
+    one cache_group still share."""
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": [
+        {"name": "webapp", "keys": ["sk-webapp"]},
+        {"name": "batch-jobs", "keys": ["sk-batch"]},
+        {"name": "team-a", "keys": ["sk-team-a"], "cache_group": "shared"},
+        {"name": "team-b", "keys": ["sk-team-b"], "cache_group": "shared"},
+    ]}))
+    worker = Worker("--kv-blocks", "256", "--max-running", "4")
+    r = Router([worker.endpoint], "--tenants", str(path))
+    memo = "Confidential merger memo: Acme Corp will acquire Globex on the first of March. " * 3
+
+    def cached(key, text=memo):
+        status, _, body = r.post("/v1/completions", {"model": MODEL_ID, "prompt": text, "max_tokens": 1,
+                                                     "temperature": 0},
+                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        assert status == 200, body
+        usage = json.loads(body)["usage"]
+        assert usage["prompt_tokens"] >= 48
+        return usage["prompt_tokens_details"]["cached_tokens"]
+
+    try:
+        assert cached("sk-webapp") == 0
+        assert cached("sk-webapp") > 0  # its own repeat is a hit
+        assert cached("sk-batch") == 0  # the same text from another tenant: nothing cached
+        assert cached("sk-batch") > 0  # now its own
+        assert cached("sk-team-a") == 0
+        assert cached("sk-team-b") > 0  # one cache_group: shared on purpose
+    finally:
+        r.stop()
+        worker.stop()

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_hash.hpp"
 #include "worker/kv_block_pool.hpp"
 
 using namespace sy;
@@ -38,9 +39,9 @@ std::vector<token_id> iota_tokens(int n, token_id first) {
 // Registers every full block of `tokens` (held in `blocks`, in order), chaining hashes from the
 // start; returns the hash of each full block.
 std::vector<uint64_t> register_all(kv_block_pool& pool, const std::vector<block_id>& blocks,
-                                   const std::vector<token_id>& tokens) {
+                                   const std::vector<token_id>& tokens, uint64_t root = 0) {
   std::vector<uint64_t> hashes;
-  uint64_t parent = 0;
+  uint64_t parent = root;
   const size_t n_full = tokens.size() / k_bs;
   for (size_t i = 0; i < n_full && i < blocks.size(); ++i) {
     const std::span<const token_id> content(tokens.data() + i * k_bs, k_bs);
@@ -51,11 +52,11 @@ std::vector<uint64_t> register_all(kv_block_pool& pool, const std::vector<block_
 }
 
 // A sequence holding `tokens` in freshly allocated, registered blocks.
-std::vector<block_id> fill(kv_block_pool& pool, const std::vector<token_id>& tokens) {
+std::vector<block_id> fill(kv_block_pool& pool, const std::vector<token_id>& tokens, uint64_t root = 0) {
   const int32_t n = static_cast<int32_t>((tokens.size() + k_bs - 1) / k_bs);
   auto blocks = pool.allocate(n);
   REQUIRE(blocks);
-  register_all(pool, *blocks, tokens);
+  register_all(pool, *blocks, tokens, root);
   return *blocks;
 }
 
@@ -168,6 +169,27 @@ TEST_CASE("released registered blocks are cached and hit by the same prefix") {
   CHECK(pool.stats().prefix_query_tokens == 36);
   CHECK(pool.stats().prefix_hit_tokens == 16);
   pool.release(partial);
+  REQUIRE_INVARIANTS(pool);
+}
+
+TEST_CASE("a prefix cached in one namespace is never found from another, and hashes like the router's") {
+  kv_block_pool pool(k_blocks, k_bs, sy::kv_model_salt("model"));
+  const uint64_t webapp = sy::kv_cache_root("t:webapp"), batch = sy::kv_cache_root("t:batch-jobs");
+  CHECK(webapp != batch);
+  CHECK(webapp != 0);
+  CHECK(sy::kv_cache_root("") == 0);
+  const auto tokens = iota_tokens(12, 100);
+  const auto seq = fill(pool, tokens, webapp);
+  pool.release(seq);
+  CHECK(pool.acquire_prefix(tokens, batch).empty());  // same text, another tenant: nothing
+  CHECK(pool.acquire_prefix(tokens).empty());         // nor from the shared namespace
+  const auto hit = pool.acquire_prefix(tokens, webapp);
+  CHECK(hit == seq);
+  // The router's view of the worker's cache hashes a prompt the same way (common/kv_hash.hpp).
+  const auto hashes = register_all(pool, hit, tokens, webapp);
+  CHECK(hashes == sy::kv_block_hashes(tokens, k_bs, pool.salt(), webapp));
+  CHECK(hashes != sy::kv_block_hashes(tokens, k_bs, pool.salt(), batch));
+  pool.release(hit);
   REQUIRE_INVARIANTS(pool);
 }
 
