@@ -68,10 +68,14 @@ struct active_request {
   std::shared_ptr<routed_request> r;
   admission_permit permit;
   request_phase phase = request_phase::queued;
-  worker_ref worker = 0;            // running: where
-  uint32_t attempt = 0;             // dispatches so far; the wire id carries it
-  uint32_t failures = 0;            // dispatches a worker failed (lost it, or ended it with a worker error)
-  uint32_t gaps = 0;                // attempts ended because a frame of theirs was lost on the link
+  worker_ref worker = 0;      // running: where
+  uint32_t attempt = 0;       // dispatches so far; the wire id carries it
+  uint32_t failures = 0;      // dispatches a worker failed (lost it, or ended it with a worker error)
+  uint32_t gaps = 0;          // attempts ended because a frame of theirs was lost on the link
+  uint32_t workers_lost = 0;  // attempts whose worker died (or restarted) while running it
+  // The current attempt's last tokens frame (0: none yet): a started attempt silent past the
+  // try-idle timeout lost its frames or its worker lost it.
+  double t_last_frame_s = 0;
   std::optional<worker_ref> avoid;  // the worker that failed it last: its retry goes elsewhere
   std::vector<choice_state> choices;
   uint32_t n_finished = 0;

@@ -16,6 +16,8 @@ namespace {
 constexpr double k_deadline_grace_s = 5.0;
 // Attempts a request may lose to frames lost on the link before it ends with frames_lost.
 constexpr uint32_t k_max_gaps = 3;
+// Query-of-death prompts remembered at most (router/dispatcher.hpp, query_of_death_ttl_s).
+constexpr size_t k_max_deadly = 1024;
 
 std::string wire_id(uint64_t id, uint32_t attempt, uint32_t choice) {
   return std::to_string(id) + "-" + std::to_string(attempt) + "." + std::to_string(choice);
@@ -176,6 +178,18 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
                              2));
     return;
   }
+  if (!deadly_until_s_.empty()) {
+    const auto it = deadly_until_s_.find(prompt_fingerprint(req));
+    if (it != deadly_until_s_.end() && now_s < it->second) {
+      deadly_refused_++;
+      count_status(reply_error(req, make_error(400, "invalid_request_error", "query_of_death",
+                                               "this prompt took down " + std::to_string(cfg_.max_attempts) +
+                                                   " workers in a row and is refused for a while (" +
+                                                   std::to_string(static_cast<int>(it->second - now_s)) + " s more)")));
+      return;
+    }
+    if (it != deadly_until_s_.end()) deadly_until_s_.erase(it);
+  }
   if (coalesce(r)) return;
   const int64_t tokens = queue_tokens(req);
   const double deadline_s = req.timeout_s > 0 ? now_s + req.timeout_s : 0;
@@ -282,6 +296,7 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   a.attempt++;
   if (a.attempt == 1) retries_.on_request(now_s);  // first attempts fund the retry budget
   a.t_dispatched_s = now_s;
+  a.t_last_frame_s = 0;  // none of this attempt yet
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
   proto::submit s;
   s.prompt = r.prompt;
@@ -435,6 +450,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   active_request& a = *ap;
   const routed_request& r = *a.r;
   choice_state& cs = a.choices[c];
+  a.t_last_frame_s = now_s;
   if (m.seq != 0) {  // numbered (workers that predate numbering send 0)
     if (m.seq != cs.frames + 1) {
       on_frame_gap(a, c, cs.frames + 1, m.seq, out);
@@ -631,11 +647,15 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
 void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expected, uint32_t got,
                               std::vector<link_frame>& out) {
   frame_gaps_++;
+  resume_lost_try(a,
+                  "choice " + std::to_string(choice) + ": frame " + std::to_string(got) + " from worker " +
+                      pool_.at(a.worker).endpoint + ", expected " + std::to_string(expected) + " (lost on the link)",
+                  out);
+}
+
+void dispatcher::resume_lost_try(active_request& a, const std::string& why, std::vector<link_frame>& out) {
   a.gaps++;
-  std::fprintf(stderr,
-               "switchyard-router: request %s choice %u: frame %u from worker %s, expected %u (lost on the link): %s\n",
-               a.r->request_id.c_str(), static_cast<unsigned>(choice), static_cast<unsigned>(got),
-               pool_.at(a.worker).endpoint.c_str(), static_cast<unsigned>(expected),
+  std::fprintf(stderr, "switchyard-router: request %s: %s: %s\n", a.r->request_id.c_str(), why.c_str(),
                a.gaps > k_max_gaps ? "ended" : "resumed from what the client has");
   if (a.gaps > k_max_gaps) {
     fail(a,
@@ -649,7 +669,7 @@ void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expec
   cancel_on_worker(a, out);
   const bool sent = a.output_sent();
   if (sent) streams_resumed_++;
-  requeue(a, /*keep_progress=*/true);  // on_frame pumps it out again
+  requeue(a, /*keep_progress=*/true);  // the caller's pump sends it out again
 }
 
 void dispatcher::on_worker_fault(worker_ref worker, double now_s) {
@@ -676,6 +696,17 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
   a.failures++;
   if (a.failures >= cfg_.max_attempts) {
     retries_exhausted_++;
+    if (a.workers_lost >= cfg_.max_attempts && cfg_.query_of_death_ttl_s > 0) {
+      // Every attempt took its worker down: refused for a while if the client sends it again.
+      if (deadly_until_s_.size() >= k_max_deadly) {
+        const auto oldest = std::min_element(deadly_until_s_.begin(), deadly_until_s_.end(),
+                                             [](const auto& x, const auto& y) { return x.second < y.second; });
+        deadly_until_s_.erase(oldest);
+      }
+      deadly_until_s_[prompt_fingerprint(*a.r)] = now_s + cfg_.query_of_death_ttl_s;
+      std::fprintf(stderr, "switchyard-router: request %s took down %u workers: its prompt is refused for %.0f s\n",
+                   a.r->request_id.c_str(), static_cast<unsigned>(a.workers_lost), cfg_.query_of_death_ttl_s);
+    }
     fail(a,
          make_error(502, "server_error", "retries_exhausted",
                     "the request failed on " + std::to_string(a.failures) +
@@ -727,6 +758,7 @@ void dispatcher::requeue_or_fail(worker_ref worker, double now_s, std::vector<li
   bool charged = true;
   for (const uint64_t id : ids) {
     active_request& a = *active_.at(id);
+    a.workers_lost++;
     retry_or_fail(a,
                   make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
                   now_s, out, std::exchange(charged, false));
@@ -746,6 +778,29 @@ void dispatcher::check_stall(double now_s) {
                  gap);
   pool_.forgive_silence(gap, now_s);
   for (auto& [model, since] : unserved_since_s_) since = std::min(now_s, since + gap);
+  for (auto& [id, a] : active_)
+    if (a->t_last_frame_s > 0) a->t_last_frame_s = std::min(now_s, a->t_last_frame_s + gap);
+}
+
+void dispatcher::check_idle_tries(double now_s, std::vector<link_frame>& out) {
+  if (cfg_.try_idle_timeout_s <= 0) return;
+  std::vector<uint64_t> idle;
+  for (const auto& [id, a] : active_)
+    if (a->phase == request_phase::running && a->t_last_frame_s > 0 &&
+        now_s - a->t_last_frame_s > cfg_.try_idle_timeout_s && pool_.at(a->worker).liveness == worker_liveness::up)
+      idle.push_back(id);
+  for (const uint64_t id : idle) {
+    idle_tries_++;
+    active_request& a = *active_.at(id);
+    resume_lost_try(a,
+                    "no frame from worker " + pool_.at(a.worker).endpoint + " for " +
+                        std::to_string(static_cast<int>(now_s - a.t_last_frame_s)) + " s while it heartbeats",
+                    out);
+  }
+}
+
+uint64_t dispatcher::prompt_fingerprint(const routed_request& r) {
+  return kv_chain_hash(0, r.prompt, kv_model_salt(r.model->id));
 }
 
 bool dispatcher::unserved(const std::string& model, double now_s) const {
@@ -804,6 +859,7 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
   check_served(now_s, out);
+  check_idle_tries(now_s, out);
   // After the requests this tick ended: a retired worker whose last one just ended goes now.
   remove_workers(now_s, out);
   pool_.expire_kv_hints(now_s);
@@ -943,6 +999,12 @@ std::string dispatcher::render_metrics(double now_s) const {
          "Tokens frames that arrived after a lost one (a link backlog overflowed): the request resumed from what "
          "the router had.",
          static_cast<double>(frame_gaps_));
+  metric(out, "switchyard_router_idle_tries_total", "counter",
+         "Started attempts silent past the try-idle timeout while their worker heartbeats: resumed elsewhere.",
+         static_cast<double>(idle_tries_));
+  metric(out, "switchyard_router_query_of_death_refused_total", "counter",
+         "Requests refused because their prompt took down max_attempts workers recently.",
+         static_cast<double>(deadly_refused_));
   metric(out, "switchyard_router_stalls_total", "counter",
          "Times this router's own loop stalled past its threshold (paused, throttled); workers were not blamed.",
          static_cast<double>(stalls_));

@@ -89,6 +89,15 @@ struct dispatcher_config {
   // forgiven (worker_pool::forgive_silence) instead of read as their death. 0: off (unit tests
   // that step the clock in big jumps); the router sets a quarter of the heartbeat timeout.
   double stall_threshold_s = 0;
+  // A started attempt (it sent a token) that sends nothing more for this long while its worker
+  // heartbeats lost a frame or was lost by its worker: it resumes from what the router has, as
+  // for a frame gap. Only started attempts: a queued or prefilling one is bounded by its
+  // deadline. 0: off.
+  double try_idle_timeout_s = 60.0;
+  // A prompt that took down max_attempts workers (each lost while running it: a query of death)
+  // is refused at once for this long (400 query_of_death), so that a client re-sending it does
+  // not take down the fleet two workers at a time. 0: never remembered.
+  double query_of_death_ttl_s = 600.0;
 };
 
 class dispatcher {
@@ -143,6 +152,9 @@ class dispatcher {
   // link. What the client has is kept; the rest is generated again from there (not charged as a
   // worker failure), at most k_max_gaps times, then the request ends with 502 frames_lost.
   void on_frame_gap(active_request& a, uint32_t choice, uint32_t expected, uint32_t got, std::vector<link_frame>& out);
+  // The current attempt of `a` lost frames (`why`, for the log): resumed from what the router
+  // has (not charged as a worker failure), or ended with 502 frames_lost past k_max_gaps.
+  void resume_lost_try(active_request& a, const std::string& why, std::vector<link_frame>& out);
   // A worker ended a request with a worker error: its outlier record (ejection) is updated.
   void on_worker_fault(worker_ref worker, double now_s);
   // on_request's work; on_request answers a request it throws on before it was registered.
@@ -185,6 +197,10 @@ class dispatcher {
   void check_served(double now_s, std::vector<link_frame>& out);
   // A long gap since the last tick: this router stalled; its workers' silence is forgiven.
   void check_stall(double now_s);
+  // Started attempts silent past try_idle_timeout_s resume from what the router has.
+  void check_idle_tries(double now_s, std::vector<link_frame>& out);
+  // The identity of a prompt for the query-of-death memory: model and token ids.
+  static uint64_t prompt_fingerprint(const routed_request& r);
 
   dispatcher_config cfg_;
   const tenant_registry& tenants_;
@@ -201,6 +217,9 @@ class dispatcher {
   double rate_window_start_s_ = 0;
   uint64_t rate_window_tokens_ = 0;
   double last_tick_s_ = -1;
+  // Prompts that took down max_attempts workers (prompt_fingerprint), and until when they are
+  // refused; at most k_max_deadly entries (the oldest expiry goes first).
+  std::unordered_map<uint64_t, double> deadly_until_s_;
   // Models (served before, or named by queued requests) without a ready worker, and since when.
   std::unordered_map<std::string, double> unserved_since_s_;
 
@@ -209,7 +228,7 @@ class dispatcher {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
   uint64_t expired_ = 0;
-  uint64_t no_workers_ = 0, stalls_ = 0, frame_gaps_ = 0;
+  uint64_t no_workers_ = 0, stalls_ = 0, frame_gaps_ = 0, idle_tries_ = 0, deadly_refused_ = 0;
   uint64_t uncharged_retries_ = 0;  // retries of a failed step's bystanders (not from the budget)
   double stalled_s_ = 0;
   uint64_t retries_exhausted_ = 0, retry_budget_exhausted_ = 0, internal_errors_ = 0, streams_resumed_ = 0;

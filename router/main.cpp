@@ -54,6 +54,9 @@ const char* k_usage =
     "  --max-attempts N           dispatches per request when workers fail it (2; 1: no retries)\n"
     "  --no-worker-timeout-s S    a model without a ready worker this long: its queued requests end and new\n"
     "                             ones are refused at once with 503 no_workers (10)\n"
+    "  --try-idle-timeout-s S     a started stream silent this long while its worker heartbeats resumes from\n"
+    "                             what the router has (60; 0: off)\n"
+    "  --query-of-death-ttl-s S   a prompt that took down --max-attempts workers is refused (400) this long (600)\n"
     "  --retry-budget-percent P   retries allowed per 100 requests, over 10 s (20)   --retry-budget-min N (10)\n"
     "  --eject-after-failures K   eject a worker after K worker errors in a row (5; 0: never)\n"
     "  --eject-base-s S           first ejection S seconds, then 2S, 3S, ... (30)   --eject-max-s S (300)\n"
@@ -111,6 +114,8 @@ void check_flags(const cli_args& a) {
                  "local-queue",
                  "max-attempts",
                  "no-worker-timeout-s",
+                 "try-idle-timeout-s",
+                 "query-of-death-ttl-s",
                  "retry-budget-percent",
                  "retry-budget-min",
                  "eject-after-failures",
@@ -178,6 +183,8 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
   // 100 ms, so a gap of a quarter of the heartbeat timeout is this router's, not theirs.
   dc.stall_threshold_s = dc.pool.heartbeat_timeout_s / 4;
   dc.no_worker_timeout_s = a.get_float("no-worker-timeout-s", 10.0);
+  dc.try_idle_timeout_s = a.get_float("try-idle-timeout-s", 60.0);
+  dc.query_of_death_ttl_s = a.get_float("query-of-death-ttl-s", 600.0);
   dc.kv_events = !a.has("no-kv-events");
   // Bad workers (docs/reliability.md): bounded retries, the retry budget, outlier ejection.
   dc.max_attempts = static_cast<uint32_t>(std::max<int64_t>(1, a.get_int("max-attempts", 2)));
@@ -194,8 +201,11 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
         "--max-attempts must be >= 1; --retry-budget-percent, --eject-after-failures >= 0; "
         "0 < --eject-base-s <= --eject-max-s; --max-ejected-percent in [0, 100]");
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
-  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || dc.no_worker_timeout_s < 0)
-    throw std::invalid_argument("--local-queue, --no-worker-timeout-s must be >= 0; --heartbeat-timeout-ms > 0");
+  if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || dc.no_worker_timeout_s < 0 ||
+      dc.try_idle_timeout_s < 0 || dc.query_of_death_ttl_s < 0)
+    throw std::invalid_argument(
+        "--local-queue, --no-worker-timeout-s, --try-idle-timeout-s, --query-of-death-ttl-s must be >= 0; "
+        "--heartbeat-timeout-ms > 0");
   return dc;
 }
 

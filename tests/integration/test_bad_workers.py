@@ -120,6 +120,11 @@ def test_query_of_death_takes_at_most_two_workers_and_ends_with_a_named_502():
         status, body = complete(r, "Hello there")
         assert status == 200, body
         assert body["choices"][0]["text"]
+        # Sent again, the deadly prompt is refused at once: the survivor is not the next to go.
+        status, body = complete(r, f"Please repeat this: {MARKER}", timeout=60)
+        assert status == 400, body
+        assert body["error"]["code"] == "query_of_death"
+        assert [w for w in workers if w.proc.poll() is not None] == dead
     finally:
         r.stop()
         for w in workers:

@@ -82,6 +82,7 @@ struct request_opts {
   std::string model = k_model;
   bool start_stream_throws = false;  // the exchange fails to start the stream
   std::string cache_key{};           // cacheable: identical requests in flight are coalesced
+  std::string prompt = "The quick brown fox";
 };
 
 struct client {
@@ -163,7 +164,7 @@ struct harness {
     r->req.sampling.max_tokens = o.max_tokens;
     r->model = models.find(o.model);
     REQUIRE(r->model != nullptr);
-    r->prompt = r->model->tok.encode("The quick brown fox");
+    r->prompt = r->model->tok.encode(o.prompt);
     r->meta.id = (o.chat ? "chatcmpl-" : "cmpl-") + std::to_string(r->id);
     r->meta.model = o.model;
     r->meta.created = 1700000000;
@@ -1584,4 +1585,68 @@ TEST_CASE("dispatcher: a request that keeps losing frames on the link ends with 
   CHECK(c.ex->responses[0].status == 502);
   CHECK(json::parse(c.ex->responses[0].body)["error"]["code"] == "frames_lost");
   CHECK(h.d.active() == 0);
+}
+
+TEST_CASE("dispatcher: a started stream silent past the try-idle timeout while its worker beats resumes elsewhere") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.try_idle_timeout_s = 5.0;
+  harness h(cfg);
+  start_workers(h, 1, 4);
+  const auto c = h.request({.stream = true, .max_tokens = 8}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.tokens(0, wire(c.id, 1), 1, "Once", 1, 0.2);
+  // Its final frame was lost (say): the worker beats on, nothing more comes for the request.
+  for (double t = 0.5; t < 5.15; t += 0.5) {
+    h.heartbeat(0, t);
+    h.d.tick(t, h.out);
+  }
+  CHECK(submits(h.take(), 0).empty());
+  h.heartbeat(0, 5.3);
+  h.d.tick(5.3, h.out);
+  const auto f = h.take();
+  CHECK(cancels(f, 0).size() == 1);
+  const auto again = submits(f, 0);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].request_id == wire(c.id, 2));
+  CHECK(again[0].n_generated == 1);
+  h.tokens(0, wire(c.id, 2), 1, " upon", 2, 5.4, "length");
+  CHECK(c.ex->events.back() == "[DONE]");
+  CHECK(has_line(h.d.render_metrics(5.5), "switchyard_router_idle_tries_total 1"));
+}
+
+TEST_CASE("dispatcher: a prompt that took down max_attempts workers is refused at once for the query-of-death TTL") {
+  SY_REQUIRE_MODEL();
+  dispatcher_config cfg = test_config();
+  cfg.query_of_death_ttl_s = 100.0;
+  harness h(cfg);  // max_attempts 2, heartbeat timeout 2 s
+  start_workers(h, 3, 4);
+  const auto c = h.request({.prompt = "MARKER kills workers"}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.heartbeat(1, 1.5);
+  h.heartbeat(2, 1.5);
+  h.d.tick(2.1, h.out);  // worker 0 died running it; it goes to another, which dies too
+  const auto second = submitted_to(h.take(), wire(c.id, 2));
+  REQUIRE(second.has_value());
+  const worker_ref survivor = *second == 1 ? 2 : 1;
+  h.heartbeat(survivor, 3.0);
+  h.d.tick(3.6, h.out);
+  REQUIRE(c.ex->responses.size() == 1);
+  CHECK(c.ex->body()["error"]["code"] == "retries_exhausted");
+  h.take();
+  // Sent again: refused before it reaches a worker; other prompts are served.
+  const auto again = h.request({.prompt = "MARKER kills workers"}, 4.0);
+  REQUIRE(again.ex->responses.size() == 1);
+  CHECK(again.ex->responses[0].status == 400);
+  CHECK(again.ex->body()["error"]["code"] == "query_of_death");
+  CHECK(h.take().empty());
+  h.request({.prompt = "Something harmless"}, 4.1);
+  CHECK(submits(h.take(), survivor).size() == 1);
+  CHECK(has_line(h.d.render_metrics(4.2), "switchyard_router_query_of_death_refused_total 1"));
+  // After the TTL it may run again (a fixed worker build, say).
+  h.heartbeat(survivor, 103.0);
+  h.d.tick(103.0, h.out);
+  h.take();
+  h.request({.prompt = "MARKER kills workers"}, 103.7);
+  CHECK(submits(h.take(), survivor).size() == 1);
 }
