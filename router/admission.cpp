@@ -148,8 +148,18 @@ std::optional<rejection> admission_controller::take_rate(const tenant& t, double
   return std::nullopt;
 }
 
+std::optional<rejection> admission_controller::edge_concurrency(const tenant& t) {
+  assert(t.index < state_.size());
+  const int32_t max = t.limits.max_concurrent;
+  if (max <= 0 || state_[t.index].in_flight.load(std::memory_order_relaxed) < max) return std::nullopt;
+  (*edge_concurrency_rejected_)++;  // not rejected_: that array is the dispatcher thread's
+  return make_rejection(reject_reason::tenant_concurrency, 1,
+                        "tenant '" + t.name + "' is over its limit of " + std::to_string(max) + " concurrent requests");
+}
+
 uint64_t admission_controller::rejected(reject_reason r) const {
   uint64_t n = rejected_[static_cast<size_t>(r)];
+  if (r == reject_reason::tenant_concurrency) n += edge_concurrency_rejected_->load();
   if (r == reject_reason::tenant_rate) {
     std::lock_guard<std::mutex> lk(*rate_mu_);
     n += edge_rate_rejected_;
@@ -240,7 +250,7 @@ std::variant<admission_permit, rejection> admission_controller::admit(const tena
 
 int32_t admission_controller::in_flight(const tenant& t) const {
   assert(t.index < state_.size());
-  return state_[t.index].in_flight;
+  return state_[t.index].in_flight.load();
 }
 
 }  // namespace sy::router

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,7 +75,9 @@ struct tenant_admission_state {
   double rate_t_s = 0;      // when rate_level was last brought up to date
   double tokens_level = 0;  // tokens/min bucket: tokens available now (<= tokens_per_min)
   double tokens_t_s = 0;
-  int32_t in_flight = 0;  // admitted requests whose permit is alive
+  // Admitted requests whose permit is alive. Changed by the dispatcher thread only; atomic so
+  // that the HTTP edge can read it (edge_concurrency).
+  std::atomic<int32_t> in_flight{0};
 };
 }  // namespace detail
 
@@ -126,6 +129,10 @@ class admission_controller {
   // (std::nullopt; the request then goes to admit() with rate_taken), else the tenant_rate
   // rejection (counted). Tenants without a rate limit always pass.
   std::optional<rejection> take_rate(const tenant& t, double now_s);
+  // Thread-safe, for the HTTP edge before a body is read: the tenant_concurrency rejection
+  // (counted) when the tenant already has its max_concurrent requests in flight. A request it
+  // lets through is checked again by admit() (a slot may have been taken meanwhile).
+  std::optional<rejection> edge_concurrency(const tenant& t);
 
   uint64_t rejected(reject_reason r) const;
   uint64_t admitted() const { return admitted_; }
@@ -146,6 +153,7 @@ class admission_controller {
   // so that the controller stays movable.
   std::unique_ptr<std::mutex> rate_mu_ = std::make_unique<std::mutex>();
   uint64_t edge_rate_rejected_ = 0;
+  std::unique_ptr<std::atomic<uint64_t>> edge_concurrency_rejected_ = std::make_unique<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace sy::router

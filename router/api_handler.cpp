@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -72,9 +73,24 @@ std::string query_param(std::string_view target, std::string_view name) {
   return "";
 }
 
-// The requests a tenant's requests/s limit counts: the generation routes.
-bool charges_rate(std::string_view method, std::string_view path) {
-  return method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions");
+// Every POST is charged to the tenant's requests/s bucket at its header: generations, and
+// /tokenize and /detokenize too (they make the router read, template and tokenize a body).
+bool charges_rate(std::string_view method) { return method == "POST"; }
+
+bool is_generation(std::string_view path) { return path == "/v1/completions" || path == "/v1/chat/completions"; }
+
+// The most body a route reads before its key is known or its work is admitted: routes that take
+// no body get none, the dashboard's sign-in form a key's worth. Others: the server's limit.
+constexpr size_t k_no_body = 0, k_login_body = 4096;
+
+// The declared body of `head` past `cap`: a 413 to answer from the header, the body never read.
+std::optional<api_error> body_over(const http_request& head, size_t cap) {
+  const std::string_view cl = head.header("content-length");
+  size_t n = 0;
+  if (cl.empty() || std::from_chars(cl.data(), cl.data() + cl.size(), n).ec != std::errc{} || n <= cap)
+    return std::nullopt;
+  return error_of(413, "invalid_request_error", "body_too_large",
+                  "this route takes at most " + std::to_string(cap) + " bytes of body");
 }
 
 std::string bearer_key(const http_request& req) {
@@ -118,7 +134,15 @@ void api_handler::reject(http_exchange& ex, const api_error& e, const std::strin
 
 std::optional<http_response> api_handler::precheck(const http_request& head) {
   const std::string& path = head.path;
-  if (path == "/health" || path == "/ready" || path == "/dashboard/login") return std::nullopt;
+  // Unauthenticated routes read (next to) nothing: nobody without a key makes the router hold
+  // megabytes for the body timeout.
+  const bool unauthenticated = path == "/health" || path == "/ready" || path == "/dashboard/login";
+  const size_t cap = path == "/dashboard/login" ? k_login_body
+                     : unauthenticated || head.method == "GET" || head.method == "HEAD"
+                         ? k_no_body
+                         : SIZE_MAX;  // the server's own limit
+  if (auto e = body_over(head, cap)) return error_response(*e, request_id_for(head));
+  if (unauthenticated) return std::nullopt;
   std::string key = bearer_key(head);
   if (key.empty() && head.method == "GET") key = dashboard_cookie_key(head.header("cookie"));
   const tenant* who = tenants_.authenticate(key);
@@ -129,7 +153,23 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
                  key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
         request_id_for(head));
   }
-  if (!rate_charger_ || !charges_rate(head.method, path)) return std::nullopt;
+  if (!rate_charger_ || !charges_rate(head.method)) return std::nullopt;
+  if (is_generation(path)) {
+    // Cheap checks before the body is read, templated or tokenized: a draining router, or a
+    // tenant already at its concurrency limit, refuses now (admit() checks again).
+    {
+      std::lock_guard<std::mutex> lk(status_->mu);
+      if (status_->draining)  // not shutting_down: --shutdown-delay-s still admits
+        return error_response(error_of(503, "overloaded_error", "draining", "the router is shutting down"),
+                              request_id_for(head), false);
+    }
+    if (auto no = rate_charger_->edge_concurrency(*who)) {
+      http_response r = error_response(error_of(429, "rate_limit_error", "tenant_concurrency", no->message),
+                                       request_id_for(head), false);
+      r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no->retry_after_s)));
+      return r;
+    }
+  }
   auto no = rate_charger_->take_rate(*who, steady_now_s());  // on the dispatcher's clock
   if (!no) return std::nullopt;
   // Counted by the admission controller (switchyard_router_admission_rejections_total), not

@@ -229,3 +229,69 @@ def test_a_rate_limited_tenant_flooding_big_prompts_is_refused_at_the_header(tmp
     finally:
         r.stop()
         w.stop()
+
+
+def head_answer(port, head, timeout=10):
+    """Sends only a request head (its body never follows); returns (status, error code) of the
+    answer the router gives from the header, or (0, "") when it waits for the body."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(head)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            try:
+                chunk = s.recv(4096)
+            except socket.timeout:
+                return 0, ""
+            if not chunk:
+                return 0, ""
+            got += chunk
+        head_part, _, rest = got.partition(b"\r\n\r\n")
+        status = int(head_part.split()[1])
+        length = int([ln.split(b":")[1] for ln in head_part.split(b"\r\n")
+                      if ln.lower().startswith(b"content-length")][0])
+        while len(rest) < length:
+            rest += s.recv(65536)
+        return status, json.loads(rest[:length]).get("error", {}).get("code", "")
+    finally:
+        s.close()
+
+
+def test_cheap_checks_come_before_the_body(tmp_path):
+    """What the router can refuse from a request's header it refuses before reading a byte of
+    body: bodies on routes that take none (the unauthenticated /health and /ready among them),
+    a sign-in form past a key's size, a tenant already at its concurrency limit; and /tokenize
+    draws on the tenant's requests/s like a generation does."""
+    cfg = {"tenants": [{"name": "one-at-a-time", "keys": ["sk-one"], "max_concurrent": 1},
+                       {"name": "slow", "keys": ["sk-slow"], "requests_per_s": 1, "burst": 1}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    w = Worker("--kv-blocks", "256", "--max-running", "4")
+    r = Router([w.endpoint], "--tenants", str(path))
+    try:
+        mib = 4 << 20
+        for target in ("GET /health", "GET /ready", "GET /v1/models", "POST /health"):
+            method, route = target.split()
+            head = f"{method} {route} HTTP/1.1\r\nHost: x\r\nContent-Length: {mib}\r\n\r\n".encode()
+            assert head_answer(r.port, head) == (413, "body_too_large"), target
+        login = f"POST /dashboard/login HTTP/1.1\r\nHost: x\r\nContent-Length: {mib}\r\n\r\n".encode()
+        assert head_answer(r.port, login) == (413, "body_too_large")
+        # A tenant with its one request in flight: the next is refused from its header.
+        body = json.dumps({"model": MODEL_ID, "prompt": "A long story:", "max_tokens": 200, "ignore_eos": True,
+                           "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", r.port), timeout=30)
+        s.sendall(post_head("/v1/completions", len(body), "sk-one") + body)
+        assert s.recv(12).startswith(b"HTTP/1.1 200")
+        second = head_answer(r.port, post_head("/v1/completions", 100000, "sk-one"))
+        s.close()
+        assert second == (429, "tenant_concurrency")
+        # /tokenize is charged to the requests/s bucket (burst 1): the second in a second is refused.
+        tok = json.dumps({"model": MODEL_ID, "prompt": "hello"}).encode()
+        first = r.post("/tokenize", tok, headers={"Authorization": "Bearer sk-slow",
+                                                  "Content-Type": "application/json"})
+        again = head_answer(r.port, post_head("/tokenize", len(tok), "sk-slow"))
+        assert first[0] == 200, first
+        assert again == (429, "tenant_rate")
+    finally:
+        r.stop()
+        w.stop()
