@@ -38,6 +38,7 @@ const char* k_usage =
     "                         [options]                  (at least one source of workers)\n"
     "  --host H / --port P        HTTP listen address (127.0.0.1:8000)\n"
     "  --tenants FILE             API keys and limits (JSON); without it the router runs open\n"
+    "  --router-replicas N        this router is one of N behind one Service: tenant limits divided by N (1)\n"
     "  --http-threads N           I/O threads (2)\n"
     "  --metrics-port P           also serve GET /metrics on this port, without a key (for the scraper;\n"
     "                             on the API port /metrics needs an admin key when --tenants is given)\n"
@@ -108,6 +109,7 @@ void check_flags(const cli_args& a) {
                  "shutdown-delay-s",
                  "drain-timeout-s",
                  "tenants",
+                 "router-replicas",
                  "http-threads",
                  "max-queued-requests",
                  "max-queued-tokens",
@@ -165,6 +167,13 @@ tenant_registry load_tenants(const cli_args& a) {
   else
     std::fprintf(stderr, "switchyard-router: %zu tenants from %s\n", tenants.tenants().size(),
                  a.get("tenants").c_str());
+  const long long replicas = a.get_int("router-replicas", 1);
+  if (replicas < 1) throw std::invalid_argument("--router-replicas must be >= 1");
+  if (replicas > 1) {
+    tenants.share_limits_among(static_cast<int>(replicas));
+    std::fprintf(stderr, "switchyard-router: one of %lld routers: each tenant's limits divided by %lld here\n",
+                 replicas, replicas);
+  }
   return tenants;
 }
 

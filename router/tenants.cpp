@@ -1,5 +1,6 @@
 #include "router/tenants.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
@@ -136,6 +137,20 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
 }
 
 }  // namespace
+
+void tenant_registry::share_limits_among(int replicas) {
+  if (replicas <= 1) return;
+  const double n = replicas;
+  for (tenant& t : tenants_) {
+    tenant_limits& l = t.limits;
+    if (l.requests_per_s > 0) l.requests_per_s /= n;
+    // An explicit burst is divided too, but never below one request; an unset one follows the
+    // divided rate (admission: max(1, requests_per_s)).
+    if (l.burst > 0) l.burst = std::max(1.0, std::ceil(l.burst / n));
+    if (l.tokens_per_min > 0) l.tokens_per_min = (l.tokens_per_min + replicas - 1) / replicas;
+    if (l.max_concurrent > 0) l.max_concurrent = (l.max_concurrent + replicas - 1) / replicas;
+  }
+}
 
 tenant_registry tenant_registry::open_access() {
   tenant_registry r;

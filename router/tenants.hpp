@@ -78,6 +78,13 @@ class tenant_registry {
   const tenant* find(std::string_view tenant_name) const;
   const std::vector<tenant>& tenants() const { return tenants_; }
 
+  // Limits are enforced by each router process on its own (no shared state between replicas),
+  // so with N replicas behind one Service a tenant would get N times its limits. Divides every
+  // tenant's requests_per_s, burst, tokens_per_min and max_concurrent by `replicas` (rounded up,
+  // never to 0 where a limit was set): a tenant's limits then hold across the fleet when the
+  // Service spreads its requests evenly (and are stricter where it does not). 1: unchanged.
+  void share_limits_among(int replicas);
+
  private:
   tenant_registry() = default;
 

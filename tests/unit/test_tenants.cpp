@@ -226,3 +226,27 @@ TEST_CASE("tenants: cache namespaces are per tenant unless a cache_group opts te
       Catch::Contains("cache_group"));
   CHECK(sy::router::tenant_registry::open_access().tenants()[0].cache_namespace == "t:default");
 }
+
+TEST_CASE("share_limits_among: N router replicas each enforce 1/N of a tenant's limits, never 0", "[tenants]") {
+  tenant_registry r = tenant_registry::parse(R"({"tenants": [
+      {"name": "a", "keys": ["ka"], "requests_per_s": 5, "burst": 10, "tokens_per_min": 100001, "max_concurrent": 3},
+      {"name": "b", "keys": ["kb"], "requests_per_s": 1, "burst": 1, "max_concurrent": 1},
+      {"name": "c", "keys": ["kc"]}]})");
+  r.share_limits_among(2);
+  const tenant_limits& a = r.find("a")->limits;
+  CHECK(a.requests_per_s == Approx(2.5));
+  CHECK(a.burst == 5);
+  CHECK(a.tokens_per_min == 50001);
+  CHECK(a.max_concurrent == 2);
+  const tenant_limits& b = r.find("b")->limits;
+  CHECK(b.requests_per_s == Approx(0.5));
+  CHECK(b.burst == 1);  // never below one request
+  CHECK(b.max_concurrent == 1);
+  const tenant_limits& c = r.find("c")->limits;  // unlimited stays unlimited
+  CHECK(c.requests_per_s == 0);
+  CHECK(c.tokens_per_min == 0);
+  CHECK(c.max_concurrent == 0);
+  tenant_registry same = tenant_registry::parse(R"({"tenants": [{"name": "a", "keys": ["ka"], "requests_per_s": 5}]})");
+  same.share_limits_among(1);
+  CHECK(same.find("a")->limits.requests_per_s == 5);
+}
