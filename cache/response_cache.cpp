@@ -132,6 +132,8 @@ std::string_view name(lookup_status s) {
       return "short_circuited";
     case lookup_status::corrupt:
       return "corrupt";
+    case lookup_status::expired:
+      return "expired";
   }
   return "unknown";
 }

@@ -62,7 +62,9 @@ enum class lookup_status : uint8_t {
   bypassed,         // caching disabled by policy; Redis not asked
   short_circuited,  // breaker open; Redis not asked
   corrupt,          // an entry exists but does not decode (treated as a miss; a store replaces it)
+  expired,          // waited in the router's queue past its budget; Redis not asked (served live)
 };
+inline constexpr size_t k_n_lookup_statuses = 7;
 std::string_view name(lookup_status s);
 
 // Counts since construction.

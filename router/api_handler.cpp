@@ -438,8 +438,9 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
   }
   auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status st) mutable {
     if (!hit) {
-      // miss, error or circuit open: a worker serves it (and it is stored)
-      r->cache_bypassed = st == cache::lookup_status::error || st == cache::lookup_status::short_circuited;
+      // miss, error, circuit open or a lookup that waited too long: a worker serves it (and it is stored)
+      r->cache_bypassed = st == cache::lookup_status::error || st == cache::lookup_status::short_circuited ||
+                          st == cache::lookup_status::expired;
       submit_(std::move(r));
       return;
     }

@@ -3,6 +3,7 @@
 namespace sy::router {
 
 cache_service::cache_service(cache_service_config cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.lookup_max_wait.count() <= 0) cfg_.lookup_max_wait = 4 * cfg_.redis.command_timeout;
   const int n = std::max(1, cfg_.threads);
   for (int i = 0; i < n; ++i)
     conns_.push_back(std::make_unique<cache::response_cache>(cfg_.redis, cfg_.policy, cfg_.analytics));
@@ -23,11 +24,12 @@ cache_service::~cache_service() {
   for (auto& t : threads_) t.join();
 }
 
-bool cache_service::push(lane& l, job j, size_t cap) {
+bool cache_service::push(lane& l, job j, size_t cap, bool urgent) {
   {
     std::lock_guard<std::mutex> lk(l.mu);
-    if (l.jobs.size() >= cap) return false;
-    l.jobs.push_back(std::move(j));
+    std::deque<job>& q = urgent ? l.urgent : l.jobs;
+    if (q.size() >= cap) return false;
+    q.push_back(std::move(j));
   }
   l.cv.notify_one();
   return true;
@@ -38,10 +40,11 @@ void cache_service::run(lane& l, cache::response_cache& rc) {
     job j;
     {
       std::unique_lock<std::mutex> lk(l.mu);
-      l.cv.wait(lk, [&] { return stop_.load() || !l.jobs.empty(); });
-      if (l.jobs.empty()) return;  // stopping
-      j = std::move(l.jobs.front());
-      l.jobs.pop_front();
+      l.cv.wait(lk, [&] { return stop_.load() || !l.urgent.empty() || !l.jobs.empty(); });
+      std::deque<job>& q = !l.urgent.empty() ? l.urgent : l.jobs;
+      if (q.empty()) return;  // stopping
+      j = std::move(q.front());
+      q.pop_front();
     }
     try {
       j(rc);
@@ -55,8 +58,14 @@ void cache_service::run(lane& l, cache::response_cache& rc) {
 bool cache_service::lookup(std::string key, lookup_done done) {
   const bool ok = push(
       work_,
-      [this, key = std::move(key), done = std::move(done)](cache::response_cache& rc) {
+      [this, key = std::move(key), done = std::move(done),
+       queued = std::chrono::steady_clock::now()](cache::response_cache& rc) {
         const auto t0 = std::chrono::steady_clock::now();
+        if (t0 - queued > cfg_.lookup_max_wait) {  // its request has waited enough: served live
+          by_status_[static_cast<size_t>(cache::lookup_status::expired)]++;
+          done(std::nullopt, cache::lookup_status::expired);
+          return;
+        }
         cache::lookup_status st = cache::lookup_status::miss;
         std::optional<cache::stored_response> r;
         try {
@@ -74,7 +83,7 @@ bool cache_service::lookup(std::string key, lookup_done done) {
         by_status_[static_cast<size_t>(st)]++;
         done(std::move(r), st);
       },
-      cfg_.max_queue);
+      cfg_.max_queue, /*urgent=*/true);
   if (!ok) queue_full_++;
   return ok;
 }
@@ -126,7 +135,7 @@ std::string cache_service::render_metrics() const {
   std::string out;
   out += "# HELP switchyard_router_cache_lookups_total Response-cache lookups, by outcome.\n";
   out += "# TYPE switchyard_router_cache_lookups_total counter\n";
-  for (size_t i = 0; i < 6; ++i)
+  for (size_t i = 0; i < cache::k_n_lookup_statuses; ++i)
     out += "switchyard_router_cache_lookups_total{status=\"" +
            std::string(cache::name(static_cast<cache::lookup_status>(i))) + "\"} " +
            std::to_string(by_status_[i].load()) + "\n";

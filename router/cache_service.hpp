@@ -1,9 +1,12 @@
 // The router's side of the Redis response cache (DESIGN.md §4 step 4): a few threads, each
 // owning one Redis connection (STYLE 9; hiredis is blocking, so it never runs on an HTTP I/O
-// thread or inside an actor), fed by a bounded job queue. Lookups answer through a callback on
+// thread or inside an actor), fed by bounded job queues. Lookups answer through a callback on
 // the cache thread; stores and analytics events are fire-and-forget. When Redis is slow or down
 // the client's tight timeouts and circuit breaker make every job return at once, and a full
 // queue makes lookups bypass the cache: the cache is never on the critical path when sick.
+// Lookups — a request waits on each — have a queue of their own that the threads serve first,
+// so stores and analytics never delay them, and a lookup that waited longer than its budget
+// (`lookup_max_wait`) is answered `expired` without asking Redis: the request is served live.
 #pragma once
 
 #include <atomic>
@@ -28,7 +31,9 @@ struct cache_service_config {
   cache::cache_policy policy;
   cache::analytics_config analytics;
   int threads = 2;
-  size_t max_queue = 4096;                        // jobs waiting; beyond it lookups bypass and events are dropped
+  size_t max_queue = 4096;  // jobs waiting; beyond it lookups bypass and events are dropped
+  // A lookup queued longer than this is not sent to Redis (expired); 0: 4 x redis.command_timeout.
+  std::chrono::milliseconds lookup_max_wait{0};
   std::chrono::milliseconds query_timeout{2000};  // GET /v1/cache/stats (its own connection)
 };
 
@@ -66,9 +71,10 @@ class cache_service {
   struct lane {
     std::mutex mu;
     std::condition_variable cv;
+    std::deque<job> urgent;  // lookups: taken before any other job
     std::deque<job> jobs;
   };
-  bool push(lane& l, job j, size_t cap);
+  bool push(lane& l, job j, size_t cap, bool urgent = false);
   void run(lane& l, cache::response_cache& rc);
 
   cache_service_config cfg_;
@@ -78,7 +84,7 @@ class cache_service {
   std::vector<std::unique_ptr<cache::response_cache>> conns_;  // one per thread (index-aligned)
 
   // Metrics (any thread).
-  std::atomic<uint64_t> by_status_[6] = {};
+  std::atomic<uint64_t> by_status_[cache::k_n_lookup_statuses] = {};
   std::atomic<uint64_t> queue_full_{0}, stores_{0}, store_failures_{0}, events_{0}, events_dropped_{0};
   mutable std::mutex hist_mu_;
   histogram lookup_s_{{100e-6, 250e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3}};

@@ -4,6 +4,7 @@
 #include "cache/cache_key.hpp"
 #include "cache/redis_client.hpp"
 #include "cache/response_cache.hpp"
+#include "router/cache_service.hpp"
 #include "tests/unit/prerequisite.hpp"
 
 #include <catch2/catch.hpp>
@@ -11,8 +12,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -693,4 +696,38 @@ TEST_CASE("a lookup hit on loopback takes well under a millisecond", "[cache_red
   WARN("lookup hit latency over loopback: median " << median << " us, p99 " << p99 << " us");
   CHECK(hits == 1000);
   CHECK(median < 1000.0);
+}
+
+TEST_CASE("cache service: lookups stuck behind a slow Redis are answered expired without asking it", "[cache_redis]") {
+  SKIP_WITHOUT_REDIS();
+  redis_server server;
+  sy::router::cache_service_config cfg;
+  cfg.redis = server.config();
+  cfg.redis.command_timeout = 300ms;  // a Redis this slow holds the one cache thread 300 ms per lookup
+  cfg.redis.breaker_failures = 1 << 30;
+  cfg.lookup_max_wait = 50ms;
+  cfg.threads = 1;
+  cfg.analytics.enabled = false;
+  sy::router::cache_service svc(cfg);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<lookup_status> got;
+  const auto on_done = [&](std::optional<stored_response>, lookup_status st) {
+    std::lock_guard<std::mutex> lk(mu);
+    got.push_back(st);
+    cv.notify_all();
+  };
+  server.pause();  // SIGSTOP: connected, but answers nothing
+  for (int i = 0; i < 6; ++i) REQUIRE(svc.lookup(key_for("acme", i), on_done));
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    REQUIRE(cv.wait_for(lk, 10s, [&] { return got.size() == 6; }));
+  }
+  server.resume();
+  // The first asked Redis and timed out; the five queued behind it waited past their budget and
+  // went to the workers at once instead of waiting their 300 ms turn each.
+  CHECK(got[0] == lookup_status::error);
+  CHECK(std::count(got.begin(), got.end(), lookup_status::expired) == 5);
+  CHECK(svc.render_metrics().find("switchyard_router_cache_lookups_total{status=\"expired\"} 5\n") !=
+        std::string::npos);
 }
