@@ -88,6 +88,13 @@ struct active_request {
   std::vector<listener> listeners;
 
   bool running_on(worker_ref w) const { return phase == request_phase::running && worker == w; }
+  // Every unfinished choice can go on elsewhere from the tokens it has: fewer than max_tokens
+  // (one that has them all lost only its final frame; a resume cannot express that).
+  bool resumable() const {
+    return std::all_of(choices.begin(), choices.end(), [&](const choice_state& cs) {
+      return cs.finished() || cs.tokens.size() < static_cast<size_t>(r->req.sampling.max_tokens);
+    });
+  }
   // Some client has received part of the output: no silent restart from scratch from here on.
   bool output_sent() const {
     return std::any_of(listeners.begin(), listeners.end(), [](const listener& l) {

@@ -655,9 +655,10 @@ void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expec
 
 void dispatcher::resume_lost_try(active_request& a, const std::string& why, std::vector<link_frame>& out) {
   a.gaps++;
+  const bool ends = a.gaps > k_max_gaps || !a.resumable();
   std::fprintf(stderr, "switchyard-router: request %s: %s: %s\n", a.r->request_id.c_str(), why.c_str(),
-               a.gaps > k_max_gaps ? "ended" : "resumed from what the client has");
-  if (a.gaps > k_max_gaps) {
+               ends ? "ended" : "resumed from what the client has");
+  if (ends) {
     fail(a,
          make_error(502, "server_error", "frames_lost",
                     "frames of this request were lost on the worker link " + std::to_string(a.gaps) + " times"),
@@ -685,10 +686,7 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
   // Output the client has is resumed from (each unfinished choice has its tokens so far, fewer
   // than max_tokens, unless its final frame was lost: then it cannot be, and it ends).
   const bool sent = a.output_sent();
-  const bool resumable = std::all_of(a.choices.begin(), a.choices.end(), [&](const choice_state& cs) {
-    return cs.finished() || cs.tokens.size() < static_cast<size_t>(a.r->req.sampling.max_tokens);
-  });
-  if (cfg_.max_attempts <= 1 || (sent && !resumable)) {
+  if (cfg_.max_attempts <= 1 || (sent && !a.resumable())) {
     if (sent && cause.code == "worker_lost") worker_lost_++;
     fail(a, cause, out);
     return;

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cluster import MODEL_ID, Router
-from http_load import OK, request
+from http_load import OK, request, wait_until as wait_for
 from worker_client import MODEL, Worker
 
 if not os.path.exists(MODEL):
@@ -27,15 +27,6 @@ def stream_body(i, max_tokens):
 def completion_tokens(result):
     usage = [e["usage"] for e in result.events if isinstance(e, dict) and e.get("usage")]
     return usage[-1]["completion_tokens"] if usage else None
-
-
-def wait_for(what, cond, timeout=30, every=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_paused_router_recovers_its_streams_and_does_not_hold_up_another():
