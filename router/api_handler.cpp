@@ -154,6 +154,14 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
         request_id_for(head));
   }
   if (!rate_charger_ || !charges_rate(head.method)) return std::nullopt;
+  // A tenant limit's refusal, 429 with Retry-After. Counted by the admission controller
+  // (switchyard_router_admission_rejections_total), not as an edge error: one metric per limit.
+  const auto refuse = [&](const rejection& no) {
+    http_response r = error_response(error_of(429, "rate_limit_error", std::string(name(no.reason)), no.message),
+                                     request_id_for(head), false);
+    r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no.retry_after_s)));
+    return r;
+  };
   if (is_generation(path)) {
     // Cheap checks before the body is read, templated or tokenized: a draining router, or a
     // tenant already at its concurrency limit, refuses now (admit() checks again).
@@ -163,21 +171,10 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
         return error_response(error_of(503, "overloaded_error", "draining", "the router is shutting down"),
                               request_id_for(head), false);
     }
-    if (auto no = rate_charger_->edge_concurrency(*who)) {
-      http_response r = error_response(error_of(429, "rate_limit_error", "tenant_concurrency", no->message),
-                                       request_id_for(head), false);
-      r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no->retry_after_s)));
-      return r;
-    }
+    if (auto no = rate_charger_->edge_concurrency(*who)) return refuse(*no);
   }
-  auto no = rate_charger_->take_rate(*who, steady_now_s());  // on the dispatcher's clock
-  if (!no) return std::nullopt;
-  // Counted by the admission controller (switchyard_router_admission_rejections_total), not
-  // as an edge error: one metric for the one limit.
-  http_response r =
-      error_response(error_of(429, "rate_limit_error", "tenant_rate", no->message), request_id_for(head), false);
-  r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no->retry_after_s)));
-  return r;
+  if (auto no = rate_charger_->take_rate(*who, steady_now_s())) return refuse(*no);  // on the dispatcher's clock
+  return std::nullopt;
 }
 
 void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& req) {

@@ -814,8 +814,7 @@ void dispatcher::check_served(double now_s, std::vector<link_frame>& out) {
     else
       unserved_since_s_.emplace(model, now_s);  // keeps the first time
   };
-  for (const auto& m : models_.all()) track(m->id);
-  for (const auto& [model, q] : queue_.by_model()) track(model);
+  for (const auto& m : models_.all()) track(m->id);  // a queued request's model is among them
   std::vector<uint64_t> stranded;
   for (const auto& [id, a] : active_)
     if (a->phase == request_phase::queued && unserved(a->r->model->id, now_s)) stranded.push_back(id);
