@@ -324,10 +324,15 @@ chat_template chat_template::parse(std::string_view name_or_jinja) {
   return t;
 }
 
-chat_template chat_template::from_gguf(const gguf::file& f) {
-  const auto* v = f.find("tokenizer.chat_template");
-  return parse(v && v->type == gguf::value_type::string ? v->str : std::string_view());
+std::string chat_template::source_of(const gguf::file& f) {
+  if (const auto* v = f.find("tokenizer.chat_template"); v && v->type == gguf::value_type::string)
+    return std::string(v->str);
+  const auto* arch = f.find("general.architecture");
+  if (arch && arch->type == gguf::value_type::string && arch->str == "gemma3") return "gemma";
+  return {};
 }
+
+chat_template chat_template::from_gguf(const gguf::file& f) { return parse(source_of(f)); }
 
 std::string chat_template::read_option(const std::string& name_or_path) {
   if (chat_format_from_name(name_or_path)) return name_or_path;

@@ -12,7 +12,8 @@
 //    or as none, is not an error: the template is `unsupported`, with the reason. A model loads
 //    and serves completions; apply() throws, and callers refuse chat requests for it up front.
 //  * No template at all (an empty source) is ChatML, which is what llama.cpp falls back to when
-//    a model has none.
+//    a model has none — except a Gemma 3 file without one (the common conversions carry none),
+//    which gets Gemma's turns, the format the model was trained on (source_of).
 // The prompt never starts with BOS: the tokenizer adds it.
 #pragma once
 
@@ -136,7 +137,10 @@ struct chat_template {
   // throws: a source that is not recognised gives an unsupported template. Routers parse what a
   // worker's welcome carries with this, workers the model's metadata.
   static chat_template parse(std::string_view name_or_jinja);
-  // parse() of the model's `tokenizer.chat_template`, or of "" when the model has none.
+  // What parse() takes for a model file: its `tokenizer.chat_template`; without one, "gemma" for
+  // a Gemma 3 file, else "" (ChatML). Workers send routers this.
+  static std::string source_of(const gguf::file& f);
+  // parse(source_of(f)).
   static chat_template from_gguf(const gguf::file& f);
 
   // The operator's --chat-template value: a format name, or the path of a Jinja file. Returns

@@ -57,11 +57,11 @@ void cpu_forward::plan_rows(std::span<const batch_seq> batch, const kv_arena& kv
 
 void cpu_forward::size_buffers(std::span<const batch_seq> batch) {
   const llama_hparams& hp = model_.hparams();
-  const int64_t N = static_cast<int64_t>(rows_.size()), E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff;
+  const int64_t N = static_cast<int64_t>(rows_.size()), E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff;
   x_.resize(N * E);
   xn_.resize(N * E);
-  q_.resize(N * E);
-  attn_.resize(N * E);
+  q_.resize(N * Q);
+  attn_.resize(N * Q);
   tmp_.resize(N * E);
   k_.resize(N * KV);
   v_.resize(N * KV);
@@ -98,21 +98,31 @@ void cpu_forward::add_then_norm(bool add, const std::vector<float>& norm) {
   });
 }
 
-// Q, K, V of every row (biases, RoPE), and the new K/V into their KV blocks.
+// Q, K, V of every row (biases, per-head norms, RoPE), and the new K/V into their KV blocks.
 void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const batch_seq> batch, kv_arena& kv) {
   const llama_hparams& hp = model_.hparams();
-  const int64_t E = hp.n_embd, KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
+  const int64_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
   const cpu::kv_layer_view layout{nullptr, nullptr, bs, KV, kv.type(), cpu::kv_layout::heads};
-  const cpu::rope_config rope = model_.rope();
-  linears({{&L.wq, q_.data(), E}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
+  const cpu::rope_config rope = model_.rope(L.windowed);
+  linears({{&L.wq, q_.data(), Q}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
   per_row([&](int64_t i) {
     const int64_t pos = rows_[i].pos;
     if (hp.qkv_bias) {
-      cpu::add_inplace(q_.data() + i * E, L.bq.data(), E);
+      cpu::add_inplace(q_.data() + i * Q, L.bq.data(), Q);
       cpu::add_inplace(k_.data() + i * KV, L.bk.data(), KV);
       cpu::add_inplace(v_.data() + i * KV, L.bv.data(), KV);
     }
-    cpu::rope(q_.data() + i * E, hp.n_head, HD, pos, rope);
+    if (hp.qk_norm) {
+      for (int64_t h = 0; h < hp.n_head; ++h) {
+        float* qh = q_.data() + i * Q + h * HD;
+        cpu::rms_norm(qh, L.q_norm.data(), qh, HD, hp.rms_eps);
+      }
+      for (int64_t h = 0; h < hp.n_head_kv; ++h) {
+        float* kh = k_.data() + i * KV + h * HD;
+        cpu::rms_norm(kh, L.k_norm.data(), kh, HD, hp.rms_eps);
+      }
+    }
+    cpu::rope(q_.data() + i * Q, hp.n_head, HD, pos, rope);
     cpu::rope(k_.data() + i * KV, hp.n_head_kv, HD, pos, rope);
     const batch_seq& b = batch[rows_[i].seq];
     const int32_t block = b.block_ids[pos / bs];
@@ -123,14 +133,26 @@ void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const bat
   });
 }
 
-// Attention into attn_; causal — token at pos sees keys [0, pos]. With enough tokens, one task
-// per (token, kv head) runs the query heads that share it together (K/V read once per group);
-// a few tokens (single-stream decode) split per query head so every thread has work.
+// Attention into attn_; causal — token at pos sees keys [0, pos], or on a sliding-window layer
+// [pos - window + 1, pos]: the view then starts at the block holding the window's first key and
+// masks the keys of that block before it. With enough tokens, one task per (token, kv head) runs
+// the query heads that share it together (K/V read once per group); a few tokens (single-stream
+// decode) split per query head so every thread has work.
 void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch, kv_arena& kv) {
   const llama_hparams& hp = model_.hparams();
-  const int64_t E = hp.n_embd, KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
+  const int64_t Q = hp.q_dim(), KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
   const int64_t N = static_cast<int64_t>(rows_.size()), group = hp.n_head / hp.n_head_kv;
-  const float scale = 1.f / std::sqrt(static_cast<float>(HD));
+  const float scale = hp.attn_scale;
+  const int64_t window = model_.layers()[static_cast<size_t>(l)].windowed ? hp.sliding_window : 0;
+  // Row i's keys: the first block of its view, how many keys it reads, how many of them are masked.
+  struct span_of_keys {
+    int64_t first_block, n_keys, n_masked;
+  };
+  auto keys_of = [&](int64_t i) {
+    const int64_t pos = rows_[i].pos, first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+    const int64_t fb = first / bs;
+    return span_of_keys{fb, pos + 1 - fb * bs, first - fb * bs};
+  };
   for (size_t s = 0; s < batch.size(); ++s) {
     kb_[s].resize(batch[s].block_ids.size());
     vb_[s].resize(batch[s].block_ids.size());
@@ -147,42 +169,59 @@ void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch, kv_arena& 
       for (int64_t task = ith; task < N * hp.n_head_kv; task += nth) {
         const int64_t i = task / hp.n_head_kv, kvh = task % hp.n_head_kv;
         const int32_t s = rows_[i].seq;
-        cpu::kv_layer_view view{kb_[s].data(), vb_[s].data(), bs, KV, kv.type(), cpu::kv_layout::heads};
-        cpu::attend_group(q_.data() + i * E + kvh * group * HD, group, rows_[i].pos + 1, view, kvh, HD, scale, sc,
-                          attn_.data() + i * E + kvh * group * HD);
+        const span_of_keys k = keys_of(i);
+        cpu::kv_layer_view view{kb_[s].data() + k.first_block, vb_[s].data() + k.first_block, bs, KV, kv.type(),
+                                cpu::kv_layout::heads};
+        cpu::attend_group(q_.data() + i * Q + kvh * group * HD, group, k.n_keys, view, kvh, HD, scale, sc,
+                          attn_.data() + i * Q + kvh * group * HD, k.n_masked);
       }
       return;
     }
     for (int64_t task = ith; task < N * hp.n_head; task += nth) {
       const int64_t i = task / hp.n_head, h = task % hp.n_head;
       const int32_t s = rows_[i].seq;
-      cpu::kv_layer_view view{kb_[s].data(), vb_[s].data(), bs, KV, kv.type(), cpu::kv_layout::heads};
+      const span_of_keys k = keys_of(i);
+      cpu::kv_layer_view view{kb_[s].data() + k.first_block, vb_[s].data() + k.first_block, bs, KV, kv.type(),
+                              cpu::kv_layout::heads};
       // A group of one: the very same arithmetic per head as above, so results do not depend on
       // which split a batch size picked (batching invariance).
-      cpu::attend_group(q_.data() + i * E + h * HD, 1, rows_[i].pos + 1, view, h / group, HD, scale, sc,
-                        attn_.data() + i * E + h * HD);
+      cpu::attend_group(q_.data() + i * Q + h * HD, 1, k.n_keys, view, h / group, HD, scale, sc,
+                        attn_.data() + i * Q + h * HD, k.n_masked);
     }
   });
+}
+
+// tmp_ = rms_norm(tmp_) with `norm` (Gemma 3's norms of a block's output), when it has one.
+void cpu_forward::post_norm(const std::vector<float>& norm) {
+  if (norm.empty()) return;
+  const int64_t E = model_.hparams().n_embd;
+  const float eps = model_.hparams().rms_eps;
+  per_row([&](int64_t i) { cpu::rms_norm(tmp_.data() + i * E, norm.data(), tmp_.data() + i * E, E, eps); });
 }
 
 // Layer l's attention: its output projection lands in tmp_ (joined to the residual by the next
 // add_then_norm).
 void cpu_forward::attention_block(int64_t l, std::span<const batch_seq> batch, kv_arena& kv) {
   const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
-  const int64_t E = model_.hparams().n_embd;
+  const int64_t E = model_.hparams().n_embd, Q = model_.hparams().q_dim();
   add_then_norm(l > 0, L.attn_norm);  // the previous layer's FFN output joins the residual here
   store_qkv(l, L, batch, kv);
   attend(l, batch, kv);
-  linears({{&L.wo, tmp_.data(), E}}, attn_.data(), E);
+  linears({{&L.wo, tmp_.data(), E}}, attn_.data(), Q);
+  post_norm(L.post_attn_norm);
 }
 
-// SwiGLU feed-forward; its output lands in tmp_.
+// Gated feed-forward (SiLU, or GELU for Gemma); its output lands in tmp_.
 void cpu_forward::ffn_block(const llama_layer& L) {
   const int64_t E = model_.hparams().n_embd, F = model_.hparams().n_ff;
   add_then_norm(true, L.ffn_norm);
   linears({{&L.w_gate, gate_.data(), F}, {&L.w_up, up_.data(), F}}, xn_.data(), E);
-  per_row([&](int64_t i) { cpu::silu_mul(gate_.data() + i * F, up_.data() + i * F, gate_.data() + i * F, F); });
+  if (model_.hparams().act == ffn_activation::gelu_tanh)
+    per_row([&](int64_t i) { cpu::gelu_mul(gate_.data() + i * F, up_.data() + i * F, gate_.data() + i * F, F); });
+  else
+    per_row([&](int64_t i) { cpu::silu_mul(gate_.data() + i * F, up_.data() + i * F, gate_.data() + i * F, F); });
   linears({{&L.w_down, tmp_.data(), E}}, gate_.data(), F);
+  post_norm(L.post_ffn_norm);
 }
 
 // The last residual, the output norm of the wanted rows, then the output head. The head always

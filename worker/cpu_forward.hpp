@@ -52,6 +52,7 @@ class cpu_forward {
   void store_qkv(int64_t l, const llama_layer& L, std::span<const batch_seq> batch, kv_arena& kv);
   void attend(int64_t l, std::span<const batch_seq> batch, kv_arena& kv);
   void ffn_block(const llama_layer& L);
+  void post_norm(const std::vector<float>& norm);
   void output_logits(std::vector<float>& logits);
   // y = x W^T for every row, several layers sharing the input `x` at once.
   void linears(std::initializer_list<cpu::linear_out> outs, const float* x, int64_t ldx);

@@ -51,7 +51,8 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   const gguf::file& f = m->file_;
   llama_hparams& hp = m->hp_;
   hp.arch = f.get_string("general.architecture");
-  if (hp.arch != "llama" && hp.arch != "qwen2")
+  const bool gemma3 = hp.arch == "gemma3", qwen3 = hp.arch == "qwen3";
+  if (hp.arch != "llama" && hp.arch != "qwen2" && !qwen3 && !gemma3)
     throw std::runtime_error(path + ": architecture '" + hp.arch +
                              "' is not supported (supported: " + k_supported_architectures + ")");
   const std::string a = hp.arch + ".";
@@ -64,19 +65,44 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   hp.n_head_kv = static_cast<int64_t>(f.get_uint_or(a + "attention.head_count_kv", hp.n_head));
   hp.rope_base = static_cast<float>(f.get_float_or(a + "rope.freq_base", 10000.0));
   hp.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon"));
-  if (hp.n_head <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+  if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
     throw std::runtime_error(path + ": inconsistent attention head counts");
-  hp.head_dim = hp.n_embd / hp.n_head;
-  for (const char* key : {"attention.key_length", "attention.value_length"})
-    if (f.find(a + key) && static_cast<int64_t>(f.get_uint(a + key)) != hp.head_dim)
-      throw std::runtime_error(path + ": " + a + key + " = " + std::to_string(f.get_uint(a + key)) +
-                               " differs from embedding_length / head_count = " + std::to_string(hp.head_dim) +
-                               ", which Switchyard does not support");
+  // The head width: attention.key_length where given (Gemma 3 and Qwen3 heads are wider than
+  // n_embd / n_head), else n_embd / n_head. Values must be as wide as keys.
+  if (f.find(a + "attention.key_length")) {
+    hp.head_dim = static_cast<int64_t>(f.get_uint(a + "attention.key_length"));
+  } else {
+    if (hp.n_embd % hp.n_head != 0) throw std::runtime_error(path + ": inconsistent attention head counts");
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  if (hp.head_dim <= 0 || hp.head_dim > 512)
+    throw std::runtime_error(path + ": head width " + std::to_string(hp.head_dim) + " is invalid");
+  if (f.find(a + "attention.value_length") &&
+      static_cast<int64_t>(f.get_uint(a + "attention.value_length")) != hp.head_dim)
+    throw std::runtime_error(path + ": " + a + "attention.value_length = " +
+                             std::to_string(f.get_uint(a + "attention.value_length")) + " differs from key_length " +
+                             std::to_string(hp.head_dim) + ", which Switchyard does not support");
   hp.n_rot = static_cast<int64_t>(f.get_uint_or(a + "rope.dimension_count", hp.head_dim));
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 512 || hp.n_rot <= 0)
     throw std::runtime_error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " is invalid");
-  hp.rope_neox = hp.arch == "qwen2";
+  hp.rope_neox = hp.arch != "llama";
   hp.qkv_bias = hp.arch == "qwen2";
+  hp.qk_norm = qwen3 || gemma3;
+  hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.head_dim));
+  if (gemma3) {
+    // As llama.cpp runs Gemma 3: GELU (tanh form), norms after attention and FFN, embeddings
+    // times sqrt(n_embd); sliding-window layers are 5 of every 6 (layer l is global when
+    // l % 6 == 5), with RoPE base 10k unscaled; the 27B (62 layers) scales scores by
+    // 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim).
+    hp.act = ffn_activation::gelu_tanh;
+    hp.post_norms = true;
+    hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
+    hp.sliding_window = static_cast<int64_t>(f.get_uint(a + "attention.sliding_window"));
+    if (hp.sliding_window <= 0) throw std::runtime_error(path + ": " + a + "attention.sliding_window must be positive");
+    hp.rope_base_swa = 10000.f;
+    hp.rope_freq_scale_swa = 1.f;
+    if (hp.n_layer == 62) hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+  }
   // RoPE scaling: linear (positions divided by the factor) is applied; Llama 3.1+ scaling comes as
   // the per-frequency divisors in rope_freqs.weight; YaRN and others are refused by name.
   if (const auto* v = f.find(a + "rope.scaling.type"); v && v->type == gguf::value_type::string) {
@@ -111,7 +137,7 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   m->embd_data_ = embd->data;
   m->embd_row_bytes_ = cpu::row_bytes(m->embd_type_, hp.n_embd);
 
-  const int64_t E = hp.n_embd, KV = hp.kv_dim(), F = hp.n_ff;
+  const int64_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, HD = hp.head_dim;
   // Every matrix in one list, so that all their copies share one huge-page arena (a matrix of its
   // own would round up to 2 MiB: ~170 MiB on the 1B Q4_K_M file).
   struct matrix {
@@ -126,15 +152,24 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
     llama_layer& L = m->layers_[static_cast<size_t>(i)];
     L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
     L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
+    if (hp.qk_norm) {
+      L.q_norm = load_vector(f, p + "attn_q_norm.weight", HD);
+      L.k_norm = load_vector(f, p + "attn_k_norm.weight", HD);
+    }
+    if (hp.post_norms) {
+      L.post_attn_norm = load_vector(f, p + "post_attention_norm.weight", E);
+      L.post_ffn_norm = load_vector(f, p + "post_ffw_norm.weight", E);
+    }
+    L.windowed = hp.sliding_window > 0 && i % 6 != 5;
     if (hp.qkv_bias) {
-      L.bq = load_vector(f, p + "attn_q.bias", E);
+      L.bq = load_vector(f, p + "attn_q.bias", Q);
       L.bk = load_vector(f, p + "attn_k.bias", KV);
       L.bv = load_vector(f, p + "attn_v.bias", KV);
     }
-    plan.push_back({p + "attn_q.weight", E, E, &L.wq});
+    plan.push_back({p + "attn_q.weight", E, Q, &L.wq});
     plan.push_back({p + "attn_k.weight", E, KV, &L.wk});
     plan.push_back({p + "attn_v.weight", E, KV, &L.wv});
-    plan.push_back({p + "attn_output.weight", E, E, &L.wo});
+    plan.push_back({p + "attn_output.weight", Q, E, &L.wo});
     plan.push_back({p + "ffn_gate.weight", E, F, &L.w_gate});
     plan.push_back({p + "ffn_up.weight", E, F, &L.w_up});
     plan.push_back({p + "ffn_down.weight", F, E, &L.w_down});
@@ -173,11 +208,11 @@ size_t llama_model::keep_prompt_panels(cpu::thread_pool& pool) {
   return prompt_panel_bytes_;
 }
 
-cpu::rope_config llama_model::rope() const {
+cpu::rope_config llama_model::rope(bool windowed) const {
   cpu::rope_config c;
   c.n_rot = hp_.n_rot;
-  c.base = hp_.rope_base;
-  c.freq_scale = hp_.rope_freq_scale;
+  c.base = windowed ? hp_.rope_base_swa : hp_.rope_base;
+  c.freq_scale = windowed ? hp_.rope_freq_scale_swa : hp_.rope_freq_scale;
   c.freq_factors = hp_.rope_freq_factors.empty() ? nullptr : hp_.rope_freq_factors.data();
   c.neox = hp_.rope_neox;
   return c;
@@ -193,6 +228,8 @@ std::string llama_model::type_summary() const {
 
 void llama_model::embed(token_id id, float* out) const {
   cpu::dequantize_row(embd_type_, embd_data_ + static_cast<size_t>(id) * embd_row_bytes_, out, hp_.n_embd);
+  if (hp_.embd_scale != 1.f)
+    for (int64_t i = 0; i < hp_.n_embd; ++i) out[i] *= hp_.embd_scale;
 }
 
 }  // namespace sy

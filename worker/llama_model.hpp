@@ -1,5 +1,7 @@
-// A Llama-family model loaded from GGUF: hyperparameters, tokenizer, chat template and the
-// weights, wrapped for the CPU kernels. Immutable after load; shared by every sequence.
+// A decoder-only transformer loaded from GGUF (the Llama family and its relatives: Qwen2/3,
+// Gemma 3): hyperparameters, tokenizer, chat template and the weights, wrapped for the CPU
+// kernels. Immutable after load; shared by every sequence. What each architecture changes is in
+// llama_hparams (docs/worker.md, "Model families").
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,12 @@ class thread_pool;
 namespace sy {
 
 // Architectures (GGUF general.architecture) this runtime implements: "llama" (Llama 2/3.x,
-// Mistral, SmolLM2) and "qwen2" (Q/K/V biases, neox RoPE).
-inline constexpr const char* k_supported_architectures = "llama, qwen2";
+// Mistral, SmolLM2), "qwen2" (Q/K/V biases, neox RoPE), "qwen3" (per-head Q/K norms, neox RoPE)
+// and "gemma3" (GELU feed-forward, norms after attention and FFN, Q/K norms, sliding-window
+// layers with their own RoPE base, embeddings scaled by sqrt(n_embd)).
+inline constexpr const char* k_supported_architectures = "llama, qwen2, qwen3, gemma3";
+
+enum class ffn_activation : uint8_t { silu, gelu_tanh };
 
 struct llama_hparams {
   std::string arch;  // general.architecture
@@ -34,15 +40,26 @@ struct llama_hparams {
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;  // n_embd / n_head
+  int64_t head_dim = 0;  // attention.key_length, else n_embd / n_head (Q is n_head * head_dim wide)
   int64_t n_rot = 0;     // rotated dims per head
   float rope_base = 10000.f;
   float rope_freq_scale = 1.f;           // 1 / rope.scaling.factor (linear scaling), else 1
   bool rope_neox = false;                // qwen2: rotate (i, i + n_rot/2)
   std::vector<float> rope_freq_factors;  // rope_freqs.weight (Llama 3.1+ scaling), n_rot / 2 or empty
   bool qkv_bias = false;                 // qwen2: attn_{q,k,v}.bias
+  bool qk_norm = false;                  // qwen3, gemma3: RMSNorm of every Q and K head before RoPE
+  bool post_norms = false;               // gemma3: attention and FFN outputs normed before the residual
+  ffn_activation act = ffn_activation::silu;
+  float embd_scale = 1.f;  // gemma3: embeddings times sqrt(n_embd)
+  float attn_scale = 0.f;  // the scores' scale, 1 / sqrt(head_dim) (set at load)
   float rms_eps = 1e-5f;
+  // Sliding-window layers (gemma3: 5 of every 6): a token attends to itself and the window - 1
+  // tokens before it; such layers turn RoPE with their own base and scale.
+  int64_t sliding_window = 0;  // 0: every layer attends to the whole context
+  float rope_base_swa = 10000.f;
+  float rope_freq_scale_swa = 1.f;
 
+  int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
@@ -53,6 +70,9 @@ cpu::weight_type to_weight_type(const gguf::tensor_info& t);
 struct llama_layer {
   std::vector<float> attn_norm, ffn_norm;  // f32 copies of the norm weights
   std::vector<float> bq, bk, bv;           // f32 Q/K/V biases (qkv_bias), else empty
+  std::vector<float> q_norm, k_norm;       // head_dim each (qk_norm), else empty
+  std::vector<float> post_attn_norm, post_ffn_norm;  // n_embd each (post_norms), else empty
+  bool windowed = false;                   // a sliding-window layer (hparams().sliding_window)
   cpu::linear wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
@@ -70,8 +90,9 @@ class llama_model {
   const cpu::linear& output() const { return output_; }
   // Embedding row of `id` as f32 (n_embd values).
   void embed(token_id id, float* out) const;
-  // The RoPE settings of this model (cpu/ops.hpp), pointing into hparams().
-  cpu::rope_config rope() const;
+  // The RoPE settings of this model's layers (cpu/ops.hpp), pointing into hparams(): those of
+  // the sliding-window layers when `windowed`.
+  cpu::rope_config rope(bool windowed = false) const;
   // Bytes of the matrices as stored in the file, and of the repacked copies held besides.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t repacked_bytes() const { return repacked_bytes_; }

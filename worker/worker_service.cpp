@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/chat_template.hpp"
+
 namespace sy {
 namespace {
 
@@ -15,8 +17,7 @@ std::string engine_id(const std::string& peer, const std::string& request_id) {
 
 proto::tokenizer_spec tokenizer_spec_from(const gguf::file& f) {
   proto::tokenizer_spec t = tokenizer::spec_from_gguf(f);  // every tokenizer.ggml.* field, defaults applied
-  if (const auto* v = f.find("tokenizer.chat_template"); v && v->type == gguf::value_type::string)
-    t.chat_template = std::string(v->str);
+  t.chat_template = chat_template::source_of(f);
   return t;
 }
 

@@ -45,9 +45,16 @@ inline float load1(const void* row, int64_t d) {
   }
 }
 
+// Softmax of a row of scores whose first n_masked keys are outside a sliding window: they get
+// -inf, which the vector exp turns into exactly 0, so they add nothing to the values.
+inline void masked_softmax(float* scores, int64_t n_keys, int64_t n_masked) {
+  for (int64_t j = 0; j < n_masked; ++j) scores[j] = -INFINITY;
+  softmax_inplace(scores, n_keys);
+}
+
 template <kv_type T>
 void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim, float scale,
-            float* scores, float* out) {
+            float* scores, float* out, int64_t n_masked) {
   const int64_t head_off = kv_head_offset(kv, kv_head, head_dim), pos_stride = kv_position_stride(kv, head_dim);
   auto row = [&](const void* const* blocks, int64_t j) {
     return static_cast<const uint8_t*>(blocks[j / kv.block_size]) + head_off + (j % kv.block_size) * pos_stride;
@@ -85,7 +92,7 @@ void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_
     }
     scores[j] = dot * scale;
   }
-  softmax_inplace(scores, n_keys);
+  masked_softmax(scores, n_keys, n_masked);
   for (int64_t d = 0; d < head_dim; ++d) out[d] = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const void* v = row(kv.v_blocks, j);
@@ -152,7 +159,7 @@ void values_rows(const float* scores, int64_t stride, int64_t n_q, int64_t n_key
 
 template <kv_type T>
 void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
-                      int64_t head_dim, float scale, float* scratch, float* out) {
+                      int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
   float* scores = scratch;              // [n_q][n_keys]
   float* buf = scratch + n_q * n_keys;  // 8 converted rows
   const float* rp[8];
@@ -181,7 +188,7 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
       }
     }
   }
-  for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * n_keys, n_keys);
+  for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * n_keys, n_keys, n_masked);
   values_rows<T>(scores, n_keys, n_q, n_keys, kv, kv_head, head_dim, buf, out);
 }
 
@@ -324,7 +331,7 @@ scores_plan plan_scores(int64_t bs, int64_t n_q) {
 // Grouped attention over a heads-layout cache (block_size % 8 == 0, head_dim % 8 == 0).
 template <kv_type T>
 void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
-                     int64_t head_dim, float scale, float* scratch, float* out) {
+                     int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
   const int64_t bs = kv.block_size, stride = (n_keys + 31) / 32 * 32;
   const int64_t head_off = kv_head_offset(kv, kv_head, head_dim);
   float* scores = scratch;  // [n_q][stride]; lanes past n_keys are scratch
@@ -354,7 +361,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
       h0 += H;
     }
   }
-  for (int64_t g = 0; g < n_q; ++g) softmax_inplace(scores + g * stride, n_keys);
+  for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * stride, n_keys, n_masked);
   values_rows<T>(scores, stride, n_q, n_keys, kv, kv_head, head_dim, scores + n_q * stride, out);
 }
 
@@ -390,34 +397,34 @@ void store_row_q8_0(const float* x, block_q8_0* out, int64_t n) {
 }  // namespace
 
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
-                  int64_t head_dim, float scale, float* scratch, float* out) {
+                  int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
   if (head_dim % 8 != 0 || head_dim > 256) {
     for (int64_t g = 0; g < n_q; ++g)
-      attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
+      attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim, n_masked);
     return;
   }
   if (k_dim_major(kv)) {
     if (kv.block_size % 8 != 0) {
       for (int64_t g = 0; g < n_q; ++g)
-        attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim);
+        attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim, n_masked);
       return;
     }
     switch (kv.type) {
       case kv_type::f32:
-        return attend_group_dm<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+        return attend_group_dm<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
       case kv_type::f16:
-        return attend_group_dm<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+        return attend_group_dm<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
       case kv_type::q8_0:
-        return attend_group_dm<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+        return attend_group_dm<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
     }
   }
   switch (kv.type) {
     case kv_type::f32:
-      return attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+      return attend_group_vec<kv_type::f32>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
     case kv_type::f16:
-      return attend_group_vec<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+      return attend_group_vec<kv_type::f16>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
     case kv_type::q8_0:
-      return attend_group_vec<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out);
+      return attend_group_vec<kv_type::q8_0>(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked);
   }
 }
 
@@ -469,14 +476,14 @@ void store_kv_head(const float* src, void* block, const kv_layer_view& kv, int64
 }
 
 void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,
-                 float scale, float* scores, float* out) {
+                 float scale, float* scores, float* out, int64_t n_masked) {
   switch (kv.type) {
     case kv_type::f32:
-      return attend<kv_type::f32>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+      return attend<kv_type::f32>(q, n_keys, kv, kv_head, head_dim, scale, scores, out, n_masked);
     case kv_type::f16:
-      return attend<kv_type::f16>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+      return attend<kv_type::f16>(q, n_keys, kv, kv_head, head_dim, scale, scores, out, n_masked);
     case kv_type::q8_0:
-      return attend<kv_type::q8_0>(q, n_keys, kv, kv_head, head_dim, scale, scores, out);
+      return attend<kv_type::q8_0>(q, n_keys, kv, kv_head, head_dim, scale, scores, out, n_masked);
   }
 }
 

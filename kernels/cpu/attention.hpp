@@ -104,9 +104,10 @@ void store_kv_head(const float* src, void* block, const kv_layer_view& kv, int64
                    int64_t head_dim, bool is_key);
 
 // out[0, head_dim) = softmax(scale * q . K[0..n_keys)) V[0..n_keys) for kv head `kv_head`.
-// `scores` is scratch of at least n_keys floats.
+// `scores` is scratch of at least n_keys floats. The first n_masked keys take no part (a sliding
+// window that starts inside the view's first block): their weight is exactly 0.
 void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim,
-                 float scale, float* scores, float* out);
+                 float scale, float* scores, float* out, int64_t n_masked = 0);
 
 // The n_q query heads that share kv head `kv_head` (grouped-query attention) at once: q and out
 // hold n_q consecutive heads of head_dim floats each. Same result as attend_head per head, but
@@ -114,7 +115,7 @@ void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_
 // time, and outputs accumulate in registers. `scratch`: attend_group_scratch floats. Each head's
 // result depends only on its own inputs, never on n_q (bitwise): a group of one is the same.
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
-                  int64_t head_dim, float scale, float* scratch, float* out);
+                  int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked = 0);
 inline int64_t attend_group_scratch(int64_t n_q, int64_t n_keys, int64_t head_dim) {
   return n_q * ((n_keys + 31) / 32 * 32) + 8 * head_dim + 8;
 }

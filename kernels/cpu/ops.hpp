@@ -1,4 +1,4 @@
-// Elementwise and row kernels of the Llama forward (CPU reference = these; the CUDA backend
+// Elementwise and row kernels of the transformer forward (CPU reference = these; the CUDA backend
 // compares against them). All sizes in elements; rows are contiguous.
 #pragma once
 
@@ -26,6 +26,9 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const rope_c
 void rope_norm(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base);
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = gelu(gate[i]) * up[i], GELU in its tanh form (Gemma's feed-forward):
+//   gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), computed as x / (1 + e^(-2u)).
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);
 // In-place softmax over n values; returns nothing. Uses the vector exp.

@@ -1,5 +1,5 @@
-"""Several models behind one router, one worker each: SmolLM2 and the generated Llama 3, Qwen2 and
-Mistral files (tests/tools/make_test_models.py). The router learns each model's tokenizer, chat
+"""Several models behind one router, one worker each: SmolLM2 and the generated Llama 3, Qwen2,
+Mistral, Qwen3 and Gemma 3 files (tests/tools/make_test_models.py). The router learns each model's tokenizer, chat
 template and context length from its worker, routes every request by its `model` field, and
 counts prompt tokens exactly as llama.cpp tokenizes the same chat (tests/tools/llamacpp_ref_logits.py)."""
 import json
@@ -17,6 +17,8 @@ FAMILIES = {
     "llama3": ("llama3/llama3-q4_k_m.gguf", 1024),
     "qwen2": ("qwen2/qwen2-q5_k_m.gguf", 2048),
     "mistral": ("mistral/mistral-q6_k.gguf", 512),
+    "qwen3": ("qwen3/qwen3-q4_k_m.gguf", 768),
+    "gemma3": ("gemma3/gemma3-q4_k_m.gguf", 1536),
 }
 
 pytestmark = pytest.mark.skipif(

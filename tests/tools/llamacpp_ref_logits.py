@@ -47,7 +47,7 @@ def field(r, key, default=None):
 
 
 class ExactModel:
-    """The Llama / Qwen2 forward in float64 on the dequantized weights."""
+    """The Llama / Qwen2 / Qwen3 / Gemma 3 forward in float64 on the dequantized weights."""
 
     def __init__(self, path):
         r = GGUFReader(path)
@@ -61,18 +61,22 @@ class ExactModel:
         self.eps = field(r, a + "attention.layer_norm_rms_epsilon")
         self.base = field(r, a + "rope.freq_base", 10000.0)
         n_embd = field(r, a + "embedding_length")
-        self.hd = n_embd // self.n_head
-        self.neox = self.arch == "qwen2"
+        self.hd = field(r, a + "attention.key_length", n_embd // self.n_head)
+        self.neox = self.arch != "llama"
+        self.gemma = self.arch == "gemma3"
+        # Gemma 3: 5 of every 6 layers see a window of the last `window` tokens, with RoPE base 10k.
+        self.window = field(r, a + "attention.sliding_window", 0) if self.gemma else 0
+        self.embd_scale = np.sqrt(n_embd) if self.gemma else 1.0
         self.ff = self.w.get("rope_freqs.weight")
         self.out = self.w["output.weight"] if "output.weight" in self.w else self.w["token_embd.weight"]
 
     def rms(self, x, g):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * g
 
-    def rope(self, x, pos):
+    def rope(self, x, pos, base):
         hd = self.hd
         i = np.arange(hd // 2)
-        th = pos[:, None] * self.base ** (-2.0 * i / hd)
+        th = pos[:, None] * base ** (-2.0 * i / hd)
         if self.ff is not None:
             th = th / self.ff[None, :]
         c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
@@ -87,28 +91,43 @@ class ExactModel:
 
     def logits(self, ids):
         w, n, hd = self.w, len(ids), self.hd
-        x = w["token_embd.weight"][ids]
+        x = w["token_embd.weight"][ids] * self.embd_scale
         pos = np.arange(n, dtype=np.float64)
-        mask = np.triu(np.full((n, n), -np.inf), 1)[None]
+        causal = np.triu(np.full((n, n), -np.inf), 1)
+        # Query i sees key j when i - window < j <= i.
+        windowed = causal + np.tril(np.full((n, n), -np.inf), -self.window) if self.window else causal
         group = self.n_head // self.n_kv
         for l in range(self.n_layer):
             p = f"blk.{l}."
+            local = self.window > 0 and l % 6 != 5
             h = self.rms(x, w[p + "attn_norm.weight"])
             q, k, v = h @ w[p + "attn_q.weight"].T, h @ w[p + "attn_k.weight"].T, h @ w[p + "attn_v.weight"].T
             if p + "attn_q.bias" in w:
                 q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
-            q = self.rope(q.reshape(n, self.n_head, hd), pos)
-            k = self.rope(k.reshape(n, self.n_kv, hd), pos)
+            q, k = q.reshape(n, self.n_head, hd), k.reshape(n, self.n_kv, hd)
+            if p + "attn_q_norm.weight" in w:
+                q, k = self.rms(q, w[p + "attn_q_norm.weight"]), self.rms(k, w[p + "attn_k_norm.weight"])
+            base = 10000.0 if local else self.base
+            q, k = self.rope(q, pos, base), self.rope(k, pos, base)
             v = v.reshape(n, self.n_kv, hd)
             k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-            att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+            att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + (windowed if local else causal)[None]
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
-            o = np.einsum("hqk,khd->qhd", att, v).reshape(n, self.n_head * hd)
-            x = x + o @ w[p + "attn_output.weight"].T
+            o = np.einsum("hqk,khd->qhd", att, v).reshape(n, self.n_head * hd) @ w[p + "attn_output.weight"].T
+            if self.gemma:
+                o = self.rms(o, w[p + "post_attention_norm.weight"])
+            x = x + o
             h = self.rms(x, w[p + "ffn_norm.weight"])
             g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-            x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+            if self.gemma:
+                act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+            else:
+                act = g / (1 + np.exp(-g))
+            o = (act * u) @ w[p + "ffn_down.weight"].T
+            if self.gemma:
+                o = self.rms(o, w[p + "post_ffw_norm.weight"])
+            x = x + o
         return self.rms(x, w["output_norm.weight"]) @ self.out.T
 
 
@@ -117,10 +136,12 @@ def top_pairs(row):
     return [[int(i), round(float(row[i]), 4)] for i in order]
 
 
-def chat_prompt(llm, messages):
+def chat_prompt(llm, messages, arch):
     import ctypes
     import llama_cpp
     tmpl = llama_cpp.llama_model_chat_template(llm.model, None)
+    if tmpl is None and arch == "gemma3":
+        tmpl = b"gemma"  # Gemma 3 files come without a template; Switchyard uses Gemma's turns
     arr = (llama_cpp.llama_chat_message * len(messages))()
     keep = []
     for i, m in enumerate(messages):
@@ -166,35 +187,36 @@ def sample_rows(path):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", required=True)
-    args = ap.parse_args()
+def write_reference(path, family, type_name):
     import llama_cpp
     from llama_cpp import Llama
+    out = path + ".logits.json"
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(path):
+        return
+    llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=512, logits_all=True,
+                type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
+    exact = ExactModel(path)
+    cases = [logits_case(llm, exact, p, False) for p in PLAIN_PROMPTS]
+    cases += [logits_case(llm, exact, chat_prompt(llm, c, exact.arch), True) for c in CHATS]
+    agree = sum(c["top"][j][0][0] == c["exact"][j][0][0] for c in cases for j in range(N_GEN))
+    print(f"llamacpp_ref_logits: {path}: llama.cpp vs exact top-1 {agree}/{len(cases) * N_GEN}", file=sys.stderr)
+    doc = {"model": os.path.basename(path), "family": family, "type": type_name, "n_gen": N_GEN, "top_k": TOP_K,
+           "llamacpp_exact_top1": agree, "cases": cases, "rows": sample_rows(path)}
+    with open(out + ".part", "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+    os.replace(out + ".part", out)
+    del llm
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", required=True, help="a folder with manifest.json (its tiny models)")
+    args = ap.parse_args()
     with open(os.path.join(args.models, "manifest.json")) as f:
         manifest = json.load(f)
     for m in manifest["models"]:
-        if m["shape"] != "tiny":
-            continue
-        path = os.path.join(args.models, m["path"])
-        out = path + ".logits.json"
-        if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(path):
-            continue
-        llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_threads_batch=1, n_batch=512, logits_all=True,
-                    type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
-        exact = ExactModel(path)
-        cases = [logits_case(llm, exact, p, False) for p in PLAIN_PROMPTS]
-        cases += [logits_case(llm, exact, chat_prompt(llm, c), True) for c in CHATS]
-        agree = sum(c["top"][j][0][0] == c["exact"][j][0][0] for c in cases for j in range(N_GEN))
-        print(f"llamacpp_ref_logits: {m['path']}: llama.cpp vs exact top-1 {agree}/{len(cases) * N_GEN}",
-              file=sys.stderr)
-        doc = {"model": m["path"], "family": m["family"], "type": m["type"], "n_gen": N_GEN, "top_k": TOP_K,
-               "llamacpp_exact_top1": agree, "cases": cases, "rows": sample_rows(path)}
-        with open(out + ".part", "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
-        os.replace(out + ".part", out)
-        del llm
+        if m["shape"] in ("tiny", "real"):
+            write_reference(os.path.join(args.models, m["path"]), m["family"], m["type"])
 
 
 if __name__ == "__main__":

@@ -212,7 +212,14 @@ SHAPES = {
     "3b": dict(n_embd=3072, n_ff=8192, n_layer=28, n_head=24, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
 }
 
-FAMILIES = ["llama3", "qwen2", "mistral"]
+FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3"]
+# Families added later get fewer weight types (each costs CI time): the float, 8-bit and
+# K-quant paths, which is where their new arithmetic could differ.
+FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q4_k_m"]}
+# Per family: heads wider than n_embd / n_head (attention.key_length), layers (Gemma 3 needs six
+# for one global layer after five sliding-window ones), and the sliding window (short, so the
+# test prompts cross it and block boundaries).
+FAMILY_SHAPE = {"qwen3": dict(head_dim=128), "gemma3": dict(head_dim=128, n_head_kv=1, n_layer=6, window=12)}
 SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2}  # fixed, so a new shape changes no existing file
 
 # llama.cpp ftype per weight-type name (llama_cpp.LLAMA_FTYPE_*).
@@ -244,10 +251,11 @@ def llama3_rope_factors(head_dim, base, factor=32.0, low=1.0, high=4.0, original
 
 
 def write_family(family, shape, path, arch=None):
-    s = SHAPES[shape]
+    s = dict(SHAPES[shape])
+    s.update(FAMILY_SHAPE.get(family, {}) if shape == "tiny" else {})
     E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
-    HD = E // H
-    arch = arch or ("qwen2" if family == "qwen2" else "llama")
+    HD = s.get("head_dim", E // H)
+    arch = arch or (family if family in ("qwen2", "qwen3", "gemma3") else "llama")
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"switchyard-test-{family}-{shape}")
     w.add_context_length(s["ctx"] if family != "mistral" else 32768)
@@ -257,10 +265,13 @@ def write_family(family, shape, path, arch=None):
     w.add_head_count(H)
     w.add_head_count_kv(HKV)
     w.add_rope_dimension_count(HD)
-    w.add_layer_norm_rms_eps(1e-5 if family != "qwen2" else 1e-6)
+    if HD != E // H:
+        w.add_key_length(HD)
+        w.add_value_length(HD)
+    w.add_layer_norm_rms_eps(1e-5 if family not in ("qwen2", "qwen3", "gemma3") else 1e-6)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    tied = family in ("llama3", "qwen2")
+    tied = family in ("llama3", "qwen2", "gemma3")
     extra = {}
     if family == "llama3":
         w.add_rope_freq_base(500000.0)
@@ -279,7 +290,7 @@ def write_family(family, shape, path, arch=None):
         w.add_add_bos_token(True)
         w.add_chat_template(LLAMA3_TEMPLATE)
         extra["rope_freqs.weight"] = llama3_rope_factors(HD, 500000.0)
-    elif family == "qwen2":
+    elif family in ("qwen2", "qwen3"):
         w.add_rope_freq_base(1000000.0)
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         tokens, types, merges, id_of = train_bpe(QWEN2_PAT, s["vocab"], specials, s["pad_to"])
@@ -293,6 +304,23 @@ def write_family(family, shape, path, arch=None):
         w.add_pad_token_id(id_of["<|endoftext|>"])
         w.add_add_bos_token(False)
         w.add_chat_template(QWEN2_TEMPLATE)
+    elif family == "gemma3":
+        # SentencePiece without the space prefix, <start_of_turn>/<end_of_turn> as controls, no
+        # chat template in the file (as the common conversions ship it), a short sliding window.
+        w.add_rope_freq_base(1000000.0)
+        w.add_sliding_window(s["window"])
+        tokens, scores, types = train_spm(max(s["vocab"], 1000), ["<start_of_turn>", "<end_of_turn>"])
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        w.add_add_space_prefix(False)
     else:  # mistral: llama architecture, SentencePiece vocabulary, [INST] template (v0.3)
         w.add_rope_freq_base(1000000.0)
         control = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -323,23 +351,31 @@ def write_family(family, shape, path, arch=None):
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
-    KV = HKV * HD
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E), dtype=np.float32) * (6.0 / math.sqrt(E)
-                                                                                               if tied else 1.0)))
+    KV, Q = HKV * HD, H * HD
+    embd_gain = 6.0 / math.sqrt(E) if tied else 1.0
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, E), dtype=np.float32) * embd_gain)
     for name, arr in extra.items():
         w.add_tensor(name, arr)
     for l in range(L):
         p = f"blk.{l}."
         w.add_tensor(p + "attn_norm.weight", norm(E))
-        w.add_tensor(p + "attn_q.weight", mat(E, E, 2.0))
+        w.add_tensor(p + "attn_q.weight", mat(Q, E, 2.0))
         w.add_tensor(p + "attn_k.weight", mat(KV, E, 2.0))
         w.add_tensor(p + "attn_v.weight", mat(KV, E))
         if family == "qwen2":
             w.add_tensor(p + "attn_q.bias", (0.5 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
             w.add_tensor(p + "attn_k.bias", (0.5 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
             w.add_tensor(p + "attn_v.bias", (0.1 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
-        w.add_tensor(p + "attn_output.weight", mat(E, E))
+        if family in ("qwen3", "gemma3"):
+            w.add_tensor(p + "attn_q_norm.weight", norm(HD))
+            w.add_tensor(p + "attn_k_norm.weight", norm(HD))
+        w.add_tensor(p + "attn_output.weight", mat(E, Q))
         w.add_tensor(p + "ffn_norm.weight", norm(E))
+        if family == "gemma3":
+            # Block outputs as large as the scaled embedding (rms ~6), so that the context, and
+            # with it the sliding window, decides the logits rather than the current token alone.
+            w.add_tensor(p + "post_attention_norm.weight", 6.0 * norm(E))
+            w.add_tensor(p + "post_ffw_norm.weight", 6.0 * norm(E))
         w.add_tensor(p + "ffn_gate.weight", mat(F, E))
         w.add_tensor(p + "ffn_up.weight", mat(F, E))
         w.add_tensor(p + "ffn_down.weight", mat(E, F))
@@ -390,7 +426,10 @@ def main():
             print(f"make_test_models: writing {src}", file=sys.stderr)
             write_family(family, args.shape, src + ".part")
             os.replace(src + ".part", src)
-        for t in args.types.split(","):
+        types = args.types.split(",")
+        if family in FAMILY_TYPES and args.types == ",".join(DEFAULT_TYPES):
+            types = FAMILY_TYPES[family]
+        for t in types:
             if t not in FTYPES:
                 sys.exit(f"unknown type {t!r} (known: {', '.join(FTYPES)})")
             dst = src if t == "f32" else os.path.join(d, f"{stem}-{t}.gguf")

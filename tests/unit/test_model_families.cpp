@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -35,15 +36,22 @@ cpu::thread_pool& pool() {
   return p;
 }
 
+// The folder of models and references: SY_TEST_MODELS_DIR from the environment (the real-model
+// run points it at the fetched files, tests/tools/real_models.sh), else the generated ones.
+std::string models_dir() {
+  const char* env = std::getenv("SY_TEST_MODELS_DIR");
+  return env && *env ? env : SY_TEST_MODELS_DIR;
+}
+
 const std::vector<model_case>& cases() {
   static const std::vector<model_case> all = [] {
     std::vector<model_case> out;
-    std::ifstream f(std::string(SY_TEST_MODELS_DIR) + "/manifest.json");
+    std::ifstream f(models_dir() + "/manifest.json");
     if (!f) return out;
     const nlohmann::json manifest = nlohmann::json::parse(f);
     for (const auto& m : manifest["models"]) {
-      if (m["shape"] != "tiny") continue;
-      model_case c{m["family"], m["type"], std::string(SY_TEST_MODELS_DIR) + "/" + m["path"].get<std::string>(), {}};
+      if (m["shape"] != "tiny" && m["shape"] != "real") continue;
+      model_case c{m["family"], m["type"], models_dir() + "/" + m["path"].get<std::string>(), {}};
       std::ifstream r(c.path + ".logits.json");
       if (r) c.ref = nlohmann::json::parse(r);
       out.push_back(std::move(c));
@@ -82,6 +90,13 @@ std::vector<token_id> top_ids(const float* row, int64_t n, int k) {
 // exact. Measured here (AVX2 kernels): 183-192 against llama.cpp, 180-192 against exact arithmetic.
 constexpr double k_min_agree_llamacpp = 0.92;
 constexpr int k_exact_slack = 3;
+// The largest |logit - exact| over the exact top-10 of every position, at most 1.5 or a tenth of
+// the largest such logit (real models' logits reach 30): measured 0.11-0.67 on the generated files
+// (every family and type, AVX2 and AVX-512 kernels), 0.44 (AVX-512) and 1.44 (AVX2: 8-bit
+// activations in the prompt products too) on Gemma 3 270M, whose logits reach 31. A wrong mask,
+// RoPE base or norm moves logits by several units (the generated Gemma 3 with its sliding window
+// ignored: 22) even where the top-1 survives.
+constexpr double k_max_exact_diff = 1.5, k_max_exact_diff_share = 0.1;
 
 }  // namespace
 
@@ -97,12 +112,12 @@ TEST_CASE("the model manifest lists every family and weight type") {
 }
 
 TEST_CASE("a file of an unsupported architecture or weight type is refused with one error naming it") {
-  std::ifstream f(std::string(SY_TEST_MODELS_DIR) + "/manifest.json");
+  std::ifstream f(models_dir() + "/manifest.json");
   REQUIRE(f.good());
   const nlohmann::json manifest = nlohmann::json::parse(f);
   REQUIRE(manifest.contains("unsupported"));
   for (const auto& u : manifest["unsupported"]) {
-    const std::string path = std::string(SY_TEST_MODELS_DIR) + "/" + u["path"].get<std::string>();
+    const std::string path = models_dir() + "/" + u["path"].get<std::string>();
     INFO(path);
     std::string what;
     try {
@@ -160,7 +175,7 @@ TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic 
     generator gen(m, pool(), 512);
     const int64_t n_vocab = m.hparams().n_vocab;
     int positions = 0, agree_lc = 0, agree_ex = 0, in_top3 = 0;
-    double max_diff = 0;
+    double max_diff = 0, max_logit = 0;
     for (const auto& k : c.ref["cases"]) {
       std::vector<token_id> seq = k["prompt_ids"].get<std::vector<token_id>>();
       const auto gen_tokens = k["tokens"].get<std::vector<token_id>>();
@@ -175,8 +190,10 @@ TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic 
         agree_lc += top[0] == lc;
         agree_ex += top[0] == ex;
         in_top3 += std::find(top.begin(), top.end(), ex) != top.end();
-        for (const auto& pair : k["exact"][j])
+        for (const auto& pair : k["exact"][j]) {
           max_diff = std::max(max_diff, std::fabs(row[pair[0].get<token_id>()] - pair[1].get<double>()));
+          max_logit = std::max(max_logit, std::fabs(pair[1].get<double>()));
+        }
       }
     }
     const int lc_ex = c.ref["llamacpp_exact_top1"].get<int>();
@@ -188,6 +205,7 @@ TEST_CASE("teacher-forced logits agree with llama.cpp and with exact arithmetic 
     CHECK(agree_lc >= k_min_agree_llamacpp * positions);
     CHECK(agree_ex >= lc_ex - k_exact_slack);
     CHECK(in_top3 == positions);
+    CHECK(max_diff < std::max(k_max_exact_diff, k_max_exact_diff_share * max_logit));
   }
 }
 

@@ -140,7 +140,7 @@ std::string llama_detokenize_like(const tokenizer& tok, const std::vector<token_
 
 TEST_CASE("tokenizer families: every case encodes to llama.cpp's ids and decodes to its text") {
   SY_REQUIRE_TEST_MODELS(m);
-  REQUIRE(m->families.size() == 3);
+  REQUIRE(m->families.size() == 5);
   for (const family_ref& f : m->families) {
     const json& cases = f.ref.at("cases");
     WARN(f.family << ": " << cases.size() << " cases against llama.cpp (" << f.path.filename().string() << ")");
@@ -221,6 +221,13 @@ TEST_CASE("tokenizer families: what each family is known to do") {
       CHECK(tok.encode("Hi") == tok.encode("Hi", {.add_special = false}));
       for (const char* t : {"<|im_end|>", "<|endoftext|>"}) CHECK(tok.is_eog(tok.find(t)));
       CHECK_FALSE(tok.is_eog(tok.find("<|im_start|>")));
+    } else if (f.family == "gemma3") {
+      // SentencePiece without the space prefix (Gemma's vocabularies).
+      CHECK(tok.model() == "llama");
+      CHECK(tok.add_bos());
+      CHECK_FALSE(tok.add_space_prefix());
+      CHECK(tok.decode(tok.encode("Hi", {.add_special = false})) == "Hi");
+      CHECK(tok.find("<start_of_turn>") >= 0);
     } else if (f.family == "mistral") {
       CHECK(tok.model() == "llama");
       CHECK(tok.add_bos());
@@ -302,7 +309,7 @@ TEST_CASE("tokenizer families: a SentencePiece spec without scores or with a bad
     if (f.tok.model() != "llama") continue;
     sy::proto::tokenizer_spec spec = sy::tokenizer_spec_from(sy::gguf::file::open(f.path.string()));
     REQUIRE(spec.scores.size() == spec.tokens.size());
-    CHECK(spec.add_space_prefix);
+    CHECK(spec.add_space_prefix == (f.family != "gemma3"));
     sy::proto::tokenizer_spec bad = spec;
     bad.scores.pop_back();
     CHECK_THROWS_WITH(tokenizer::from_spec(bad), Catch::Contains("scores has"));
@@ -313,7 +320,8 @@ TEST_CASE("tokenizer families: a SentencePiece spec without scores or with a bad
     bad = spec;
     bad.scores.clear();
     const tokenizer flat = tokenizer::from_spec(bad);
-    CHECK(flat.decode(flat.encode("Hello world", {.add_special = false})) == " Hello world");
+    CHECK(flat.decode(flat.encode("Hello world", {.add_special = false})) ==
+          (spec.add_space_prefix ? " Hello world" : "Hello world"));
   }
 }
 
