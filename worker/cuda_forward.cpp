@@ -646,7 +646,8 @@ cuda_forward::cuda_forward(const llama_model& model, cuda_forward_config cfg)
                              "' is not implemented by the CUDA backend (llama, qwen2); use --device cpu");
   if (hp.q_dim() != hp.n_embd)
     throw std::runtime_error("cuda_forward: heads wider than n_embd / n_head (attention.key_length " +
-                             std::to_string(hp.head_dim) + ") are not implemented by the CUDA backend; use --device cpu");
+                             std::to_string(hp.head_dim) +
+                             ") are not implemented by the CUDA backend; use --device cpu");
   if (hp.head_dim != 64 && hp.head_dim != 128)
     throw std::runtime_error("cuda_forward: the attention kernel supports head sizes 64 and 128, the model has " +
                              std::to_string(hp.head_dim));

@@ -79,9 +79,9 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
     throw std::runtime_error(path + ": head width " + std::to_string(hp.head_dim) + " is invalid");
   if (f.find(a + "attention.value_length") &&
       static_cast<int64_t>(f.get_uint(a + "attention.value_length")) != hp.head_dim)
-    throw std::runtime_error(path + ": " + a + "attention.value_length = " +
-                             std::to_string(f.get_uint(a + "attention.value_length")) + " differs from key_length " +
-                             std::to_string(hp.head_dim) + ", which Switchyard does not support");
+    throw std::runtime_error(
+        path + ": " + a + "attention.value_length = " + std::to_string(f.get_uint(a + "attention.value_length")) +
+        " differs from key_length " + std::to_string(hp.head_dim) + ", which Switchyard does not support");
   hp.n_rot = static_cast<int64_t>(f.get_uint_or(a + "rope.dimension_count", hp.head_dim));
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 512 || hp.n_rot <= 0)
     throw std::runtime_error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " is invalid");

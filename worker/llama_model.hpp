@@ -68,11 +68,11 @@ struct llama_hparams {
 cpu::weight_type to_weight_type(const gguf::tensor_info& t);
 
 struct llama_layer {
-  std::vector<float> attn_norm, ffn_norm;  // f32 copies of the norm weights
-  std::vector<float> bq, bk, bv;           // f32 Q/K/V biases (qkv_bias), else empty
-  std::vector<float> q_norm, k_norm;       // head_dim each (qk_norm), else empty
+  std::vector<float> attn_norm, ffn_norm;            // f32 copies of the norm weights
+  std::vector<float> bq, bk, bv;                     // f32 Q/K/V biases (qkv_bias), else empty
+  std::vector<float> q_norm, k_norm;                 // head_dim each (qk_norm), else empty
   std::vector<float> post_attn_norm, post_ffn_norm;  // n_embd each (post_norms), else empty
-  bool windowed = false;                   // a sliding-window layer (hparams().sliding_window)
+  bool windowed = false;                             // a sliding-window layer (hparams().sliding_window)
   cpu::linear wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
