@@ -38,6 +38,7 @@ constexpr std::array<format_name, 14> k_format_names = {{
 
 constexpr std::string_view k_im_start = "<|im_start|>";
 constexpr std::string_view k_im_end = "<|im_end|>";
+constexpr std::string_view k_empty_thinking = "<think>\n\n</think>\n\n";  // Qwen3, enable_thinking false
 
 // ---- Recognition ---------------------------------------------------------------------------------
 
@@ -315,7 +316,10 @@ chat_template chat_template::parse(std::string_view name_or_jinja) {
   }
   const detected d = detect(name_or_jinja);
   t.format = d.format;
-  if (d.format == chat_format::chatml) t.default_system = find_default_system(name_or_jinja);
+  if (d.format == chat_format::chatml) {
+    t.default_system = find_default_system(name_or_jinja);
+    t.thinking_switch = name_or_jinja.find("enable_thinking") != std::string_view::npos;
+  }
   if (d.format == chat_format::unsupported) {
     t.unsupported_reason = d.other.empty() ? std::string("the template matches none of the formats Switchyard renders")
                                            : "llama.cpp reads the template as its '" + std::string(d.other) +
@@ -354,7 +358,7 @@ std::string chat_template::read_option(const std::string& name_or_path) {
 }
 
 std::string chat_template::apply(const std::vector<chat_message>& given, bool add_generation_prompt,
-                                 const std::vector<chat_tool>& tools) const {
+                                 const std::vector<chat_tool>& tools, bool enable_thinking) const {
   bool tool_turns = !tools.empty();
   for (const chat_message& m : given) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
   std::vector<chat_message> lowered;
@@ -366,6 +370,7 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
       throw std::runtime_error("the chat template cannot be applied: " + unsupported_reason);
     case chat_format::chatml:
       render_chatml(messages, default_system, add_generation_prompt, out);
+      if (add_generation_prompt && thinking_switch && !enable_thinking) out += k_empty_thinking;
       break;
     case chat_format::llama3:
       render_llama3(messages, add_generation_prompt, out);
@@ -455,6 +460,9 @@ std::string chat_template::to_jinja(bool with_bos) const {
              lit(std::string(k_im_start) + "system\n" + default_system + std::string(k_im_end) + "\n") + "{% endif %}";
       loop(lit(k_im_start) + "{{ message['role'] }}" + lit("\n") + k_content + lit(std::string(k_im_end) + "\n"));
       gen(std::string(k_im_start) + "assistant\n");
+      if (thinking_switch)
+        j += "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}" +
+             lit(k_empty_thinking) + "{% endif %}";
       break;
     case chat_format::llama3:
       loop(lit("<|start_header_id|>") + "{{ message['role'] }}" + lit("<|end_header_id|>\n\n") + k_content_trimmed +

@@ -130,6 +130,10 @@ struct chat_template {
   std::string default_system;
   // Why the template cannot be applied, when format is unsupported; else empty.
   std::string unsupported_reason;
+  // ChatML only: the source reads `enable_thinking` (Qwen3). With the switch off, the generation
+  // prompt ends in an empty thinking block, "<think>\n\n</think>\n\n", as Qwen3's template
+  // writes it; with it on (the default), nothing is added and the model thinks first.
+  bool thinking_switch = false;
 
   bool supported() const { return format != chat_format::unsupported; }
 
@@ -154,8 +158,10 @@ struct chat_template {
   // one. Throws std::runtime_error (with the reason) when the template is unsupported.
   // `tools`: the functions the model may call, rendered per with_tools (also used whenever a
   // message carries tool calls or is a tool result).
+  // `enable_thinking`: the template variable (chat_template_kwargs), honoured where
+  // thinking_switch.
   std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true,
-                    const std::vector<chat_tool>& tools = {}) const;
+                    const std::vector<chat_tool>& tools = {}, bool enable_thinking = true) const;
 
   // A Jinja template that renders exactly what apply() renders (for a Hugging Face tokenizer
   // folder: switchyard-worker export-tokenizer), starting with `{{ bos_token }}` when `with_bos`

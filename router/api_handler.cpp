@@ -331,7 +331,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
     if (kind == endpoint::chat_completions) {
       // Tools are rendered only when offered: with tool_choice "none" the model does not see them.
       r->prompt = m.chat_prompt(g.messages, /*add_generation_prompt=*/true,
-                                g.tools.active() ? g.tools.tools : std::vector<chat_tool>{});
+                                g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.enable_thinking);
     } else if (g.prompt_is_tokens) {
       for (const int32_t t : g.prompt_tokens) {
         if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {

@@ -336,6 +336,11 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
     r.messages.push_back(std::move(msg));
   }
   if (total_bytes == 0) reject("messages", "'messages' must not all be empty");
+  if (const json* kw = field(doc, "chat_template_kwargs")) {
+    if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+    if (const auto it = kw->find("enable_thinking"); it != kw->end())
+      r.enable_thinking = as_bool(*it, "chat_template_kwargs.enable_thinking");
+  }
 }
 
 void parse_stop(const json& v, const api_limits& limits, generation_request& r) {
@@ -803,6 +808,7 @@ tokenize_request parse_tokenize_checked(std::string_view body, const api_limits&
     generation_request g;  // the messages exactly as /v1/chat/completions reads them
     parse_messages(doc, limits, g);
     r.messages = std::move(g.messages);
+    r.enable_thinking = g.enable_thinking;
     r.is_chat = true;
   } else {
     reject("prompt", "'prompt' (or 'messages') is required", "missing_required_parameter");

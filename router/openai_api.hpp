@@ -62,6 +62,10 @@ struct generation_request {
   bool prompt_is_tokens = false;
   std::vector<chat_message> messages;  // content given as a string or as an array of
                                        // {"type":"text","text":...} parts (joined)
+  // chat_template_kwargs (vLLM, SGLang): an object of template variables. `enable_thinking`
+  // (a bool) is honoured by templates that switch thinking (Qwen3; chat_template::apply); other
+  // keys are accepted and have no effect, as in a Jinja template that does not read them.
+  bool enable_thinking = true;
 
   int32_t n = 1;
   bool stream = false;
@@ -194,6 +198,7 @@ struct tokenize_request {
   bool is_chat = false;
   std::string prompt;                  // !is_chat
   std::vector<chat_message> messages;  // is_chat: as /v1/chat/completions reads them
+  bool enable_thinking = true;         // is_chat: chat_template_kwargs, as there
   bool add_special_tokens = true;      // prompt: BOS (and EOS) as the model adds them
   bool add_generation_prompt = true;   // messages
   bool return_token_strs = false;

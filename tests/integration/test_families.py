@@ -134,3 +134,19 @@ def test_sampling_and_logprobs_work_for_each_family(client, fam):
     a, b = client.chat.completions.create(**kw), client.chat.completions.create(**kw)
     assert a.choices[0].message.content == b.choices[0].message.content
     assert a.usage.completion_tokens == 12
+
+
+def test_qwen3_thinking_switch_through_chat_template_kwargs(cluster):
+    router, _ = cluster
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def tokens(**extra):
+        status, _, body = router.post("/tokenize", {"model": model_id(FAMILIES["qwen3"][0]), "messages": msgs,
+                                                    "return_token_strs": True, **extra})
+        assert status == 200, body
+        return json.loads(body)["token_strs"]
+
+    on = tokens()
+    off = tokens(chat_template_kwargs={"enable_thinking": False})
+    assert off[: len(on)] == on
+    assert "".join(off[len(on):]).replace("Ċ", "\n") == "<think>\n\n</think>\n\n"

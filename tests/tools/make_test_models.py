@@ -175,6 +175,23 @@ QWEN2_TEMPLATE = (
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n")
 
+# Qwen3's, abridged (no tools, no reasoning_content): ChatML with the enable_thinking switch.
+QWEN3_TEMPLATE = (
+    "{%- if messages[0].role == 'system' %}\n"
+    "    {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'system' and loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+    "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n")
+
 MISTRAL_V3_TEMPLATE = (
     "{%- if messages[0][\"role\"] == \"system\" %}\n"
     "    {%- set system_message = messages[0][\"content\"] %}\n"
@@ -303,7 +320,7 @@ def write_family(family, shape, path, arch=None):
         w.add_eos_token_id(id_of["<|im_end|>"])
         w.add_pad_token_id(id_of["<|endoftext|>"])
         w.add_add_bos_token(False)
-        w.add_chat_template(QWEN2_TEMPLATE)
+        w.add_chat_template(QWEN3_TEMPLATE if family == "qwen3" else QWEN2_TEMPLATE)
     elif family == "gemma3":
         # SentencePiece without the space prefix, <start_of_turn>/<end_of_turn> as controls, no
         # chat template in the file (as the common conversions ship it), a short sliding window.

@@ -147,6 +147,25 @@ TEST_CASE("chat template: ChatML keeps the default system prompt that llama.cpp 
   CHECK(chat_template::parse("chatml").apply({{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
 }
 
+TEST_CASE("chat template: a ChatML source that reads enable_thinking can switch thinking off (Qwen3)") {
+  const std::string qwen3 =
+      "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+      "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined "
+      "and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+  const chat_template t = chat_template::parse(qwen3);
+  REQUIRE(t.format == chat_format::chatml);
+  CHECK(t.thinking_switch);
+  const std::string base = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(t.apply({{"user", "Hi"}}) == base);
+  CHECK(t.apply({{"user", "Hi"}}, true, {}, false) == base + "<think>\n\n</think>\n\n");
+  CHECK(t.apply({{"user", "Hi"}}, false, {}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+  // A template without the switch ignores it, as its Jinja would.
+  const chat_template plain = chat_template::parse("chatml");
+  CHECK_FALSE(plain.thinking_switch);
+  CHECK(plain.apply({{"user", "Hi"}}, true, {}, false) == base);
+  CHECK_THAT(t.to_jinja(false), Catch::Contains("enable_thinking is false"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Recognition details (llama.cpp's rules and order)
 

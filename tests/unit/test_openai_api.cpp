@@ -904,3 +904,20 @@ TEST_CASE("tokenize responses have vLLM's keys", "[openai_api]") {
   CHECK(s["token_strs"] == json::array({"\xC4\xA0Hello", "a"}));
   CHECK(parsed(router::format_version()).at("version").is_string());
 }
+
+TEST_CASE("chat_template_kwargs: enable_thinking is read, other keys are accepted", "[openai_api]") {
+  const std::string msgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + "}").enable_thinking);
+  CHECK_FALSE(parse_ok(endpoint::chat_completions,
+                       "{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false,"custom":1}})")
+                  .enable_thinking);
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{}})").enable_thinking);
+  const api_error e = parse_err(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":[1]})");
+  CHECK((e.code == "invalid_type" && e.param == "chat_template_kwargs"));
+  const api_error b =
+      parse_err(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":"no"}})");
+  CHECK(b.param == "chat_template_kwargs.enable_thinking");
+  const auto t = router::parse_tokenize_request("{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false}})", {});
+  REQUIRE(std::holds_alternative<router::tokenize_request>(t));
+  CHECK_FALSE(std::get<router::tokenize_request>(t).enable_thinking);
+}
