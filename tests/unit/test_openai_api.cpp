@@ -917,7 +917,8 @@ TEST_CASE("chat_template_kwargs: enable_thinking is read, other keys are accepte
   const api_error b =
       parse_err(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":"no"}})");
   CHECK(b.param == "chat_template_kwargs.enable_thinking");
-  const auto t = router::parse_tokenize_request("{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false}})", {});
+  const auto t =
+      router::parse_tokenize_request("{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false}})", {});
   REQUIRE(std::holds_alternative<router::tokenize_request>(t));
   CHECK_FALSE(std::get<router::tokenize_request>(t).enable_thinking);
 }
