@@ -164,7 +164,7 @@ void amx_int_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t p0,
                       float* y, int64_t ldy) {
   constexpr int64_t nl = n_int_lines(wt);
   const int64_t nb = a.nb, stride = int_panel_lines(wt, a.nb * 32);
-  alignas(64) line64 nibbles[8];                // q4: the block's B tile (bytes 0..15)
+  alignas(64) line64 nibbles[8];                // q4, q5: the block's B tile (bytes 0..15, 0..31)
   alignas(64) int32_t sums[amx_tile_rows][16];  // C of one block: [token][row]
   alignas(64) int8_t tail[amx_tile_rows][32];   // A of a last tile of fewer tokens, zero-padded
   alignas(64) float acc[amx_int_tokens][16];    // [token][row], f32 as the AVX-512 kernel's
@@ -181,20 +181,19 @@ void amx_int_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t p0,
       for (int64_t t = 0; t < n_c; ++t)
         for (int i = 0; i < 16; ++i) acc[t][i] = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
-        const line64* blk = panel + b * (nl + 2);
+        const line64* blk = panel + b * int_block_lines(wt);
         const line64* w = blk;
-        if constexpr (nl == 4) {
-          for (int g = 0; g < 4; ++g)
-            for (int j = 0; j < 64; ++j) {
-              nibbles[g].b[j] = blk[g].b[j] & 15;
-              nibbles[4 + g].b[j] = blk[g].b[j] >> 4;
-            }
+        if constexpr (nl != 8) {
+          for (int g = 0; g < 4; ++g) int_panel_group_bytes(blk, nl, g, nibbles[g].b, nibbles[4 + g].b);
           w = nibbles;
         }
         tl.template load<2>(w, 64);  // one B per block, for every token tile of the pass
         float dw[16], mw[16];
         std::memcpy(dw, blk[nl].b, sizeof dw);
-        std::memcpy(mw, blk[nl + 1].b, sizeof mw);
+        if constexpr (int_panel_has_m(wt))
+          std::memcpy(mw, blk[nl + 1].b, sizeof mw);
+        else
+          for (int i = 0; i < 16; ++i) mw[i] = dw[i] * int_panel_offset(wt);  // exact, as the VNNI kernel
         for (int64_t tt = 0; tt < n_c; tt += amx_tile_rows) {
           const int64_t t0 = c0 + tt, m = n_c - tt < amx_tile_rows ? n_c - tt : amx_tile_rows;
           const int8_t* xq = a.qs + t0 * a.k + 32 * b;
@@ -233,6 +232,10 @@ void amx_int_panels(Tiles& tl, weight_type t, const line64* panels, int64_t rows
       return amx_int_panels_t<weight_type::q4_0>(tl, panels, rows, p0, p1, a, y, ldy);
     case weight_type::q4_1:
       return amx_int_panels_t<weight_type::q4_1>(tl, panels, rows, p0, p1, a, y, ldy);
+    case weight_type::q5_0:
+      return amx_int_panels_t<weight_type::q5_0>(tl, panels, rows, p0, p1, a, y, ldy);
+    case weight_type::q5_1:
+      return amx_int_panels_t<weight_type::q5_1>(tl, panels, rows, p0, p1, a, y, ldy);
     case weight_type::q8_0:
       return amx_int_panels_t<weight_type::q8_0>(tl, panels, rows, p0, p1, a, y, ldy);
     default:

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/gemm_kernels.hpp"
 
@@ -136,7 +137,7 @@ void panel_tokens(const line64* panel, int64_t nb, const q8_act_batch& a, int64_
   const int8_t* xq[T];
   for (int t = 0; t < T; ++t) xq[t] = a.qs + (t0 + t) * a.k;
   for (int64_t b = 0; b < nb; ++b) {
-    const line64* blk = panel + b * (nl + 2);
+    const line64* blk = panel + b * int_block_lines(wt);
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     auto dot = [&](__m512i w, int64_t col) {
@@ -153,10 +154,28 @@ void panel_tokens(const line64* panel, int64_t nb, const q8_act_batch& a, int64_
         dot(_mm512_and_si512(v, lo4), 4 * g);
         dot(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), 16 + 4 * g);
       }
+    } else if constexpr (nl == 5) {
+      // Nibbles as q4, each byte's fifth bit from line 4: group g's low columns have it at bit g,
+      // the high ones at bit 4 + g; it lands at bit 4 (vpternlogd 0xEA: (a & b) | c).
+      const __m512i lo4 = _mm512_set1_epi8(0x0f), h = _mm512_load_si512(blk + 4);
+      auto group = [&](auto gc) {
+        constexpr int g = decltype(gc)::value;
+        const __m512i v = _mm512_load_si512(blk + g);
+        const __m512i h_lo = _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1 << g)), 4 - g);
+        const __m512i h_hi = _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(static_cast<char>(16 << g))), g);
+        dot(_mm512_ternarylogic_epi32(v, lo4, h_lo, 0xEA), 4 * g);
+        dot(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), lo4, h_hi, 0xEA), 16 + 4 * g);
+      };
+      group(std::integral_constant<int, 0>{});
+      group(std::integral_constant<int, 1>{});
+      group(std::integral_constant<int, 2>{});
+      group(std::integral_constant<int, 3>{});
     } else {
       for (int g = 0; g < 8; ++g) dot(_mm512_load_si512(blk + g), 4 * g);
     }
-    const __m512 dw = _mm512_load_ps(blk[nl].b), mw = _mm512_load_ps(blk[nl + 1].b);
+    const __m512 dw = _mm512_load_ps(blk[nl].b);
+    const __m512 mw = int_panel_has_m(wt) ? _mm512_load_ps(blk[nl + 1].b)
+                                          : _mm512_mul_ps(dw, _mm512_set1_ps(int_panel_offset(wt)));  // exact
     for (int t = 0; t < T; ++t) {
       const float dx = a.d[(t0 + t) * a.nb_pad + b];
       const float sx = a.s[(t0 + t) * a.nb_pad + b];
@@ -200,6 +219,10 @@ void gemv_int_panels_avx512(weight_type t, const line64* panels, int64_t rows, i
       return int_panels<weight_type::q4_0>(panels, rows, p0, p1, a, y, ldy);
     case weight_type::q4_1:
       return int_panels<weight_type::q4_1>(panels, rows, p0, p1, a, y, ldy);
+    case weight_type::q5_0:
+      return int_panels<weight_type::q5_0>(panels, rows, p0, p1, a, y, ldy);
+    case weight_type::q5_1:
+      return int_panels<weight_type::q5_1>(panels, rows, p0, p1, a, y, ldy);
     case weight_type::q8_0:
       return int_panels<weight_type::q8_0>(panels, rows, p0, p1, a, y, ldy);
     default:

@@ -38,28 +38,51 @@ struct q8_act_batch {
 // Quantizes row `t` of the batch from x (k floats); same values as quantize_row_q8_act.
 void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t);
 
-// Integer weights (q4_0, q4_1, q8_0) repacked at load into 16-row panels ("int panels") for the
-// AVX-512 VNNI kernel. Per panel, per 32-column block b, in 64-byte lines:
+// Integer weights (q4_0, q4_1, q5_0, q5_1, q8_0) repacked at load into 16-row panels ("int
+// panels") for the AVX-512 VNNI kernel. Per panel, per 32-column block b, in 64-byte lines:
 //   n_int_lines(t) lines of unsigned weight bytes: line g, lane i (4 bytes) = row 16p+i's bytes
 //     for columns 4g..4g+3 of the block, so one vpdpbusd against 4 broadcast activation bytes
-//     gives 16 rows' partial sums. q8_0: u = q + 128, 8 lines. q4: the GGUF nibble bytes
-//     4g..4g+3 (low nibbles = columns 4g.., high nibbles = columns 16+4g..), 4 lines;
-//   one line of 16 f32 scales d, one line of 16 f32 offsets m, with w = d * u + m
-//     (q4_1: m; q4_0: -8 d; q8_0: -128 d).
+//     gives 16 rows' partial sums. q8_0: u = q + 128, 8 lines. q4 and q5: the GGUF nibble bytes
+//     4g..4g+3 (low nibbles = columns 4g.., high nibbles = columns 16+4g..), 4 lines; q5 adds a
+//     fifth line of the fifth bits, lane i byte c: bit g = column 4g+c's, bit 4+g = column
+//     16+4g+c's (so group g's bits come out of one mask and one shift);
+//   one line of 16 f32 scales d; for q4_1 and q5_1 one line of 16 f32 offsets m, with w = d * u + m.
+//     The symmetric types' m is d times a power of two (q4_0: -8 d, q5_0: -16 d, q8_0: -128 d),
+//     computed by the kernels exactly as it would have been stored, so their panels skip the line
+//     (decode streams every weight byte: q8_0 holds 1.125 bytes a weight instead of 1.25).
 // Rows past the end of the matrix are zero.
 struct alignas(64) line64 {
   uint8_t b[64];
 };
-constexpr int64_t n_int_lines(weight_type t) { return t == weight_type::q8_0 ? 8 : 4; }
+constexpr int64_t n_int_lines(weight_type t) {
+  return t == weight_type::q8_0 ? 8 : t == weight_type::q5_0 || t == weight_type::q5_1 ? 5 : 4;
+}
+// The unsigned 5-bit (q5) or 4-bit (q4) weight bytes of group g of a block, from its lines:
+// lo = columns 4g..4g+3, hi = columns 16+4g.. of every lane (scalar form, for the AMX and bf16
+// paths; the VNNI kernel does the same in registers).
+inline void int_panel_group_bytes(const line64* blk, int64_t nl, int g, uint8_t lo[64], uint8_t hi[64]) {
+  for (int j = 0; j < 64; ++j) {
+    const uint8_t v = blk[g].b[j], h = nl == 5 ? blk[4].b[j] : 0;
+    lo[j] = static_cast<uint8_t>((v & 15) | ((h >> g) & 1) << 4);
+    hi[j] = static_cast<uint8_t>((v >> 4) | ((h >> (4 + g)) & 1) << 4);
+  }
+}
 // Lines per panel for a k-column matrix.
-constexpr int64_t int_panel_lines(weight_type t, int64_t k) { return k / 32 * (n_int_lines(t) + 2); }
+// Whether the panels store m (else m = int_panel_offset(t) * d), and that offset.
+constexpr bool int_panel_has_m(weight_type t) { return t == weight_type::q4_1 || t == weight_type::q5_1; }
+constexpr float int_panel_offset(weight_type t) {
+  return t == weight_type::q8_0 ? -128.f : t == weight_type::q5_0 ? -16.f : -8.f;
+}
+// Lines per 32-column block: weights, d, and m where stored.
+constexpr int64_t int_block_lines(weight_type t) { return n_int_lines(t) + 1 + (int_panel_has_m(t) ? 1 : 0); }
+constexpr int64_t int_panel_lines(weight_type t, int64_t k) { return k / 32 * int_block_lines(t); }
 // Fills panels [p0, p1) of `out` from GGUF rows (row_bytes apart) of a `rows` x k matrix.
 void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                        int64_t p1, line64* out);
 
 // bf16 panels [p0, p1) of a `rows` x k matrix, written to out[(p - p0) * 16 * k ...] (kernels/cpu/repack.cpp):
 // from its GGUF rows (any weight type, dequantized then rounded to nearest even), or from its
-// integer panels (q4_0/q4_1/q8_0; the same values). Rows past the end are zero.
+// integer panels (q4_0/q4_1/q5_0/q5_1/q8_0; the same values). Rows past the end are zero.
 void pack_bf16_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                       int64_t p1, uint16_t* out);
 void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t k, int64_t p0, int64_t p1,

@@ -41,7 +41,10 @@ thread_local panel_scratch tls_panels;
 constexpr int64_t k_parallel_tokens = 16;
 
 bool integer_type(weight_type t) { return !is_float_type(t); }
-bool vnni_type(weight_type t) { return t == weight_type::q4_0 || t == weight_type::q4_1 || t == weight_type::q8_0; }
+bool vnni_type(weight_type t) {
+  return t == weight_type::q4_0 || t == weight_type::q4_1 || t == weight_type::q5_0 || t == weight_type::q5_1 ||
+         t == weight_type::q8_0;
+}
 
 // Returns the memory map's pages under [p, p + n) to the kernel (they are re-read from the page
 // cache if touched again). Only for file mappings: on anonymous memory it would zero the data.
@@ -55,7 +58,7 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 namespace {
-// Integer panels (q4_0/q4_1/q8_0) and K panels (q4_K/q5_K/q6_K) only where the AVX-512 kernels
+// Integer panels (q4_0/q4_1/q5_0/q5_1/q8_0) and K panels (q4_K/q5_K/q6_K) only where the AVX-512 kernels
 // will run (VNNI and BF16, as use_avx512_kernels asks): on a VNNI-only CPU (Cascade Lake, Ice Lake)
 // they would sit unused next to the rows.
 bool avx512_cpu() {

@@ -2,12 +2,12 @@
 // batch of tokens.
 //
 // One resident copy of the weights: the GGUF rows copied onto huge pages at load (or, on AVX-512
-// VNNI machines, q4_0/q4_1/q8_0 repacked into integer panels); the map's pages are let go.
+// VNNI machines, q4_0/q4_1/q5_0/q5_1/q8_0 repacked into integer panels); the map's pages are let go.
 // Two paths; the caller picks one per token by its role (cpu_forward.hpp), never by the batch
 // size, so a token's result does not depend on what else is in the step:
 //  * forward_gemv (generated tokens, output head): for quantized weights, integer kernels against
 //    activations quantized to 8 bits as llama.cpp does (per 32 for q4_0..q8_0, per 256 for the
-//    K-quants); with AVX-512 VNNI q4_0/q4_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp),
+//    K-quants); with AVX-512 VNNI q4_0/q4_1/q5_0/q5_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp),
 //    from 16 tokens on AMX tiles where the CPU has them (the same results).
 //    Float weights (f32/f16/bf16): f32 FMAs on the rows as stored;
 //  * forward_gemm (prompt tokens): a tiled GEMM (AMX tdpbf16ps, AVX-512 BF16 dot products, or f32 FMA)
@@ -53,7 +53,7 @@ class linear {
   // rounding is paid once, not per matrix).
   linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool, void* arena = nullptr);
   // Bytes of memory of its own a layer of this shape holds on this machine (a multiple of 64): its
-  // integer panels (AVX-512 VNNI, q4_0/q4_1/q8_0), else the copy of its rows, or 0 with
+  // integer panels (AVX-512 VNNI, q4_0/q4_1/q5_0/q5_1/q8_0), else the copy of its rows, or 0 with
   // SY_HUGE_PAGES=0 (it then computes from the source rows).
   static size_t arena_bytes(weight_type type, int64_t rows, int64_t cols);
   // When the layer holds its own copy (huge-page rows or integer panels), returns the source rows'
@@ -111,7 +111,7 @@ class linear {
   int64_t rows_ = 0, cols_ = 0;
   int64_t row_bytes_ = 0;
   int64_t n_panels_ = 0;  // 16-row groups
-  // q4_0/q4_1/q8_0 repacked for the AVX-512 VNNI kernel (gemm_kernels.hpp), in the arena or own_;
+  // q4_0/q4_1/q5_0/q5_1/q8_0 repacked for the AVX-512 VNNI kernel (gemm_kernels.hpp), in the arena or own_;
   // else null. Otherwise the arena or own_ holds the copy of the rows data_ points to (none with
   // SY_HUGE_PAGES=0: data_ == source_).
   const line64* int_panels_ = nullptr;

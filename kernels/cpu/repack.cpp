@@ -18,16 +18,30 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
   const int64_t nb = k / qk, nl = n_int_lines(t), stride = int_panel_lines(t, k);
   for (int64_t p = p0; p < p1; ++p)
     for (int64_t b = 0; b < nb; ++b) {
-      line64* blk = out + p * stride + b * (nl + 2);
-      std::memset(blk, 0, static_cast<size_t>(nl + 2) * sizeof(line64));
+      line64* blk = out + p * stride + b * int_block_lines(t);
+      std::memset(blk, 0, static_cast<size_t>(int_block_lines(t)) * sizeof(line64));
       float* d = reinterpret_cast<float*>(blk[nl].b);
-      float* m = reinterpret_cast<float*>(blk[nl + 1].b);
+      float m_unused[16];  // the symmetric types' m is not stored
+      float* m = int_panel_has_m(t) ? reinterpret_cast<float*>(blk[nl + 1].b) : m_unused;
       for (int i = 0; i < panel_rows; ++i) {
         const int64_t r = p * panel_rows + i;
         if (r >= rows) break;
         const uint8_t* row = w + r * row_bytes;
-        uint8_t u[32];  // q4: the 16 GGUF nibble bytes; q8_0: 32 bytes q + 128
-        if (t == weight_type::q4_0) {
+        uint8_t u[32];    // q4, q5: the 16 GGUF nibble bytes; q8_0: 32 bytes q + 128
+        uint32_t qh = 0;  // q5: the fifth bits, bit j = column j's
+        if (t == weight_type::q5_0) {
+          const auto& blk5 = reinterpret_cast<const block_q5_0*>(row)[b];
+          d[i] = fp16_to_fp32(blk5.d);
+          m[i] = -16.f * d[i];
+          std::memcpy(u, blk5.qs, 16);
+          std::memcpy(&qh, blk5.qh, 4);
+        } else if (t == weight_type::q5_1) {
+          const auto& blk5 = reinterpret_cast<const block_q5_1*>(row)[b];
+          d[i] = fp16_to_fp32(blk5.d);
+          m[i] = fp16_to_fp32(blk5.m);
+          std::memcpy(u, blk5.qs, 16);
+          std::memcpy(&qh, blk5.qh, 4);
+        } else if (t == weight_type::q4_0) {
           const auto& blk0 = reinterpret_cast<const block_q4_0*>(row)[b];
           d[i] = fp16_to_fp32(blk0.d);
           m[i] = -8.f * d[i];
@@ -43,7 +57,14 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
           m[i] = -128.f * d[i];
           for (int j = 0; j < 32; ++j) u[j] = static_cast<uint8_t>(blk8.qs[j] + 128);
         }
-        for (int64_t g = 0; g < nl; ++g) std::memcpy(blk[g].b + 4 * i, u + 4 * g, 4);
+        for (int64_t g = 0; g < (nl == 8 ? 8 : 4); ++g) std::memcpy(blk[g].b + 4 * i, u + 4 * g, 4);
+        if (nl == 5)
+          for (int c = 0; c < 4; ++c) {
+            uint8_t h = 0;
+            for (int g = 0; g < 4; ++g)
+              h |= static_cast<uint8_t>(((qh >> (4 * g + c)) & 1) << g | ((qh >> (16 + 4 * g + c)) & 1) << (4 + g));
+            blk[4].b[4 * i + c] = h;
+          }
       }
     }
 }
@@ -114,13 +135,18 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
   for (int64_t p = p0; p < p1; ++p) {
     uint16_t* panel = out + (p - p0) * panel_rows * k;
     for (int64_t b = 0; b < nb; ++b) {
-      const line64* blk = int_panels + p * stride + b * (nl + 2);
+      const line64* blk = int_panels + p * stride + b * int_block_lines(t);
       float d[16], m[16];
       std::memcpy(d, blk[nl].b, sizeof d);
-      std::memcpy(m, blk[nl + 1].b, sizeof m);
+      if (int_panel_has_m(t))
+        std::memcpy(m, blk[nl + 1].b, sizeof m);
+      else
+        for (int i = 0; i < 16; ++i) m[i] = int_panel_offset(t) * d[i];
       // The block's 16 bf16 lines: line j = columns 2j, 2j+1 of the block, lane i = row i.
       alignas(64) uint32_t lines[16][16];
-      for (int64_t g = 0; g < nl; ++g) {
+      uint32_t fifth[16] = {};  // q5: the fifth-bit line
+      if (nl == 5) std::memcpy(fifth, blk[4].b, sizeof fifth);
+      for (int64_t g = 0; g < (nl == 8 ? 8 : 4); ++g) {
         uint32_t w[16];
         std::memcpy(w, blk[g].b, sizeof w);
         if (nl == 8) {  // q8_0: byte c of lane i = column 4g + c
@@ -129,9 +155,10 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
             lines[2 * g][i] = bf16_pair(std::fma(d[i], u0, m[i]), std::fma(d[i], u1, m[i]));
             lines[2 * g + 1][i] = bf16_pair(std::fma(d[i], u2, m[i]), std::fma(d[i], u3, m[i]));
           }
-        } else {  // q4: low nibbles = columns 4g + c, high nibbles = columns 16 + 4g + c
+        } else {  // q4, q5: low nibbles = columns 4g + c, high nibbles = columns 16 + 4g + c
           for (int i = 0; i < 16; ++i) {
-            const uint32_t lo = w[i] & 0x0f0f0f0fu, hi = (w[i] >> 4) & 0x0f0f0f0fu;
+            const uint32_t lo = (w[i] & 0x0f0f0f0fu) | ((fifth[i] >> g) & 0x01010101u) << 4;
+            const uint32_t hi = ((w[i] >> 4) & 0x0f0f0f0fu) | ((fifth[i] >> (4 + g)) & 0x01010101u) << 4;
             const float l0 = lo & 0xff, l1 = (lo >> 8) & 0xff, l2 = (lo >> 16) & 0xff, l3 = lo >> 24;
             const float h0 = hi & 0xff, h1 = (hi >> 8) & 0xff, h2 = (hi >> 16) & 0xff, h3 = hi >> 24;
             lines[2 * g][i] = bf16_pair(std::fma(d[i], l0, m[i]), std::fma(d[i], l1, m[i]));

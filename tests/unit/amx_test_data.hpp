@@ -78,6 +78,17 @@ inline std::vector<uint8_t> random_int_weights(weight_type t, int64_t rows, int6
         b.d = fp32_to_fp16(sc(rng()));
         b.m = fp32_to_fp16(-8 * sc(rng()));
         for (auto& q : b.qs) q = static_cast<uint8_t>(byte(rng()));
+      } else if (t == weight_type::q5_0) {
+        auto& b = reinterpret_cast<block_q5_0*>(row)[i];
+        b.d = fp32_to_fp16(sc(rng()) / 2);
+        for (auto& q : b.qh) q = static_cast<uint8_t>(byte(rng()));  // every fifth bit, both values
+        for (auto& q : b.qs) q = static_cast<uint8_t>(byte(rng()));
+      } else if (t == weight_type::q5_1) {
+        auto& b = reinterpret_cast<block_q5_1*>(row)[i];
+        b.d = fp32_to_fp16(sc(rng()) / 2);
+        b.m = fp32_to_fp16(-16 * sc(rng()) / 2);
+        for (auto& q : b.qh) q = static_cast<uint8_t>(byte(rng()));
+        for (auto& q : b.qs) q = static_cast<uint8_t>(byte(rng()));
       } else {
         auto& b = reinterpret_cast<block_q8_0*>(row)[i];
         b.d = fp32_to_fp16(sc(rng()) / 16);
@@ -165,7 +176,20 @@ inline float int_kernel_reference(weight_type t, const uint8_t* row, const q8_ac
       mw = -128.f * dw;
     } else {
       const uint8_t* qs;
-      if (t == weight_type::q4_0) {
+      uint32_t qh = 0;  // q5: bit j = element j's fifth bit
+      if (t == weight_type::q5_0) {
+        const auto& blk = reinterpret_cast<const block_q5_0*>(row)[b];
+        qs = blk.qs;
+        std::memcpy(&qh, blk.qh, 4);
+        dw = fp16_to_fp32(blk.d);
+        mw = -16.f * dw;
+      } else if (t == weight_type::q5_1) {
+        const auto& blk = reinterpret_cast<const block_q5_1*>(row)[b];
+        qs = blk.qs;
+        std::memcpy(&qh, blk.qh, 4);
+        dw = fp16_to_fp32(blk.d);
+        mw = fp16_to_fp32(blk.m);
+      } else if (t == weight_type::q4_0) {
         const auto& blk = reinterpret_cast<const block_q4_0*>(row)[b];
         qs = blk.qs;
         dw = fp16_to_fp32(blk.d);
@@ -177,8 +201,8 @@ inline float int_kernel_reference(weight_type t, const uint8_t* row, const q8_ac
         mw = fp16_to_fp32(blk.m);
       }
       for (int j = 0; j < 16; ++j) {
-        u[j] = qs[j] & 15;
-        u[16 + j] = qs[j] >> 4;
+        u[j] = (qs[j] & 15) | ((qh >> j) & 1) << 4;
+        u[16 + j] = (qs[j] >> 4) | ((qh >> (16 + j)) & 1) << 4;
       }
     }
     int32_t isum = 0;

@@ -123,7 +123,8 @@ TEST_CASE("AMX bf16 GEMM loops on the tile model match the scalar reference at e
 TEST_CASE("AMX bf16 GEMM loops on the tile model meet the bf16 kernels' accuracy on quantized layers") {
   // The prompt path as forward_gemm runs it: panels from the repacking code, activations rounded
   // to bf16; against the f32 weights and activations in double (the AVX-512 kernels' 2e-5).
-  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0}) {
+  for (weight_type t :
+       {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q8_0}) {
     const int64_t rows = 40, cols = 576, n_panels = 3, n_tok = 21;
     const auto w = random_int_weights(t, rows, cols);
     std::vector<uint16_t> panels(static_cast<size_t>(n_panels * panel_rows * cols));
@@ -150,7 +151,8 @@ TEST_CASE("AMX bf16 GEMM loops on the tile model meet the bf16 kernels' accuracy
 }
 
 TEST_CASE("AMX integer panel loops on the tile model give the VNNI kernel's arithmetic bitwise") {
-  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0}) {
+  for (weight_type t :
+       {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q8_0}) {
     for (int64_t rows : {16, 40}) {
       for (int64_t cols : {96, 576}) {
         const auto w = random_int_weights(t, rows, cols);

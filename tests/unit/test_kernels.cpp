@@ -232,7 +232,8 @@ TEST_CASE("dequantization of q5 and K-quant blocks matches hand-computed values"
 }
 
 TEST_CASE("bf16 panels built from integer panels equal those built from the GGUF rows") {
-  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0}) {
+  for (weight_type t :
+       {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q8_0}) {
     const int64_t rows = 40, cols = 96, n_panels = 3;
     auto w = random_weights(t, rows, cols);
     std::vector<line64> ip(static_cast<size_t>(n_panels * int_panel_lines(t, cols)));

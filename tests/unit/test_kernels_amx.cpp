@@ -66,7 +66,8 @@ TEST_CASE("AMX bf16 GEMM matches the tile model, the scalar reference and itself
 }
 
 TEST_CASE("AMX integer panels equal the AVX-512 VNNI kernel and the tile model bitwise") {
-  for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q8_0}) {
+  for (weight_type t :
+       {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q8_0}) {
     for (int64_t rows : {16, 40}) {
       const int64_t cols = 576, n_panels = (rows + panel_rows - 1) / panel_rows;
       const auto w = random_int_weights(t, rows, cols);
