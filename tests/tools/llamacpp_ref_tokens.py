@@ -254,10 +254,11 @@ def main():
         manifest = json.load(f)
     chosen = {}
     for m in manifest["models"]:
-        if m["type"] == "f16" and m.get("shape", "tiny") == "tiny":
+        # One file per family: the generated f16 one, or a real model file (any type).
+        if (m["type"] == "f16" and m.get("shape", "tiny") == "tiny") or m.get("shape") == "real":
             chosen.setdefault(m["family"], m["path"])
     if not chosen:
-        sys.exit("llamacpp_ref_tokens: no f16 tiny model in the manifest")
+        sys.exit("llamacpp_ref_tokens: no f16 tiny or real model in the manifest")
     for family, rel in sorted(chosen.items()):
         model = os.path.join(args.models, rel)
         out = os.path.splitext(model)[0] + ".tokens.json"

