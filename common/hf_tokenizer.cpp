@@ -9,6 +9,7 @@
 #include "common/pre_tokenizer.hpp"
 #include "common/protocol.hpp"
 #include "common/tokenizer.hpp"
+#include "common/tokenizer_source.hpp"
 
 namespace sy {
 namespace {
@@ -20,9 +21,9 @@ constexpr int32_t k_unknown = 2, k_control = 3, k_user_defined = 4;
 
 int32_t type_of(const proto::tokenizer_spec& s, size_t id) { return s.token_types.empty() ? 1 : s.token_types[id]; }
 
-ordered_json added_token(const std::string& content, size_t id, bool special) {
-  return ordered_json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
-                      {"rstrip", false}, {"normalized", false}, {"special", special}};
+ordered_json added_token(const std::string& content, size_t id, bool special, bool rstrip) {
+  return ordered_json{{"id", id},         {"content", content},  {"single_word", false}, {"lstrip", false},
+                      {"rstrip", rstrip}, {"normalized", false}, {"special", special}};
 }
 
 // The vocabulary as the JSON object Hugging Face's BPE model reads (a text's first id wins, as in
@@ -97,7 +98,8 @@ ordered_json tokenizer_json(const proto::tokenizer_spec& s) {
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const int32_t t = type_of(s, i);
     if (t == k_control || t == k_unknown || t == k_user_defined)
-      added.push_back(added_token(s.tokens[i], i, t != k_user_defined));
+      added.push_back(
+          added_token(s.tokens[i], i, t != k_user_defined, rstrips_after(s.rstrip_specials, t, s.tokens[i])));
   }
   ordered_json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};
   if (s.model == "gpt2") {
@@ -176,7 +178,8 @@ hf_tokenizer_files make_hf_tokenizer_files(const proto::tokenizer_spec& s, const
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const int32_t t = type_of(s, i);
     if (t == k_control || t == k_unknown || t == k_user_defined) {
-      ordered_json a = added_token(s.tokens[i], i, t != k_user_defined);
+      ordered_json a =
+          added_token(s.tokens[i], i, t != k_user_defined, rstrips_after(s.rstrip_specials, t, s.tokens[i]));
       a.erase("id");
       decoder[std::to_string(i)] = a;
     }

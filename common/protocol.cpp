@@ -90,6 +90,7 @@ void fields(V& v, S& m) {
   v("add_bos", m.add_bos);
   v("add_eos", m.add_eos);
   v("add_space_prefix", m.add_space_prefix);
+  v("rstrip_specials", m.rstrip_specials);
   v("chat_template", m.chat_template, {.max_bytes = k_max_chat_template_bytes});
 }
 

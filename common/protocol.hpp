@@ -105,6 +105,7 @@ struct tokenizer_spec {
   bool add_bos = false;           // encode(add_bos = true) prepends BOS
   bool add_eos = false;           // ... and appends EOS
   bool add_space_prefix = false;  // SentencePiece: a space before text at the start / after a special token
+  bool rstrip_specials = false;   // whitespace after special tokens is dropped (Phi-3; rstrips_after)
   std::string chat_template;      // what chat_template::parse reads: the model's Jinja source, or the
                                   // operator's --chat-template (a name, a file's text); empty: none
 

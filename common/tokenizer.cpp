@@ -22,6 +22,7 @@
 // common/tokenizer_impl.hpp holds the state they share.
 #include "common/tokenizer_impl.hpp"
 
+#include <cctype>
 #include <memory>
 #include <utility>
 
@@ -59,6 +60,8 @@ void tokenizer::impl::split_special(std::string_view text, bool parse_special, s
         if (hit > pos) next.push_back({-1, pos, hit - pos});
         next.push_back({sid, hit, st.size()});
         pos = hit + st.size();
+        if (!rstrip_.empty() && rstrip_[sid])  // llama.cpp: the right remainder's leading whitespace
+          while (pos < end && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }

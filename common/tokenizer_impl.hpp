@@ -59,6 +59,7 @@ struct tokenizer::impl {
   std::vector<std::string> bytes_;  // what the token decodes to (see token_bytes)
   std::vector<uint8_t> kind_;       // token_kind per id, after llama.cpp's text-based overrides
   std::vector<uint8_t> eog_;        // 1 for end-of-generation tokens
+  std::vector<uint8_t> rstrip_;     // 1: whitespace right after the token is dropped (rstrips_after)
   std::vector<float> score_;        // SentencePiece: merge priority per id (higher first); else empty
   std::unordered_map<std::string, token_id, tokenizer_detail::string_hash, std::equal_to<>> id_of_;
   std::unordered_map<uint64_t, tokenizer_detail::merge_rule> merges_;  // BPE: pair_key(left, right) -> rule

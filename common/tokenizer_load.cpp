@@ -247,6 +247,10 @@ tokenizer tokenizer::build(const tokenizer_source& s) {
     if (p->kind_[i] == kind_control || p->kind_[i] == kind_user_defined || p->kind_[i] == kind_unknown) {
       p->special_.push_back(static_cast<token_id>(i));
     }
+    if (s.rstrip_specials) {
+      if (p->rstrip_.empty()) p->rstrip_.assign(n_vocab, 0);
+      p->rstrip_[i] = rstrips_after(true, p->kind_[i], p->text_[i]);
+    }
   }
   std::stable_sort(p->special_.begin(), p->special_.end(),
                    [&](token_id a, token_id b) { return p->text_[a].size() > p->text_[b].size(); });

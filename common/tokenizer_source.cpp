@@ -1,6 +1,8 @@
 // Reading a tokenizer's metadata from a GGUF file or a tokenizer_spec (see tokenizer_source.hpp).
 #include "common/tokenizer_source.hpp"
 
+#include <cctype>
+
 #include "common/gguf.hpp"
 #include "common/pre_tokenizer.hpp"
 #include "common/protocol.hpp"
@@ -67,6 +69,11 @@ tokenizer_source read_tokenizer_source(const gguf::file& f) {
   if (f.find("tokenizer.ggml.add_bos_token")) s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   if (f.find("tokenizer.ggml.add_eos_token")) s.add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
   if (f.find("tokenizer.ggml.add_space_prefix")) s.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
+  if (const auto* n = f.find("general.name"); n && n->type == gguf::value_type::string) {
+    std::string name(n->str);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    s.rstrip_specials = name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+  }
   return s;
 }
 
@@ -109,7 +116,13 @@ tokenizer_source read_tokenizer_source(const proto::tokenizer_spec& spec) {
   s.add_bos = spec.add_bos;
   s.add_eos = spec.add_eos;
   s.add_space_prefix = spec.add_space_prefix;
+  s.rstrip_specials = spec.rstrip_specials;
   return s;
+}
+
+bool rstrips_after(bool rstrip_specials, int64_t type, std::string_view text) {
+  if (!rstrip_specials || text == "<unk>" || text == "<s>" || text == "<|endoftext|>") return false;
+  return type == 2 || type == 3 || type == 4 || text == "</s>";  // unknown, control, user-defined
 }
 
 proto::tokenizer_spec to_tokenizer_spec(const tokenizer_source& s) {
@@ -136,6 +149,7 @@ proto::tokenizer_spec to_tokenizer_spec(const tokenizer_source& s) {
   t.add_bos = s.add_bos.value_or(d.add_bos);
   t.add_eos = s.add_eos.value_or(false);
   t.add_space_prefix = s.add_space_prefix.value_or(d.add_space_prefix);
+  t.rstrip_specials = s.rstrip_specials;
   return t;
 }
 

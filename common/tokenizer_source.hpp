@@ -32,7 +32,15 @@ struct tokenizer_source {
   int64_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1, eom = -1;
   int64_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
   std::optional<bool> add_bos, add_eos, add_space_prefix;  // unset: the tokenizer model's default
+  // llama.cpp's Phi-3 rule, by general.name ("phi-3" or "phi3" in it, any case): whitespace right
+  // after a special token is dropped when the text is split (the tokens' rstrip attribute).
+  bool rstrip_specials = false;
 };
+
+// Whether whitespace after token `text` of GGUF type `type` is dropped, given rstrip_specials:
+// every control, user-defined and unknown token and "</s>", except "<unk>", "<s>" and
+// "<|endoftext|>" (llama.cpp's list).
+bool rstrips_after(bool rstrip_specials, int64_t type, std::string_view text);
 
 // Defaults of keys a model may leave out, as llama.cpp sets them per tokenizer model.
 struct tokenizer_defaults {

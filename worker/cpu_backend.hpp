@@ -12,8 +12,9 @@ namespace sy {
 class cpu_backend final : public forward_backend {
  public:
   // `type` must suit the model's head size (cpu::kv_type_error is empty); the caller checks.
+  // `max_context`: the context served (cpu_forward's n_ctx).
   cpu_backend(const llama_model& model, cpu::thread_pool& pool, int32_t n_kv_blocks, int32_t block_size,
-              cpu::kv_type type);
+              cpu::kv_type type, int64_t max_context);
 
   void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override;
   bool samples() const override { return false; }

@@ -103,7 +103,7 @@ void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const bat
   const llama_hparams& hp = model_.hparams();
   const int64_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
   const cpu::kv_layer_view layout{nullptr, nullptr, bs, KV, kv.type(), cpu::kv_layout::heads};
-  const cpu::rope_config rope = model_.rope(L.windowed);
+  const cpu::rope_config rope = model_.rope(L.windowed, n_ctx_);
   linears({{&L.wq, q_.data(), Q}, {&L.wk, k_.data(), KV}, {&L.wv, v_.data(), KV}}, xn_.data(), E);
   per_row([&](int64_t i) {
     const int64_t pos = rows_[i].pos;

@@ -30,7 +30,9 @@ struct batch_seq {
 
 class cpu_forward {
  public:
-  cpu_forward(const llama_model& model, cpu::thread_pool& pool) : model_(model), pool_(pool) {}
+  // `n_ctx`: the context the worker serves (LongRoPE picks its factors by it; llama_model::rope).
+  cpu_forward(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx = 0)
+      : model_(model), pool_(pool), n_ctx_(n_ctx) {}
 
   // Runs the batch, writes K/V of the new tokens into `kv`, and fills `logits` with one row of
   // n_vocab per requested token, in batch order. Token ids must be < n_vocab (checked by the
@@ -66,6 +68,7 @@ class cpu_forward {
 
   const llama_model& model_;
   cpu::thread_pool& pool_;
+  int64_t n_ctx_ = 0;
   // The step's rows: generated-token rows first (n_decode_ of them), then prompt-token rows;
   // out_rows_: the rows whose logits are wanted, in batch order. Rebuilt by every run().
   std::vector<row_info> rows_;

@@ -42,7 +42,7 @@ engine_config with_backend_kv(engine_config c, const forward_backend& b) {
 engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
     : engine(model,
              std::make_unique<cpu_backend>(model, pool, config.n_kv_blocks, config.block_size,
-                                           checked_kv_type(model, config.kv_type)),
+                                           checked_kv_type(model, config.kv_type), config.max_context),
              config) {
   sampling_pool_ = &pool;
 }

@@ -16,7 +16,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 generator::generator(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx, int64_t block_size,
                      cpu::kv_type kv)
-    : model_(model), fwd_(model, pool), n_ctx_(n_ctx) {
+    : model_(model), fwd_(model, pool, n_ctx), n_ctx_(n_ctx) {
   const auto& hp = model.hparams();
   const int64_t n_blocks = (n_ctx + block_size - 1) / block_size;
   kv_ = kv_arena(hp.n_layer, n_blocks, block_size, hp.kv_dim(), kv);

@@ -51,8 +51,8 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   const gguf::file& f = m->file_;
   llama_hparams& hp = m->hp_;
   hp.arch = f.get_string("general.architecture");
-  const bool gemma3 = hp.arch == "gemma3", qwen3 = hp.arch == "qwen3";
-  if (hp.arch != "llama" && hp.arch != "qwen2" && !qwen3 && !gemma3)
+  const bool gemma3 = hp.arch == "gemma3", qwen3 = hp.arch == "qwen3", phi3 = hp.arch == "phi3";
+  if (hp.arch != "llama" && hp.arch != "qwen2" && !qwen3 && !gemma3 && !phi3)
     throw std::runtime_error(path + ": architecture '" + hp.arch +
                              "' is not supported (supported: " + k_supported_architectures + ")");
   const std::string a = hp.arch + ".";
@@ -115,10 +115,22 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
       throw std::runtime_error(path + ": RoPE scaling '" + type + "' is not supported (none, linear, llama3)");
     }
   }
-  if (const auto* t = f.find_tensor("rope_freqs.weight")) {
-    f.tensor("rope_freqs.weight", {static_cast<uint64_t>(hp.n_rot / 2)});
-    hp.rope_freq_factors.resize(static_cast<size_t>(hp.n_rot / 2));
-    cpu::dequantize_row(to_weight_type(*t), t->data, hp.rope_freq_factors.data(), hp.n_rot / 2);
+  auto factors = [&](const char* name, std::vector<float>& out) {
+    if (const auto* t = f.find_tensor(name)) {
+      f.tensor(name, {static_cast<uint64_t>(hp.n_rot / 2)});
+      out.resize(static_cast<size_t>(hp.n_rot / 2));
+      cpu::dequantize_row(to_weight_type(*t), t->data, out.data(), hp.n_rot / 2);
+    }
+  };
+  factors("rope_freqs.weight", hp.rope_freq_factors);
+  if (phi3) {
+    // LongRoPE (Phi-3/3.5 128k, Phi-4 mini): short and long divisors, an attention factor on cos
+    // and sin; a sliding window in the file is ignored, as llama.cpp does for Phi-3.
+    factors("rope_factors_short.weight", hp.rope_freq_factors);
+    factors("rope_factors_long.weight", hp.rope_freq_factors_long);
+    hp.n_ctx_orig = static_cast<int64_t>(
+        f.get_uint_or(a + "rope.scaling.original_context_length", static_cast<uint64_t>(hp.n_ctx_train)));
+    hp.rope_attn_factor = static_cast<float>(f.get_float_or(a + "rope.scaling.attn_factor", 1.0));
   }
 
   m->tok_ = std::make_unique<tokenizer>(tokenizer::from_gguf(f));
@@ -140,10 +152,14 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   const int64_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, HD = hp.head_dim;
   // Every matrix in one list, so that all their copies share one huge-page arena (a matrix of its
   // own would round up to 2 MiB: ~170 MiB on the 1B Q4_K_M file).
+  // `row0`: a matrix may be rows [row0, row0 + rows) of a fused tensor of `total` rows (Phi-3's
+  // attn_qkv and gate/up ffn_up): GGUF rows are contiguous, so each part is the tensor's data
+  // from its first row on.
   struct matrix {
     std::string name;
     int64_t cols, rows;
     cpu::linear* dst;
+    int64_t row0 = 0, total = 0;
   };
   std::vector<matrix> plan;
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
@@ -166,19 +182,31 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
       L.bk = load_vector(f, p + "attn_k.bias", KV);
       L.bv = load_vector(f, p + "attn_v.bias", KV);
     }
-    plan.push_back({p + "attn_q.weight", E, Q, &L.wq});
-    plan.push_back({p + "attn_k.weight", E, KV, &L.wk});
-    plan.push_back({p + "attn_v.weight", E, KV, &L.wv});
+    if (f.find_tensor(p + "attn_qkv.weight")) {
+      const int64_t total = Q + 2 * KV;
+      plan.push_back({p + "attn_qkv.weight", E, Q, &L.wq, 0, total});
+      plan.push_back({p + "attn_qkv.weight", E, KV, &L.wk, Q, total});
+      plan.push_back({p + "attn_qkv.weight", E, KV, &L.wv, Q + KV, total});
+    } else {
+      plan.push_back({p + "attn_q.weight", E, Q, &L.wq});
+      plan.push_back({p + "attn_k.weight", E, KV, &L.wk});
+      plan.push_back({p + "attn_v.weight", E, KV, &L.wv});
+    }
     plan.push_back({p + "attn_output.weight", Q, E, &L.wo});
-    plan.push_back({p + "ffn_gate.weight", E, F, &L.w_gate});
-    plan.push_back({p + "ffn_up.weight", E, F, &L.w_up});
+    if (phi3 && !f.find_tensor(p + "ffn_gate.weight")) {  // gate rows first, then up (llama.cpp's swiglu)
+      plan.push_back({p + "ffn_up.weight", E, F, &L.w_gate, 0, 2 * F});
+      plan.push_back({p + "ffn_up.weight", E, F, &L.w_up, F, 2 * F});
+    } else {
+      plan.push_back({p + "ffn_gate.weight", E, F, &L.w_gate});
+      plan.push_back({p + "ffn_up.weight", E, F, &L.w_up});
+    }
     plan.push_back({p + "ffn_down.weight", F, E, &L.w_down});
   }
   m->output_norm_ = load_vector(f, "output_norm.weight", E);
   // Tied embeddings: without output.weight the embedding matrix is the output head.
   plan.push_back({f.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", E, hp.n_vocab, &m->output_});
   auto tensor = [&](const matrix& x) -> const gguf::tensor_info& {
-    return f.tensor(x.name, {static_cast<uint64_t>(x.cols), static_cast<uint64_t>(x.rows)});
+    return f.tensor(x.name, {static_cast<uint64_t>(x.cols), static_cast<uint64_t>(x.total > 0 ? x.total : x.rows)});
   };
   size_t arena = 0;
   for (const matrix& x : plan) arena += cpu::linear::arena_bytes(to_weight_type(tensor(x)), x.rows, x.cols);
@@ -187,9 +215,11 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   for (const matrix& x : plan) {
     const auto& t = tensor(x);
     const cpu::weight_type wt = to_weight_type(t);
-    m->weight_bytes_ += t.n_bytes;
+    m->weight_bytes_ +=
+        x.total > 0 ? t.n_bytes / static_cast<size_t>(x.total) * static_cast<size_t>(x.rows) : t.n_bytes;
     try {
-      *x.dst = cpu::linear(wt, t.data, x.rows, x.cols, pool, arena > 0 ? m->weights_.get() + offset : nullptr);
+      const uint8_t* data = t.data + static_cast<size_t>(x.row0) * cpu::row_bytes(wt, x.cols);
+      *x.dst = cpu::linear(wt, data, x.rows, x.cols, pool, arena > 0 ? m->weights_.get() + offset : nullptr);
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(path + ": tensor '" + x.name + "': " + e.what());
     }
@@ -208,12 +238,15 @@ size_t llama_model::keep_prompt_panels(cpu::thread_pool& pool) {
   return prompt_panel_bytes_;
 }
 
-cpu::rope_config llama_model::rope(bool windowed) const {
+cpu::rope_config llama_model::rope(bool windowed, int64_t n_ctx) const {
   cpu::rope_config c;
   c.n_rot = hp_.n_rot;
   c.base = windowed ? hp_.rope_base_swa : hp_.rope_base;
   c.freq_scale = windowed ? hp_.rope_freq_scale_swa : hp_.rope_freq_scale;
-  c.freq_factors = hp_.rope_freq_factors.empty() ? nullptr : hp_.rope_freq_factors.data();
+  const bool long_factors = !hp_.rope_freq_factors_long.empty() && n_ctx > hp_.n_ctx_orig;
+  const auto& factors = long_factors ? hp_.rope_freq_factors_long : hp_.rope_freq_factors;
+  c.freq_factors = factors.empty() ? nullptr : factors.data();
+  c.mscale = hp_.rope_attn_factor;
   c.neox = hp_.rope_neox;
   return c;
 }

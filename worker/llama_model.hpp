@@ -24,9 +24,10 @@ namespace sy {
 
 // Architectures (GGUF general.architecture) this runtime implements: "llama" (Llama 2/3.x,
 // Mistral, SmolLM2), "qwen2" (Q/K/V biases, neox RoPE), "qwen3" (per-head Q/K norms, neox RoPE)
-// and "gemma3" (GELU feed-forward, norms after attention and FFN, Q/K norms, sliding-window
-// layers with their own RoPE base, embeddings scaled by sqrt(n_embd)).
-inline constexpr const char* k_supported_architectures = "llama, qwen2, qwen3, gemma3";
+// "gemma3" (GELU feed-forward, norms after attention and FFN, Q/K norms, sliding-window layers
+// with their own RoPE base, embeddings scaled by sqrt(n_embd)) and "phi3" (Phi-3/3.5 and Phi-4
+// mini: fused QKV and gate/up matrices, LongRoPE).
+inline constexpr const char* k_supported_architectures = "llama, qwen2, qwen3, gemma3, phi3";
 
 enum class ffn_activation : uint8_t { silu, gelu_tanh };
 
@@ -46,9 +47,15 @@ struct llama_hparams {
   float rope_freq_scale = 1.f;           // 1 / rope.scaling.factor (linear scaling), else 1
   bool rope_neox = false;                // qwen2: rotate (i, i + n_rot/2)
   std::vector<float> rope_freq_factors;  // rope_freqs.weight (Llama 3.1+ scaling), n_rot / 2 or empty
-  bool qkv_bias = false;                 // qwen2: attn_{q,k,v}.bias
-  bool qk_norm = false;                  // qwen3, gemma3: RMSNorm of every Q and K head before RoPE
-  bool post_norms = false;               // gemma3: attention and FFN outputs normed before the residual
+  // Phi-3 LongRoPE: rope_factors_short (in rope_freq_factors) and rope_factors_long divisors; the
+  // long ones apply when the served context exceeds n_ctx_orig (rope.scaling.original_context_length),
+  // as llama.cpp chooses them by its context size. cos and sin are scaled by rope_attn_factor.
+  std::vector<float> rope_freq_factors_long;
+  int64_t n_ctx_orig = 0;
+  float rope_attn_factor = 1.f;
+  bool qkv_bias = false;    // qwen2: attn_{q,k,v}.bias
+  bool qk_norm = false;     // qwen3, gemma3: RMSNorm of every Q and K head before RoPE
+  bool post_norms = false;  // gemma3: attention and FFN outputs normed before the residual
   ffn_activation act = ffn_activation::silu;
   float embd_scale = 1.f;  // gemma3: embeddings times sqrt(n_embd)
   float attn_scale = 0.f;  // the scores' scale, 1 / sqrt(head_dim) (set at load)
@@ -91,8 +98,9 @@ class llama_model {
   // Embedding row of `id` as f32 (n_embd values).
   void embed(token_id id, float* out) const;
   // The RoPE settings of this model's layers (cpu/ops.hpp), pointing into hparams(): those of
-  // the sliding-window layers when `windowed`.
-  cpu::rope_config rope(bool windowed = false) const;
+  // the sliding-window layers when `windowed`; LongRoPE's long factors when the served context
+  // `n_ctx` exceeds hparams().n_ctx_orig.
+  cpu::rope_config rope(bool windowed = false, int64_t n_ctx = 0) const;
   // Bytes of the matrices as stored in the file, and of the repacked copies held besides.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t repacked_bytes() const { return repacked_bytes_; }

@@ -194,7 +194,7 @@ int cmd_bench(const sy::cli_args& a) {
   sy::kv_arena kv(model->hparams().n_layer, (n_pp + n_tg + 15) / 16, 16, model->hparams().kv_dim());
   std::vector<int32_t> blocks(static_cast<size_t>(kv.n_blocks()));
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
-  sy::cpu_forward fwd(*model, pool);
+  sy::cpu_forward fwd(*model, pool, n_pp + n_tg);
   std::vector<float> logits;
   std::vector<double> pp, tg;
   for (int r = 0; r <= reps; ++r) {

@@ -105,8 +105,9 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   if (!dev.cuda)
     return std::make_unique<engine>(
         model,
-        with_fault_injection(std::make_unique<cpu_backend>(model, pool, ec.n_kv_blocks, ec.block_size, ec.kv_type),
-                             fault, model.vocab()),
+        with_fault_injection(
+            std::make_unique<cpu_backend>(model, pool, ec.n_kv_blocks, ec.block_size, ec.kv_type, ec.max_context),
+            fault, model.vocab()),
         ec);
   cuda_backend_settings cs;
   cs.block_size = ec.block_size;

@@ -27,8 +27,8 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const rope_c
   for (int64_t i = 0; i < half; ++i) {
     const float ff = c.freq_factors ? c.freq_factors[i] : 1.0f;
     const float t = c.freq_scale * (theta / ff);
-    cos_sin[2 * i] = std::cos(t);
-    cos_sin[2 * i + 1] = std::sin(t);
+    cos_sin[2 * i] = std::cos(t) * c.mscale;
+    cos_sin[2 * i + 1] = std::sin(t) * c.mscale;
     theta *= theta_scale;
   }
   const int64_t step = c.neox ? 1 : 2, other = c.neox ? half : 1;

@@ -19,6 +19,7 @@ struct rope_config {
   float freq_scale = 1.f;               // 1 / rope.scaling.factor for linear scaling
   const float* freq_factors = nullptr;  // n_rot / 2 divisors (rope_freqs.weight: Llama 3.1+), or null
   bool neox = false;
+  float mscale = 1.f;  // cos and sin times this (Phi-3's LongRoPE attention factor), as llama.cpp's attn_factor
 };
 // `x` holds n_heads heads of head_dim.
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const rope_config& c);

@@ -19,6 +19,7 @@ FAMILIES = {
     "mistral": ("mistral/mistral-q6_k.gguf", 512),
     "qwen3": ("qwen3/qwen3-q4_k_m.gguf", 768),
     "gemma3": ("gemma3/gemma3-q4_k_m.gguf", 1536),
+    "phi3": ("phi3/phi3-q4_k_m.gguf", 640),
 }
 
 pytestmark = pytest.mark.skipif(

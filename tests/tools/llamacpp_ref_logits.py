@@ -47,7 +47,7 @@ def field(r, key, default=None):
 
 
 class ExactModel:
-    """The Llama / Qwen2 / Qwen3 / Gemma 3 forward in float64 on the dequantized weights."""
+    """The Llama / Qwen2 / Qwen3 / Gemma 3 / Phi-3 forward in float64 on the dequantized weights."""
 
     def __init__(self, path):
         r = GGUFReader(path)
@@ -68,6 +68,23 @@ class ExactModel:
         self.window = field(r, a + "attention.sliding_window", 0) if self.gemma else 0
         self.embd_scale = np.sqrt(n_embd) if self.gemma else 1.0
         self.ff = self.w.get("rope_freqs.weight")
+        # Phi-3 LongRoPE at the references' 512-token context: the short factors, cos and sin
+        # times the attention factor.
+        self.mscale = 1.0
+        if self.arch == "phi3":
+            self.ff = self.w.get("rope_factors_short.weight")
+            self.mscale = field(r, a + "rope.scaling.attn_factor", 1.0)
+        for l in range(self.n_layer):  # fused matrices split as the runtimes do
+            p = f"blk.{l}."
+            if p + "attn_qkv.weight" in self.w:
+                qkv = self.w.pop(p + "attn_qkv.weight")
+                nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
+                self.w[p + "attn_q.weight"], self.w[p + "attn_k.weight"], self.w[p + "attn_v.weight"] = (
+                    qkv[:nq], qkv[nq:nq + nkv], qkv[nq + nkv:])
+            if p + "ffn_gate.weight" not in self.w:
+                up = self.w.pop(p + "ffn_up.weight")
+                half = up.shape[0] // 2
+                self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = up[:half], up[half:]
         self.out = self.w["output.weight"] if "output.weight" in self.w else self.w["token_embd.weight"]
 
     def rms(self, x, g):
@@ -79,7 +96,7 @@ class ExactModel:
         th = pos[:, None] * base ** (-2.0 * i / hd)
         if self.ff is not None:
             th = th / self.ff[None, :]
-        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        c, s = np.cos(th)[:, None, :] * self.mscale, np.sin(th)[:, None, :] * self.mscale
         o = np.empty_like(x)
         if self.neox:
             a, b = x[..., : hd // 2], x[..., hd // 2:]

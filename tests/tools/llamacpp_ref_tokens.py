@@ -86,6 +86,19 @@ EXTRA_TEXTS = [
 
 # Each family's special tokens, as text (parsed with parse_special true, plain text otherwise).
 SPECIAL_TEXTS = {
+    # Phi-3: whitespace after a special token is dropped (llama.cpp's rstrip rule for Phi-3 names).
+    "phi3": [
+        "<|system|>\nBe brief.<|end|>\n<|user|>\nHi there!<|end|>\n<|assistant|>\n",
+        "<|user|>   \t\n  spaced<|end|>",
+        "<|end|> \n",
+        "<s> kept</s> gone",
+        "<|endoftext|>  kept",
+        "text<|assistant|>\n\nmore",
+    ],
+    "gemma3": [
+        "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+        "<start_of_turn> spaced",
+    ],
     "llama3": [
         "<|begin_of_text|>",
         "<|begin_of_text|>Hello",

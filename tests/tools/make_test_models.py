@@ -192,6 +192,14 @@ QWEN3_TEMPLATE = (
     "    {%- endif %}\n"
     "{%- endif %}\n")
 
+# Phi-3.5-mini's.
+PHI3_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+    "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+    "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+
 MISTRAL_V3_TEMPLATE = (
     "{%- if messages[0][\"role\"] == \"system\" %}\n"
     "    {%- set system_message = messages[0][\"content\"] %}\n"
@@ -229,10 +237,11 @@ SHAPES = {
     "3b": dict(n_embd=3072, n_ff=8192, n_layer=28, n_head=24, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
 }
 
-FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3"]
+FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3"]
 # Families added later get fewer weight types (each costs CI time): the float, 8-bit and
 # K-quant paths, which is where their new arithmetic could differ.
-FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q4_k_m"]}
+FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q4_k_m"],
+                "phi3": ["f16", "q8_0", "q4_k_m"]}
 # Per family: heads wider than n_embd / n_head (attention.key_length), layers (Gemma 3 needs six
 # for one global layer after five sliding-window ones), and the sliding window (short, so the
 # test prompts cross it and block boundaries).
@@ -272,10 +281,10 @@ def write_family(family, shape, path, arch=None):
     s.update(FAMILY_SHAPE.get(family, {}) if shape == "tiny" else {})
     E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
     HD = s.get("head_dim", E // H)
-    arch = arch or (family if family in ("qwen2", "qwen3", "gemma3") else "llama")
+    arch = arch or (family if family in ("qwen2", "qwen3", "gemma3", "phi3") else "llama")
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"switchyard-test-{family}-{shape}")
-    w.add_context_length(s["ctx"] if family != "mistral" else 32768)
+    w.add_context_length(s["ctx"] if family not in ("mistral", "phi3") else 32768 if family == "mistral" else 131072)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -288,7 +297,7 @@ def write_family(family, shape, path, arch=None):
     w.add_layer_norm_rms_eps(1e-5 if family not in ("qwen2", "qwen3", "gemma3") else 1e-6)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    tied = family in ("llama3", "qwen2", "gemma3")
+    tied = family in ("llama3", "qwen2", "gemma3")  # phi3: separate output, as Phi-3.5-mini
     extra = {}
     if family == "llama3":
         w.add_rope_freq_base(500000.0)
@@ -338,6 +347,30 @@ def write_family(family, shape, path, arch=None):
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
         w.add_add_space_prefix(False)
+    elif family == "phi3":
+        # Phi-3.5-mini's layout: SentencePiece vocabulary with its chat markers, fused attn_qkv and
+        # gate/up ffn_up, LongRoPE short/long factors with an attention factor (a 4k original
+        # context stretched to 128k: the tests' 512-token context takes the short factors).
+        w.add_rope_freq_base(10000.0)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(32) / math.log(4096)))
+        w.add_rope_scaling_orig_ctx_len(4096)
+        control = ["<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|endoftext|>"]
+        tokens, scores, types = train_spm(max(s["vocab"], 1000), control)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(tokens.index("<|end|>"))
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(False)
+        w.add_add_eos_token(False)
+        w.add_add_space_prefix(True)
+        w.add_chat_template(PHI3_TEMPLATE)
+        i = np.arange(HD // 2)
+        extra["rope_factors_short.weight"] = (1.0 + 0.05 * i).astype(np.float32)
+        extra["rope_factors_long.weight"] = (1.0 + 0.5 * i).astype(np.float32)
     else:  # mistral: llama architecture, SentencePiece vocabulary, [INST] template (v0.3)
         w.add_rope_freq_base(1000000.0)
         control = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -376,9 +409,12 @@ def write_family(family, shape, path, arch=None):
     for l in range(L):
         p = f"blk.{l}."
         w.add_tensor(p + "attn_norm.weight", norm(E))
-        w.add_tensor(p + "attn_q.weight", mat(Q, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", mat(KV, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", mat(KV, E))
+        if family == "phi3":  # one fused matrix: Q rows, then K, then V
+            w.add_tensor(p + "attn_qkv.weight", np.concatenate([mat(Q, E, 2.0), mat(KV, E, 2.0), mat(KV, E)]))
+        else:
+            w.add_tensor(p + "attn_q.weight", mat(Q, E, 2.0))
+            w.add_tensor(p + "attn_k.weight", mat(KV, E, 2.0))
+            w.add_tensor(p + "attn_v.weight", mat(KV, E))
         if family == "qwen2":
             w.add_tensor(p + "attn_q.bias", (0.5 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
             w.add_tensor(p + "attn_k.bias", (0.5 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
@@ -393,8 +429,11 @@ def write_family(family, shape, path, arch=None):
             # with it the sliding window, decides the logits rather than the current token alone.
             w.add_tensor(p + "post_attention_norm.weight", 6.0 * norm(E))
             w.add_tensor(p + "post_ffw_norm.weight", 6.0 * norm(E))
-        w.add_tensor(p + "ffn_gate.weight", mat(F, E))
-        w.add_tensor(p + "ffn_up.weight", mat(F, E))
+        if family == "phi3":  # gate rows, then up rows
+            w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(F, E), mat(F, E)]))
+        else:
+            w.add_tensor(p + "ffn_gate.weight", mat(F, E))
+            w.add_tensor(p + "ffn_up.weight", mat(F, E))
         w.add_tensor(p + "ffn_down.weight", mat(E, F))
     w.add_tensor("output_norm.weight", norm(E))
     if not tied:
@@ -462,15 +501,15 @@ def main():
     if args.shape == "tiny":
         d = os.path.join(args.out, "unsupported")
         os.makedirs(d, exist_ok=True)
-        bad_arch = os.path.join(d, "phi3-arch.gguf")
+        bad_arch = os.path.join(d, "gemma2-arch.gguf")
         if not os.path.exists(bad_arch):
-            write_family("llama3", "tiny", bad_arch + ".part", arch="phi3")
+            write_family("llama3", "tiny", bad_arch + ".part", arch="gemma2")
             os.replace(bad_arch + ".part", bad_arch)
         bad_type = os.path.join(d, "llama3-q2_k.gguf")
         if not os.path.exists(bad_type):
             quantize(os.path.join(args.out, "llama3", "llama3-f32.gguf"), bad_type, "q2_k")
         manifest["unsupported"] = [
-            {"path": os.path.relpath(bad_arch, args.out), "error": ["architecture 'phi3' is not supported"]},
+            {"path": os.path.relpath(bad_arch, args.out), "error": ["architecture 'gemma2' is not supported"]},
             {"path": os.path.relpath(bad_type, args.out), "error": ["tensor 'blk.", "has type q2_K"]},
         ]
     with open(manifest_path + ".part", "w") as f:

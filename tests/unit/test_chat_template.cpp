@@ -308,8 +308,8 @@ TEST_CASE("a worker's welcome carries --chat-template in place of the model's te
   auto welcome_template = [&](const std::string& chat_override) {
     sy::engine_config cfg;
     cfg.n_kv_blocks = 8;
-    sy::engine eng(model, std::make_unique<sy::cpu_backend>(model, sy::test::env()->pool, 8, 16, sy::cpu::kv_type::f16),
-                   cfg);
+    sy::engine eng(
+        model, std::make_unique<sy::cpu_backend>(model, sy::test::env()->pool, 8, 16, sy::cpu::kv_type::f16, 128), cfg);
     sy::service_config sc;
     sc.chat_template = chat_override;
     sy::worker_service w(eng, sc);

@@ -22,7 +22,7 @@ namespace {
 // The CPU backend, or a failure (as a device error would surface) while `fail` is set.
 class flaky_backend final : public forward_backend {
  public:
-  flaky_backend(const llama_model& m, cpu::thread_pool& pool) : cpu_(m, pool, 64, 16, cpu::kv_type::f16) {}
+  flaky_backend(const llama_model& m, cpu::thread_pool& pool) : cpu_(m, pool, 64, 16, cpu::kv_type::f16, 1024) {}
   void run(std::span<const batch_seq> b, std::span<const row_sampling> s, step_output& out) override {
     if (fail) throw std::runtime_error("CUDA error: an illegal memory access was encountered");
     cpu_.run(b, s, out);
