@@ -300,3 +300,28 @@ TEST_CASE("every family batches, chunks and caches prefixes without changing res
     }
   }
 }
+
+// LongRoPE picks its factors by the context a worker serves, as llama.cpp picks them by its
+// context size: short up to rope.scaling.original_context_length, long beyond; the attention
+// factor scales cos and sin either way. (The references above run at 512 tokens: short.)
+TEST_CASE("Phi-3 LongRoPE: short factors up to the original context, long ones beyond") {
+  int checked = 0;
+  for (const auto& c : cases()) {
+    if (c.family != "phi3") continue;
+    const llama_model& m = load(c);
+    const llama_hparams& hp = m.hparams();
+    REQUIRE(hp.n_ctx_orig == 4096);
+    REQUIRE(hp.rope_freq_factors.size() == static_cast<size_t>(hp.n_rot / 2));
+    REQUIRE(hp.rope_freq_factors_long.size() == static_cast<size_t>(hp.n_rot / 2));
+    CHECK(hp.rope_attn_factor > 1.1f);
+    CHECK(m.rope(false, 4096).freq_factors == hp.rope_freq_factors.data());
+    CHECK(m.rope(false, 4097).freq_factors == hp.rope_freq_factors_long.data());
+    CHECK(m.rope(false, 4097).mscale == hp.rope_attn_factor);
+    // Served past 4096 tokens the same prompt gets other logits (the long factors turn slower).
+    generator short_ctx(m, pool(), 512), long_ctx(m, pool(), 8192);
+    const auto prompt = c.ref["cases"][0]["prompt_ids"].get<std::vector<token_id>>();
+    CHECK(short_ctx.score(prompt) != long_ctx.score(prompt));
+    ++checked;
+  }
+  CHECK(checked == 3);
+}
