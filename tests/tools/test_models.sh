@@ -10,15 +10,12 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: test_models.sh BUILD_DIR}" && pwd)
 py="$root/.venv/bin/python"
-skip() {
-  echo "test_models: SKIP: $*" >&2
-  [ -n "${CI:-}" ] && exit 1
-  exit 77
-}
-[ -x "$py" ] || skip "no $py (run deploy/setup.sh)"
+# shellcheck source=tests/tools/skip_lib.sh
+. "$root/tests/tools/skip_lib.sh"
+[ -x "$py" ] || skip test_models "no $py (run deploy/setup.sh)"
 "$py" -c 'import numpy, gguf, tokenizers, sentencepiece, jinja2, diskcache, typing_extensions' 2>/dev/null ||
-  skip "the test-model Python packages are missing from .venv (deploy/setup.sh installs them)"
-lcpp=$(bash "$root/tests/tools/build_llamacpp.sh" "$build/llama.cpp") || skip "could not build llama.cpp (tests/tools/build_llamacpp.sh)"
+  skip test_models "the test-model Python packages are missing from .venv (deploy/setup.sh installs them)"
+lcpp=$(bash "$root/tests/tools/build_llamacpp.sh" "$build/llama.cpp") || skip test_models "could not build llama.cpp (tests/tools/build_llamacpp.sh)"
 export PYTHONPATH="$lcpp/python" LLAMA_CPP_LIB_PATH="$lcpp/lib"
 set -e
 "$py" "$root/tests/tools/make_test_models.py" --out "$build/test-models"
