@@ -161,6 +161,11 @@ void tokenizer::impl::apply_token_rules(const tokenizer_source& s) {
   }
 }
 
+bool rstrips_after(bool rstrip_specials, int64_t type, std::string_view text) {
+  if (!rstrip_specials || text == "<unk>" || text == "<s>" || text == "<|endoftext|>") return false;
+  return type == kind_unknown || type == kind_control || type == kind_user_defined || text == "</s>";
+}
+
 tokenizer tokenizer::build(const tokenizer_source& s) {
   auto p = std::make_unique<impl>();
   p->model_ = s.model;
@@ -223,6 +228,7 @@ tokenizer tokenizer::build(const tokenizer_source& s) {
   p->apply_token_rules(s);
 
   p->bytes_.resize(n_vocab);
+  if (s.rstrip_specials) p->rstrip_.assign(n_vocab, 0);
   for (size_t i = 0; i < n_vocab; ++i) {
     const std::string& t = p->text_[i];
     switch (p->kind_[i]) {
@@ -247,10 +253,7 @@ tokenizer tokenizer::build(const tokenizer_source& s) {
     if (p->kind_[i] == kind_control || p->kind_[i] == kind_user_defined || p->kind_[i] == kind_unknown) {
       p->special_.push_back(static_cast<token_id>(i));
     }
-    if (s.rstrip_specials) {
-      if (p->rstrip_.empty()) p->rstrip_.assign(n_vocab, 0);
-      p->rstrip_[i] = rstrips_after(true, p->kind_[i], p->text_[i]);
-    }
+    if (s.rstrip_specials) p->rstrip_[i] = rstrips_after(true, p->kind_[i], p->text_[i]);
   }
   std::stable_sort(p->special_.begin(), p->special_.end(),
                    [&](token_id a, token_id b) { return p->text_[a].size() > p->text_[b].size(); });

@@ -120,11 +120,6 @@ tokenizer_source read_tokenizer_source(const proto::tokenizer_spec& spec) {
   return s;
 }
 
-bool rstrips_after(bool rstrip_specials, int64_t type, std::string_view text) {
-  if (!rstrip_specials || text == "<unk>" || text == "<s>" || text == "<|endoftext|>") return false;
-  return type == 2 || type == 3 || type == 4 || text == "</s>";  // unknown, control, user-defined
-}
-
 proto::tokenizer_spec to_tokenizer_spec(const tokenizer_source& s) {
   proto::tokenizer_spec t;
   t.model = s.model;

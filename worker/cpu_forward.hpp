@@ -31,7 +31,7 @@ struct batch_seq {
 class cpu_forward {
  public:
   // `n_ctx`: the context the worker serves (LongRoPE picks its factors by it; llama_model::rope).
-  cpu_forward(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx = 0)
+  cpu_forward(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx)
       : model_(model), pool_(pool), n_ctx_(n_ctx) {}
 
   // Runs the batch, writes K/V of the new tokens into `kv`, and fills `logits` with one row of

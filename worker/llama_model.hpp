@@ -100,7 +100,7 @@ class llama_model {
   // The RoPE settings of this model's layers (cpu/ops.hpp), pointing into hparams(): those of
   // the sliding-window layers when `windowed`; LongRoPE's long factors when the served context
   // `n_ctx` exceeds hparams().n_ctx_orig.
-  cpu::rope_config rope(bool windowed = false, int64_t n_ctx = 0) const;
+  cpu::rope_config rope(bool windowed, int64_t n_ctx) const;
   // Bytes of the matrices as stored in the file, and of the repacked copies held besides.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t repacked_bytes() const { return repacked_bytes_; }

@@ -184,16 +184,12 @@ void amx_int_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t p0,
         const line64* blk = panel + b * int_block_lines(wt);
         const line64* w = blk;
         if constexpr (nl != 8) {
-          for (int g = 0; g < 4; ++g) int_panel_group_bytes(blk, nl, g, nibbles[g].b, nibbles[4 + g].b);
+          for (int g = 0; g < 4; ++g) int_panel_group_bytes(blk, wt, g, nibbles[g].b, nibbles[4 + g].b);
           w = nibbles;
         }
         tl.template load<2>(w, 64);  // one B per block, for every token tile of the pass
         float dw[16], mw[16];
-        std::memcpy(dw, blk[nl].b, sizeof dw);
-        if constexpr (int_panel_has_m(wt))
-          std::memcpy(mw, blk[nl + 1].b, sizeof mw);
-        else
-          for (int i = 0; i < 16; ++i) mw[i] = dw[i] * int_panel_offset(wt);  // exact, as the VNNI kernel
+        int_panel_scales(blk, wt, dw, mw);
         for (int64_t tt = 0; tt < n_c; tt += amx_tile_rows) {
           const int64_t t0 = c0 + tt, m = n_c - tt < amx_tile_rows ? n_c - tt : amx_tile_rows;
           const int8_t* xq = a.qs + t0 * a.k + 32 * b;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quant.hpp"
 
@@ -54,28 +55,39 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t);
 struct alignas(64) line64 {
   uint8_t b[64];
 };
-constexpr int64_t n_int_lines(weight_type t) {
-  return t == weight_type::q8_0 ? 8 : t == weight_type::q5_0 || t == weight_type::q5_1 ? 5 : 4;
-}
-// The unsigned 5-bit (q5) or 4-bit (q4) weight bytes of group g of a block, from its lines:
-// lo = columns 4g..4g+3, hi = columns 16+4g.. of every lane (scalar form, for the AMX and bf16
-// paths; the VNNI kernel does the same in registers).
-inline void int_panel_group_bytes(const line64* blk, int64_t nl, int g, uint8_t lo[64], uint8_t hi[64]) {
-  for (int j = 0; j < 64; ++j) {
-    const uint8_t v = blk[g].b[j], h = nl == 5 ? blk[4].b[j] : 0;
-    lo[j] = static_cast<uint8_t>((v & 15) | ((h >> g) & 1) << 4);
-    hi[j] = static_cast<uint8_t>((v >> 4) | ((h >> (4 + g)) & 1) << 4);
-  }
-}
-// Lines per panel for a k-column matrix.
+// Lines of weight bytes per block (8 for q8_0, 4 nibble lines for q4 and q5), whether a fifth-bit
+// line follows them (q5), and all of them: the scales' line is blk[n_int_lines(t)].
+constexpr int64_t int_byte_lines(weight_type t) { return t == weight_type::q8_0 ? 8 : 4; }
+constexpr bool int_has_fifth_bits(weight_type t) { return t == weight_type::q5_0 || t == weight_type::q5_1; }
+constexpr int64_t n_int_lines(weight_type t) { return int_byte_lines(t) + (int_has_fifth_bits(t) ? 1 : 0); }
 // Whether the panels store m (else m = int_panel_offset(t) * d), and that offset.
 constexpr bool int_panel_has_m(weight_type t) { return t == weight_type::q4_1 || t == weight_type::q5_1; }
 constexpr float int_panel_offset(weight_type t) {
   return t == weight_type::q8_0 ? -128.f : t == weight_type::q5_0 ? -16.f : -8.f;
 }
-// Lines per 32-column block: weights, d, and m where stored.
+// Lines per 32-column block: weights, d, and m where stored; lines per panel for a k-column matrix.
 constexpr int64_t int_block_lines(weight_type t) { return n_int_lines(t) + 1 + (int_panel_has_m(t) ? 1 : 0); }
 constexpr int64_t int_panel_lines(weight_type t, int64_t k) { return k / 32 * int_block_lines(t); }
+// The unsigned 5-bit (q5) or 4-bit (q4) weight bytes of group g of a block, from its lines:
+// lo = columns 4g..4g+3, hi = columns 16+4g.. of every lane (scalar form, for the AMX and bf16
+// paths; the VNNI kernel does the same in registers).
+inline void int_panel_group_bytes(const line64* blk, weight_type t, int g, uint8_t lo[64], uint8_t hi[64]) {
+  for (int j = 0; j < 64; ++j) {
+    const uint8_t v = blk[g].b[j], h = int_has_fifth_bits(t) ? blk[4].b[j] : 0;
+    lo[j] = static_cast<uint8_t>((v & 15) | ((h >> g) & 1) << 4);
+    hi[j] = static_cast<uint8_t>((v >> 4) | ((h >> (4 + g)) & 1) << 4);
+  }
+}
+// A block's 16 scales d and offsets m (stored, or int_panel_offset(t) * d: exact, the VNNI
+// kernel's value).
+inline void int_panel_scales(const line64* blk, weight_type t, float d[16], float m[16]) {
+  const int64_t nl = n_int_lines(t);
+  std::memcpy(d, blk[nl].b, 16 * sizeof(float));
+  if (int_panel_has_m(t))
+    std::memcpy(m, blk[nl + 1].b, 16 * sizeof(float));
+  else
+    for (int i = 0; i < 16; ++i) m[i] = int_panel_offset(t) * d[i];
+}
 // Fills panels [p0, p1) of `out` from GGUF rows (row_bytes apart) of a `rows` x k matrix.
 void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                        int64_t p1, line64* out);

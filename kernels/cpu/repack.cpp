@@ -21,8 +21,7 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
       line64* blk = out + p * stride + b * int_block_lines(t);
       std::memset(blk, 0, static_cast<size_t>(int_block_lines(t)) * sizeof(line64));
       float* d = reinterpret_cast<float*>(blk[nl].b);
-      float m_unused[16];  // the symmetric types' m is not stored
-      float* m = int_panel_has_m(t) ? reinterpret_cast<float*>(blk[nl + 1].b) : m_unused;
+      float* m = int_panel_has_m(t) ? reinterpret_cast<float*>(blk[nl + 1].b) : nullptr;  // q4_1, q5_1
       for (int i = 0; i < panel_rows; ++i) {
         const int64_t r = p * panel_rows + i;
         if (r >= rows) break;
@@ -32,7 +31,6 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
         if (t == weight_type::q5_0) {
           const auto& blk5 = reinterpret_cast<const block_q5_0*>(row)[b];
           d[i] = fp16_to_fp32(blk5.d);
-          m[i] = -16.f * d[i];
           std::memcpy(u, blk5.qs, 16);
           std::memcpy(&qh, blk5.qh, 4);
         } else if (t == weight_type::q5_1) {
@@ -44,7 +42,6 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
         } else if (t == weight_type::q4_0) {
           const auto& blk0 = reinterpret_cast<const block_q4_0*>(row)[b];
           d[i] = fp16_to_fp32(blk0.d);
-          m[i] = -8.f * d[i];
           std::memcpy(u, blk0.qs, 16);
         } else if (t == weight_type::q4_1) {
           const auto& blk1 = reinterpret_cast<const block_q4_1*>(row)[b];
@@ -54,11 +51,10 @@ void repack_int_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64
         } else {
           const auto& blk8 = reinterpret_cast<const block_q8_0*>(row)[b];
           d[i] = fp16_to_fp32(blk8.d);
-          m[i] = -128.f * d[i];
           for (int j = 0; j < 32; ++j) u[j] = static_cast<uint8_t>(blk8.qs[j] + 128);
         }
-        for (int64_t g = 0; g < (nl == 8 ? 8 : 4); ++g) std::memcpy(blk[g].b + 4 * i, u + 4 * g, 4);
-        if (nl == 5)
+        for (int64_t g = 0; g < int_byte_lines(t); ++g) std::memcpy(blk[g].b + 4 * i, u + 4 * g, 4);
+        if (int_has_fifth_bits(t))
           for (int c = 0; c < 4; ++c) {
             uint8_t h = 0;
             for (int g = 0; g < 4; ++g)
@@ -131,41 +127,31 @@ uint32_t bf16_pair(float lo, float hi) {
 // dequantization gives (the test compares them bitwise).
 void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t k, int64_t p0, int64_t p1,
                                uint16_t* out) {
-  const int64_t nb = k / qk, nl = n_int_lines(t), stride = int_panel_lines(t, k);
+  const int64_t nb = k / qk, stride = int_panel_lines(t, k);
   for (int64_t p = p0; p < p1; ++p) {
     uint16_t* panel = out + (p - p0) * panel_rows * k;
     for (int64_t b = 0; b < nb; ++b) {
       const line64* blk = int_panels + p * stride + b * int_block_lines(t);
       float d[16], m[16];
-      std::memcpy(d, blk[nl].b, sizeof d);
-      if (int_panel_has_m(t))
-        std::memcpy(m, blk[nl + 1].b, sizeof m);
-      else
-        for (int i = 0; i < 16; ++i) m[i] = int_panel_offset(t) * d[i];
+      int_panel_scales(blk, t, d, m);
       // The block's 16 bf16 lines: line j = columns 2j, 2j+1 of the block, lane i = row i.
       alignas(64) uint32_t lines[16][16];
-      uint32_t fifth[16] = {};  // q5: the fifth-bit line
-      if (nl == 5) std::memcpy(fifth, blk[4].b, sizeof fifth);
-      for (int64_t g = 0; g < (nl == 8 ? 8 : 4); ++g) {
-        uint32_t w[16];
-        std::memcpy(w, blk[g].b, sizeof w);
-        if (nl == 8) {  // q8_0: byte c of lane i = column 4g + c
-          for (int i = 0; i < 16; ++i) {
-            const float u0 = w[i] & 0xff, u1 = (w[i] >> 8) & 0xff, u2 = (w[i] >> 16) & 0xff, u3 = w[i] >> 24;
-            lines[2 * g][i] = bf16_pair(std::fma(d[i], u0, m[i]), std::fma(d[i], u1, m[i]));
-            lines[2 * g + 1][i] = bf16_pair(std::fma(d[i], u2, m[i]), std::fma(d[i], u3, m[i]));
-          }
-        } else {  // q4, q5: low nibbles = columns 4g + c, high nibbles = columns 16 + 4g + c
-          for (int i = 0; i < 16; ++i) {
-            const uint32_t lo = (w[i] & 0x0f0f0f0fu) | ((fifth[i] >> g) & 0x01010101u) << 4;
-            const uint32_t hi = ((w[i] >> 4) & 0x0f0f0f0fu) | ((fifth[i] >> (4 + g)) & 0x01010101u) << 4;
-            const float l0 = lo & 0xff, l1 = (lo >> 8) & 0xff, l2 = (lo >> 16) & 0xff, l3 = lo >> 24;
-            const float h0 = hi & 0xff, h1 = (hi >> 8) & 0xff, h2 = (hi >> 16) & 0xff, h3 = hi >> 24;
-            lines[2 * g][i] = bf16_pair(std::fma(d[i], l0, m[i]), std::fma(d[i], l1, m[i]));
-            lines[2 * g + 1][i] = bf16_pair(std::fma(d[i], l2, m[i]), std::fma(d[i], l3, m[i]));
-            lines[8 + 2 * g][i] = bf16_pair(std::fma(d[i], h0, m[i]), std::fma(d[i], h1, m[i]));
-            lines[8 + 2 * g + 1][i] = bf16_pair(std::fma(d[i], h2, m[i]), std::fma(d[i], h3, m[i]));
-          }
+      // Lane i's 4 weight bytes of a group, columns c0..c0+3, into bf16 lines c0/2 and c0/2 + 1.
+      auto put = [&](const uint8_t* bytes, int64_t c0) {
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t* u = bytes + 4 * i;
+          lines[c0 / 2][i] = bf16_pair(std::fma(d[i], float(u[0]), m[i]), std::fma(d[i], float(u[1]), m[i]));
+          lines[c0 / 2 + 1][i] = bf16_pair(std::fma(d[i], float(u[2]), m[i]), std::fma(d[i], float(u[3]), m[i]));
+        }
+      };
+      if (t == weight_type::q8_0) {  // byte c of lane i = column 4g + c
+        for (int g = 0; g < 8; ++g) put(blk[g].b, 4 * g);
+      } else {  // q4, q5: low nibbles = columns 4g + c, high = 16 + 4g + c
+        for (int g = 0; g < 4; ++g) {
+          uint8_t lo[64], hi[64];
+          int_panel_group_bytes(blk, t, g, lo, hi);
+          put(lo, 4 * g);
+          put(hi, 16 + 4 * g);
         }
       }
       std::memcpy(panel + b * qk / 2 * 32, lines, sizeof lines);

@@ -131,7 +131,7 @@ forced_result teacher_force(sy::gpu_test::suite& s, const sy::llama_model& model
   cfg.block_size = static_cast<int32_t>(bs);
   cfg.max_seqs_per_step = static_cast<int32_t>(n_prefill_rows);  // the prefill asks for every position's logits
   sy::cuda_forward gpu(model, cfg);
-  sy::cpu_forward cpu(model, pool);
+  sy::cpu_forward cpu(model, pool, max_len);
   sy::kv_arena arena(hp.n_layer, n_blocks, bs, hp.kv_dim());
   // Shuffled physical blocks: blocks_per_seq per sequence.
   std::mt19937 rng(5);

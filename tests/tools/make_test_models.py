@@ -160,17 +160,22 @@ LLAMA3_TEMPLATE = (
     "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
     "{%- endif %}\n")
 
+# Every turn but a leading system message, as ChatML (Qwen2.5's and Qwen3's templates share it).
+CHATML_TURNS = (
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'system' and loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+)
+
 QWEN2_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}\n"
     "    {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
     "{%- else %}\n"
     "    {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
     "{%- endif %}\n"
-    "{%- for message in messages %}\n"
-    "    {%- if not (message.role == 'system' and loop.first) %}\n"
-    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
-    "    {%- endif %}\n"
-    "{%- endfor %}\n"
+    + CHATML_TURNS +
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n")
@@ -180,11 +185,7 @@ QWEN3_TEMPLATE = (
     "{%- if messages[0].role == 'system' %}\n"
     "    {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
     "{%- endif %}\n"
-    "{%- for message in messages %}\n"
-    "    {%- if not (message.role == 'system' and loop.first) %}\n"
-    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
-    "    {%- endif %}\n"
-    "{%- endfor %}\n"
+    + CHATML_TURNS +
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
