@@ -285,11 +285,39 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     models_route(*ex, req, request_id);
     return;
   }
+  // The body's CPU work (parse, template, tokenize) off the I/O thread.
+  const size_t bytes = req.body.size();
+  auto body = std::make_shared<http_request>(std::move(req));
   if (is_tokenize || is_detokenize) {
-    tokenizer_route(*ex, req, request_id, is_detokenize);
+    prepare(ex, bytes, request_id,
+            [this, ex, body, request_id, is_detokenize] { tokenizer_route(*ex, *body, request_id, is_detokenize); });
     return;
   }
-  generation(is_chat ? endpoint::chat_completions : endpoint::completions, *who, std::move(ex), req, request_id);
+  const endpoint kind = is_chat ? endpoint::chat_completions : endpoint::completions;
+  prepare(ex, bytes, request_id,
+          [this, kind, who, ex, body, request_id] { generation(kind, *who, ex, *body, request_id); });
+}
+
+void api_handler::prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
+                          std::function<void()> work) {
+  if (!prep_) {
+    work();
+    return;
+  }
+  // A job that throws would leave its client without an answer: answer for it.
+  auto guarded = [work = std::move(work), ex, request_id, this] {
+    if (ex->disconnected()) return;  // the client left while its body waited: nothing to answer
+    try {
+      work();
+    } catch (const std::exception& e) {
+      reject(*ex, error_of(500, "server_error", "internal_error", e.what()), request_id);
+    }
+  };
+  if (prep_->try_post(bytes, std::move(guarded))) return;
+  reject(*ex,
+         error_of(503, "overloaded_error", "router_busy",
+                  "the router is preparing as many requests as it can take; retry shortly"),
+         request_id);
 }
 
 void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
@@ -531,6 +559,14 @@ std::string api_handler::metrics() const {
   }
   if (cache_) out += cache_->render_metrics();
   if (status_->link_metrics) out += status_->link_metrics();
+  if (prep_) {
+    metric(out, "switchyard_router_prep_waiting", "gauge",
+           "Request bodies waiting for a prep thread (parse, template, tokenize).",
+           static_cast<double>(prep_->waiting()));
+    metric(out, "switchyard_router_prep_refused_total", "counter",
+           "Requests refused with 503 router_busy because the prep pool's backlog was full.",
+           static_cast<double>(prep_->refused()));
+  }
   if (http_) {
     metric(out, "switchyard_router_http_connections_open", "gauge", "Open client connections.",
            static_cast<double>(http_->connections_open.load()));
@@ -539,6 +575,15 @@ std::string api_handler::metrics() const {
     metric(out, "switchyard_router_http_connections_refused_total", "counter",
            "Connections closed at once because the server was at its connection limit.",
            static_cast<double>(http_->connections_refused.load()));
+    metric(out, "switchyard_router_http_connections_refused_per_address_total", "counter",
+           "Connections closed at once because their client address was at --max-connections-per-address.",
+           static_cast<double>(http_->connections_refused_per_address.load()));
+    metric(out, "switchyard_router_http_body_budget_refusals_total", "counter",
+           "Requests answered 503 router_busy from their header: their body did not fit --max-inflight-body-bytes.",
+           static_cast<double>(http_->body_budget_refusals.load()));
+    metric(out, "switchyard_router_http_body_bytes_inflight", "gauge",
+           "Bytes of request bodies being read (reserved from their declared length).",
+           static_cast<double>(http_->body_bytes_inflight.load()));
     metric(out, "switchyard_router_http_requests_total", "counter", "HTTP requests read.",
            static_cast<double>(http_->requests.load()));
     metric(out, "switchyard_router_http_bad_requests_total", "counter", "Unparsable HTTP, oversized headers or bodies.",

@@ -35,6 +35,7 @@
 #include "router/openai_api.hpp"
 #include "router/routed_request.hpp"
 #include "router/tenants.hpp"
+#include "router/work_pool.hpp"
 
 namespace sy::router {
 
@@ -81,6 +82,11 @@ class api_handler {
   // (admission_controller::take_rate is thread-safe). Set once before requests arrive; without
   // it the dispatcher charges them at admission, after the body was read and tokenized.
   void set_rate_charger(admission_controller* a) { rate_charger_ = a; }
+  // Where the CPU work of a request body runs (parse, template, tokenize; generations,
+  // /tokenize and /detokenize): off the I/O threads, which keep writing streams meanwhile. A
+  // body the pool has no room for is refused with 503 `router_busy` and Retry-After. Set once
+  // before requests arrive; without it that work runs on the I/O thread.
+  void set_prep_pool(work_pool* p) { prep_ = p; }
   // The separate metrics listener (--metrics-port): GET /metrics without a key (the port is for
   // the cluster's scraper, kept off the API's network path), 404 for anything else.
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
@@ -88,6 +94,9 @@ class api_handler {
  private:
   void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id);
+  // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
+  void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
+               std::function<void()> work);
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
   // `count`: as an edge error (switchyard_router_edge_errors_total).
   http_response error_response(const api_error& e, const std::string& request_id, bool count = true);
@@ -116,6 +125,7 @@ class api_handler {
   const http_counters* http_;
   cache_service* cache_;
   admission_controller* rate_charger_ = nullptr;
+  work_pool* prep_ = nullptr;
   std::atomic<uint64_t> next_id_{1};
   std::mutex hf_mu_;                                                           // guards hf_files_
   std::map<std::string, std::shared_ptr<const hf_tokenizer_files>> hf_files_;  // by model id

@@ -23,21 +23,25 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
     r.ex->respond(std::move(resp));
     return;
   }
-  r.ex->start_stream(200, std::move(headers));
+  // The whole answer is known: written as the client reads it (a long one would overflow the
+  // stream buffer if queued at once).
+  std::vector<std::string> events;
   for (size_t c = 0; c < s.choices.size(); ++c) {
     const auto& ch = s.choices[c];
     const auto idx = static_cast<int32_t>(c);
     if (ch.deltas.empty()) {
-      r.ex->send_event(format_chunk(r.meta, idx, "", true, ch.finish_reason, {}));
+      events.push_back(format_chunk(r.meta, idx, "", true, ch.finish_reason, {}));
       continue;
     }
     for (size_t k = 0; k < ch.deltas.size(); ++k) {
       const bool last = k + 1 == ch.deltas.size();
-      r.ex->send_event(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : "", {}));
+      events.push_back(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : "", {}));
     }
   }
-  if (r.req.include_usage) r.ex->send_event(format_usage_chunk(r.meta, u));
-  r.ex->send_event("[DONE]");
+  if (r.req.include_usage) events.push_back(format_usage_chunk(r.meta, u));
+  events.emplace_back("[DONE]");
+  r.ex->start_stream(200, std::move(headers));
+  r.ex->send_events(std::move(events));
   r.ex->end_stream();
 }
 

@@ -20,14 +20,20 @@ void coalescer::join(active_request& a, std::shared_ptr<routed_request> r) {
   l.started.assign(a.choices.size(), false);
   if (l.stream()) {
     l.r->ex->start_stream(200, {{"X-Request-Id", l.r->request_id}, {"X-Cache", "coalesced"}});
-    // Join the live stream: first what the generation has produced so far.
+    // Join the live stream: first what the generation has produced so far, written as the
+    // client reads it (http_exchange::send_events), then the rest as it comes.
+    std::vector<std::string> so_far;
     for (uint32_t c = 0; c < a.choices.size(); ++c) {
       const choice_state& cs = a.choices[c];
       const std::string_view finish = cs.finished() ? name(cs.finish_reason) : "";
-      for (size_t i = 0; i < cs.deltas.size(); ++i)
-        send_chunk(l, c, cs.deltas[i], i + 1 == cs.deltas.size() ? finish : "", {}, nullptr, 0);
-      if (cs.finished() && cs.deltas.empty()) send_chunk(l, c, "", finish, {}, nullptr, 0);
+      const auto chunk = [&](std::string_view text, std::string_view fin) {
+        so_far.push_back(format_chunk(l.r->meta, static_cast<int32_t>(c), text, !l.started[c], fin, {}));
+        l.started[c] = true;
+      };
+      for (size_t i = 0; i < cs.deltas.size(); ++i) chunk(cs.deltas[i], i + 1 == cs.deltas.size() ? finish : "");
+      if (cs.finished() && cs.deltas.empty()) chunk("", finish);
     }
+    l.r->ex->send_events(std::move(so_far));
   }
   coalesced_++;
   listens_to_[l.r->id] = a.r->id;

@@ -14,7 +14,10 @@
 // Bytes in: one read at a time into `in_`, also while a response is pending (to notice a client
 // that closes or resets at once); bytes read then (a pipelined request) stay in `in_` and are
 // parsed once the response has been written. Bytes out: `out_pending_` collects everything queued
-// while a write is in flight; the next write sends all of it at once.
+// while a write is in flight; the next write sends all of it at once. A stream's catch-up
+// (send_events) waits in `paced_` instead and moves into `out_pending_` a slice at a time, each
+// when the write before it completed; whatever is queued while `paced_` is not empty goes behind
+// it, so the order on the wire is the order of the calls.
 //
 // Clients that stop reading: while a response is being written a periodic check compares the
 // bytes handed to the kernel with what is still in the socket's send queue (SIOCOUTQ); the
@@ -31,6 +34,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -162,14 +166,53 @@ struct server_core {
   std::atomic<bool> stopping{false};
   std::mutex registry_mu;
   std::unordered_map<const void*, std::weak_ptr<connection>> registry;  // guarded by registry_mu
+  std::mutex address_mu;
+  std::unordered_map<std::string, size_t> per_address;  // open connections by client IP; guarded by address_mu
+
+  // Takes `n` bytes of the body budget; false (nothing taken) when they do not fit.
+  bool reserve_body(size_t n) {
+    const size_t cap = config.max_inflight_body_bytes;
+    if (cap == 0) return true;
+    uint64_t cur = counters.body_bytes_inflight.load();
+    do {
+      if (cur + n > cap && cur > 0) return false;  // one body alone always fits an empty budget
+    } while (!counters.body_bytes_inflight.compare_exchange_weak(cur, cur + n));
+    return true;
+  }
+  void release_body(size_t n) {
+    if (config.max_inflight_body_bytes != 0 && n > 0) counters.body_bytes_inflight.fetch_sub(n);
+  }
+  // Counts a connection from `ip`; false when that address is at its cap.
+  bool admit_address(const std::string& ip) {
+    if (config.max_connections_per_address == 0) return true;
+    std::lock_guard lock(address_mu);
+    size_t& n = per_address[ip];
+    if (n >= config.max_connections_per_address) return false;
+    ++n;
+    return true;
+  }
+  void leave_address(const std::string& ip) {
+    if (config.max_connections_per_address == 0) return;
+    std::lock_guard lock(address_mu);
+    const auto f = per_address.find(ip);
+    if (f != per_address.end() && --f->second == 0) per_address.erase(f);
+  }
 };
+
+// The client's IP ("" when the socket has no peer any more).
+std::string peer_ip(const socket_t& socket) {
+  error_code ec;
+  const auto ep = socket.remote_endpoint(ec);
+  return ec ? std::string() : ep.address().to_string();
+}
 
 class exchange;
 
 class connection : public std::enable_shared_from_this<connection> {
  public:
-  connection(server_core& core, socket_t socket)
-      : core_(core), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+  // `ip`: the address admit_address() counted it under (released when it is destroyed).
+  connection(server_core& core, socket_t socket, std::string ip)
+      : core_(core), socket_(std::move(socket)), timer_(socket_.get_executor()), ip_(std::move(ip)) {
     core_.counters.connections_open.fetch_add(1, std::memory_order_relaxed);
     error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
@@ -186,6 +229,8 @@ class connection : public std::enable_shared_from_this<connection> {
       std::lock_guard lock(core_.registry_mu);
       core_.registry.erase(this);
     }
+    core_.release_body(std::exchange(body_reserved_, 0));
+    core_.leave_address(ip_);
     core_.counters.connections_open.fetch_sub(1, std::memory_order_relaxed);
   }
 
@@ -222,6 +267,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void write_response(const exchange* e, http_response r);
   void write_stream_head(const exchange* e, int status, std::vector<std::pair<std::string, std::string>> headers);
   void write_event(const exchange* e, std::string data, steady::time_point t_received);
+  void write_events(const exchange* e, std::vector<std::string> data);
+  void append_event(std::string& out, std::string_view data) const;  // one SSE event, framed
   void write_stream_end(const exchange* e);
 
  private:
@@ -425,6 +472,22 @@ class connection : public std::enable_shared_from_this<connection> {
       }
       header_checked_ = true;
     }
+    if (!parser_->is_done()) {
+      // The body's room in the budget, before a byte of it is read.
+      const auto declared = parser_->content_length();
+      const size_t want = declared ? static_cast<size_t>(*declared) : core_.config.max_body_bytes;
+      if (!core_.reserve_body(want)) {
+        core_.counters.body_budget_refusals.fetch_add(1, std::memory_order_relaxed);
+        http_response r;
+        r.status = 503;
+        r.headers.emplace_back("Retry-After", "1");
+        r.body = json_error("the router is reading as many request bodies as it can hold; retry shortly",
+                            "overloaded_error", "router_busy");
+        refuse(std::move(r));
+        return false;
+      }
+      body_reserved_ = want;
+    }
     phase_ = phase::body;
     if (parser_->is_done()) return true;
     arm(core_.config.body_timeout, deadline::body);
@@ -459,6 +522,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // Answers a request that will not be read to its end; the connection ends after it.
   void refuse(http_response r) {
+    core_.release_body(std::exchange(body_reserved_, 0));
     close_after_response_ = true;
     head_only_ = false;
     parser_.reset();
@@ -493,6 +557,11 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void queue_write(std::string_view bytes, bool ends_response, steady::time_point t_received) {
+    if (!paced_.empty()) {  // behind a catch-up still being written
+      paced_.push_back({std::string(bytes), ends_response, true, t_received});
+      paced_live_bytes_ += bytes.size();
+      return;
+    }
     out_pending_ += bytes;
     if (t_received != steady::time_point{}) stamps_pending_.push_back(t_received);
     if (ends_response) pending_ends_response_ = true;
@@ -501,6 +570,15 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void flush() {
     if (phase_ == phase::closed) return;
+    // The next slice of a catch-up, now that the write before it completed.
+    while (!paced_.empty() && out_pending_.size() < paced_slice_bytes && !pending_ends_response_) {
+      paced_part& p = paced_.front();
+      out_pending_ += p.bytes;
+      if (p.live) paced_live_bytes_ -= p.bytes.size();
+      if (p.t_received != steady::time_point{}) stamps_pending_.push_back(p.t_received);
+      if (p.ends_response) pending_ends_response_ = true;
+      paced_.pop_front();
+    }
     if (out_pending_.empty()) {
       if (std::exchange(pending_ends_response_, false)) response_done();  // nothing left to send
       return;
@@ -608,6 +686,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void close() {
     if (phase_ == phase::closed) return;
+    core_.release_body(std::exchange(body_reserved_, 0));
     phase_ = phase::closed;
     disarm();
     error_code ec;
@@ -617,13 +696,17 @@ class connection : public std::enable_shared_from_this<connection> {
     parser_.reset();
     out_pending_.clear();
     stamps_pending_.clear();
+    paced_.clear();
+    paced_live_bytes_ = 0;
   }
 
   server_core& core_;
   socket_t socket_;
   steady_timer_t timer_;
   std::string remote_;
-  uint64_t timer_gen_ = 0;  // a deadline fires only if no later arm()/disarm() happened
+  std::string ip_;            // as counted by server_core::admit_address
+  size_t body_reserved_ = 0;  // of the body budget, while this request's body is read
+  uint64_t timer_gen_ = 0;    // a deadline fires only if no later arm()/disarm() happened
   phase phase_ = phase::idle;
   beast::flat_buffer in_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -637,6 +720,16 @@ class connection : public std::enable_shared_from_this<connection> {
   std::string out_pending_, out_inflight_;
   std::vector<steady::time_point> stamps_pending_, stamps_inflight_;  // send_event t_received
   bool pending_ends_response_ = false, inflight_ends_response_ = false;
+  // A catch-up being written a slice at a time, and what was queued behind it.
+  struct paced_part {
+    std::string bytes;
+    bool ends_response = false;
+    bool live = false;  // queued by send_event/end_stream behind the catch-up: counts toward the cap
+    steady::time_point t_received{};
+  };
+  static constexpr size_t paced_slice_bytes = 64u << 10;
+  std::deque<paced_part> paced_;
+  size_t paced_live_bytes_ = 0;
   // About the request being answered:
   bool close_after_response_ = false;
   bool http10_ = false;  // no chunked encoding: a stream ends by closing
@@ -669,6 +762,11 @@ class exchange final : public http_exchange, public std::enable_shared_from_this
     });
   }
 
+  void send_events(std::vector<std::string> data) override {
+    if (state_.load() != state::streaming || disconnected_.load() || data.empty()) return;
+    post([d = std::move(data)](connection& c, const exchange* e) mutable { c.write_events(e, std::move(d)); });
+  }
+
   void end_stream() override {
     if (!advance(state::streaming, state::ended)) return;
     post([](connection& c, const exchange* e) { c.write_stream_end(e); });
@@ -696,8 +794,9 @@ class exchange final : public http_exchange, public std::enable_shared_from_this
   std::function<void()> mark_disconnected() {
     std::lock_guard lock(mu_);
     disconnected_.store(true);
-    fired_ = true;
-    return std::exchange(on_disconnect_, nullptr);
+    auto f = std::exchange(on_disconnect_, nullptr);
+    fired_ = static_cast<bool>(f);  // none yet: one set later runs at once (on_disconnect)
+    return f;
   }
 
  private:
@@ -733,6 +832,7 @@ class exchange final : public http_exchange, public std::enable_shared_from_this
 };
 
 void connection::dispatch() {
+  core_.release_body(std::exchange(body_reserved_, 0));  // the body is the handler's now
   auto& msg = parser_->get();
   http_request req = request_head(msg);
   req.body = std::move(msg.body());
@@ -826,20 +926,23 @@ void connection::write_stream_head(const exchange* e, int status,
   start_write_checks();
 }
 
-void connection::write_event(const exchange* e, std::string data, steady::time_point t_received) {
-  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::streaming) return;
-  if (head_only_) return;
-  std::string out;
+void connection::append_event(std::string& out, std::string_view data) const {
   if (http10_) {
-    out.reserve(data.size() + 8);
     out += "data: ";
     out += data;
     out += "\n\n";
   } else {
-    out.reserve(data.size() + 32);
     append_chunk(out, "data: ", data, "\n\n");
   }
-  if (writing_ && out_pending_.size() + out.size() > core_.config.max_stream_buffer_bytes) {
+}
+
+void connection::write_event(const exchange* e, std::string data, steady::time_point t_received) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::streaming) return;
+  if (head_only_) return;
+  std::string out;
+  out.reserve(data.size() + 32);
+  append_event(out, data);
+  if (writing_ && out_pending_.size() + paced_live_bytes_ + out.size() > core_.config.max_stream_buffer_bytes) {
     // The client does not keep up with its own stream: end it as a disconnect.
     core_.counters.stream_overflows.fetch_add(1, std::memory_order_relaxed);
     abandon_exchange(true);
@@ -847,6 +950,19 @@ void connection::write_event(const exchange* e, std::string data, steady::time_p
     return;
   }
   queue_write(out, false, t_received);
+}
+
+void connection::write_events(const exchange* e, std::vector<std::string> data) {
+  if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::streaming) return;
+  if (head_only_) return;
+  // Slices of about paced_slice_bytes, behind whatever is queued already.
+  std::string slice;
+  for (const auto& d : data) {
+    append_event(slice, d);
+    if (slice.size() >= paced_slice_bytes) paced_.push_back({std::exchange(slice, {}), false, false, {}});
+  }
+  if (!slice.empty()) paced_.push_back({std::move(slice), false, false, {}});
+  if (!writing_) flush();
 }
 
 void connection::write_stream_end(const exchange* e) {
@@ -934,13 +1050,18 @@ struct http_server::impl {
         });
         return;
       }
+      std::string ip = peer_ip(socket);
       if (core.counters.connections_open.load() >= core.config.max_connections) {
         core.counters.connections_refused.fetch_add(1, std::memory_order_relaxed);
         error_code ignored;
         socket.close(ignored);
+      } else if (!core.admit_address(ip)) {
+        core.counters.connections_refused_per_address.fetch_add(1, std::memory_order_relaxed);
+        error_code ignored;
+        socket.close(ignored);
       } else {
         core.counters.connections_accepted.fetch_add(1, std::memory_order_relaxed);
-        auto c = std::make_shared<connection>(core, std::move(socket));
+        auto c = std::make_shared<connection>(core, std::move(socket), std::move(ip));
         asio::post(c->executor(), [c] { c->start(); });
       }
       do_accept();

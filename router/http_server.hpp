@@ -56,10 +56,20 @@ class http_exchange {
   // Writes "data: <data>\n\n". `t_received`, when set, is when the data's source arrived in
   // the router: the server observes (write completed - t_received) in on_written.
   virtual void send_event(std::string data, std::chrono::steady_clock::time_point t_received = {}) = 0;
+  // A stream's catch-up, all known at once (a cached answer replayed, what a joining request
+  // missed of a running generation): each "data: <event>" is written as the client takes the
+  // bytes before it, so a long catch-up does not count against max_stream_buffer_bytes (it is
+  // paced by write completions, and a client that stops reading still meets the stall check).
+  // Events sent after it follow it in order. This default (for exchanges without a socket)
+  // sends them one by one.
+  virtual void send_events(std::vector<std::string> data) {
+    for (auto& d : data) send_event(std::move(d));
+  }
   virtual void end_stream() = 0;
   // Called once, on an I/O thread, when the client closes or resets the connection before the
-  // response ended (detected while waiting too, not only on a failed write). Set it before
-  // the handler returns; never called after the response ended.
+  // response ended (detected while waiting too, not only on a failed write); never called after
+  // the response ended. Set after the client went away (a handler that answers from another
+  // thread, later), it runs at once on the caller's thread.
   virtual void on_disconnect(std::function<void()> f) = 0;
   virtual bool disconnected() const = 0;
 };
@@ -74,13 +84,21 @@ struct http_server_config {
   std::chrono::milliseconds body_timeout{30000};    // to read its body -> 408, closed
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests -> closed
   size_t max_connections = 20000;                   // beyond: accepted and closed at once (counted)
+  // Open connections from one client address (IP, any port); beyond, accepted and closed at
+  // once (counted). 0: no cap. Behind a proxy or ingress every client shares its address.
+  size_t max_connections_per_address = 0;
+  // Bytes of request bodies being read at once, over every connection: a request whose declared
+  // body (a chunked one counts as max_body_bytes) does not fit is answered 503 `router_busy`
+  // with Retry-After from its header, without reading the body. 0: no budget.
+  size_t max_inflight_body_bytes = 0;
   // A client that stops reading: once a response has started, bytes are pending and none of
   // them reached the client (acknowledged by its TCP stack) for this long, the connection is
   // closed as a disconnect (the handler's on_disconnect runs, so the request is cancelled and
   // its KV freed). Progress is measured at the socket, so a slow but reading client is kept.
   std::chrono::milliseconds write_stall_timeout{30000};
   // Stream events queued in the process while a write is in flight; past this the client is
-  // not keeping up with its own stream and the connection is closed the same way.
+  // not keeping up with its own stream and the connection is closed the same way. A catch-up
+  // (http_exchange::send_events) is paced by the client instead and is not counted.
   size_t max_stream_buffer_bytes = 1u << 20;
   // Observes seconds from send_event's t_received to the write's completion (any I/O thread).
   std::function<void(double)> on_written;
@@ -94,8 +112,11 @@ struct http_server_config {
 // Monotonic counters, readable from any thread.
 struct http_counters {
   std::atomic<uint64_t> connections_accepted{0};
-  std::atomic<uint64_t> connections_open{0};     // gauge
-  std::atomic<uint64_t> connections_refused{0};  // over max_connections
+  std::atomic<uint64_t> connections_open{0};                 // gauge
+  std::atomic<uint64_t> connections_refused{0};              // over max_connections
+  std::atomic<uint64_t> connections_refused_per_address{0};  // over max_connections_per_address
+  std::atomic<uint64_t> body_budget_refusals{0};             // 503: over max_inflight_body_bytes
+  std::atomic<uint64_t> body_bytes_inflight{0};              // gauge: reserved by bodies being read
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> bad_requests{0};        // unparsable HTTP, oversized header/body
   std::atomic<uint64_t> timeouts{0};            // header/body/idle deadlines

@@ -40,6 +40,9 @@ const char* k_usage =
     "  --tenants FILE             API keys and limits (JSON); without it the router runs open\n"
     "  --router-replicas N        this router is one of N behind one Service: tenant limits divided by N (1)\n"
     "  --http-threads N           I/O threads (2)\n"
+    "  --prep-threads N           threads that parse, template and tokenize request bodies (2)\n"
+    "  --prep-queue N             bodies waiting for them; beyond, 503 router_busy (256)\n"
+    "  --prep-queue-bytes N       bytes of the bodies waiting or being prepared; beyond, 503 (67108864)\n"
     "  --metrics-port P           also serve GET /metrics on this port, without a key (for the scraper;\n"
     "                             on the API port /metrics needs an admin key when --tenants is given)\n"
     "  --metrics-host H           its address (127.0.0.1)\n"
@@ -66,6 +69,10 @@ const char* k_usage =
     "  --request-timeout-s S      default deadline per request (600)\n"
     "  --max-request-timeout-s S  a client's \"timeout\" is clamped to S (3600)\n"
     "  --max-n N                  choices per request (8)   --max-body-bytes N (4194304)\n"
+    "  --max-connections-per-address N  open connections from one client IP; beyond, closed at\n"
+    "                             once (2048; 0: no cap; behind an ingress all clients share its IP)\n"
+    "  --max-inflight-body-bytes N  request bodies being read at once; beyond, 503 router_busy\n"
+    "                             from the header (268435456; 0: no budget)\n"
     "  --write-stall-timeout-s S  close a response none of whose pending bytes reached the client for S\n"
     "                             seconds (the request is cancelled, its KV freed; 30; 0: never)\n"
     "  --max-stream-buffer-bytes N  a stream's bytes queued in the router beyond the socket (1048576)\n"
@@ -111,6 +118,9 @@ void check_flags(const cli_args& a) {
                  "tenants",
                  "router-replicas",
                  "http-threads",
+                 "prep-threads",
+                 "prep-queue",
+                 "prep-queue-bytes",
                  "max-queued-requests",
                  "max-queued-tokens",
                  "local-queue",
@@ -130,6 +140,8 @@ void check_flags(const cli_args& a) {
                  "max-request-timeout-s",
                  "max-n",
                  "max-body-bytes",
+                 "max-connections-per-address",
+                 "max-inflight-body-bytes",
                  "link-backlog",
                  "write-stall-timeout-s",
                  "max-stream-buffer-bytes",
@@ -415,6 +427,33 @@ void shut_down_gracefully(const sigset_t& sigs, router_status& status, const caf
                  patient ? "drain timeout" : "second signal", left);
 }
 
+// Flags are read (and refused) before any thread starts.
+http_server_config http_flags(const cli_args& a) {
+  http_server_config hc;
+  hc.host = a.get("host", "127.0.0.1");
+  hc.port = static_cast<int>(a.get_int("port", 8000));
+  hc.threads = static_cast<int>(a.get_int("http-threads", 2));
+  hc.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 4 << 20));
+  hc.max_connections_per_address = static_cast<size_t>(a.get_int("max-connections-per-address", 2048));
+  hc.max_inflight_body_bytes = static_cast<size_t>(a.get_int("max-inflight-body-bytes", 256 << 20));
+  hc.write_stall_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(a.get_float("write-stall-timeout-s", 30) * 1000));
+  hc.max_stream_buffer_bytes = static_cast<size_t>(a.get_int("max-stream-buffer-bytes", 1 << 20));
+  if (hc.write_stall_timeout.count() < 0 || hc.max_stream_buffer_bytes < 4096)
+    throw std::invalid_argument("--write-stall-timeout-s must be >= 0 and --max-stream-buffer-bytes >= 4096");
+  return hc;
+}
+
+work_pool_config prep_flags(const cli_args& a) {
+  work_pool_config pc;
+  pc.threads = static_cast<int>(a.get_int("prep-threads", 2));
+  pc.max_waiting = static_cast<size_t>(a.get_int("prep-queue", 256));
+  pc.max_bytes = static_cast<size_t>(a.get_int("prep-queue-bytes", 64 << 20));
+  if (pc.threads < 1 || pc.max_waiting < 1)
+    throw std::invalid_argument("--prep-threads and --prep-queue must be at least 1");
+  return pc;
+}
+
 int run(const cli_args& a) {
   check_flags(a);
   if (a.has("help") || (!a.has("workers") && !a.has("workers-dns") && !a.has("workers-file"))) {
@@ -435,6 +474,8 @@ int run(const cli_args& a) {
   const api_config ac = api_flags(a);
   std::unique_ptr<cache_service> cache = make_cache(a, tenants);
   const link_config lc = link_flags(a);
+  http_server_config hc = http_flags(a);
+  const work_pool_config pc = prep_flags(a);
   model_registry models;
   add_model_aliases(a, models);
   auto status = std::make_shared<router_status>();
@@ -456,16 +497,6 @@ int run(const cli_args& a) {
   std::thread discovery =
       start_discovery(discovery_src, disp, {static_workers.begin(), static_workers.end()}, stop_discovery);
 
-  http_server_config hc;
-  hc.host = a.get("host", "127.0.0.1");
-  hc.port = static_cast<int>(a.get_int("port", 8000));
-  hc.threads = static_cast<int>(a.get_int("http-threads", 2));
-  hc.max_body_bytes = static_cast<size_t>(a.get_int("max-body-bytes", 4 << 20));
-  hc.write_stall_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(a.get_float("write-stall-timeout-s", 30) * 1000));
-  hc.max_stream_buffer_bytes = static_cast<size_t>(a.get_int("max-stream-buffer-bytes", 1 << 20));
-  if (hc.write_stall_timeout.count() < 0 || hc.max_stream_buffer_bytes < 4096)
-    throw std::invalid_argument("--write-stall-timeout-s must be >= 0 and --max-stream-buffer-bytes >= 4096");
   hc.on_written = [status](double s) {
     std::lock_guard<std::mutex> lk(status->mu);
     status->write_overhead_s.observe(s);
@@ -473,9 +504,11 @@ int run(const cli_args& a) {
   std::unique_ptr<http_server> server;
   std::unique_ptr<http_server> metrics_server;  // --metrics-port: /metrics alone, without a key
   std::unique_ptr<api_handler> handler;
+  auto prep = std::make_unique<work_pool>(pc);
   // From here on, however run() ends (a port that cannot be bound included), the server, the
   // actors and the threads stop, in an order where nothing calls into what is already gone:
-  // the server's I/O threads first, then the discovery thread, then the dispatcher — before the link,
+  // the server's I/O threads first, then the prep pool, then the discovery thread, then the
+  // dispatcher — before the link,
   // whose inbox it writes to: a send to an inproc socket whose reader has gone blocks forever —
   // then the link, then the cache threads (whose callbacks reach the handler).
   struct at_exit {
@@ -484,6 +517,7 @@ int run(const cli_args& a) {
   } shutdown{[&] {
     if (server) server->stop();
     if (metrics_server) metrics_server->stop();
+    prep->stop();  // what it accepted runs (its submits reach the dispatcher, still up)
     stop_discovery->store(true);
     if (discovery.joinable()) discovery.join();
     {
@@ -514,6 +548,7 @@ int run(const cli_args& a) {
   });
   handler = std::make_unique<api_handler>(ac, tenants, models, submit, gone, status, &server->counters(), cache.get());
   handler->set_rate_charger(&d->admission());
+  handler->set_prep_pool(prep.get());
   current->store(handler.get());
   metrics_server = start_metrics_server(a, hc, handler.get());
   std::fprintf(stderr, "switchyard-router: listening on http://%s:%d (%d I/O threads); workers: %s\n", hc.host.c_str(),

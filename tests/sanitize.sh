@@ -49,20 +49,21 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-prin
 
 # ---- 2. ThreadSanitizer on the router's threaded code that goes through neither CAF nor libzmq
 # (Debian's builds of those are not instrumented: their threads' accesses would read as races):
-# the HTTP server (I/O threads, answers and SSE events from other threads, disconnects, stop) and
-# admission control (take_rate() on the I/O threads against admit() on the dispatcher's).
+# the HTTP server (I/O threads, answers and SSE events from other threads, disconnects, stop), the
+# prep pool (request bodies handed from the I/O threads) and admission control (take_rate() on
+# the I/O threads against admit() on the dispatcher's).
 tsan=${TSAN_BUILD_DIR:-build-tsan}
 echo 'int main() { return 0; }' >"$probe/t.cpp"
 clang++ -fsanitize=thread "$probe/t.cpp" -o "$probe/t" 2>/dev/null ||
   skip "clang cannot link ThreadSanitizer (package libclang-rt-14-dev)"
-# SY_TSAN; target sy_tsan_checks: test_http_server, and test_admission_threads (test_admission.cpp
+# SY_TSAN; target sy_tsan_checks: test_http_server, test_work_pool, and test_admission_threads (test_admission.cpp
 # on admission.cpp and tenants.cpp alone; tests/CMakeLists.txt).
 CC=clang CXX=clang++ cmake -S . -B "$tsan" -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=$flags" \
   "-DCMAKE_CXX_FLAGS_DEBUG=$flags" -DSY_CUDA=OFF -DSY_TSAN=ON
 cmake --build "$tsan" --target sy_tsan_checks
 # halt_on_error: the first race ends the test binary (exit 66), so its test fails.
 TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-  ctest --test-dir "$tsan" --output-on-failure --timeout 600 -j "$(nproc)" -R '^test_(http_server|admission_threads)/'
+  ctest --test-dir "$tsan" --output-on-failure --timeout 600 -j "$(nproc)" -R '^test_(http_server|work_pool|admission_threads)/'
 
 # ---- 3. The ASan router in the integration tests where it meets hostile input (malformed and
 # oversized requests, wrong keys, frames over the link's limit, clients that stop reading) and

@@ -135,6 +135,9 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(c.errors_sent));
   metric(o, "switchyard_worker_step_failures_total", "counter",
          "Engine steps that failed; their requests ended with internal_error.", static_cast<double>(c.step_failures));
+  if (c.frames_dropped > 0)  // only under fault injection (tests)
+    metric(o, "switchyard_worker_fault_frames_dropped_total", "counter",
+           "Tokens frames not sent on purpose (--fault-inject drop-frames:N).", static_cast<double>(c.frames_dropped));
   o += "# HELP switchyard_worker_kv_events_total Block hashes published to routers' prefix views, by kind (once "
        "per step, whatever the number of routers).\n"
        "# TYPE switchyard_worker_kv_events_total counter\n";

@@ -57,6 +57,28 @@ class fault_backend final : public forward_backend {
 
 }  // namespace
 
+namespace {
+constexpr std::string_view k_drop_frames = "drop-frames:";
+}
+
+uint32_t dropped_frames_of(const std::string& mode) {
+  if (mode.rfind(k_drop_frames, 0) != 0) return 0;
+  long n = 0;
+  try {
+    n = std::stol(mode.substr(k_drop_frames.size()));
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  if (n < 1 || n > 1000000) throw std::invalid_argument("--fault-inject drop-frames:N needs 1..1000000 frames");
+  std::fprintf(stderr,
+               "switchyard-worker: WARNING: fault injection '%s' is on: this worker drops frames on purpose (tests "
+               "only)\n",
+               mode.c_str());
+  return static_cast<uint32_t>(n);
+}
+
+bool is_backend_fault(const std::string& mode) { return !mode.empty() && mode.rfind(k_drop_frames, 0) != 0; }
+
 std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
                                                       const tokenizer& vocab) {
   static constexpr std::string_view k_crash_on = "crash-on:", k_slow_step = "slow-step:";
@@ -76,7 +98,7 @@ std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_ba
     if (slow_ms <= 0 || slow_ms > 600000) throw std::invalid_argument("--fault-inject slow-step:MS needs 1..600000 ms");
   } else {
     throw std::invalid_argument("--fault-inject: unknown mode '" + mode +
-                                "' (step-throw, crash-on:MARKER, slow-step:MS)");
+                                "' (step-throw, crash-on:MARKER, slow-step:MS, drop-frames:N)");
   }
   std::fprintf(stderr,
                "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",

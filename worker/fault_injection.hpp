@@ -14,6 +14,9 @@
 //   slow-step:MS      every forward step takes MS milliseconds longer (a big model's prefill on a
 //                     loaded CPU): the engine is silent that long, the link must keep the worker
 //                     alive in its routers' eyes (worker/link_actor.hpp).
+//   drop-frames:N     a link fault, not the backend's: the first N tokens frames that are not a
+//                     request's last are never sent (their sequence numbers used up), as frames
+//                     lost on the link would be (service_config::drop_first_frames).
 #pragma once
 
 #include <memory>
@@ -27,6 +30,11 @@ class tokenizer;
 
 // `inner` wrapped so that it fails as `mode` says; std::invalid_argument naming --fault-inject
 // for an unknown mode. `vocab` (crash-on) must outlive the result.
+// N of "drop-frames:N" (1..1000000; std::invalid_argument otherwise); 0 for every other mode.
+uint32_t dropped_frames_of(const std::string& mode);
+// Whether `mode` is a fault of the forward backend (with_fault_injection takes it).
+bool is_backend_fault(const std::string& mode);
+
 std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
                                                       const tokenizer& vocab);
 

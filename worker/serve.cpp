@@ -18,6 +18,7 @@
 #include "worker/actor_protocol.hpp"
 #include "worker/device_backend.hpp"
 #include "worker/engine_actor.hpp"
+#include "worker/fault_injection.hpp"
 #include "worker/link_actor.hpp"
 #include "worker/metrics_http.hpp"
 #include "worker/serve_engine.hpp"
@@ -124,6 +125,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   if (sc.model_id.size() > 5 && sc.model_id.substr(sc.model_id.size() - 5) == ".gguf")
     sc.model_id.resize(sc.model_id.size() - 5);
   sc.chat_template = chat_override;
+  sc.drop_first_frames = dropped_frames_of(a.get("fault-inject", ""));  // tests only
   sc.served_model_names = served_model_names(a, sc.model_id);
   if (chat_override.empty() && !model->chat().supported())
     std::fprintf(stderr,

@@ -100,7 +100,8 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
         "serve: --block-size, --kv-blocks/--kv-memory-mb, --max-running, "
         "--max-batch-tokens and --max-context must be positive");
   // Tests only (worker/fault_injection.hpp): the real backend, wrapped to fail on purpose.
-  const std::string fault = a.get("fault-inject", "");
+  const std::string mode = a.get("fault-inject", "");
+  const std::string fault = is_backend_fault(mode) ? mode : "";  // link faults: worker/serve.cpp
   if (!dev.cuda && fault.empty()) return std::make_unique<engine>(model, pool, ec);
   if (!dev.cuda)
     return std::make_unique<engine>(

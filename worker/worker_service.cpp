@@ -201,11 +201,11 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
           t.logprobs.erase(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
         }
         part.seq = ++o.frames_sent;
-        send(o.peer, part, out);  // text travels with the final part
+        if (!drop_injected()) send(o.peer, part, out);  // text travels with the final part
       }
       if (!t.token_ids.empty() || !t.text.empty() || done) {
         t.seq = ++o.frames_sent;
-        send(o.peer, t, out);
+        if (done || !drop_injected()) send(o.peer, t, out);
       }
       t.token_ids.clear();
       t.text.clear();
@@ -214,6 +214,12 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
     if (done) owners_.erase(it);
   }
   return eng_.has_work();
+}
+
+bool worker_service::drop_injected() {
+  if (counters_.frames_dropped >= config_.drop_first_frames) return false;
+  counters_.frames_dropped++;
+  return true;
 }
 
 void worker_service::fail_all(const std::string& message, std::vector<out_frame>& out) {

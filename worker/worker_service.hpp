@@ -36,6 +36,10 @@ struct service_config {
   // --chat-template: what routers render chats with instead of the model's own template, as
   // chat_template::parse() takes it (a format name or Jinja source); empty: the model's.
   std::string chat_template;
+  // Tests only (--fault-inject drop-frames:N, worker/fault_injection.hpp): the first N tokens
+  // frames that are not a request's last are not sent, as if lost on the link (their sequence
+  // numbers are used up, so the router sees the gap).
+  uint32_t drop_first_frames = 0;
 };
 
 // Counters for /metrics (monotonic unless noted).
@@ -52,6 +56,7 @@ struct service_counters {
   uint64_t cached_prompt_tokens = 0;  // of finished requests
   uint64_t peers_gone = 0;
   uint64_t step_failures = 0;   // steps that threw; their requests ended with internal_error
+  uint64_t frames_dropped = 0;  // by fault injection (drop_first_frames)
   kv_publisher_counters kv;     // block events to routers' prefix views
   uint64_t kv_subscribers = 0;  // gauge: routers receiving them
 };
@@ -99,6 +104,8 @@ class worker_service {
   void send_kv(std::vector<kv_publisher::addressed>& msgs, std::vector<out_frame>& out);
   template <class T>
   void send(const std::string& peer, const T& m, std::vector<out_frame>& out);
+  // Whether fault injection drops the tokens frame about to be sent (drop_first_frames).
+  bool drop_injected();
 
   engine& eng_;
   service_config config_;

@@ -436,6 +436,46 @@ def test_a_stream_joining_mid_generation_gets_the_whole_text(router, worker):
     assert wait_for(lambda: router.metrics()["switchyard_router_coalesced_total"] == c0 + 1, 2)
 
 
+def test_catch_ups_longer_than_the_stream_buffer_are_paced_not_cut(own_redis_router, worker):
+    """A replayed answer, and what a joining stream missed, are all known at once; queued at once
+    they overflowed --max-stream-buffer-bytes and the stream was closed as a slow client's. They
+    are written as the client reads them: with a 4 KiB buffer, a 96-token replay (~20 KB of
+    events) and a join 48 tokens into a generation arrive whole."""
+    rt, _ = own_redis_router("--max-stream-buffer-bytes", "4096")
+    overflows = "switchyard_router_http_stream_overflows_total"
+    body = body_for("Tell a long story about a harbour.", max_tokens=96, ignore_eos=True)
+    _, whole = stored(rt, body)
+    status, h, raw = rt.post("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}))
+    assert status == 200 and h.get("X-Cache") == "hit"
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 96
+    assert "".join(e["choices"][0]["text"] for e in events[:-2]) == text_of(whole)
+    assert len(raw) > 4 * 4096
+
+    body = body_for("Describe a market at dawn.", max_tokens=192, ignore_eos=True)
+    leader, got = open_stream(rt, body)
+    try:
+        while got.count(b"data: {") < 48:
+            chunk = leader.recv(65536)
+            assert chunk, got
+            got += chunk
+        results = {}
+        t = post_in_thread(rt, dict(body, stream=True, stream_options={"include_usage": True}), results, "f")
+        t.join(60)
+        while b"data: [DONE]" not in got:
+            got += leader.recv(65536)
+    finally:
+        leader.close()
+    status, h, raw = results["f"]
+    assert status == 200 and h.get("X-Cache") == "coalesced", raw[-300:]
+    follower = sse_events(raw)
+    assert follower[-1] == "[DONE]" and follower[-2]["usage"]["completion_tokens"] == 192
+    leader_text = "".join(e["choices"][0]["text"] for e in sse_events(dechunk(got.partition(b"\r\n\r\n")[2]))
+                          if e != "[DONE]" and e["choices"])
+    assert "".join(e["choices"][0]["text"] for e in follower[:-2]) == leader_text
+    assert rt.metrics()[overflows] == 0
+
+
 def test_followers_finish_and_store_when_the_first_client_leaves(router, worker):
     body = body_for("Write a short note about patience.", max_tokens=64, ignore_eos=True)
     g0, c0 = generations(worker), router.metrics()["switchyard_router_coalesced_total"]

@@ -295,3 +295,57 @@ def test_cheap_checks_come_before_the_body(tmp_path):
     finally:
         r.stop()
         w.stop()
+
+
+def test_big_bodies_are_prepared_off_the_io_thread_and_shed_when_the_prep_pool_is_full():
+    """Parsing, templating and tokenizing a request body runs on the prep pool, not on the I/O
+    thread: with one I/O thread busy with nothing, /health is answered while megabyte prompts
+    are being tokenized (it waited behind all of them before). Bodies the pool has no room for
+    (one running + 3 waiting here) are refused at once with 503 router_busy and Retry-After;
+    every request gets an answer."""
+    w = Worker("--kv-blocks", "256", "--max-running", "4")
+    r = Router([w.endpoint], "--http-threads", "1", "--prep-threads", "1", "--prep-queue", "3")
+    try:
+        # ~1 MB (the prompt limit), ~370k tokens: each takes the prep thread ~0.1 s or more, then
+        # is refused for the model's context.
+        body = json.dumps({"model": MODEL_ID, "prompt": "lorem ipsum dolor sit amet " * 37000,
+                           "max_tokens": 4}).encode()
+        answers, lock = [], threading.Lock()
+
+        def send():
+            s = socket.create_connection(("127.0.0.1", r.port), timeout=60)
+            s.sendall(post_head("/v1/completions", len(body)) + body)
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            s.close()
+            head, _, payload = got.partition(b"\r\n\r\n")
+            with lock:
+                answers.append((int(head.split()[1]), json.loads(payload)["error"]["code"],
+                                b"Retry-After: 1" in head, time.monotonic()))
+
+        threads = [threading.Thread(target=send) for _ in range(8)]
+        for t in threads:
+            t.start()
+        wait_until("a body waiting for the prep thread",
+                   lambda: r.metrics().get("switchyard_router_prep_waiting", 0) >= 1, 10, 0.01)
+        status, _, _ = r.get("/health", timeout=30)
+        health_at = time.monotonic()
+        for t in threads:
+            t.join(60)
+        assert status == 200
+        assert len(answers) == 8
+        busy = [a for a in answers if a[1] == "router_busy"]
+        done = [a for a in answers if a[1] == "context_length_exceeded"]
+        assert len(busy) + len(done) == 8, answers
+        assert busy and all(a[0] == 503 and a[2] for a in busy)
+        assert 1 <= len(done) <= 4
+        # /health did not wait for the pool: prepared bodies were still being answered after it.
+        assert sum(a[3] > health_at for a in done) >= 1, (health_at, answers)
+        assert r.metrics()["switchyard_router_prep_refused_total"] == len(busy)
+    finally:
+        r.stop()
+        w.stop()

@@ -24,6 +24,7 @@ class Outcome:
         self.kind, self.status, self.code, self.detail = None, None, None, ""
         self.finish = None
         self.tokens = 0  # answer chunks received (non-streamed: completion tokens)
+        self.text = ""   # the answer's text (choice 0)
         self.t0 = time.monotonic()
         self.t_end = None
 
@@ -63,6 +64,7 @@ def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
         if not body.get("stream"):
             data = json.loads(r.read())
             o.finish = data["choices"][0]["finish_reason"]
+            o.text = data["choices"][0].get("text") or ""
             o.tokens = data.get("usage", {}).get("completion_tokens", 0)
             o.kind = "ok" if o.finish else "transport"
             return o
@@ -85,6 +87,8 @@ def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
                 continue
             for ch in ev.get("choices", []):
                 o.tokens += 1  # a chunk of the answer: the stream has started
+                if ch.get("index", 0) == 0:
+                    o.text += ch.get("text") or ""
                 if ch.get("finish_reason"):
                     o.finish = ch["finish_reason"]
         if not done:

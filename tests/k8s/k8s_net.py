@@ -70,6 +70,39 @@ def netns_available():
     return True, ""
 
 
+_impairment = None
+
+
+def link_impairment():
+    """How this machine can make a pod's link lossy and slow: ("netem", "") when the kernel has the
+    netem qdisc (delay, jitter, loss), ("nft+tbf", "") when it has nftables' random drops and the
+    token-bucket qdisc instead (loss, and the queueing delay of a slow link), else (None, why).
+    Probed once in a namespace of its own."""
+    global _impairment
+    if _impairment is not None:
+        return _impairment
+    tag = f"sykq{os.getpid() % 100000}"
+    try:
+        sh("ip", "netns", "add", tag)
+        try:
+            ns = ["ip", "netns", "exec", tag]
+            if sh(*ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False).returncode == 0:
+                _impairment = ("netem", "")
+            elif shutil.which("nft") is None:
+                _impairment = (None, "the kernel has no netem qdisc and `nft` (package nftables) is not installed")
+            else:
+                ok = sh(*ns, "nft", "add table inet p; add chain inet p c { type filter hook input priority 0; }; "
+                        "add rule inet p c numgen random mod 1000 < 30 drop", check=False).returncode == 0
+                ok = ok and sh(*ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "2mbit", "burst", "16kb",
+                               "latency", "200ms", check=False).returncode == 0
+                _impairment = ("nft+tbf", "") if ok else (None, "neither netem nor nftables + tbf work in this kernel")
+        finally:
+            sh("ip", "netns", "del", tag, check=False)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        _impairment = (None, f"cannot probe link impairment: {e}")
+    return _impairment
+
+
 class Host:
     """One network namespace on the bridge (a pod's network)."""
 
@@ -92,6 +125,47 @@ class Host:
             f.write(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:{attempts}\n")
         with open(os.path.join(self.etc_dir, "hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n::1 localhost\n")
+
+    def impair(self, loss_percent, delay_ms):
+        """Makes this pod's link lossy and slow both ways (see link_impairment()): with netem,
+        `delay_ms` +- a third of it and `loss_percent` on eth0 and on its bridge end; otherwise
+        nftables drops `loss_percent` of the packets in and out, and a 2 Mbit/s token bucket on
+        both ends queues what the link carries. Returns the method used."""
+        how, why = link_impairment()
+        if how is None:
+            raise RuntimeError(why)
+        if how == "netem":
+            for argv in (["ip", "netns", "exec", self.ns, "tc"], ["tc"]):
+                dev = "eth0" if len(argv) > 1 else self.veth
+                sh(*argv, "qdisc", "add", "dev", dev, "root", "netem", "delay", f"{delay_ms}ms",
+                   f"{max(1, delay_ms // 3)}ms", "loss", f"{loss_percent}%")
+            return how
+        per_mille = int(loss_percent * 10)
+        sh("ip", "netns", "exec", self.ns, "nft",
+           "add table inet impair; "
+           "add chain inet impair in { type filter hook input priority 0; }; "
+           "add chain inet impair out { type filter hook output priority 0; }; "
+           f"add rule inet impair in numgen random mod 1000 < {per_mille} counter drop; "
+           f"add rule inet impair out numgen random mod 1000 < {per_mille} counter drop")
+        sh("ip", "netns", "exec", self.ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "2mbit",
+           "burst", "16kb", "latency", "400ms")
+        sh("tc", "qdisc", "add", "dev", self.veth, "root", "tbf", "rate", "2mbit", "burst", "16kb", "latency", "400ms")
+        return how
+
+    def dropped_packets(self):
+        """Packets impair()'s nftables rules dropped so far (0 with netem, whose drops are not counted)."""
+        if shutil.which("nft") is None:
+            return 0
+        out = sh("ip", "netns", "exec", self.ns, "nft", "list table inet impair", check=False).stdout
+        return sum(int(w[i + 1]) for w in (line.split() for line in out.splitlines())
+                   for i, x in enumerate(w[:-1]) if x == "packets")
+
+    def repair(self):
+        """Undoes impair()."""
+        sh("ip", "netns", "exec", self.ns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+        sh("tc", "qdisc", "del", "dev", self.veth, "root", check=False)
+        if shutil.which("nft"):
+            sh("ip", "netns", "exec", self.ns, "nft", "delete table inet impair", check=False)
 
     def add_ipv6(self, addr):
         """A second (IPv6) address on eth0, as a dual-stack pod has (no DAD wait)."""

@@ -7,6 +7,7 @@ the zero-failure scenarios require every one to succeed. Scenarios that need beh
 landing report it as xfail with the reason (k8s_features.pending; SY_K8S_STRICT=1 makes them fail)."""
 import http.client
 import json
+import os
 import threading
 import time
 
@@ -19,6 +20,7 @@ from k8s_dns import AAAA, NXDOMAIN, dns_query
 from k8s_features import pending, require_flag
 from k8s_kubelet import http_get
 from k8s_load import ROUTER_PORT, assert_all_terminal, assert_no_failures, completion, story, summary
+from k8s_net import link_impairment
 
 
 def burst(c, routers, n, max_tokens=24, **extra):
@@ -507,3 +509,44 @@ def test_prefix_affinity_across_two_routers(k8s):
     assert all(n > 0 for n, _ in views.values()), views  # both workers hold prefixes
     for r in rs:
         assert c.metrics(r).get("switchyard_router_kv_event_gaps_total", 0) == 0
+
+
+# ---- 12. a lossy, slow pod network ---------------------------------------------------------------
+
+
+@pytest.mark.budget(180)
+def test_lossy_slow_link_every_stream_completes(k8s):
+    """The worker pod's network loses 5 % of its packets both ways and is slow (netem: 30 +- 10 ms
+    each way; a kernel without netem: nftables drops and a 2 Mbit/s token bucket). TCP retransmits
+    under the link; its heartbeats and sequenced frames carry on: 8 concurrent streams of 128
+    tokens complete with all their tokens and the same text as over the clean link, and the router declares no
+    worker dead and re-dispatches nothing."""
+    how, why = link_impairment()
+    if how is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the link cannot be impaired here: {why}")
+        pytest.skip(why)
+    c = k8s()
+    ws, rs = c.start(workers=1, routers=1, worker_kw={"max_running": 8})
+    c.wait_routers_see(rs, 1)
+    ts, clean = burst(c, rs, 8, max_tokens=128)
+    join(ts, 90)
+    assert_no_failures(clean, at_least=8)
+    how = ws[0].host.impair(loss_percent=5, delay_ms=30)
+    try:
+        t0 = time.monotonic()
+        ts, lossy = burst(c, rs, 8, max_tokens=128)
+        join(ts, 150)
+        lossy_s = time.monotonic() - t0
+        dropped = ws[0].host.dropped_packets()
+    finally:
+        ws[0].host.repair()
+    print(f"lossy link ({how}): 8 streams in {lossy_s:.1f} s, {dropped} packets dropped")
+    if how == "nft+tbf":
+        assert dropped >= 5, f"the impairment dropped {dropped} packets: too few to prove anything"
+    assert_no_failures(lossy, at_least=8)
+    assert [o.tokens for o in lossy] == [128] * 8, lossy
+    assert [o.text for o in lossy] == [o.text for o in clean]
+    m = c.metrics(rs[0])
+    assert m.get("switchyard_router_redispatched_total", 0) == 0, how
+    assert c.router_workers(rs[0]).get("dead", 0) == 0

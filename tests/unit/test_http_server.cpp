@@ -50,8 +50,15 @@ std::string lower(std::string s) {
 // A blocking HTTP/1.1 client on one socket; every read gives up after 5 s.
 class test_client {
  public:
-  explicit test_client(int port) {
+  // `from`: the local address to connect from (any 127.x.y.z is this machine's loopback).
+  explicit test_client(int port, const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local);
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -715,6 +722,83 @@ TEST_CASE("http_server: connections beyond max_connections are closed at once") 
   CHECK(b.read_response());
 }
 
+TEST_CASE("http_server: connections beyond max_connections_per_address from one address are closed at once") {
+  auto config = test_config();
+  config.max_connections_per_address = 2;
+  parked_exchanges parked;
+  http_server server(config, [&](std::shared_ptr<http_exchange> ex, http_request&&) { parked.park(ex); });
+  test_client a(server.port()), b(server.port());
+  REQUIRE(a.send(get_request));
+  REQUIRE(b.send(get_request));
+  REQUIRE(parked.wait_for(2, 2000ms));
+  test_client extra(server.port());
+  CHECK(extra.wait_closed(2000ms));
+  CHECK(server.counters().connections_refused_per_address == 1);
+  // Another address is not held back by the first one's connections.
+  test_client other(server.port(), "127.0.0.2");
+  REQUIRE(other.send(get_request));
+  REQUIRE(parked.wait_for(3, 2000ms));
+  for (auto& ex : parked.take()) ex->respond({});
+  CHECK(a.read_response());
+  CHECK(b.read_response());
+  CHECK(other.read_response());
+  // Once one of the first address's connections closed, it may open another.
+  a.close_now();
+  CHECK(eventually([&] { return server.counters().connections_open == 2; }));
+  test_client again(server.port());
+  REQUIRE(again.send(get_request));
+  REQUIRE(parked.wait_for(1, 2000ms));
+  for (auto& ex : parked.take()) ex->respond({});
+  CHECK(again.read_response());
+  CHECK(server.counters().connections_refused_per_address == 1);
+}
+
+TEST_CASE("http_server: bodies over the in-flight body budget are refused with 503 from their header") {
+  auto config = test_config();
+  config.max_inflight_body_bytes = 100000;
+  http_server server(config, echo);
+  // A slow client declares 80 KB and sends 10: its reservation holds the budget.
+  test_client slow(server.port());
+  REQUIRE(slow.send("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 80000\r\n\r\n" + std::string(10000, 'a')));
+  CHECK(eventually([&] { return server.counters().body_bytes_inflight == 80000; }));
+  // 30 KB more does not fit: 503 router_busy with Retry-After, without the body being read.
+  test_client refused(server.port());
+  REQUIRE(refused.send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n"));
+  auto r = refused.read_response();
+  REQUIRE(r);
+  CHECK(r->status == 503);
+  CHECK(r->header("retry-after") == "1");
+  CHECK(r->body.find("router_busy") != std::string::npos);
+  CHECK(server.counters().body_budget_refusals == 1);
+  // 15 KB fits, and a body-less request never counts.
+  test_client small(server.port());
+  REQUIRE(small.send("POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 15000\r\n\r\n" + std::string(15000, 'c')));
+  auto rs = small.read_response();
+  REQUIRE(rs);
+  CHECK(rs->status == 200);
+  REQUIRE(small.send(get_request));
+  CHECK(small.read_response());
+  // The slow body completes: its bytes go back to the budget, and the refused size fits now.
+  REQUIRE(slow.send(std::string(70000, 'a')));
+  auto rl = slow.read_response();
+  REQUIRE(rl);
+  CHECK(rl->status == 200);
+  CHECK(rl->body.size() == std::string("POST /a ").size() + 80000);
+  CHECK(eventually([&] { return server.counters().body_bytes_inflight == 0; }));
+  test_client later(server.port());
+  REQUIRE(later.send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n" + std::string(30000, 'b')));
+  auto rb = later.read_response();
+  REQUIRE(rb);
+  CHECK(rb->status == 200);
+  // A client that goes away mid-body gives its reservation back too.
+  {
+    test_client gone(server.port());
+    REQUIRE(gone.send("POST /d HTTP/1.1\r\nHost: x\r\nContent-Length: 90000\r\n\r\nxyz"));
+    CHECK(eventually([&] { return server.counters().body_bytes_inflight == 90000; }));
+  }
+  CHECK(eventually([&] { return server.counters().body_bytes_inflight == 0; }));
+}
+
 TEST_CASE("http_server: binding a taken port throws naming host and port") {
   http_server first(test_config(), echo);
   auto config = test_config();
@@ -918,6 +1002,81 @@ TEST_CASE("http_server: a stream that outgrows the stream buffer is closed as a 
   CHECK(eventually([&] { return fired.load() == 1; }, 10000ms));
   CHECK(server.counters().stream_overflows == 1);
   CHECK(server.counters().write_stalls == 0);
+  ::close(fd);
+}
+
+TEST_CASE("http_server: a catch-up far over the stream buffer is written as the client reads it, in order") {
+  auto cfg = test_config();
+  cfg.write_stall_timeout = 5s;
+  cfg.max_stream_buffer_bytes = 64u << 10;
+  std::atomic<int> fired{0};
+  std::thread live;
+  http_server server(cfg, [&](std::shared_ptr<http_exchange> ex, http_request&&) {
+    ex->on_disconnect([&] { ++fired; });
+    ex->start_stream(200, {});
+    // 2,000 events of ~1 KB at once (32x the cap), then live events behind them from another
+    // thread while the catch-up is still being written.
+    std::vector<std::string> catch_up;
+    for (int i = 0; i < 2000; ++i) catch_up.push_back("c" + std::to_string(i) + std::string(1000, '.'));
+    ex->send_events(std::move(catch_up));
+    live = std::thread([ex] {
+      for (int i = 0; i < 20; ++i) ex->send_event("l" + std::to_string(i));
+      ex->end_stream();
+    });
+  });
+  const int fd = small_window_socket(server.port());
+  REQUIRE(fd >= 0);
+  const std::string req = get_request;
+  REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  std::string got;
+  const auto until = steady::now() + 20s;
+  while (got.find("\r\n0\r\n\r\n") == std::string::npos && steady::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[16384];
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (live.joinable()) live.join();
+  CHECK(got.find("\r\n0\r\n\r\n") != std::string::npos);  // the stream ended normally
+  CHECK(server.counters().stream_overflows == 0);
+  CHECK(fired.load() == 0);
+  // Every event, in the order of the calls: the catch-up's, then the live ones.
+  size_t at = 0;
+  bool in_order = true;
+  for (int i = 0; i < 2000 && in_order; ++i) {
+    at = got.find("data: c" + std::to_string(i) + ".", at);
+    in_order = at != std::string::npos;
+  }
+  for (int i = 0; i < 20 && in_order; ++i) {
+    at = got.find("data: l" + std::to_string(i) + "\n", at);
+    in_order = at != std::string::npos;
+  }
+  CHECK(in_order);
+}
+
+TEST_CASE("http_server: live events over the cap behind a catch-up still close the stream") {
+  auto cfg = test_config();
+  cfg.write_stall_timeout = 60s;
+  cfg.max_stream_buffer_bytes = 64u << 10;
+  std::atomic<int> fired{0};
+  event_pump pump;
+  std::mutex mu;
+  http_server server(cfg, [&](std::shared_ptr<http_exchange> ex, http_request&&) {
+    ex->on_disconnect([&] { ++fired; });
+    ex->start_stream(200, {});
+    ex->send_events(std::vector<std::string>(100, std::string(1000, 'c')));
+    std::lock_guard lock(mu);
+    pump.start(std::move(ex), 20000, 0ms);  // then 20 MB of live events as fast as it goes
+  });
+  const int fd = small_window_socket(server.port());
+  REQUIRE(fd >= 0);
+  const std::string req = get_request;
+  REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  CHECK(eventually([&] { return fired.load() == 1; }, 10000ms));
+  CHECK(server.counters().stream_overflows == 1);
   ::close(fd);
 }
 
