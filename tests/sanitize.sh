@@ -80,6 +80,8 @@ SAN_INTEGRATION=(
   test_link_security.py::test_a_router_with_the_keys_serves_and_exports_its_link_counters
   test_link_security.py::test_a_worker_sending_a_frame_over_the_routers_limit_is_disconnected
   test_slow_clients.py
+  test_cache.py::test_catch_ups_longer_than_the_stream_buffer_are_paced_not_cut
+  test_link_faults.py::test_frames_lost_on_the_link_leave_no_hole_in_any_stream
   test_bad_workers.py::test_black_hole_worker_is_ejected_and_requests_still_succeed
   test_bad_workers.py::test_query_of_death_takes_at_most_two_workers_and_ends_with_a_named_502
   test_soak.py

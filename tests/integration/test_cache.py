@@ -1,6 +1,7 @@
 """The response cache end to end: a real redis-server, a real worker and routers with --redis,
 driven over HTTP. Hits and misses, what changes the key, the opt-outs, tenant namespaces, TTL,
 stream replay, request coalescing, Redis killed or paused under load, and /v1/cache/stats."""
+import concurrent.futures
 import json
 import os
 import shutil
@@ -549,6 +550,82 @@ def test_redis_paused_lookups_time_out_fast(own_redis_router, worker):
     finally:
         red.signal(signal.SIGCONT)
     assert wait_for(lambda: completion(r, body)[0] == "hit", timeout=15, step=0.25)
+
+
+class DelayProxy:
+    """A TCP proxy in front of Redis that holds each of Redis's replies `delay_s` before passing it
+    on (settable while it runs): a Redis that answers, slowly, as an overloaded or swapping one does."""
+
+    def __init__(self, target_port, delay_s):
+        self.target_port, self.delay_s = target_port, delay_s
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        self.srv.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.srv.accept()
+            except OSError:
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, delayed):
+        try:
+            while not self.stopped.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if delayed and self.delay_s > 0:
+                    time.sleep(self.delay_s)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        self.stopped.set()
+        self.srv.close()
+
+
+def test_a_slow_redis_is_taken_off_the_request_path(worker, redis):
+    """Redis answers, but each reply takes 100 ms (a proxy holds it: 20x the 5 ms lookup budget).
+    Lookups have their own lane and a budget: they end as `error` (timed out), `expired` (waited
+    past 4x the budget in the router) or `short_circuited` (the breaker), never as a wait, and the
+    requests go to the worker: 24 cacheable requests at concurrency 8, all answered by a
+    generation. Once Redis is fast again, hits come back."""
+    proxy = DelayProxy(redis.port, 0.1)
+    r = Router([worker.endpoint], *ROUTER_OPTS, "--redis", proxy.url, "--cache-lookup-timeout-ms", "5")
+    try:
+        body = body_for("Slow Redis, fast answers.")
+        before = r.metrics()
+        g0 = generations(worker)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            outs = list(pool.map(lambda i: completion(r, body if i % 2 else body_for(f"Slow Redis {i}."), timeout=60),
+                                 range(24)))
+        # None answered from the cache (a repeat may join a running generation of its prompt).
+        assert all(x in (None, "coalesced") and text_of(resp) for x, resp in outs), [x for x, _ in outs]
+        m = r.metrics()
+        slow = sum(m[LOOKUPS + '{status="%s"}' % k] - before[LOOKUPS + '{status="%s"}' % k]
+                   for k in ("error", "expired", "short_circuited"))
+        assert slow == 24, {k: v for k, v in m.items() if k.startswith(LOOKUPS)}
+        # The 12 repeats of one prompt coalesce or run; the 12 distinct ones each run.
+        assert generations(worker) - g0 >= 13
+        proxy.delay_s = 0
+        assert wait_for(lambda: completion(r, body)[0] == "hit", timeout=20, step=0.25)
+    finally:
+        r.stop()
+        proxy.stop()
 
 
 # ---- analytics ----------------------------------------------------------------------------------

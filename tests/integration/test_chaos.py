@@ -2,8 +2,9 @@
 Redis (cache on) serving a steady mix of streams, whole answers and cache hits while, one after
 another, a worker is killed with SIGKILL and restarted at the same address once declared dead, a
 worker is stopped with SIGSTOP past the heartbeat timeout and continued, a worker is killed and
-restarted at once at the same address, Redis is killed and restarted, and finally every worker is
-killed. Every request is counted: while a worker is left each one
+restarted at once at the same address, a worker is stopped and Redis killed at the same moment
+(overlapping faults: the worker returns while Redis is still down), Redis is restarted, and
+finally every worker is killed. Every request is counted: while a worker is left each one
 completes (started streams resume on the other worker, with all their tokens); once none is left
 each ends with a named error. None hangs (every client read is bounded), none is lost (the
 router's answer count equals the requests sent), and the cluster serves again once a worker
@@ -165,9 +166,18 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
         wait_until("worker 1 serving again", lambda: ready_workers() == 2, timeout=30)
         progress(12)
 
-        event("kill -9 Redis")
+        # Overlapping faults: a worker paused past the heartbeat timeout and Redis killed at the
+        # same moment; the worker comes back while Redis is still down.
+        settle = event("SIGSTOP worker 0 and kill -9 Redis together")
+        workers[0].proc.send_signal(signal.SIGSTOP)
         redis.proc.kill()
         redis.proc.wait()
+        wait_until("worker 0 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
+        settle()
+        progress(6)
+        event("SIGCONT worker 0, Redis still down")
+        workers[0].proc.send_signal(signal.SIGCONT)
+        wait_until("worker 0 back", lambda: ready_workers() == 2, timeout=30)
         progress(12)
         event("restart Redis at the same port")
         redis.stop()
