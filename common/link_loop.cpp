@@ -1,6 +1,8 @@
 // The link loop (see link_loop.hpp).
 #include "common/link_loop.hpp"
 
+#include <algorithm>
+
 #include <zmq_addon.hpp>
 
 namespace sy::link {
@@ -16,8 +18,14 @@ size_t send_backlog::send_or_queue(frame&& f, const send_fn& send, backlog_count
   counters.backlogged++;
   if (it == lanes_.end()) it = lanes_.emplace(std::move(lane), std::deque<frame>{}).first;
   it->second.push_back(std::move(f));
-  if (it->second.size() <= max_frames_) return 0;
-  it->second.pop_front();
+  std::deque<frame>& q = it->second;
+  if (q.size() <= max_frames_) return 0;
+  auto victim = q.begin();  // the oldest expendable frame, else the oldest
+  if (expendable_) {
+    const auto e = std::find_if(q.begin(), q.end(), [&](const frame& x) { return expendable_(x); });
+    if (e != q.end()) victim = e;
+  }
+  q.erase(victim);
   counters.overflow++;
   return 1;
 }

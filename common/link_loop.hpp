@@ -5,9 +5,12 @@
 //
 // Overflow rule (both processes): a frame a socket will not take now (high-water mark reached,
 // or ZMQ_IMMEDIATE with no connection yet) waits in that socket's backlog, in order, behind any
-// frame already waiting; a backlog holding more than its configured count drops its OLDEST frame
-// and counts it. The oldest goes because it is the likeliest to be stale already: its request's
-// deadline ends it either way, while the newest frames (cancels, the latest tokens) still matter.
+// frame already waiting; a backlog holding more than its configured count drops one frame and
+// counts it: its oldest EXPENDABLE frame when it has one (the backlog's predicate says which:
+// the worker's heartbeats, superseded by the next, and KV events, whose numbered gaps make the
+// router ask for a resync), else its oldest frame. Token and final frames go only when nothing
+// expendable is left, and then the oldest, the likeliest to be stale: a lost tokens frame is a
+// numbered gap the router resumes from (docs/reliability.md), never a silent hole.
 //
 // Threads: everything here belongs to the one thread that runs the link (STYLE 9).
 #pragma once
@@ -47,12 +50,14 @@ struct backlog_counters {
 // back only its own frames, never another peer's behind them.
 class send_backlog {
  public:
-  explicit send_backlog(size_t max_frames, bool lane_per_peer = false)
-      : max_frames_(max_frames), lane_per_peer_(lane_per_peer) {}
+  // `expendable`: frames an over-full lane drops first (none when empty).
+  explicit send_backlog(size_t max_frames, bool lane_per_peer = false,
+                        std::function<bool(const frame&)> expendable = {})
+      : max_frames_(max_frames), lane_per_peer_(lane_per_peer), expendable_(std::move(expendable)) {}
 
   // Sends `f` now when nothing waits in its lane and the socket takes it; otherwise queues it
-  // behind its lane's waiting frames, dropping that lane's oldest when that makes more than
-  // max_frames. Returns the number of frames dropped (0 or 1).
+  // behind its lane's waiting frames, dropping one of that lane's (the overflow rule) when that
+  // makes more than max_frames. Returns the number of frames dropped (0 or 1).
   size_t send_or_queue(frame&& f, const send_fn& send, backlog_counters& counters);
   // Sends each lane's waiting frames in order while the socket takes them.
   void retry(const send_fn& send);
@@ -67,6 +72,7 @@ class send_backlog {
 
   size_t max_frames_;
   bool lane_per_peer_;
+  std::function<bool(const frame&)> expendable_;
   std::map<std::string, std::deque<frame>> lanes_;  // only lanes with frames waiting
 };
 

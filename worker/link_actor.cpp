@@ -9,6 +9,7 @@
 #include "common/curve_keys.hpp"
 #include "common/link_loop.hpp"
 #include "common/metrics.hpp"
+#include "common/protocol.hpp"
 #include "worker/actor_protocol.hpp"
 
 namespace sy {
@@ -62,7 +63,14 @@ void link_actor(caf::blocking_actor* self, zmq::context_t* ctx, link_config cfg,
 
   // Frames the ROUTER refused because a peer's queue was full; retried in order, a lane per
   // router: one that stopped reading (paused, throttled) holds back only its own frames.
-  link::send_backlog backlog(cfg.max_backlog, /*lane_per_peer=*/true);
+  // Over-full, a lane drops heartbeats and KV events first (link_loop.hpp: the overflow rule):
+  // frames here are [router identity][type][body].
+  const auto expendable = [](const link::frame& f) {
+    if (f.size() < 2) return false;
+    const auto t = proto::parse_msg_type(f[1].to_string_view());
+    return t == proto::msg_type::heartbeat || t == proto::msg_type::kv_events;
+  };
+  link::send_backlog backlog(cfg.max_backlog, /*lane_per_peer=*/true, expendable);
   const link::send_fn try_send = [&](link::frame& parts) -> bool {
     try {
       if (!zmq::send_multipart(router, parts, zmq::send_flags::dontwait)) {

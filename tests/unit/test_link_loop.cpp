@@ -1,6 +1,6 @@
 // The link loop both processes share (common/link_loop.hpp): the backlog's order and its one
-// overflow rule (drop the oldest, count it) exactly, with a scripted send function standing in
-// for a socket; then one turn of poll_once over a real inproc socket pair.
+// overflow rule (drop the oldest expendable frame, else the oldest; count it) exactly, with a scripted send function
+// standing in for a socket; then one turn of poll_once over a real inproc socket pair.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -76,6 +76,22 @@ TEST_CASE("link backlog: over its bound the oldest frame is dropped and counted"
   s.open = true;
   b.retry(s.fn());
   CHECK(s.sent == std::vector<std::string>{"3", "4"});  // the newest survive
+}
+
+TEST_CASE("link backlog: over its bound an expendable frame goes before any other, oldest first") {
+  fake_socket s;
+  s.open = false;
+  backlog_counters c;
+  // "h..." frames are expendable (heartbeats), "t..." are not (tokens).
+  send_backlog b(3, false, [](const frame& f) { return f.at(0).to_string()[0] == 'h'; });
+  size_t dropped = 0;
+  for (const char* x : {"t1", "h1", "t2", "h2", "t3", "t4"}) dropped += b.send_or_queue(one(x), s.fn(), c);
+  CHECK(dropped == 3);
+  CHECK(c.overflow == 3);
+  s.open = true;
+  b.retry(s.fn());
+  // h1 and h2 went first; with none left, the oldest tokens frame.
+  CHECK(s.sent == std::vector<std::string>{"t2", "t3", "t4"});
 }
 
 TEST_CASE("link backlog: clear drops what waits and says how much") {
