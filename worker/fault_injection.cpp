@@ -58,26 +58,35 @@ class fault_backend final : public forward_backend {
 }  // namespace
 
 namespace {
-constexpr std::string_view k_drop_frames = "drop-frames:";
-}
 
-uint32_t dropped_frames_of(const std::string& mode) {
-  if (mode.rfind(k_drop_frames, 0) != 0) return 0;
+constexpr std::string_view k_drop_frames = "drop-frames:", k_mute_first = "mute-first:";
+
+// N of PREFIX + N (1..1000000), 0 when `mode` is another one.
+uint32_t link_fault_count(const std::string& mode, std::string_view prefix) {
+  if (mode.rfind(prefix, 0) != 0) return 0;
   long n = 0;
   try {
-    n = std::stol(mode.substr(k_drop_frames.size()));
+    n = std::stol(mode.substr(prefix.size()));
   } catch (const std::exception&) {
     n = 0;
   }
-  if (n < 1 || n > 1000000) throw std::invalid_argument("--fault-inject drop-frames:N needs 1..1000000 frames");
+  if (n < 1 || n > 1000000)
+    throw std::invalid_argument("--fault-inject " + std::string(prefix) + "N needs N in 1..1000000");
   std::fprintf(stderr,
-               "switchyard-worker: WARNING: fault injection '%s' is on: this worker drops frames on purpose (tests "
+               "switchyard-worker: WARNING: fault injection '%s' is on: this worker loses frames on purpose (tests "
                "only)\n",
                mode.c_str());
   return static_cast<uint32_t>(n);
 }
 
-bool is_backend_fault(const std::string& mode) { return !mode.empty() && mode.rfind(k_drop_frames, 0) != 0; }
+}  // namespace
+
+uint32_t dropped_frames_of(const std::string& mode) { return link_fault_count(mode, k_drop_frames); }
+uint32_t muted_requests_of(const std::string& mode) { return link_fault_count(mode, k_mute_first); }
+
+bool is_backend_fault(const std::string& mode) {
+  return !mode.empty() && mode.rfind(k_drop_frames, 0) != 0 && mode.rfind(k_mute_first, 0) != 0;
+}
 
 std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
                                                       const tokenizer& vocab) {
@@ -98,7 +107,7 @@ std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_ba
     if (slow_ms <= 0 || slow_ms > 600000) throw std::invalid_argument("--fault-inject slow-step:MS needs 1..600000 ms");
   } else {
     throw std::invalid_argument("--fault-inject: unknown mode '" + mode +
-                                "' (step-throw, crash-on:MARKER, slow-step:MS, drop-frames:N)");
+                                "' (step-throw, crash-on:MARKER, slow-step:MS, drop-frames:N, mute-first:N)");
   }
   std::fprintf(stderr,
                "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",

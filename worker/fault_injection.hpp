@@ -17,6 +17,9 @@
 //   drop-frames:N     a link fault, not the backend's: the first N tokens frames that are not a
 //                     request's last are never sent (their sequence numbers used up), as frames
 //                     lost on the link would be (service_config::drop_first_frames).
+//   mute-first:N      a link fault too: the first N requests send their first tokens frame and
+//                     nothing after it while the worker runs them and heartbeats on
+//                     (service_config::mute_first_requests).
 #pragma once
 
 #include <memory>
@@ -30,8 +33,10 @@ class tokenizer;
 
 // `inner` wrapped so that it fails as `mode` says; std::invalid_argument naming --fault-inject
 // for an unknown mode. `vocab` (crash-on) must outlive the result.
-// N of "drop-frames:N" (1..1000000; std::invalid_argument otherwise); 0 for every other mode.
+// N of "drop-frames:N" and of "mute-first:N" (1..1000000; std::invalid_argument otherwise);
+// 0 for every other mode.
 uint32_t dropped_frames_of(const std::string& mode);
+uint32_t muted_requests_of(const std::string& mode);
 // Whether `mode` is a fault of the forward backend (with_fault_injection takes it).
 bool is_backend_fault(const std::string& mode);
 

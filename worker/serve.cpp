@@ -126,6 +126,7 @@ int run_serve(const cli_args& a, const char* default_model) {
     sc.model_id.resize(sc.model_id.size() - 5);
   sc.chat_template = chat_override;
   sc.drop_first_frames = dropped_frames_of(a.get("fault-inject", ""));  // tests only
+  sc.mute_first_requests = muted_requests_of(a.get("fault-inject", ""));
   sc.served_model_names = served_model_names(a, sc.model_id);
   if (chat_override.empty() && !model->chat().supported())
     std::fprintf(stderr,

@@ -140,6 +140,10 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
   o.peer = peer;
   o.request_id = m.request_id;
   o.stream = m.stream;
+  if (counters_.requests_muted < config_.mute_first_requests) {  // fault injection (tests)
+    counters_.requests_muted++;
+    o.muted = true;
+  }
   o.pending.request_id = m.request_id;
   owners_[id] = std::move(o);
 }
@@ -201,11 +205,12 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
           t.logprobs.erase(t.logprobs.begin(), t.logprobs.begin() + proto::k_max_tokens_per_message);
         }
         part.seq = ++o.frames_sent;
-        if (!drop_injected()) send(o.peer, part, out);  // text travels with the final part
+        if (!(o.muted && part.seq > 1) && !drop_injected())
+          send(o.peer, part, out);  // text travels with the final part
       }
       if (!t.token_ids.empty() || !t.text.empty() || done) {
         t.seq = ++o.frames_sent;
-        if (done || !drop_injected()) send(o.peer, t, out);
+        if (!(o.muted && t.seq > 1) && (done || !drop_injected())) send(o.peer, t, out);
       }
       t.token_ids.clear();
       t.text.clear();

@@ -40,6 +40,10 @@ struct service_config {
   // frames that are not a request's last are not sent, as if lost on the link (their sequence
   // numbers are used up, so the router sees the gap).
   uint32_t drop_first_frames = 0;
+  // Tests only (--fault-inject mute-first:N): the first N requests submitted send their first
+  // tokens frame and nothing after it (no final frame either) while the engine runs them to the
+  // end and the worker heartbeats on: a request lost inside a live worker.
+  uint32_t mute_first_requests = 0;
 };
 
 // Counters for /metrics (monotonic unless noted).
@@ -57,6 +61,7 @@ struct service_counters {
   uint64_t peers_gone = 0;
   uint64_t step_failures = 0;   // steps that threw; their requests ended with internal_error
   uint64_t frames_dropped = 0;  // by fault injection (drop_first_frames)
+  uint64_t requests_muted = 0;  // by fault injection (mute_first_requests)
   kv_publisher_counters kv;     // block events to routers' prefix views
   uint64_t kv_subscribers = 0;  // gauge: routers receiving them
 };
@@ -92,6 +97,7 @@ class worker_service {
     bool stream = true;
     proto::tokens pending;     // non-streaming: accumulated until the end
     uint32_t frames_sent = 0;  // tokens messages sent for it: the next one's seq is one more
+    bool muted = false;        // fault injection: nothing is sent after its first tokens frame
   };
   // `failure`: the failed step it reports (proto::error::failure), 0 for none.
   void send_error(const std::string& peer, const std::string& request_id, error_code code, const std::string& message,

@@ -142,3 +142,26 @@ def test_frames_lost_on_the_link_leave_no_hole_in_any_stream():
     finally:
         r.stop()
         worker.stop()
+
+
+def test_a_stream_its_live_worker_stopped_sending_resumes_after_the_try_idle_timeout():
+    """A request lost inside a live worker (`--fault-inject mute-first:1`: the first request sends
+    its first tokens frame, then nothing, while the worker runs it and heartbeats on). Before, its
+    client waited out the request's deadline (605 s by default); with `--try-idle-timeout-s 2` the
+    router resumes the stream from what the client has: it completes with all its tokens and the
+    text the same request gets from a healthy run."""
+    worker = Worker("--kv-blocks", "256", "--max-running", "8", "--fault-inject", "mute-first:1")
+    r = Router([worker.endpoint], "--try-idle-timeout-s", "2")
+    try:
+        muted = request(r.port, "/v1/completions", stream_body(300, 48), timeout=60)
+        clean = request(r.port, "/v1/completions", stream_body(300, 48), timeout=60)
+        assert muted.outcome == OK, muted
+        assert completion_tokens(muted) == 48
+        assert clean.outcome == OK and stream_text(muted.events) == stream_text(clean.events)
+        m = r.metrics()
+        assert m["switchyard_router_idle_tries_total"] == 1
+        assert m["switchyard_router_retries_total"] == 0
+        assert "missed its heartbeats" not in open(r.log.name).read()
+    finally:
+        r.stop()
+        worker.stop()
