@@ -164,6 +164,7 @@ struct server_core {
   http_handler handler;
   http_counters counters;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> closing{false};  // close_keep_alive(): every connection ends after its response
   std::mutex registry_mu;
   std::unordered_map<const void*, std::weak_ptr<connection>> registry;  // guarded by registry_mu
   std::mutex address_mu;
@@ -255,6 +256,12 @@ class connection : public std::enable_shared_from_this<connection> {
     phase_ = phase::header;
     arm(core_.config.header_timeout, deadline::header);
     do_read();
+  }
+
+  // close_keep_alive(): on the strand. A connection between requests closes now; one reading
+  // or answering a request closes after its response.
+  void close_if_idle() {
+    if (phase_ == phase::idle) begin_linger_close();
   }
 
   // Server stop: on the strand.
@@ -647,7 +654,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void response_done() {
     current_.reset();
     response_ = response_state::none;
-    if (close_after_response_) {
+    if (close_after_response_ || core_.closing.load()) {
       begin_linger_close();
       return;
     }
@@ -840,7 +847,7 @@ void connection::dispatch() {
   req.received = steady::now();
   http10_ = msg.version() < 11;
   head_only_ = msg.method() == http::verb::head;
-  close_after_response_ = !msg.keep_alive() || core_.stopping.load();
+  close_after_response_ = !msg.keep_alive() || core_.stopping.load() || core_.closing.load();
   parser_.reset();
   disarm();
   phase_ = phase::waiting;
@@ -901,6 +908,7 @@ void connection::abandon_exchange(bool by_client) {
 void connection::write_response(const exchange* e, http_response r) {
   if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::none) return;
   response_ = response_state::ended;
+  if (core_.closing.load()) close_after_response_ = true;
   queue_write(serialize(std::move(r)), true, {});
   if (phase_ == phase::waiting) start_write_checks();
 }
@@ -910,7 +918,7 @@ void connection::write_stream_head(const exchange* e, int status,
   if (phase_ != phase::waiting || current_.get() != e || response_ != response_state::none) return;
   response_ = response_state::streaming;
   if (status < 100 || status > 999) status = 500;
-  if (http10_) close_after_response_ = true;
+  if (http10_ || core_.closing.load()) close_after_response_ = true;
   std::string out;
   append_status_line(out, status);
   append_header(out, "Server", "switchyard");
@@ -1068,6 +1076,22 @@ struct http_server::impl {
     });
   }
 
+  void close_keep_alive() {
+    std::vector<std::weak_ptr<connection>> live;
+    {
+      std::lock_guard lock(core.registry_mu);
+      core.closing.store(true);
+      live.reserve(core.registry.size());
+      for (const auto& [key, weak] : core.registry) live.push_back(weak);
+    }
+    for (const auto& weak : live) {
+      if (auto c = weak.lock()) {
+        auto ex = c->executor();
+        asio::post(ex, [c = std::move(c)] { c->close_if_idle(); });
+      }
+    }
+  }
+
   void stop() {
     std::lock_guard stop_lock(stop_mu);
     if (stopped) return;
@@ -1113,5 +1137,7 @@ int http_server::port() const { return impl_->port; }
 const http_counters& http_server::counters() const { return impl_->core.counters; }
 
 void http_server::stop() { impl_->stop(); }
+
+void http_server::close_keep_alive() { impl_->close_keep_alive(); }
 
 }  // namespace sy::router

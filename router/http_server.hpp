@@ -141,6 +141,11 @@ class http_server {
   const http_counters& counters() const;
   // Stops accepting, closes every connection, joins the threads. Idempotent.
   void stop();
+  // A server about to go (SIGTERM): from now on every response says `Connection: close` and its
+  // connection closes after it, and connections idle between requests close now, so that pooled
+  // keep-alive clients open their next connection elsewhere instead of reusing this one until
+  // it refuses them. Still accepts and serves. Thread-safe, idempotent.
+  void close_keep_alive();
 
  private:
   struct impl;

@@ -399,15 +399,19 @@ std::unique_ptr<http_server> start_metrics_server(const cli_args& a, const http_
   return server;
 }
 
-// After the first SIGINT/SIGTERM (docs/router.md, "Pods"): /ready turns 503 at once; requests
-// are still admitted for --shutdown-delay-s (load balancers stop sending meanwhile), then refused
-// (503) while what runs finishes, for --drain-timeout-s at most. A second signal skips what is left.
-void shut_down_gracefully(const sigset_t& sigs, router_status& status, const caf::actor& disp, double shutdown_delay_s,
-                          double drain_timeout_s) {
+// After the first SIGINT/SIGTERM (docs/router.md, "Pods"): /ready turns 503 at once and every
+// response from then on closes its connection (idle keep-alive connections close at once);
+// requests are still admitted for --shutdown-delay-s (load balancers stop sending meanwhile),
+// then refused (503) while what runs finishes, for --drain-timeout-s at most. A second signal
+// skips what is left.
+void shut_down_gracefully(const sigset_t& sigs, router_status& status, const caf::actor& disp, http_server& server,
+                          double shutdown_delay_s, double drain_timeout_s) {
   {
     std::lock_guard<std::mutex> lk(status.mu);
     status.shutting_down = true;
   }
+  // Pooled keep-alive clients move to other routers now rather than at the drain's 503s.
+  server.close_keep_alive();
   bool patient = true;
   if (shutdown_delay_s > 0) {
     std::fprintf(stderr, "switchyard-router: signal received: not ready, still admitting for %g s\n", shutdown_delay_s);
@@ -556,7 +560,7 @@ int run(const cli_args& a) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  shut_down_gracefully(sigs, *status, disp, shutdown_delay_s, drain_timeout_s);
+  shut_down_gracefully(sigs, *status, disp, *server, shutdown_delay_s, drain_timeout_s);
   return 0;  // `shutdown` stops everything
 }
 

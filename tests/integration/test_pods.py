@@ -3,6 +3,7 @@ leaves the worker list drains and is dropped (entry, metric labels, connection),
 retires everyone while an unreadable one changes nothing, the worker's /ready through start,
 serving and drain with --drain-timeout-s, and the router's --shutdown-delay-s (not ready, still
 admitting) followed by its drain."""
+import http.client
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import subprocess
 import threading
 import time
 
+import openai
 import pytest
 
 from cluster import MODEL_ID, ROUTER, Router
@@ -276,6 +278,38 @@ def test_router_drain_timeout_cuts_what_still_runs():
         assert "drain timeout with 1 requests unfinished" in open(r.log.name).read()
         # The worker is told: the cut-off request is cancelled there (its router went away).
         wait_for("the worker idle", lambda: w.metrics()["switchyard_worker_requests_running"] == 0, timeout=20)
+    finally:
+        r.stop()
+        w.stop()
+
+
+def test_router_closes_keep_alive_connections_from_sigterm_on():
+    """Pooled keep-alive clients (the openai SDK) would keep sending to a terminating router until
+    its drain refused them with 503 `draining`. From SIGTERM on, the router closes connections
+    idle between requests at once and ends every response with `Connection: close`, so clients
+    open their next connection elsewhere (through the Service, to a router that stays)."""
+    w = Worker("--kv-blocks", "256", "--max-running", "4")
+    r = Router([w.endpoint], "--shutdown-delay-s", "3", "--drain-timeout-s", "10")
+    try:
+        body = json.dumps({"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2}).encode()
+        pooled = http.client.HTTPConnection("127.0.0.1", r.port, timeout=10)
+        pooled.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        first = pooled.getresponse()
+        first.read()
+        assert first.status == 200 and first.getheader("Connection") == "keep-alive"
+        client = openai.OpenAI(base_url=r.url + "/v1", api_key="x", max_retries=0, timeout=30)
+        assert client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2).choices  # pools a connection
+        r.proc.terminate()
+        wait_for("/ready 503", lambda: r.get("/ready")[0] == 503, timeout=2, every=0.02)
+        # The idle pooled connection is closed by the router (EOF to its reader).
+        pooled.sock.settimeout(3)
+        assert pooled.sock.recv(1) == b""
+        # The SDK's pooled connection was closed too: its next request opens a new one and is
+        # served (still admitted during --shutdown-delay-s), told to close after it.
+        raw = client.completions.with_raw_response.create(model=MODEL_ID, prompt="Hi", max_tokens=2)
+        assert raw.http_response.status_code == 200
+        assert raw.headers.get("connection") == "close"
+        assert r.proc.wait(30) == 0
     finally:
         r.stop()
         w.stop()

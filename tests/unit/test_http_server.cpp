@@ -799,6 +799,38 @@ TEST_CASE("http_server: bodies over the in-flight body budget are refused with 5
   CHECK(eventually([&] { return server.counters().body_bytes_inflight == 0; }));
 }
 
+TEST_CASE("http_server: close_keep_alive closes idle connections now and every other after its response") {
+  parked_exchanges parked;
+  http_server server(test_config(), [&](std::shared_ptr<http_exchange> ex, http_request&& req) {
+    if (req.path == "/park") {
+      parked.park(std::move(ex));
+      return;
+    }
+    echo(std::move(ex), std::move(req));
+  });
+  test_client idle(server.port()), busy(server.port());
+  REQUIRE(idle.send(get_request));
+  auto first = idle.read_response();
+  REQUIRE(first);
+  CHECK(first->header("connection") == "keep-alive");
+  REQUIRE(busy.send("GET /park HTTP/1.1\r\nHost: x\r\n\r\n"));
+  REQUIRE(parked.wait_for(1, 2000ms));
+  server.close_keep_alive();
+  CHECK(idle.wait_closed(2000ms));  // between requests: closed at once
+  for (auto& ex : parked.take()) ex->respond({});
+  auto answered = busy.read_response();  // answered, then closed
+  REQUIRE(answered);
+  CHECK(answered->header("connection") == "close");
+  CHECK(busy.wait_closed(2000ms));
+  test_client fresh(server.port());  // still accepted and served, one request per connection
+  REQUIRE(fresh.send(get_request));
+  auto r = fresh.read_response();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->header("connection") == "close");
+  CHECK(fresh.wait_closed(2000ms));
+}
+
 TEST_CASE("http_server: binding a taken port throws naming host and port") {
   http_server first(test_config(), echo);
   auto config = test_config();
