@@ -5,7 +5,9 @@
   * `promtool test rules tests/deploy/autoscaling_rules_test.yml`: the rules on synthetic series;
   * each KEDA ScaledObject as rendered (deploy/k8s/examples/*) has a self-contained query (no
     recorded series) that, evaluated by promtool on the same series, gives exactly what the
-    recording rule gives for its namespace and model, and desired workers = ceil(that / threshold).
+    recording rule gives for its namespace and model, and desired workers = ceil(that / threshold);
+    a query without series is an error (ignoreNullValues "false") and the fallback never scales down;
+  * the alerts (the switchyard-alerts group) fire in the unit tests as docs/operations.md says.
 
     .venv/bin/python tests/deploy/test_autoscaling.py      (ctest: deploy/autoscaling-rules)"""
 import math
@@ -66,10 +68,16 @@ def main():
                 seen.add((q, threshold))
                 name = f"{k}: ScaledObject {so['metadata']['name']} trigger {t.get('name', t['type'])}"
                 r.check(not any(rec in q for rec in recorded), f"{name}: query needs no recording rule")
+                # No series must be an error (fallback and alert), never a silent 0.
+                r.check(str(t["metadata"].get("ignoreNullValues", "true")).lower() == "false",
+                        f"{name}: ignoreNullValues is \"false\"")
+                fb = so["spec"].get("fallback", {})
+                r.check(fb.get("behavior") == "currentReplicasIfHigher",
+                        f"{name}: a failing query never scales the workers down (fallback.behavior)", str(fb))
                 model = parse_labels(q).get("model")
                 tests = []
                 for g in unit["tests"]:
-                    for e in g["promql_expr_test"]:
+                    for e in g.get("promql_expr_test", []):
                         if e["expr"] != DEMAND:
                             continue
                         want = [s["value"] for s in e["exp_samples"]
