@@ -888,7 +888,17 @@ void dispatcher::request_kv_resyncs(double now_s, std::vector<link_frame>& out) 
   }
 }
 
-bool dispatcher::ready(double now_s) const { return !draining_ && pool_.any_ready(now_s); }
+bool dispatcher::ready(double now_s) const {
+  if (draining_) return false;
+  if (pool_.any_ready(now_s)) return true;
+  // Hysteresis: a model that lost its last ready worker keeps the router ready through the
+  // no-worker grace (its requests queue for a replacement meanwhile). A one-worker rollout or
+  // drain then never takes every router out of its Service at once; a router that has never met
+  // a worker is not ready.
+  for (const auto& m : models_.all())
+    if (!unserved(m->id, now_s)) return true;
+  return false;
+}
 
 std::string dispatcher::render_metrics(double now_s) const {
   // Per model: every model a worker has announced (0 when idle, so a scaler sees the series),

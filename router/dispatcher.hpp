@@ -123,7 +123,9 @@ class dispatcher {
   void drain() { draining_ = true; }
 
   // Takes requests: not draining, and some worker is ready and was heard from (welcome or
-  // heartbeat) within the heartbeat timeout as of now_s (between the ticks that declare it dead).
+  // heartbeat) within the heartbeat timeout as of now_s (between the ticks that declare it dead),
+  // or a model lost its last one less than no_worker_timeout_s ago (requests queue for a
+  // replacement meanwhile: readiness does not flap out of the Service during a rollout).
   bool ready(double now_s) const;
   size_t active() const { return active_.size(); }
   size_t queued() const { return queue_.size(); }

@@ -322,7 +322,10 @@ def semantic(r, name, docs):
         targets = [d for d in deps if ns_of(d) == ns_of(b) and selects(b["spec"]["selector"], pod_labels(d))]
         r.check(len(targets) == 1, f"{name}: PodDisruptionBudget {b['metadata']['name']} selects one Deployment")
         for t in targets:
-            reps = t["spec"].get("replicas", 1)
+            # Replicas as the Deployment says, or, under KEDA (which owns them), its minimum.
+            scalers = [so for so in docs if so["kind"] == "ScaledObject" and ns_of(so) == ns_of(t)
+                       and so["spec"]["scaleTargetRef"]["name"] == t["metadata"]["name"]]
+            reps = t["spec"].get("replicas", scalers[0]["spec"].get("minReplicaCount", 0) if scalers else 1)
             ok = ("maxUnavailable" in b["spec"] and int(b["spec"]["maxUnavailable"]) >= 1) or \
                  ("minAvailable" in b["spec"] and int(b["spec"]["minAvailable"]) < reps)
             r.check(ok, f"{name}: PodDisruptionBudget {b['metadata']['name']} lets a drain evict a pod")

@@ -303,12 +303,15 @@ def test_nxdomain_retires_every_worker(k8s):
     c.kubelet.set_service_deleted(True)
     r = dns_query(c.dns.ip, WORKER_SERVICE, timeout=1)
     assert r is not None and r[0] == NXDOMAIN, r
-    deadline = time.monotonic() + c.dns_interval_s + 3
+    # Unready once the workers are retired and the no-worker grace (--no-worker-timeout-s, 10 s)
+    # has passed: within it the router stays in its Service and requests queue for a worker.
+    wait_s = c.dns_interval_s + 10 + 3
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and c.status(router, "/ready") != 503:
         time.sleep(0.1)
     if c.status(router, "/ready") != 503:
         pending("the router retiring every worker on NXDOMAIN (it kept /ready 200 with workers "
-                f"{c.router_workers(router)} for {c.dns_interval_s + 3:.0f} s after the name vanished)")
+                f"{c.router_workers(router)} for {wait_s:.0f} s after the name vanished)")
     assert c.router_workers(router).get("ready", 0) == 0, c.router_workers(router)
     body = dict(story(1), model=c.model, timeout=5)
     t0 = time.monotonic()

@@ -753,7 +753,7 @@ TEST_CASE("dispatcher: a worker that says it is draining is counted as draining 
   std::string m = h.d.render_metrics(0.5);
   CHECK(has_line(m, "switchyard_router_workers{state=\"draining\"} 1"));
   CHECK(has_line(m, "switchyard_router_workers{state=\"ready\"} 0"));
-  CHECK_FALSE(h.d.ready(0.5));
+  CHECK(h.d.ready(0.5));  // its only worker draining: still ready through the no-worker grace
   h.request({}, 0.6);
   CHECK(submits(h.take(), 0).empty());
   CHECK(h.d.queued() == 1);
@@ -1415,17 +1415,29 @@ TEST_CASE("dispatcher: a coalesced generation goes on while anyone listens and i
   CHECK(h.d.render_metrics(1.0).find("switchyard_router_client_cancels_total 2\n") != std::string::npos);
 }
 
-TEST_CASE("dispatcher: ready means a ready worker heard from within the heartbeat timeout, as of now_s") {
+TEST_CASE(
+    "dispatcher: ready means a ready worker heard from within the heartbeat timeout as of now_s, or a model within "
+    "its no-worker grace") {
   SY_REQUIRE_MODEL();
-  harness h;  // heartbeat timeout 2 s
-  CHECK_FALSE(h.d.ready(0.0));
-  start_workers(h, 1, 4);  // welcomed at t=0
+  dispatcher_config cfg = test_config();  // heartbeat timeout 2 s
+  cfg.no_worker_timeout_s = 10.0;
+  harness h(cfg);
+  CHECK_FALSE(h.d.ready(0.0));  // never met a worker
+  start_workers(h, 1, 4);       // welcomed at t=0
   CHECK(h.d.ready(1.9));
-  CHECK_FALSE(h.d.ready(2.5));  // silent too long, though no tick has declared it dead yet
+  CHECK(h.d.workers().any_ready(1.9));
+  CHECK_FALSE(h.d.workers().any_ready(2.5));  // silent too long, though no tick has declared it dead yet
+  CHECK(h.d.ready(2.5));                      // ... and the router is within the model's grace
   h.heartbeat(0, 2.6);
   CHECK(h.d.ready(2.7));
-  h.d.drain();
-  CHECK_FALSE(h.d.ready(2.7));
+  h.d.tick(5.0, h.out);  // dead: the grace runs from here
+  CHECK(h.d.ready(14.9));
+  h.d.tick(15.1, h.out);
+  CHECK_FALSE(h.d.ready(15.1));
+  harness other(cfg);
+  start_workers(other, 1, 4);
+  other.d.drain();
+  CHECK_FALSE(other.d.ready(0.5));
 }
 
 TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times, not a clock of its own") {
@@ -1448,7 +1460,7 @@ TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times,
 
 TEST_CASE(
     "dispatcher: a model whose last worker died answers 503 no_workers after the no-worker timeout, not at its "
-    "deadline") {
+    "deadline, and the router stays ready until then") {
   SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.no_worker_timeout_s = 10.0;
@@ -1462,10 +1474,13 @@ TEST_CASE(
   const auto streamed = h.request({.stream = true, .timeout_s = 600}, 5.0);  // within the grace: queued
   CHECK(h.d.queued() == 2);
   CHECK(streamed.ex->stream_status == 200);
+  CHECK(h.d.ready(5.0));  // readiness has the same grace: a rollout does not empty the Service
   h.d.tick(12.1, h.out);  // 9.9 s without a ready worker
   CHECK(h.d.queued() == 2);
   CHECK(first.ex->responses.empty());
+  CHECK(h.d.ready(12.1));
   h.d.tick(12.3, h.out);  // past 10 s: both end now, not at their 600 s deadlines
+  CHECK_FALSE(h.d.ready(12.3));
   CHECK(h.d.queued() == 0);
   CHECK(h.d.active() == 0);
   REQUIRE(first.ex->responses.size() == 1);
@@ -1490,6 +1505,7 @@ TEST_CASE(
   const auto again = h.request({}, 14.2);
   REQUIRE(submits(h.take(), back).size() == 1);
   CHECK(again.ex->responses.empty());
+  CHECK(h.d.ready(14.2));
 }
 
 TEST_CASE("dispatcher: a stall of the router's own loop is not its workers' death") {
