@@ -519,7 +519,11 @@ void api_handler::metrics_listener(std::shared_ptr<http_exchange> ex, http_reque
     ex->respond({200, "text/plain; version=0.0.4", {}, metrics()});
     return;
   }
-  ex->respond({404, "text/plain", {}, "only GET /metrics here\n"});
+  if (req.path == "/health" && req.method == "GET") {  // liveness, off the client port's load
+    ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
+    return;
+  }
+  ex->respond({404, "text/plain", {}, "only GET /metrics and GET /health here\n"});
 }
 
 void api_handler::dashboard_login(http_exchange& ex, const http_request& req, const std::string& request_id) {

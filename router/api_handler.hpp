@@ -88,7 +88,8 @@ class api_handler {
   // before requests arrive; without it that work runs on the I/O thread.
   void set_prep_pool(work_pool* p) { prep_ = p; }
   // The separate metrics listener (--metrics-port): GET /metrics without a key (the port is for
-  // the cluster's scraper, kept off the API's network path), 404 for anything else.
+  // the cluster's scraper, kept off the API's network path) and GET /health (liveness that a
+  // flood of clients on the API port cannot fail), 404 for anything else.
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
 
  private:

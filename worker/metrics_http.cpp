@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace sy {
 
@@ -43,49 +45,88 @@ metrics_http::~metrics_http() {
   ::close(fd_);
 }
 
-void metrics_http::serve() {
-  while (!stop_.load()) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    std::string req;
-    char buf[2048];
-    // Read until the end of the headers, at most 8 KiB, within 2 s.
-    for (int waited = 0; req.find("\r\n\r\n") == std::string::npos && req.size() < 8192 && waited < 2000;) {
-      pollfd q{c, POLLIN, 0};
-      if (::poll(&q, 1, 100) <= 0) {
-        waited += 100;
-        continue;
-      }
-      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
-    if (req.rfind("GET /metrics", 0) == 0) {
-      status = "200 OK";
-      body = render_();
-      type = "text/plain; version=0.0.4";
-    } else if (req.rfind("GET /health", 0) == 0) {
-      status = "200 OK";
-      body = "ok\n";
-    } else if (req.rfind("GET /ready", 0) == 0) {
-      const std::string why = not_ready_();
-      status = why.empty() ? "200 OK" : "503 Service Unavailable";
-      body = why.empty() ? "ready\n" : "not ready: " + why + "\n";
-    }
-    const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                             body;
-    size_t off = 0;
-    while (off < resp.size()) {
-      const ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    ::close(c);
+std::string metrics_http::answer(const std::string& req) const {
+  std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
+  if (req.rfind("GET /metrics", 0) == 0) {
+    status = "200 OK";
+    body = render_();
+    type = "text/plain; version=0.0.4";
+  } else if (req.rfind("GET /health", 0) == 0) {
+    status = "200 OK";
+    body = "ok\n";
+  } else if (req.rfind("GET /ready", 0) == 0) {
+    const std::string why = not_ready_();
+    status = why.empty() ? "200 OK" : "503 Service Unavailable";
+    body = why.empty() ? "ready\n" : "not ready: " + why + "\n";
   }
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// One poll loop over the listening socket and every open connection (non-blocking): a client
+// that connects and sends nothing, or reads slowly, holds only its own connection — never a
+// probe behind it. A connection has 2 s to send its request line and headers (8 KiB at most)
+// and 2 s more to take its answer; at most k_max_conns are open (the oldest goes first).
+void metrics_http::serve() {
+  using clock = std::chrono::steady_clock;
+  struct conn {
+    int fd;
+    clock::time_point deadline;
+    std::string in, out;
+    size_t sent = 0;
+  };
+  constexpr size_t k_max_conns = 64;
+  constexpr auto k_limit = std::chrono::seconds(2);
+  std::vector<conn> conns;
+  std::vector<pollfd> fds;
+  while (!stop_.load()) {
+    fds.assign(1, pollfd{fd_, POLLIN, 0});
+    for (const conn& c : conns) fds.push_back(pollfd{c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0) continue;
+    const auto now = clock::now();
+    for (size_t k = 0; k < conns.size(); ++k) {
+      conn& c = conns[k];
+      const short ev = fds[k + 1].revents;
+      bool done = now > c.deadline || (ev & (POLLERR | POLLNVAL)) != 0;
+      if (!done && c.out.empty() && (ev & (POLLIN | POLLHUP))) {
+        char buf[2048];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          done = true;
+        } else {
+          c.in.append(buf, static_cast<size_t>(n));
+          if (c.in.find("\r\n\r\n") != std::string::npos || c.in.size() >= 8192) {
+            c.out = answer(c.in);
+            c.deadline = now + k_limit;
+          }
+        }
+      } else if (!done && !c.out.empty() && (ev & POLLOUT)) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+        if (n <= 0) {
+          done = true;
+        } else {
+          c.sent += static_cast<size_t>(n);
+          done = c.sent == c.out.size();
+        }
+      }
+      if (done) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+    std::erase_if(conns, [](const conn& c) { return c.fd < 0; });
+    if (fds[0].revents & POLLIN) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c >= 0) {
+        if (conns.size() >= k_max_conns) {  // the oldest goes: it has waited longest
+          ::close(conns.front().fd);
+          conns.erase(conns.begin());
+        }
+        conns.push_back(conn{c, clock::now() + k_limit, {}, {}, 0});
+      }
+    }
+  }
+  for (const conn& c : conns) ::close(c.fd);
 }
 
 }  // namespace sy

@@ -1,5 +1,6 @@
-// A minimal HTTP/1.1 endpoint for Prometheus scrapes and probes, on its own thread, one short
-// connection at a time. Everything else gets 404; a client has 2 s to send its request line.
+// A minimal HTTP/1.1 endpoint for Prometheus scrapes and probes, on its own thread: one poll loop
+// over every open connection, so a client that stalls holds up no probe behind it. Everything
+// else gets 404; a client has 2 s to send its request and 2 s to take the answer.
 //   GET /metrics  render()
 //   GET /health   200 while this thread answers (liveness: the process is up, whatever its phase)
 //   GET /ready    200 when not_ready() is empty, else 503 with its text (readiness)
@@ -23,6 +24,7 @@ class metrics_http {
 
  private:
   void serve();
+  std::string answer(const std::string& request) const;  // the whole response to one request
   int fd_ = -1;
   int port_ = 0;
   std::function<std::string()> render_;

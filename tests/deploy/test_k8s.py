@@ -235,9 +235,16 @@ def semantic(r, name, docs):
                 if h is not None:
                     r.check(h.get("port") in ports, f"{name}: {dep['metadata']['name']} {kind} port "
                             f"{h.get('port')} is a container port")
-    for dep, c, port in ((router, rc, int(flag_value(rargv, "--port") or 8000)), (worker, wc, metrics_port)):
+    # The router's liveness is on its metrics listener (--metrics-port: its own threads and
+    # connections, which an overloaded API port cannot starve); the rest on the ports they judge.
+    api_port = int(flag_value(rargv, "--port") or 8000)
+    router_metrics = int(flag_value(rargv, "--metrics-port") or 0)
+    for dep, c, want in ((router, rc, {"startupProbe": api_port, "livenessProbe": router_metrics,
+                                       "readinessProbe": api_port}),
+                         (worker, wc, dict.fromkeys(("startupProbe", "livenessProbe", "readinessProbe"), metrics_port))):
         ports = container_ports(dep)
         for kind, path in (("startupProbe", "/health"), ("livenessProbe", "/health"), ("readinessProbe", "/ready")):
+            port = want[kind]
             h = (c.get(kind) or {}).get("httpGet") or {}
             r.check(h.get("path") == path and ports.get(h.get("port")) == port,
                     f"{name}: {dep['metadata']['name']} {kind} is GET {path} on port {port}",
@@ -346,6 +353,23 @@ def semantic(r, name, docs):
             img = c.get("image", "")
             r.check(re.search(r":[\w.-]+$", img) and not img.endswith(":latest"),
                     f"{name}: {dep['metadata']['name']}/{c['name']} image has a pinned tag ({img})")
+    # QoS as the kubelet computes it: Guaranteed when every container, init containers included,
+    # limits cpu and memory to exactly what it requests. The worker's resources claim it (its
+    # memory is sized to the KV budget: it must never be the first evicted).
+    def guaranteed(ps):
+        for c in ps["containers"] + ps.get("initContainers", []):
+            res = c.get("resources") or {}
+            lim, req = res.get("limits", {}), res.get("requests", {})
+            for k in ("cpu", "memory"):
+                if k not in lim or (k in req and req[k] != lim[k]):
+                    return False
+        return True
+    r.check(guaranteed(pod_spec(worker)), f"{name}: the worker pod is Guaranteed QoS (init container included)")
+    for dep in deps:
+        sel = pod_spec(dep).get("nodeSelector") or {}
+        if role(dep) in ("router", "worker"):
+            r.check(sel.get("kubernetes.io/arch") == "amd64",
+                    f"{name}: {dep['metadata']['name']} runs on amd64 nodes only (its binaries are x86-64)", str(sel))
     res = wc.get("resources") or {}
     gpu = (flag_value(wargv, "--device") or "cpu").startswith("cuda")
     limits, requests = res.get("limits", {}), res.get("requests", {})

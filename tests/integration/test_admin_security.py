@@ -124,6 +124,8 @@ def test_every_route_but_health_and_ready_needs_a_key(stack):
     status, text = get_status(f"http://127.0.0.1:{r.metrics_port}/metrics")
     assert status == 200 and b"switchyard_router_link_frames_out_total" in text
     assert get_status(f"http://127.0.0.1:{r.metrics_port}/v1/models")[0] == 404
+    # ... and /health, the router's liveness off the API port (no key: it says nothing).
+    assert get_status(f"http://127.0.0.1:{r.metrics_port}/health")[0] == 200
 
 
 def completion(r, prompt):

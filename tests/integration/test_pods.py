@@ -313,3 +313,28 @@ def test_router_closes_keep_alive_connections_from_sigterm_on():
     finally:
         r.stop()
         w.stop()
+
+
+def test_worker_probes_are_answered_while_other_clients_stall_its_metrics_port():
+    """The kubelet probes the worker's metrics port with a 2 s timeout and failureThreshold 1: a
+    server that answered one connection at a time let one client that connects and sends nothing
+    (a port scan, a half-open scraper) fail the probe and take the worker out of its Service. 20
+    silent connections stay open while /ready, /health and /metrics are each answered within a
+    probe's timeout; a client that sends half a request line is closed after 2 s."""
+    w = Worker("--kv-blocks", "64")
+    silent = []
+    try:
+        for _ in range(20):
+            silent.append(socket.create_connection(("127.0.0.1", w.metrics_port), timeout=10))
+        half = socket.create_connection(("127.0.0.1", w.metrics_port), timeout=10)
+        half.sendall(b"GET /rea")
+        for path, want in (("/ready", 200), ("/health", 200), ("/metrics", 200)):
+            status, body = http_get(w.metrics_port, path, timeout=2)
+            assert status == want, (path, body)
+        half.settimeout(5)
+        assert half.recv(1) == b""  # closed at its 2 s limit, without an answer
+        half.close()
+    finally:
+        for s in silent:
+            s.close()
+        w.stop()
