@@ -62,6 +62,10 @@ case "$cmd" in
     done
     extra=()
     [ -n "$tenants" ] && extra=(--tenants "$tenants")
+    # The example tenants' keys are public: the router refuses them unless told this is a demo
+    # (this local cluster listens on loopback only).
+    [ -n "$tenants" ] && [ "$(realpath "$tenants")" = "$(realpath "$root/deploy/tenants.example.json")" ] &&
+      extra+=(--allow-example-keys)
     if [ -n "$redis_port" ]; then
       redis-server "$root/deploy/redis.conf" --port "$redis_port" --daemonize no >"$run/redis.log" 2>&1 &
       echo $! >"$run/redis.pid"

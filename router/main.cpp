@@ -19,6 +19,7 @@
 #include "common/cli_args.hpp"
 #include "common/curve_keys.hpp"
 #include "common/protocol.hpp"
+#include "common/published_secrets.hpp"
 #include "common/stop_signals.hpp"
 #include "router/actor_protocol.hpp"
 #include "router/api_handler.hpp"
@@ -38,6 +39,8 @@ const char* k_usage =
     "                         [options]                  (at least one source of workers)\n"
     "  --host H / --port P        HTTP listen address (127.0.0.1:8000)\n"
     "  --tenants FILE             API keys and limits (JSON); without it the router runs open\n"
+    "  --allow-example-keys       start although an API, CURVE or cache MAC key is one published with\n"
+    "                             Switchyard (a demo nobody else can reach; refused otherwise)\n"
     "  --router-replicas N        this router is one of N behind one Service: tenant limits divided by N (1)\n"
     "  --http-threads N           I/O threads (2)\n"
     "  --prep-threads N           threads that parse, template and tokenize request bodies (2)\n"
@@ -155,6 +158,7 @@ void check_flags(const cli_args& a) {
                  "cache-threads",
                  "no-cache-seeded",
                  "no-kv-events",
+                 "allow-example-keys",
                  "curve-server-key",
                  "curve-secret-key",
                  "cache-mac-key-file",
@@ -179,6 +183,10 @@ tenant_registry load_tenants(const cli_args& a) {
   else
     std::fprintf(stderr, "switchyard-router: %zu tenants from %s\n", tenants.tenants().size(),
                  a.get("tenants").c_str());
+  tenants.for_each_key([&](std::string_view key, const tenant& t) {
+    refuse_published(key, "--tenants " + a.get("tenants") + ": the key of tenant '" + t.name + "'",
+                     a.has("allow-example-keys"));
+  });
   const long long replicas = a.get_int("router-replicas", 1);
   if (replicas < 1) throw std::invalid_argument("--router-replicas must be >= 1");
   if (replicas > 1) {
@@ -257,7 +265,11 @@ std::unique_ptr<cache_service> make_cache(const cli_args& a, const tenant_regist
   cc.policy.ttl = std::chrono::seconds(a.get_int("cache-ttl-s", 3600));
   cc.policy.max_entry_bytes = static_cast<size_t>(a.get_int("cache-max-entry-bytes", 1 << 20));
   cc.policy.cache_seeded_sampling = !a.has("no-cache-seeded");
-  if (a.has("cache-mac-key-file")) cc.policy.mac_key = read_cache_mac_key(a.get("cache-mac-key-file"));
+  if (a.has("cache-mac-key-file")) {
+    cc.policy.mac_key = read_cache_mac_key(a.get("cache-mac-key-file"));
+    refuse_published(cc.policy.mac_key, "--cache-mac-key-file " + a.get("cache-mac-key-file"),
+                     a.has("allow-example-keys"));
+  }
   cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
   for (const auto& t : tenants.tenants())
     if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
@@ -281,9 +293,13 @@ link_config link_flags(const cli_args& a) {
   if (a.has("curve-server-key")) {
     if (!curve::available()) throw std::invalid_argument("--curve-server-key: this libzmq has no CURVE support");
     lc.curve_server_public_z85 = curve::read_key_file(a.get("curve-server-key"), "--curve-server-key");
-    lc.curve_own = a.has("curve-secret-key")
-                       ? curve::from_secret(curve::read_key_file(a.get("curve-secret-key"), "--curve-secret-key"))
-                       : curve::generate();
+    if (a.has("curve-secret-key")) {
+      const std::string secret = curve::read_key_file(a.get("curve-secret-key"), "--curve-secret-key");
+      refuse_published(secret, "--curve-secret-key " + a.get("curve-secret-key"), a.has("allow-example-keys"));
+      lc.curve_own = curve::from_secret(secret);
+    } else {
+      lc.curve_own = curve::generate();
+    }
     std::fprintf(stderr, "switchyard-router: worker link: CURVE, router public key %s\n",
                  lc.curve_own.public_z85.c_str());
   } else {
@@ -568,7 +584,7 @@ int run(const cli_args& a) {
 
 int main(int argc, char** argv) {
   try {
-    cli_args a(argc, argv, 1, {"help", "no-kv-events", "no-cache-seeded"});
+    cli_args a(argc, argv, 1, {"help", "no-kv-events", "no-cache-seeded", "allow-example-keys"});
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-router: %s\n", e.what());

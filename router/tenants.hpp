@@ -77,6 +77,11 @@ class tenant_registry {
   // nullptr: no tenant of that name.
   const tenant* find(std::string_view tenant_name) const;
   const std::vector<tenant>& tenants() const { return tenants_; }
+  // Every API key with its tenant (start-up checks: docs/operations.md, published keys).
+  template <class F>
+  void for_each_key(F&& f) const {
+    for (const auto& [key, i] : index_by_key_) f(std::string_view(key), tenants_[i]);
+  }
 
   // Limits are enforced by each router process on its own (no shared state between replicas),
   // so with N replicas behind one Service a tenant would get N times its limits. Divides every

@@ -70,8 +70,9 @@ void usage() {
       "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
       "           [--served-model-name NAME]...   (more names routers accept for the model, e.g. its HF id)\n"
       "           [--curve-secret-key FILE [--curve-allowed-clients FILE]]   (authenticated link; keygen)\n"
-      "           [--link-backlog 100000]   (frames waiting per router whose connection is full; then its oldest "
-      "drop)\n"
+      "           [--allow-example-keys]   (start with a CURVE key published with Switchyard: demos only)\n"
+      "           [--link-backlog 100000]   (frames waiting per router whose connection is full; beyond, its\n"
+      "           heartbeats and KV events drop first, then its oldest frames)\n"
       "           [--engine-silence-s 60]   (the link repeats the engine's heartbeats during a step this long at\n"
       "                                      most; past it routers see the worker as dead)\n"
       "  generate --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE] [--model PATH]\n"
@@ -348,9 +349,11 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "bench-engine") return sy::run_bench_engine(sy::cli_args(argc, argv, 2, {}), default_model());
 #ifdef SY_NO_SERVE
-    if (cmd == "serve-check") return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}));
+    if (cmd == "serve-check")
+      return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys"}));
 #else
-    if (cmd == "serve") return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache"}), default_model());
+    if (cmd == "serve")
+      return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys"}), default_model());
     if (cmd == "export-tokenizer") return cmd_export_tokenizer(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "keygen") return cmd_keygen(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "json-grammar")

@@ -12,6 +12,7 @@
 #include "common/cli_args.hpp"
 #include "common/curve_keys.hpp"
 #include "common/protocol.hpp"
+#include "common/published_secrets.hpp"
 #include "common/stop_signals.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -68,6 +69,8 @@ int run_serve(const cli_args& a, const char* default_model) {
   if (a.has("curve-secret-key")) {
     if (!curve::available()) throw std::invalid_argument("--curve-secret-key: this libzmq has no CURVE support");
     lc.curve_secret_z85 = curve::read_key_file(a.get("curve-secret-key"), "--curve-secret-key");
+    refuse_published(lc.curve_secret_z85, "--curve-secret-key " + a.get("curve-secret-key"),
+                     a.has("allow-example-keys"));
     curve::from_secret(lc.curve_secret_z85);  // a key libzmq can use
   }
   if (a.has("curve-allowed-clients")) {

@@ -54,6 +54,7 @@ const std::vector<std::string>& serve_options() {
       "served-model-name",
       "curve-secret-key",
       "curve-allowed-clients",
+      "allow-example-keys",
       "fault-inject",
   };
   return k;

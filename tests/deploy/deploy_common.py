@@ -45,10 +45,37 @@ def need_modules(*names):
             skip(f"Python module {n} is missing (run the check with .venv/bin/python)")
 
 
-def render(kustomization):
-    """`kubectl kustomize` of a folder under deploy/k8s: the list of resources it produces."""
+_tree = None
+
+
+def k8s_tree():
+    """deploy/k8s as an operator has it after `python3 deploy/k8s/make-secrets.py`: a copy (made
+    once per run, removed at exit) with freshly generated secrets, so that the checks never need,
+    or leave behind, secret files in the source tree."""
+    global _tree
+    if _tree is None:
+        import atexit
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="sy-k8s-")
+        atexit.register(shutil.rmtree, tmp, True)
+        _tree = os.path.join(tmp, "k8s")
+        shutil.copytree(K8S, _tree, ignore=shutil.ignore_patterns("generated-secrets"))
+        out = subprocess.run([sys.executable, os.path.join(_tree, "make-secrets.py")], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"make-secrets.py: {out.stderr.strip()}")
+    return _tree
+
+
+def secrets_dir():
+    """The generated secrets of k8s_tree() (what the overlays' Secrets hold)."""
+    return os.path.join(k8s_tree(), "base", "generated-secrets")
+
+
+def render(kustomization, tree=None):
+    """`kubectl kustomize` of a folder under deploy/k8s (in k8s_tree(), unless `tree` is given):
+    the list of resources it produces."""
     import yaml
-    out = subprocess.run([tool("kubectl"), "kustomize", os.path.join(K8S, kustomization)],
+    out = subprocess.run([tool("kubectl"), "kustomize", os.path.join(tree or k8s_tree(), kustomization)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {kustomization}: {out.stderr.strip()}")

@@ -211,9 +211,19 @@ def semantic(r, name, docs):
                 f"{name}: redis --port is a container port")
         redis_url = flag_value(rargv, "--redis") or ""
         rs = [s for s in svcs if selects(s["spec"].get("selector"), pod_labels(d))]
-        r.check(any(re.match(rf"redis://({s['metadata']['name']}|{s['metadata']['name']}\.{ns_of(s)}[.a-z]*):"
+        r.check(any(re.match(rf"redis://(:[^@]*@)?({s['metadata']['name']}|{s['metadata']['name']}\.{ns_of(s)}[.a-z]*):"
                              rf"{s['spec']['ports'][0]['port']}(/|$)", redis_url) for s in rs),
                 f"{name}: router --redis names the Redis Service and port", redis_url)
+        # Redis requires a password (from a Secret), and the router's URL carries the same one.
+        renv = {e["name"]: e for e in (rc.get("env") or [])}
+        denv = {e["name"]: e for e in (pod_spec(d)["containers"][0].get("env") or [])}
+        pw_ref = (flag_value(a, "--requirepass") or "")
+        secret_of = lambda e: ((e or {}).get("valueFrom") or {}).get("secretKeyRef")  # noqa: E731
+        r.check(pw_ref.startswith("$(") and secret_of(denv.get(pw_ref[2:-1])) is not None,
+                f"{name}: redis --requirepass comes from a Secret", pw_ref)
+        m = re.match(r"redis://:\$\((\w+)\)@", redis_url)
+        r.check(bool(m) and secret_of(renv.get(m.group(1))) == secret_of(denv.get(pw_ref[2:-1])),
+                f"{name}: the router's --redis URL carries Redis's password from the same Secret key", redis_url)
 
     # Identity from the downward API.
     for dep, c, flag in ((router, rc, "--router-id"), (worker, wc, "--worker-id")):

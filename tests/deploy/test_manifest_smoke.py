@@ -20,7 +20,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from deploy_common import K8S, ROOT, Report, args_of, flag_value, need_modules, parse_args, render, skip  # noqa: E402
+from deploy_common import (ROOT, Report, args_of, flag_value, need_modules, parse_args, render,  # noqa: E402
+                           secrets_dir, skip)
 
 
 def free_port():
@@ -84,23 +85,27 @@ def main():
     rargv = replace_value(rargv, "--router-id", "switchyard-router-smoke")
     rargv = replace_value(rargv, "--metrics-host", "127.0.0.1")
     rargv = replace_value(rargv, "--metrics-port", str(free_port()))
-    rargv = replace_value(rargv, "--tenants", os.path.join(K8S, "base", "tenants.json"))
-    # The link keys: the Secret's files (base/link-keys/), where the pods mount them.
-    keys = os.path.join(K8S, "base", "link-keys")
+    rargv = replace_value(rargv, "--tenants", os.path.join(secrets_dir(), "tenants.json"))
+    # The link keys: the Secret's files (make-secrets.py's link-keys/), where the pods mount them.
+    keys = os.path.join(secrets_dir(), "link-keys")
     wargv = replace_value(wargv, "--curve-secret-key", os.path.join(keys, "worker.key"))
     wargv = replace_value(wargv, "--curve-allowed-clients", os.path.join(keys, "routers.pub"))
     rargv = replace_value(rargv, "--curve-server-key", os.path.join(keys, "worker.pub"))
     rargv = replace_value(rargv, "--curve-secret-key", os.path.join(keys, "router.key"))
-    rargv = replace_value(rargv, "--cache-mac-key-file", os.path.join(K8S, "base", "cache-mac.key"))
+    rargv = replace_value(rargv, "--cache-mac-key-file", os.path.join(secrets_dir(), "cache-mac.key"))
     redis = None
     if shutil.which("redis-server"):
         rport = free_port()
+        # With the generated password, as the base's Redis requires it.
+        with open(os.path.join(secrets_dir(), "redis-password")) as f:
+            password = f.read().strip()
         redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        rargv = replace_value(rargv, "--redis", f"redis://127.0.0.1:{rport}/0")
+                                  "--appendonly", "no", "--requirepass", password],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rargv = replace_value(rargv, "--redis", f"redis://:{password}@127.0.0.1:{rport}/0")
     else:
         rargv = replace_value(rargv, "--redis", f"redis://127.0.0.1:{free_port()}/0")  # down: the cache is bypassed
-    with open(os.path.join(K8S, "base", "tenants.json")) as f:
+    with open(os.path.join(secrets_dir(), "tenants.json")) as f:
         key = json.load(f)["tenants"][0]["keys"][0]
     r = Report()
     logs = tempfile.mkdtemp(prefix="switchyard-smoke-")

@@ -338,3 +338,25 @@ def test_worker_probes_are_answered_while_other_clients_stall_its_metrics_port()
         for s in silent:
             s.close()
         w.stop()
+
+
+def test_published_keys_are_refused_unless_a_demo(tmp_path):
+    """A router given the example tenants (deploy/tenants.example.json: public keys, one of them
+    an admin's) refuses to start, naming the tenant and what to do; with --allow-example-keys it
+    starts and says it is a demo. A worker refuses the CURVE key the Kubernetes base once carried."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "tenants.example.json")
+    p = subprocess.run([ROUTER, "--port", "0", "--workers", "tcp://127.0.0.1:1", "--tenants", example],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1, p.stderr
+    assert "an example tenant API key published with Switchyard" in p.stderr and "make-secrets.py" in p.stderr
+    r = Router([], "--workers", "tcp://127.0.0.1:1", "--tenants", example, "--allow-example-keys", wait_ready=False)
+    try:
+        assert r.get("/health")[0] == 200
+        assert "--allow-example-keys: a demo" in open(r.log.name).read()
+    finally:
+        r.stop()
+    key = tmp_path / "worker.key"
+    key.write_text("g&Hg!>s4oZOe&*D9ER%%>^T[YbJ5c9z0^1Ji*WzI\n")  # the base's example pair, once committed
+    p = subprocess.run([WORKER, "serve", "--model", MODEL, "--listen", f"tcp://127.0.0.1:{free_port()}",
+                        "--curve-secret-key", str(key)], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "the example worker CURVE secret key" in p.stderr, p.stderr
