@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "common/tokenizer.hpp"
 
@@ -17,16 +18,24 @@ namespace {
 class fault_backend final : public forward_backend {
  public:
   fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, int slow_ms,
-                const tokenizer& vocab)
+                bool simulate, const tokenizer& vocab)
       : inner_(std::move(inner)),
         step_throw_(step_throw),
         marker_(std::move(marker)),
         slow_ms_(slow_ms),
-        vocab_(vocab) {}
+        simulate_(simulate),
+        vocab_(vocab) {
+    if (simulate_) script_ = vocab_.encode(" a simulated worker streams these words at a steady pace,");
+    if (script_.empty()) script_.push_back(0);
+  }
 
   void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override {
     if (step_throw_) throw std::runtime_error("fault injection (step-throw): the device reports a sticky error");
     if (slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+    if (simulate_) {
+      simulate(batch, out);
+      return;
+    }
     if (!marker_.empty()) {
       for (const batch_seq& s : batch) {
         if (s.pos0 >= s.n_prompt) continue;  // a decode step: no prompt text in it
@@ -39,7 +48,7 @@ class fault_backend final : public forward_backend {
     }
     inner_->run(batch, sampling, out);
   }
-  bool samples() const override { return inner_->samples(); }
+  bool samples() const override { return !simulate_ && inner_->samples(); }
   int32_t n_kv_blocks() const override { return inner_->n_kv_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   size_t kv_bytes() const override { return inner_->kv_bytes(); }
@@ -48,11 +57,33 @@ class fault_backend final : public forward_backend {
   std::string describe() const override { return inner_->describe() + " [fault injection]"; }
 
  private:
+  // sim: no forward at all. Each logits row puts all its weight on the next word of a fixed
+  // script (by position), so the engine samples, detokenizes and streams as always, at the
+  // pace slow_ms sets, for the price of a memset.
+  void simulate(std::span<const batch_seq> batch, step_output& out) {
+    const size_t n_vocab = vocab_.vocab_size();
+    size_t rows = 0;
+    for (const batch_seq& b : batch) rows += !b.logits ? 0 : b.all_logits ? b.tokens.size() : 1;
+    out.tokens.assign(rows, step_output::k_not_sampled);
+    out.logits.assign(rows * n_vocab, -30.0f);
+    size_t r = 0;
+    for (const batch_seq& b : batch) {
+      if (!b.logits) continue;
+      const size_t first = b.all_logits ? 0 : b.tokens.size() - 1;
+      for (size_t t = first; t < b.tokens.size(); ++t, ++r) {
+        const auto pos = static_cast<size_t>(b.pos0) + t;
+        out.logits[r * n_vocab + static_cast<size_t>(script_[pos % script_.size()])] = 30.0f;
+      }
+    }
+  }
+
   std::unique_ptr<forward_backend> inner_;
   bool step_throw_;
   std::string marker_;  // crash-on: empty when off
-  int slow_ms_;         // slow-step: 0 when off
+  int slow_ms_;         // slow-step (and sim's pace): 0 when off
+  bool simulate_;       // sim: no forward
   const tokenizer& vocab_;
+  std::vector<token_id> script_;  // sim: the words it streams
 };
 
 }  // namespace
@@ -90,8 +121,8 @@ bool is_backend_fault(const std::string& mode) {
 
 std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_backend> inner, const std::string& mode,
                                                       const tokenizer& vocab) {
-  static constexpr std::string_view k_crash_on = "crash-on:", k_slow_step = "slow-step:";
-  bool step_throw = false;
+  static constexpr std::string_view k_crash_on = "crash-on:", k_slow_step = "slow-step:", k_sim = "sim:";
+  bool step_throw = false, simulate = false;
   std::string marker;
   int slow_ms = 0;
   if (mode == "step-throw") {
@@ -105,14 +136,22 @@ std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_ba
       slow_ms = 0;
     }
     if (slow_ms <= 0 || slow_ms > 600000) throw std::invalid_argument("--fault-inject slow-step:MS needs 1..600000 ms");
+  } else if (mode.rfind(k_sim, 0) == 0 && mode.size() > k_sim.size()) {
+    try {
+      slow_ms = std::stoi(mode.substr(k_sim.size()));
+    } catch (const std::exception&) {
+      slow_ms = -1;
+    }
+    if (slow_ms < 0 || slow_ms > 60000) throw std::invalid_argument("--fault-inject sim:MS needs 0..60000 ms per step");
+    simulate = true;
   } else {
     throw std::invalid_argument("--fault-inject: unknown mode '" + mode +
-                                "' (step-throw, crash-on:MARKER, slow-step:MS, drop-frames:N, mute-first:N)");
+                                "' (step-throw, crash-on:MARKER, slow-step:MS, sim:MS, drop-frames:N, mute-first:N)");
   }
   std::fprintf(stderr,
                "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",
                mode.c_str());
-  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), slow_ms, vocab);
+  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), slow_ms, simulate, vocab);
 }
 
 }  // namespace sy

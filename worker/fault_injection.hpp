@@ -14,6 +14,9 @@
 //   slow-step:MS      every forward step takes MS milliseconds longer (a big model's prefill on a
 //                     loaded CPU): the engine is silent that long, the link must keep the worker
 //                     alive in its routers' eyes (worker/link_actor.hpp).
+//   sim:MS            no forward at all: each step takes MS milliseconds and streams the words of a
+//                     fixed script, so that dozens of workers run on a few cores (the multi-host
+//                     suite's scale scenario: discovery, fan-out and router cost per worker).
 //   drop-frames:N     a link fault, not the backend's: the first N tokens frames that are not a
 //                     request's last are never sent (their sequence numbers used up), as frames
 //                     lost on the link would be (service_config::drop_first_frames).

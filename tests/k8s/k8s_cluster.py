@@ -2,6 +2,7 @@
 with the project's binaries, and the clients. Closing it removes every process, namespace, the
 bridge and the /etc/netns files, whatever state the test left."""
 import math
+import os
 import subprocess
 import time
 
@@ -44,12 +45,12 @@ class Cluster:
         """Long enough for every router to re-resolve (one interval) and a margin."""
         return self.dns_interval_s + 1.0
 
-    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None):
+    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None, model=None):
         drain = ["--drain-timeout-s", str(int(self.grace_s - self.default_pre_stop_s() - 3))] \
             if has_flag(WORKER, "--drain-timeout-s") else []
 
         def argv(ip):
-            return [WORKER, "serve", "--model", MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}", "--metrics-host",
+            return [WORKER, "serve", "--model", model or MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}", "--metrics-host",
                     "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--threads", "1", "--kv-blocks", str(kv_blocks),
                     "--max-running", str(max_running), "--max-context", "512", "--worker-id", f"worker-{ip}", *drain,
                     *extra]
@@ -92,6 +93,19 @@ class Cluster:
     def status(self, pod, path):
         port = ROUTER_PORT if pod.kind == "router" else METRICS_PORT
         return http_get(pod.ip, port, path, timeout=2)[0]
+
+    @staticmethod
+    def cpu_seconds(pod):
+        """User + system CPU time the pod's process has used (its /proc/PID/stat)."""
+        fields = open(f"/proc/{pod.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def rss_mib(pod):
+        for line in open(f"/proc/{pod.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
 
     def router_workers(self, router):
         """{state: count} of switchyard_router_workers."""

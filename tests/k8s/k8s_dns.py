@@ -29,8 +29,11 @@ def _skip_name(msg, off):
         off += 1 + n
 
 
-def dns_query(server, name, qtype=A, timeout=1.0):
-    """One UDP query; (rcode, [addresses]) or None when the server does not answer in time."""
+def dns_query(server, name, qtype=A, timeout=1.0, flags_out=None, tcp_on_truncation=True):
+    """One UDP query; (rcode, [addresses]) or None when the server does not answer in time.
+    `flags_out`, a dict, receives the UDP answer's "truncated" bit (TC: the full answer needs
+    TCP). A truncated answer is asked again over TCP, as a stub resolver does, unless
+    `tcp_on_truncation` is False (then the UDP answer's records are returned)."""
     tid = random.randrange(1 << 16)
     q = struct.pack(">HHHHHH", tid, 0x0100, 1, 0, 0, 0)
     q += b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
@@ -47,6 +50,22 @@ def dns_query(server, name, qtype=A, timeout=1.0):
                 return None
             if len(msg) >= 12 and struct.unpack(">H", msg[:2])[0] == tid:
                 break
+    _, flags, _, _, _, _ = struct.unpack(">HHHHHH", msg[:12])
+    if flags_out is not None:
+        flags_out["truncated"] = bool(flags & 0x0200)
+    if flags & 0x0200 and tcp_on_truncation:
+        try:
+            with socket.create_connection((server, 53), timeout=timeout) as t:
+                t.sendall(struct.pack(">H", len(q)) + q)
+                data = b""
+                while len(data) < 2 or len(data) < 2 + struct.unpack(">H", data[:2])[0]:
+                    chunk = t.recv(65536)
+                    if not chunk:
+                        return None
+                    data += chunk
+            msg = data[2:2 + struct.unpack(">H", data[:2])[0]]
+        except OSError:
+            return None
     _, flags, qd, an, _, _ = struct.unpack(">HHHHHH", msg[:12])
     off = 12
     for _ in range(qd):

@@ -553,3 +553,85 @@ def test_lossy_slow_link_every_stream_completes(k8s):
     m = c.metrics(rs[0])
     assert m.get("switchyard_router_redispatched_total", 0) == 0, how
     assert c.router_workers(rs[0]).get("dead", 0) == 0
+
+
+# ---- 11. scale beyond this machine's cores: 40 simulated workers, 4 routers ----------------------
+
+# A tiny generated model (models/generate): the simulated workers need only its vocabulary.
+TINY_MODEL = os.path.join(os.environ.get("SY_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build")),
+                          "test-models", "llama3", "llama3-q4_0.gguf")
+SIM_WORKER = ("--fault-inject", "sim:20", "--max-context", "256")
+
+
+def sim_streams(c, routers, model, n, max_tokens):
+    """n concurrent streamed completions of `model`, round robin over `routers`; their outcomes."""
+    out = [None] * n
+
+    def one(i):
+        body = dict(story(i, max_tokens), model=model)
+        out[i] = completion(routers[i % len(routers)].ip, body, i, timeout=120)
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    join(ts, 150)
+    return out
+
+
+@pytest.mark.budget(420)
+def test_forty_simulated_workers_behind_four_routers(k8s):
+    """Scale beyond this machine's cores: workers of the `sim` test backend (no forward: each step
+    sleeps 20 ms and streams a fixed script; `--fault-inject sim:MS`, worker/fault_injection.hpp)
+    serving a tiny generated model, and 4 routers. Discovery churns 1 -> 40 -> 1 through the
+    headless Service: 40 A records make a DNS answer over 512 bytes, truncated over UDP and asked
+    again over TCP by the routers' resolver; every router sees all 40 workers, then 1. With 40 up,
+    160 streams over the 4 routers all complete, on many workers. Router CPU and memory per worker
+    (idle: heartbeats) and per 1k streams are printed (docs/operations.md)."""
+    if not os.path.exists(TINY_MODEL):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {TINY_MODEL} is missing (ctest runs models/generate first)")
+        pytest.skip(f"{TINY_MODEL} missing: run ctest -R models/generate")
+    model = os.path.basename(TINY_MODEL)[:-5]
+    c = k8s(dns_interval_s=2.0)
+    kw = {"model": TINY_MODEL, "extra": SIM_WORKER, "kv_blocks": 64, "max_running": 8}
+    ws, rs = c.start(workers=1, routers=4, worker_kw=kw)
+    c.wait_routers_see(rs, 1)
+    base_rss = [c.rss_mib(r) for r in rs]
+    more = [c.worker(**kw) for _ in range(39)]
+    c.kubelet.wait_ready(more, timeout=180)
+    ws += more
+    flags = {}
+    answer = dns_query(c.dns.ip, WORKER_SERVICE, timeout=2, flags_out=flags, tcp_on_truncation=False)
+    assert flags.get("truncated"), "40 A records fit a UDP answer: the scenario does not test the TCP retry"
+    for r in rs:
+        c.wait_until(f"{r.name} to see 40 ready workers", lambda r=r: c.router_workers(r).get("ready", 0) == 40,
+                     60, 0.5)
+    # Idle: 40 workers heartbeat to each router.
+    cpu0, t0 = [c.cpu_seconds(r) for r in rs], time.monotonic()
+    time.sleep(10)
+    idle_cpu = sum(c.cpu_seconds(r) - a for r, a in zip(rs, cpu0)) / len(rs) / (time.monotonic() - t0)
+    rss_40 = [c.rss_mib(r) for r in rs]
+    # 160 streams of 32 tokens over the 4 routers.
+    cpu1 = [c.cpu_seconds(r) for r in rs]
+    out = sim_streams(c, rs, model, 160, 32)
+    load_cpu = sum(c.cpu_seconds(r) - a for r, a in zip(rs, cpu1))
+    assert_no_failures(out, at_least=160)
+    assert all(o.finish == "length" for o in out), [o for o in out if o.finish != "length"][:3]  # all 32 tokens
+    served = sum(1 for w in ws if c.worker_requests(w) > 0)
+    assert served >= 20, f"only {served} of 40 workers got a request"
+    # Back to one: 39 workers deleted (out of DNS at once, drained, gone).
+    deletions = [c.delete(w, pre_stop_s=0, grace_s=20) for w in ws[1:]]
+    for d in deletions:
+        d.wait(60)
+    for r in rs:
+        c.wait_until(f"{r.name} to see 1 ready worker", lambda r=r: c.router_workers(r).get("ready", 0) == 1,
+                     c.dns_interval_s + 30, 0.5)
+    ok = sim_streams(c, rs, model, 8, 8)
+    assert_no_failures(ok, at_least=8)
+    print(f"scale: the UDP answer for 40 workers is truncated ({answer and len(answer[1])} addresses in it), "
+          f"the routers' resolver got all 40 over TCP; "
+          f"router idle CPU with 40 workers {100 * idle_cpu:.2f} % of a core ({100 * idle_cpu / 40:.3f} % per worker); "
+          f"router RSS {sum(base_rss) / 4:.1f} MiB with 1 worker, {sum(rss_40) / 4:.1f} MiB with 40 "
+          f"({(sum(rss_40) - sum(base_rss)) / 4 / 39 * 1024:.0f} KiB per worker); "
+          f"160 streams x 32 tokens: {load_cpu:.2f} CPU-s over the 4 routers "
+          f"({load_cpu / 160 * 1000:.1f} CPU-s per 1k streams); {served} of 40 workers served")
