@@ -17,8 +17,8 @@ namespace {
 // Forwards everything to the real backend; only run() may fail.
 class fault_backend final : public forward_backend {
  public:
-  fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, int slow_ms,
-                bool simulate, const tokenizer& vocab)
+  fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, int slow_ms, bool simulate,
+                const tokenizer& vocab)
       : inner_(std::move(inner)),
         step_throw_(step_throw),
         marker_(std::move(marker)),
