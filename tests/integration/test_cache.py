@@ -414,11 +414,15 @@ def post_in_thread(router, body, results, key):
     return t
 
 
-def test_a_stream_joining_mid_generation_gets_the_whole_text(router, worker):
-    body = body_for("Describe a lighthouse at night.", max_tokens=64, ignore_eos=True)
-    g0, c0 = generations(worker), router.metrics()["switchyard_router_coalesced_total"]
+def join_midway(router, body, after):
+    """A leader streams `body`; once it has `after` chunks, an identical streamed request joins
+    it. (the leader's raw bytes to its end, the follower's (status, headers, body))."""
     leader, got = open_stream(router, body)  # generating: its first token is out
     try:
+        while got.count(b"data: {") < after:
+            chunk = leader.recv(65536)
+            assert chunk, got
+            got += chunk
         results = {}
         t = post_in_thread(router, dict(body, stream=True, stream_options={"include_usage": True}), results, "f")
         t.join(60)
@@ -426,7 +430,13 @@ def test_a_stream_joining_mid_generation_gets_the_whole_text(router, worker):
             got += leader.recv(65536)
     finally:
         leader.close()
-    status, h, raw = results["f"]
+    return got, results["f"]
+
+
+def test_a_stream_joining_mid_generation_gets_the_whole_text(router, worker):
+    body = body_for("Describe a lighthouse at night.", max_tokens=64, ignore_eos=True)
+    g0, c0 = generations(worker), router.metrics()["switchyard_router_coalesced_total"]
+    got, (status, h, raw) = join_midway(router, body, 1)
     assert status == 200 and h.get("X-Cache") == "coalesced"
     follower = sse_events(raw)
     assert follower[-1] == "[DONE]" and follower[-2]["usage"]["completion_tokens"] == 64
@@ -454,20 +464,7 @@ def test_catch_ups_longer_than_the_stream_buffer_are_paced_not_cut(own_redis_rou
     assert len(raw) > 4 * 4096
 
     body = body_for("Describe a market at dawn.", max_tokens=192, ignore_eos=True)
-    leader, got = open_stream(rt, body)
-    try:
-        while got.count(b"data: {") < 48:
-            chunk = leader.recv(65536)
-            assert chunk, got
-            got += chunk
-        results = {}
-        t = post_in_thread(rt, dict(body, stream=True, stream_options={"include_usage": True}), results, "f")
-        t.join(60)
-        while b"data: [DONE]" not in got:
-            got += leader.recv(65536)
-    finally:
-        leader.close()
-    status, h, raw = results["f"]
+    got, (status, h, raw) = join_midway(rt, body, 48)
     assert status == 200 and h.get("X-Cache") == "coalesced", raw[-300:]
     follower = sse_events(raw)
     assert follower[-1] == "[DONE]" and follower[-2]["usage"]["completion_tokens"] == 192

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "router/http_server.hpp"
 
@@ -952,6 +953,23 @@ struct event_pump {
   }
 };
 
+// Reads a chunked stream from `fd` until its terminating chunk (20 s at most), `chunk` bytes at
+// a time with `pause` after each read (a slow reader); what arrived.
+std::string read_stream_to_end(int fd, size_t chunk, std::chrono::milliseconds pause) {
+  std::string got;
+  std::vector<char> buf(chunk);
+  const auto until = steady::now() + 20s;
+  while (got.find("\r\n0\r\n\r\n") == std::string::npos && steady::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const auto n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n <= 0) break;
+    got.append(buf.data(), static_cast<size_t>(n));
+    std::this_thread::sleep_for(pause);
+  }
+  return got;
+}
+
 }  // namespace
 
 TEST_CASE("http_server: a client that stops reading its stream is closed after the stall timeout") {
@@ -996,17 +1014,7 @@ TEST_CASE("http_server: a slow client that keeps reading is not cut by the stall
   const std::string req = get_request;
   REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
   // Read 2 KB every 10 ms until the terminating chunk: about a second of steady progress.
-  std::string got;
-  const auto until = steady::now() + 20s;
-  while (got.find("\r\n0\r\n\r\n") == std::string::npos && steady::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[2048];
-    const auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-    std::this_thread::sleep_for(10ms);
-  }
+  const std::string got = read_stream_to_end(fd, 2048, 10ms);
   ::close(fd);
   CHECK(got.find("\r\n0\r\n\r\n") != std::string::npos);  // the whole stream arrived
   CHECK(got.size() > 200u * 1024);
@@ -1060,16 +1068,7 @@ TEST_CASE("http_server: a catch-up far over the stream buffer is written as the 
   REQUIRE(fd >= 0);
   const std::string req = get_request;
   REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
-  std::string got;
-  const auto until = steady::now() + 20s;
-  while (got.find("\r\n0\r\n\r\n") == std::string::npos && steady::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[16384];
-    const auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  const std::string got = read_stream_to_end(fd, 16384, 0ms);
   ::close(fd);
   if (live.joinable()) live.join();
   CHECK(got.find("\r\n0\r\n\r\n") != std::string::npos);  // the stream ended normally
