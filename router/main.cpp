@@ -44,7 +44,7 @@ const char* k_usage =
     "  --router-replicas N        this router is one of N behind one Service: tenant limits divided by N (1)\n"
     "  --http-threads N           I/O threads (2)\n"
     "  --prep-threads N           threads that parse, template and tokenize request bodies (2)\n"
-    "  --prep-queue N             bodies waiting for them; beyond, 503 router_busy (256)\n"
+    "  --prep-queue N             bodies waiting for them; beyond, 503 router_busy (4096)\n"
     "  --prep-queue-bytes N       bytes of the bodies waiting or being prepared; beyond, 503 (67108864)\n"
     "  --metrics-port P           also serve GET /metrics on this port, without a key (for the scraper;\n"
     "                             on the API port /metrics needs an admin key when --tenants is given)\n"
@@ -467,7 +467,7 @@ http_server_config http_flags(const cli_args& a) {
 work_pool_config prep_flags(const cli_args& a) {
   work_pool_config pc;
   pc.threads = static_cast<int>(a.get_int("prep-threads", 2));
-  pc.max_waiting = static_cast<size_t>(a.get_int("prep-queue", 256));
+  pc.max_waiting = static_cast<size_t>(a.get_int("prep-queue", 4096));
   pc.max_bytes = static_cast<size_t>(a.get_int("prep-queue-bytes", 64 << 20));
   if (pc.threads < 1 || pc.max_waiting < 1)
     throw std::invalid_argument("--prep-threads and --prep-queue must be at least 1");

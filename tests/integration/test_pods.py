@@ -150,14 +150,18 @@ def test_an_unreadable_list_changes_nothing_and_an_empty_one_retires_every_worke
         assert r.get("/ready")[0] == 200
 
         listing.write_text("# no workers (like NXDOMAIN: every pod unready, or the Service gone)\n")
-        wait_for("the router not ready", lambda: r.get("/ready")[0] == 503)
+        # Ready through the no-worker grace (--no-worker-timeout-s, 10 s: requests queue for a
+        # worker meanwhile), then not.
+        wait_for("the router not ready", lambda: r.get("/ready")[0] == 503, timeout=30)
         m = wait_for("the worker dropped",
                      lambda: (lambda m: m if not any(w.endpoint in k for k in m) else None)(r.metrics()))
         assert sum(v for k, v in m.items() if k.startswith("switchyard_router_workers{")) == 0
-        # No worker left: a request waits in the queue (one may come back) until its deadline.
-        status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2, "timeout": 1},
+        # No worker left past the grace: a request is refused at once, with the answer a router
+        # that never met a worker gives.
+        status, h, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2, "timeout": 1},
                                 timeout=10)
-        assert status == 504, raw
+        assert status == 503 and json.loads(raw)["error"]["code"] == "no_workers", raw
+        assert h.get("Retry-After"), h
     finally:
         r.stop()
         w.stop()
