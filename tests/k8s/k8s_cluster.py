@@ -13,6 +13,7 @@ from k8s_load import ROUTER_PORT, Load
 from k8s_net import Network
 
 from cluster import MODEL_ID, ROUTER
+from http_load import rss_bytes
 from worker_client import MODEL, WORKER, parse_prometheus
 
 WORKER_SERVICE = "workers.switchyard.svc.cluster.local"
@@ -102,10 +103,7 @@ class Cluster:
 
     @staticmethod
     def rss_mib(pod):
-        for line in open(f"/proc/{pod.proc.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return rss_bytes(pod.proc.pid) / (1 << 20)
 
     def router_workers(self, router):
         """{state: count} of switchyard_router_workers."""
