@@ -1,6 +1,6 @@
-// The response cache key (DESIGN.md §4 step 4): a SHA-256 over a canonical byte encoding of
-// everything that determines a response — tenant namespace, model, endpoint, the prompt tokens
-// after templating and every output-affecting sampling parameter.
+// The response cache key (docs/cache.md, "What is cached"): a SHA-256 over a canonical byte
+// encoding of everything that determines a response — tenant namespace, model, endpoint, the
+// prompt tokens after templating and every output-affecting sampling parameter.
 //
 // Key layout: "sy:v1:r:" + tenant_namespace + ":" + 64 lowercase hex digits.
 // The namespace is both a readable prefix (so an operator can SCAN or drop one tenant's entries)

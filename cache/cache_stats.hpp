@@ -1,5 +1,5 @@
-// Cache-hit analytics as read back from Redis (DESIGN.md §6), and their JSON form for the
-// router's `GET /v1/cache/stats` and the dashboard.
+// Cache-hit analytics as read back from Redis (docs/cache.md, "Analytics"), and their JSON form
+// for the router's `GET /v1/cache/stats` and the dashboard.
 //
 // Event semantics (what the router records, one event per request):
 //   hit       — served from a stored entry;

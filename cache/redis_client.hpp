@@ -1,5 +1,6 @@
 // One synchronous Redis connection (hiredis 0.14) with per-command timeouts, lazy (re)connect
-// and a circuit breaker, for the response cache (DESIGN.md §4 step 4, STYLE.md item 9).
+// and a circuit breaker, for the response cache (docs/cache.md; docs/engineering.md, "Blocking
+// I/O on its own thread").
 //
 // Ownership and threads: a redis_client is NOT thread-safe. It belongs to exactly one thread —
 // a dedicated cache thread or a detached actor, never a scheduled CAF actor, because every call

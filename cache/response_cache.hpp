@@ -1,4 +1,4 @@
-// The response cache's policy and storage over one redis_client (DESIGN.md §4 step 4, §6):
+// The response cache's policy and storage over one redis_client (docs/cache.md):
 // which requests may be cached, GET/SET of encoded responses, and the shared analytics.
 //
 // Redis layout (all keys prefixed sy:v1:):

@@ -12,7 +12,8 @@
 // expendable is left, and then the oldest, the likeliest to be stale: a lost tokens frame is a
 // numbered gap the router resumes from (docs/reliability.md), never a silent hole.
 //
-// Threads: everything here belongs to the one thread that runs the link (STYLE 9).
+// Threads: everything here belongs to the one thread that runs the link (docs/engineering.md,
+// "Blocking I/O on its own thread").
 #pragma once
 
 #include <atomic>

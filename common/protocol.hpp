@@ -1,4 +1,5 @@
-// The router <-> worker wire protocol, declared once (DESIGN.md §3).
+// The router <-> worker wire protocol, declared once (docs/architecture.md, "The router-worker
+// link"; docs/engineering.md, "Declared once").
 //
 // Every ZeroMQ message is a multipart [type frame, body frame]:
 //   type frame  the message name, e.g. "submit" — readable in packet captures;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 6), sized for about 5 minutes of device time:
+# The prepared GPU check (docs/cuda-backend.md, "On a device"), sized for about 5 minutes of
+# device time:
 #   1. a device-only build (-DSY_DEVICE_ONLY=ON: no CAF, ZeroMQ, msgpack, Boost, Catch2, ...;
 #      PCRE2 from gpu-carry/, deploy/gpu-carry.sh) for sm_90 (H100/H200): switchyard-bench and
 #      the GPU tests;

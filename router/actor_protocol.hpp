@@ -1,4 +1,4 @@
-// The messages between the router's actors, declared once (STYLE 2).
+// The messages between the router's actors, declared once (docs/engineering.md, "Declared once").
 //
 //   http thread -> dispatcher  (submit_atom, shared_ptr<routed_request>)  a validated request
 //   http thread -> dispatcher  (gone_atom, uint64 id)                      its client went away

@@ -1,7 +1,8 @@
-// Admission control (DESIGN.md §4 step 5, STYLE 7): monitors (per-tenant buckets and
-// concurrency, the cluster queue's load, the request's deadline) feed named shed points, each
-// with a counter. An admitted request holds an admission_permit for as long as it is in flight
-// (queued or running); dropping the permit returns the tenant's concurrency slot.
+// Admission control (docs/architecture.md, "The path of a request"; docs/engineering.md, "Shed
+// at named points"): monitors (per-tenant buckets and concurrency, the cluster queue's load, the
+// request's deadline) feed named shed points, each with a counter. An admitted request holds an
+// admission_permit for as long as it is in flight (queued or running); dropping the permit
+// returns the tenant's concurrency slot.
 //
 // Rejection is fast and costs nothing: a rejected request charges no bucket and takes no slot.
 //

@@ -205,9 +205,9 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   // Everything past /health and /ready needs a tenant's key when tenants are configured
-  // (RELIABILITY 13), unknown paths included: the dashboard's sign-in form is the one way in
-  // without it. The dashboard's session cookie stands for the key on GETs only (it is
-  // SameSite=Strict, and GETs change nothing).
+  // (docs/reliability.md: unauthenticated admin surfaces), unknown paths included: the dashboard's
+  // sign-in form is the one way in without it. The dashboard's session cookie stands for the key on
+  // GETs only (it is SameSite=Strict, and GETs change nothing).
   if (path == "/dashboard/login") {
     dashboard_login(*ex, req, request_id);
     return;

@@ -1,6 +1,6 @@
-// The router's HTTP routes (DESIGN.md §4 steps 1-3): authentication, validation into native
-// structs, tokenization and the context check — the stateless part of a request's path, run on
-// an HTTP I/O thread. Stateful steps (admission, queueing, dispatch) are the dispatcher's; a
+// The router's HTTP routes (docs/router.md, "A request's path"): authentication, validation into
+// native structs, tokenization and the context check — the stateless part of a request's path, run
+// on an HTTP I/O thread. Stateful steps (admission, queueing, dispatch) are the dispatcher's; a
 // validated request is handed over through `submit`.
 //
 //   GET  /health                liveness (always 200 while the process serves HTTP)
@@ -75,8 +75,8 @@ class api_handler {
   void operator()(std::shared_ptr<http_exchange> ex, http_request&& req);
   // http_server_config::on_header: the checks that need no body — the API key, and a tenant
   // whose requests/s bucket is empty (429) — so that a refused request costs no body read,
-  // JSON parse or tokenization (RELIABILITY: work before admission). The full handler checks
-  // the key again; the dispatcher stays the authority on admission.
+  // JSON parse or tokenization (docs/reliability.md, "Clients": work before admission). The full
+  // handler checks the key again; the dispatcher stays the authority on admission.
   std::optional<http_response> precheck(const http_request& head);
   // The dispatcher's admission controller, whose requests/s buckets precheck() charges
   // (admission_controller::take_rate is thread-safe). Set once before requests arrive; without

@@ -1,11 +1,11 @@
-// The router's side of the Redis response cache (DESIGN.md §4 step 4): a few threads, each
-// owning one Redis connection (STYLE 9; hiredis is blocking, so it never runs on an HTTP I/O
-// thread or inside an actor), fed by bounded job queues. Lookups answer through a callback on
-// the cache thread; stores and analytics events are fire-and-forget. When Redis is slow or down
-// the client's tight timeouts and circuit breaker make every job return at once, and a full
-// queue makes lookups bypass the cache: the cache is never on the critical path when sick.
-// Lookups — a request waits on each — have a queue of their own that the threads serve first,
-// so stores and analytics never delay them, and a lookup that waited longer than its budget
+// The router's side of the Redis response cache (docs/cache.md): a few threads, each owning one
+// Redis connection (docs/engineering.md, "Blocking I/O on its own thread"; hiredis is blocking, so
+// it never runs on an HTTP I/O thread or inside an actor), fed by bounded job queues. Lookups
+// answer through a callback on the cache thread; stores and analytics events are fire-and-forget.
+// When Redis is slow or down the client's tight timeouts and circuit breaker make every job return
+// at once, and a full queue makes lookups bypass the cache: the cache is never on the critical path
+// when sick. Lookups — a request waits on each — have a queue of their own that the threads serve
+// first, so stores and analytics never delay them, and a lookup that waited longer than its budget
 // (`lookup_max_wait`) is answered `expired` without asking Redis: the request is served live.
 #pragma once
 

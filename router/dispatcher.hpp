@@ -1,7 +1,8 @@
-// The router's core (DESIGN.md §4 steps 5-8): admission, the cluster priority queue, dispatch
-// to workers, and turning workers' token messages into HTTP/SSE responses. A plain state class
-// (STYLE 4): the dispatcher actor feeds it requests, frames and clock ticks and ships the
-// frames it returns; unit-testable without sockets or actors.
+// The router's core (docs/architecture.md, "The path of a request", from admission on):
+// admission, the cluster priority queue, dispatch to workers, and turning workers' token messages
+// into HTTP/SSE responses. A plain state class (docs/engineering.md, "Actors are thin shells"):
+// the dispatcher actor feeds it requests, frames and clock ticks and ships the frames it returns;
+// unit-testable without sockets or actors.
 //
 // Owned by one thread. Answers go straight to each request's http_exchange (thread-safe).
 // Time is one clock, seconds (router_clock.hpp): every entry point takes `now_s`, frames their

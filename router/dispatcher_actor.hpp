@@ -1,6 +1,6 @@
-// The dispatcher actor: a thin shell (STYLE 4) over `dispatcher`, detached on its own thread
-// because it owns a ZeroMQ socket (the PUSH end of the link's inbox). Each tick it publishes
-// readiness and metrics for the HTTP threads.
+// The dispatcher actor: a thin shell (docs/engineering.md, "Actors are thin shells") over
+// `dispatcher`, detached on its own thread because it owns a ZeroMQ socket (the PUSH end of the
+// link's inbox). Each tick it publishes readiness and metrics for the HTTP threads.
 #pragma once
 
 #include <caf/event_based_actor.hpp>

@@ -1,6 +1,7 @@
 // The router's ZeroMQ side: one DEALER socket per worker (routers connect, workers bind),
-// owned by this blocking actor on its own thread (STYLE 9). Frames from workers go to the
-// dispatcher; frames for workers come from the dispatcher through the inproc inbox.
+// owned by this blocking actor on its own thread (docs/engineering.md, "Blocking I/O on its own
+// thread"). Frames from workers go to the dispatcher; frames for workers come from the
+// dispatcher through the inproc inbox.
 //
 // Sockets are keyed by worker ref ("_connect" opens one, "_close" closes it: only this thread
 // touches them, so the dispatcher asks by message). They use ZMQ_IMMEDIATE (nothing is queued

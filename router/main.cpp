@@ -1,4 +1,4 @@
-// switchyard-router: the OpenAI-compatible front of a Switchyard cluster (DESIGN.md §1, §4).
+// switchyard-router: the OpenAI-compatible front of a Switchyard cluster (docs/router.md).
 //
 //   switchyard-router --workers tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 [--port 8000] ...
 //   switchyard-router --workers-dns workers.switchyard.svc:5555     (re-resolved periodically)

@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP API at the edge (DESIGN.md §4 steps 2 and 8, STYLE 8): request
+// The OpenAI-compatible HTTP API at the edge (docs/engineering.md, "Parse at the edge"): request
 // bodies are parsed and validated here into native structs, and every response body, stream
 // chunk and error body is formatted here. Nothing past this file sees raw JSON.
 //

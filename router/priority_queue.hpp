@@ -1,5 +1,6 @@
-// The router's cluster queue: requests admitted but not yet dispatched to a worker (DESIGN.md §4
-// step 6). Bookkeeping only: ids, tenants, priorities, times, token counts.
+// The router's cluster queue: requests admitted but not yet dispatched to a worker
+// (docs/architecture.md, "The path of a request"). Bookkeeping only: ids, tenants, priorities,
+// times, token counts.
 //
 // Dispatch order (pop):
 //  1. Effective class: the entry's class (class_of(priority)) promoted one step towards

@@ -1,4 +1,4 @@
-// The cluster's retry budget (RELIABILITY.md 18, retry storms): re-dispatches after a worker
+// The cluster's retry budget (docs/reliability.md, retry storms): re-dispatches after a worker
 // failed a request are allowed while, over the last `window_s`, retries < `min_retries` +
 // `ratio` x first attempts. A few workers failing leaves every request its retry; a failure that
 // follows requests around the cluster (a query of death, every worker broken) cannot multiply the

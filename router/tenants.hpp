@@ -1,4 +1,4 @@
-// Tenants: who may call the router, and with what limits (DESIGN.md §4 step 1). The registry maps
+// Tenants: who may call the router, and with what limits (docs/router.md). The registry maps
 // an API key to a tenant; the limits themselves are enforced by router/admission.hpp and the
 // priority range by the same.
 //

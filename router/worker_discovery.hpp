@@ -1,7 +1,7 @@
-// Worker discovery (DESIGN.md §3, §7): which workers a router should use, from a DNS name (a
-// Kubernetes headless Service: one address per ready pod) or a file of endpoints, looked up
-// again every few seconds. The lookups block (getaddrinfo, file reads) and run on main.cpp's
-// discovery thread; what to make of an answer is a pure function, tested without DNS.
+// Worker discovery (docs/router.md, "Pods (Kubernetes)"): which workers a router should use, from a
+// DNS name (a Kubernetes headless Service: one address per ready pod) or a file of endpoints,
+// looked up again every few seconds. The lookups block (getaddrinfo, file reads) and run on
+// main.cpp's discovery thread; what to make of an answer is a pure function, tested without DNS.
 //
 // Outcomes:
 //   found      the answer's endpoints, de-duplicated, are the new set: new ones join, missing

@@ -1,6 +1,7 @@
-// The router's view of its workers (DESIGN.md §3, §4 step 7): who is up, what each serves,
-// how loaded it is, and which prompt prefixes it has probably cached. Pure bookkeeping — no
-// sockets, no clock (times are passed in) — owned by the dispatcher's thread.
+// The router's view of its workers (docs/architecture.md, "The router-worker link" and the
+// dispatch step of "The path of a request"): who is up, what each serves, how loaded it is, and
+// which prompt prefixes it has probably cached. Pure bookkeeping — no sockets, no clock (times
+// are passed in) — owned by the dispatcher's thread.
 //
 // Lifecycle. Each worker is in exactly one `worker_state` (the router's
 // `switchyard_router_workers{state}` gauge counts them so):

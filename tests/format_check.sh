@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a tracked C++/CUDA source is not formatted per .clang-format (STYLE.md item 18).
+# Fails when a tracked C++/CUDA source is not formatted per .clang-format (docs/engineering.md,
+# "One format").
 # Exit 77 (ctest: skipped) where clang-format or git is missing.
 cd "$(dirname "$0")/.." || exit 1
 command -v clang-format >/dev/null && git rev-parse --git-dir >/dev/null 2>&1 || { echo "SKIP: no clang-format or git"; exit 77; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer stage of the test command (tests/run.sh runs it after the main suite; issue 13,
+# The sanitizer stage of the test command (tests/run.sh runs it after the main suite;
 # docs/reliability.md "Fuzzing and sanitizers"), in build folders of its own made with clang,
 # -O1 and line tables only: a cold build of them has to fit CI's budget.
 #  1. ASan + UBSan + libFuzzer (SY_SANITIZE, SY_FUZZ) in SAN_BUILD_DIR: targets sy_sanitize_checks

@@ -1,5 +1,5 @@
-// The messages between the worker's actors, declared once (STYLE 2). Only atoms and strings
-// travel, so no custom type needs registering with CAF.
+// The messages between the worker's actors, declared once (docs/engineering.md, "Declared
+// once"). Only atoms and strings travel, so no custom type needs registering with CAF.
 //
 //   link -> engine   (frame_atom, peer, type, body)   a frame from a router
 //   link -> engine   (gone_atom, peer)                a router became unreachable

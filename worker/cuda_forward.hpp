@@ -1,8 +1,8 @@
-// The Llama forward pass on a CUDA device (issue 6), as a forward_backend of the engine: weights
-// dequantized once at load to fp16 in device memory, every linear layer one cuBLAS GEMM (fp16
-// inputs, fp32 accumulation, tensor cores) over the whole ragged batch of the step, own kernels
-// for the rest (kernels/cuda/), and the KV cache in device memory as fp16 blocks addressed by the
-// same block tables the CPU engine uses.
+// The Llama forward pass on a CUDA device (docs/cuda-backend.md), as a forward_backend of the
+// engine: weights dequantized once at load to fp16 in device memory, every linear layer one cuBLAS
+// GEMM (fp16 inputs, fp32 accumulation, tensor cores) over the whole ragged batch of the step, own
+// kernels for the rest (kernels/cuda/), and the KV cache in device memory as fp16 blocks addressed
+// by the same block tables the CPU engine uses.
 //
 // Serves what llama_model loads, with cpu_forward's semantics: architectures "llama" (Llama 2/3.x
 // with rope_freqs.weight divisors, Mistral, SmolLM2) and "qwen2" (Q/K/V biases added before RoPE,

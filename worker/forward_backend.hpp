@@ -1,5 +1,6 @@
-// The engine's view of where the model runs (issue 6): one forward over a ragged batch per step,
-// the KV storage its block ids address, and optionally sampling where the logits are.
+// The engine's view of where the model runs (docs/cuda-backend.md, "The engine on the device"):
+// one forward over a ragged batch per step, the KV storage its block ids address, and optionally
+// sampling where the logits are.
 //
 // The engine keeps everything else on the host and identical for every backend: the scheduler,
 // the block pool (bookkeeping only), the per-request samplers, detokenizer and stop strings.

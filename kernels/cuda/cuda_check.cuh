@@ -1,5 +1,5 @@
-// Every CUDA runtime and cuBLAS call is checked (issue 6): a failure throws
-// std::runtime_error naming the call, the file:line and the error string. Callers at the edge
+// Every CUDA runtime and cuBLAS call is checked (docs/cuda-backend.md, "Layout"): a failure
+// throws std::runtime_error naming the call, the file:line and the error string. Callers at the edge
 // (worker startup, a step) turn it into a clear error; nothing continues past a failed call.
 #pragma once
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""aiperf, unmodified, against a test cluster, CI-sized (issue 16): the field's benchmark client
-runs with nothing but the served model name and `--tokenizer DIR` from
+"""aiperf, unmodified, against a test cluster, CI-sized (docs/benchmarking.md, "aiperf"): the
+field's benchmark client runs with nothing but the served model name and `--tokenizer DIR` from
 `switchyard-worker export-tokenizer` — no Hugging Face hub, no workaround.
 
 A real worker (--served-model-name HuggingFaceTB/SmolLM2-135M-Instruct) behind a real router;

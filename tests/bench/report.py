@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The benchmark report (issue 16): the workloads of shared/BENCHMARKS.md run with the field's own
-client, aiperf (and guidellm when asked), against Switchyard and, side by side in the same run,
-llama-server on the same GGUF — then JSON and PNG plots.
+"""The benchmark report (docs/benchmarking.md, "The report: Switchyard and llama-server side by
+side"): the workloads described there, run with the field's own client, aiperf (and guidellm when
+asked), against Switchyard and, side by side in the same run, llama-server on the same GGUF — then
+JSON and PNG plots.
 
   SY_BUILD_DIR=build .venv/bin/python tests/bench/report.py [--levels 1,2,4,8] [--img docs/img]
 
@@ -50,7 +51,7 @@ LLAMA_SERVER = os.path.join(ROOT, "build", "llama.cpp-bench", "bin", "llama-serv
 
 
 class LlamaServer:
-    """llama-server on the same GGUF, set up as BENCHMARKS.md says makes a fair peer."""
+    """llama-server on the same GGUF, set up as a fair peer (its flags: docs/benchmarking.md)."""
 
     def __init__(self, binary, threads, slots, ctx_per_slot):
         self.port = free_port()
@@ -84,7 +85,7 @@ def pct(report, metric, stat):
 
 
 def aiperf(bin_dir, url, tokenizer, out, concurrency, count, isl, osl, extra=()):
-    """One `aiperf profile` run (streaming chat, ignore_eos); the figures BENCHMARKS.md names."""
+    """One `aiperf profile` run (streaming chat, ignore_eos): docs/benchmarking.md's figures."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(bin_dir, "aiperf"), "profile", "--model", SERVED, "--url", url, "--endpoint-type", "chat",
            "--streaming", "--tokenizer", tokenizer, "--request-count", str(count), "--concurrency", str(concurrency),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# switchyard-worker startup errors on the device flags (issue 6): each ends with one clear line
-# on stderr and exit code 1, never a crash. Runs with or without a GPU, with or without CUDA in
-# the build. Exit 77 (skipped) without the model file.
+# switchyard-worker startup errors on the device flags (docs/cuda-backend.md, "Using it"): each ends
+# with one clear line on stderr and exit code 1, never a crash. Runs with or without a GPU, with or
+# without CUDA in the build. Exit 77 (skipped) without the model file.
 #   usage: device_errors.sh SWITCHYARD_WORKER MODEL [SUBCOMMAND]
 # SUBCOMMAND: `serve` (default), or `serve-check` for switchyard-bench (SY_DEVICE_ONLY builds:
 # serve's start-up without sockets, the same engine set-up and messages).

@@ -1,6 +1,7 @@
-// A tiny harness for GPU parity tests (STYLE 12): each test program compares device ops with
-// their CPU reference and exits 0 (pass), 1 (fail) or 77 (no device: ctest reports "skipped").
-// Plain programs rather than Catch2, so that "no device" is a visible skip, not a silent pass.
+// A tiny harness for GPU parity tests (docs/cuda-backend.md, "Layout"): each test program compares
+// device ops with their CPU reference and exits 0 (pass), 1 (fail) or 77 (no device: ctest reports
+// "skipped"). Plain programs rather than Catch2, so that "no device" is a visible skip, not a
+// silent pass.
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// Parity of cuda::paged_attention with the CPU reference cpu::attend_head (f16 KV view), STYLE 12.
+// Parity of cuda::paged_attention with the CPU reference cpu::attend_head (f16 KV view; every op
+// has one: docs/cuda-backend.md, "Layout").
 // K/V live in shuffled physical blocks reached through block tables; each case is a batch of
 // tokens (seq, pos) attending keys [0, pos] of their sequence: pure decode, prefill chunks,
 // mixed batches with a padding token, and GQA shapes that exercise every launch layout.

@@ -1,5 +1,5 @@
-// The engine on the CUDA backend (issue 6), end to end through the same scheduler and block pool
-// as on the CPU:
+// The engine on the CUDA backend (docs/cuda-backend.md), end to end through the same scheduler and
+// block pool as on the CPU:
 //   1. greedy outputs of the CUDA engine agree with the CPU engine's on most tokens (8 chat
 //      prompts, 16 tokens each, all batched: at least 6 prompts agree on their first 8 tokens);
 //   2. decode steps replayed from CUDA graphs give exactly the tokens (and logprobs) of the same

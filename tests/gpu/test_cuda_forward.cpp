@@ -1,8 +1,9 @@
 // End to end: the CUDA forward pass against the CPU forward pass on SmolLM2 under teacher forcing
-// (issue 6), for a prefill of whole sequences and for batched one-token decode steps through paged
-// KV blocks in shuffled order. The text is real: tests/fixtures/logits.json's eight cases (four
-// plain prompts, four chat-templated questions), each its prompt followed by llama.cpp's 64-token
-// greedy continuation (token ids copied below: device-only builds have no JSON parser).
+// (docs/cuda-backend.md), for a prefill of whole sequences and for batched one-token decode steps
+// through paged KV blocks in shuffled order. The text is real: tests/fixtures/logits.json's eight
+// cases (four plain prompts, four chat-templated questions), each its prompt followed by
+// llama.cpp's 64-token greedy continuation (token ids copied below: device-only builds have no JSON
+// parser).
 // Per phase: logits close (normalised MSE <= 1e-3) and the device's top-1 never more than 1 logit
 // below the CPU's best. Over both phases: top-1 agreement >= 99 % at the positions whose CPU top-2
 // margin exceeds 0.1 logit.
@@ -249,7 +250,8 @@ void smollm2_case(sy::gpu_test::suite& s, sy::cpu::thread_pool& pool) {
   const forced_result r = teacher_force(s, *model, seqs, 16, pool, "");
   r.prefill.report(s, "prefill");
   r.decode.report(s, "decode");
-  // Issue 6: >= 99 % top-1 agreement over all teacher-forced positions, near-ties left out.
+  // The bar (docs/cuda-backend.md, "The engine on the device"): >= 99 % top-1 agreement over all
+  // teacher-forced positions, near-ties left out.
   check_agreement(s, r, 0.99, "");
 }
 

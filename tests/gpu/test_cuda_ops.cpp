@@ -1,6 +1,7 @@
-// Parity of the elementwise / row CUDA ops with their CPU references (STYLE 12): embedding
-// gather (every weight type), RMSNorm (plain and fused with the residual add), add_inplace,
-// f32 -> f16, RoPE (normal and neox, linear scaling, per-frequency divisors), the Q/K/V bias add,
+// Parity of the elementwise / row CUDA ops with their CPU references (docs/cuda-backend.md,
+// "Layout"): embedding gather (every weight type), RMSNorm (plain and fused with the residual add),
+// add_inplace, f32 -> f16, RoPE (normal and neox, linear scaling, per-frequency divisors), the
+// Q/K/V bias add,
 // SwiGLU, KV write and weight dequantization (every weight type). Each case draws fresh random inputs, poisons the
 // device output with NaN bytes before the launch, surrounds every output with guard bytes that must come back
 // unchanged, and compares with the CPU op by normalised MSE (or bit for bit where the device must round exactly as the

@@ -1,4 +1,4 @@
-// Device sampling (kernels/cuda/sampling) against the CPU (STYLE 12):
+// Device sampling (kernels/cuda/sampling) against the CPU (docs/cuda-backend.md, "Layout"):
 //   - greedy rows equal sy::argmax exactly (ties, NaN, -inf, all-NaN, +inf; odd and 49152 vocabularies);
 //   - sampled rows agree with a sort-based host reference of the documented semantics (same key
 //     order, same fixed-point masses, same (seed, step) hash), allowing a few rows to differ where

@@ -1,8 +1,8 @@
-"""Integration modules cannot pass by not running (issue 14). A module whose every test skipped
-(the model not downloaded, redis-server not installed, a module-level skip) ran nothing: the
-run then exits 77, which ctest shows as Skipped (SKIP_RETURN_CODE 77, tests/CMakeLists.txt),
-instead of 0; with CI set it fails, since CI promises every prerequisite. ctest runs pytest with
--rs, so the reasons are printed."""
+"""Integration modules cannot pass by not running (docs/testing.md, "A test cannot pass by not
+running"). A module whose every test skipped (the model not downloaded, redis-server not installed,
+a module-level skip) ran nothing: the run then exits 77, which ctest shows as Skipped
+(SKIP_RETURN_CODE 77, tests/CMakeLists.txt), instead of 0; with CI set it fails, since CI promises
+every prerequisite. ctest runs pytest with -rs, so the reasons are printed."""
 import collections
 import os
 

@@ -1,9 +1,9 @@
-"""The router's admin surface and its secrets (issue 13, item 7), with real router, worker and
-redis-server processes: with tenants configured every route but /health and /ready answers 401
-without a key (/metrics wants an admin key; --metrics-port serves it to a scraper alone); cache
-entries sealed with HMAC-SHA256 (--cache-mac-key-file) read as misses once someone with write
-access to Redis forges or moves them; and neither the Redis password, the API keys nor the MAC key
-appears in any log line."""
+"""The router's admin surface and its secrets (docs/reliability.md, "The worker link and the admin
+surface"), with real router, worker and redis-server processes: with tenants configured every route
+but /health and /ready answers 401 without a key (/metrics wants an admin key; --metrics-port serves
+it to a scraper alone); cache entries sealed with HMAC-SHA256 (--cache-mac-key-file) read as misses
+once someone with write access to Redis forges or moves them; and neither the Redis password, the
+API keys nor the MAC key appears in any log line."""
 import json
 import os
 import shutil

@@ -1,8 +1,8 @@
-"""What clients and benchmark tools ask of the router besides generating (issue 16): served model
-names (the worker's --served-model-name, sent in its welcome, and the router's NAME=MODEL map)
-through the official openai SDK; the Hugging Face tokenizer files served by the router, loaded
-by transformers and tokenizing as the worker does; /tokenize and /detokenize in vLLM's (and
-llama-server's) shapes; stream_options.continuous_usage_stats; /version."""
+"""What clients and benchmark tools ask of the router besides generating (docs/benchmarking.md):
+served model names (the worker's --served-model-name, sent in its welcome, and the router's
+NAME=MODEL map) through the official openai SDK; the Hugging Face tokenizer files served by the
+router, loaded by transformers and tokenizing as the worker does; /tokenize and /detokenize in
+vLLM's (and llama-server's) shapes; stream_options.continuous_usage_stats; /version."""
 import json
 import os
 import subprocess

@@ -1,13 +1,13 @@
-"""Chaos under load (issue 13, RELIABILITY.md 6, 16): a real router, two real workers and a real
-Redis (cache on) serving a steady mix of streams, whole answers and cache hits while, one after
-another, a worker is killed with SIGKILL and restarted at the same address once declared dead, a
-worker is stopped with SIGSTOP past the heartbeat timeout and continued, a worker is killed and
-restarted at once at the same address, a worker is stopped and Redis killed at the same moment
-(overlapping faults: the worker returns while Redis is still down), Redis is restarted, and
-finally every worker is killed. Every request is counted: while a worker is left each one
-completes (started streams resume on the other worker, with all their tokens); once none is left
-each ends with a named error. None hangs (every client read is bounded), none is lost (the
-router's answer count equals the requests sent), and the cluster serves again once a worker
+"""Chaos under load (docs/reliability.md, "Soak and chaos": dead or frozen workers, a Redis that
+dies): a real router, two real workers and a real Redis (cache on) serving a steady mix of streams,
+whole answers and cache hits while, one after another, a worker is killed with SIGKILL and restarted
+at the same address once declared dead, a worker is stopped with SIGSTOP past the heartbeat timeout
+and continued, a worker is killed and restarted at once at the same address, a worker is stopped and
+Redis killed at the same moment (overlapping faults: the worker returns while Redis is still down),
+Redis is restarted, and finally every worker is killed. Every request is counted: while a worker is
+left each one completes (started streams resume on the other worker, with all their tokens); once
+none is left each ends with a named error. None hangs (every client read is bounded), none is lost
+(the router's answer count equals the requests sent), and the cluster serves again once a worker
 returns."""
 import collections
 import os

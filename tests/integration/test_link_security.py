@@ -1,10 +1,10 @@
-"""The router <-> worker link under attack and skew (issue 13, items 3 and 4), with real worker and
-router processes on loopback: CURVE keys made by `switchyard-worker keygen`; a peer without the
-keys (or with a key the worker does not list) is refused before any of its frames reaches the
-worker; a 64 MiB frame drops its connection without the worker holding it (and a frame over the
-router's limit, its worker's connection); a worker whose clock is
-hours off (libfaketime) still serves and still ends requests at their deadline, because the wire
-carries a relative time budget; a client's `timeout` is clamped to the router's maximum."""
+"""The router <-> worker link under attack and skew (docs/reliability.md, "The worker link and the
+admin surface"), with real worker and router processes on loopback: CURVE keys made by
+`switchyard-worker keygen`; a peer without the keys (or with a key the worker does not list) is
+refused before any of its frames reaches the worker; a 64 MiB frame drops its connection without the
+worker holding it (and a frame over the router's limit, its worker's connection); a worker whose
+clock is hours off (libfaketime) still serves and still ends requests at their deadline, because the
+wire carries a relative time budget; a client's `timeout` is clamped to the router's maximum."""
 import os
 import shutil
 import subprocess

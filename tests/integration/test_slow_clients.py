@@ -1,5 +1,5 @@
-"""Clients that stop reading, and work refused before it is done (issue 13, points 5 and 6), with
-real router and worker processes over real sockets.
+"""Clients that stop reading, and work refused before it is done (docs/reliability.md, "Clients"),
+with real router and worker processes over real sockets.
 
 * 200 streams whose clients stop reading after the response headers: each is closed within the
   write-stall timeout, its request cancelled on the worker (KV back to all free), and the

@@ -1,9 +1,10 @@
-"""Soak (issue 13, RELIABILITY.md 1, 2, 11): a few thousand mixed requests against a real router,
-two real workers and a real Redis (cache on) — streams and whole answers, completions and chat,
-n = 2, repeated prompts (cache hits and coalescing), clients that close mid-stream or before any
-answer, deadlines that expire. Every request must end in the answer, the named error or the
-cancellation its kind calls for; afterwards nothing is running anywhere, every KV block is back
-in the workers' pools, and the processes' resident memory is flat since warm-up."""
+"""Soak (docs/reliability.md, "Soak and chaos": disconnects, leaked KV blocks, memory growth): a few
+thousand mixed requests against a real router, two real workers and a real Redis (cache on) —
+streams and whole answers, completions and chat, n = 2, repeated prompts (cache hits and
+coalescing), clients that close mid-stream or before any answer, deadlines that expire. Every
+request must end in the answer, the named error or the cancellation its kind calls for; afterwards
+nothing is running anywhere, every KV block is back in the workers' pools, and the processes'
+resident memory is flat since warm-up."""
 import collections
 import concurrent.futures
 import os

@@ -48,7 +48,7 @@ def ask(client, **kw):
 
 
 def test_json_schema_documents_parse_and_validate(client):
-    """40 samples at temperature 1 (the issue's 100 of 100 is the same check, run longer)."""
+    """40 samples at temperature 1 (100 of 100 is the same check, run longer)."""
     n_ok = 0
     for seed in range(40):
         r = ask(client, response_format=schema_format(CITY), temperature=1.0, seed=seed, max_tokens=200)

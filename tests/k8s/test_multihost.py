@@ -1,6 +1,7 @@
-"""Switchyard as Kubernetes runs it (DESIGN.md §7), on real processes in network namespaces: pods on
-a bridge, a headless Service in DNS that lists ready worker pods, routers that re-resolve it, a
-kubelet that probes readiness and deletes pods gracefully, clients that follow router readiness.
+"""Switchyard as Kubernetes runs it (docs/operations.md), on real processes in network namespaces:
+pods on a bridge, a headless Service in DNS that lists ready worker pods, routers that re-resolve
+it, a kubelet that probes readiness and deletes pods gracefully, clients that follow router
+readiness.
 
 Every request a scenario sends must end in an answer or a named error (k8s_load.assert_all_terminal);
 the zero-failure scenarios require every one to succeed. Scenarios that need behaviour still

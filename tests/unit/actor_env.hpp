@@ -1,7 +1,8 @@
-// A CAF 0.17 actor system for actor tests under Catch2 (STYLE 13): `scheduler.policy = testing`,
-// so scheduled (event-based) actors run only when the test steps the test_coordinator, one
-// message per run_once(), and delayed messages wait on a simulated clock that only the test
-// advances. Nothing sleeps and no result depends on how fast the machine is.
+// A CAF 0.17 actor system for actor tests under Catch2 (docs/testing.md, "Actors on a testing
+// scheduler"): `scheduler.policy = testing`, so scheduled (event-based) actors run only when the
+// test steps the test_coordinator, one message per run_once(), and delayed messages wait on a
+// simulated clock that only the test advances. Nothing sleeps and no result depends on how fast the
+// machine is.
 //
 // CAF's own test DSL (caf/test/dsl.hpp) is not used: it pulls in caf/all.hpp and CAF's unit-test
 // framework, whose engine (command line, CAF_CHECK) its fixtures call; this is the part of its

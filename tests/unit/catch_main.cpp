@@ -1,6 +1,7 @@
-// Catch2's main with two rules for every test binary (issue 14): a test case that checks nothing
-// fails (-w NoAssertions, set here because Catch2 v2 accepts a single -w on the command line and
-// ctest's discovery passes -w NoTests), and a run that skipped a test exits 77 (prerequisite.hpp).
+// Catch2's main with two rules for every test binary (docs/testing.md, "A test cannot pass by not
+// running"): a test case that checks nothing fails (-w NoAssertions, set here because Catch2 v2
+// accepts a single -w on the command line and ctest's discovery passes -w NoTests), and a run that
+// skipped a test exits 77 (prerequisite.hpp).
 //
 // `--kernels avx2|avx512` runs the binary under that CPU kernel family (SY_CPU_ISA, read once
 // when the kernels first run; docs/testing.md "Kernel families"): ctest registers the model-level

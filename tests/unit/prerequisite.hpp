@@ -1,8 +1,8 @@
-// Tests that cannot pass by not running (issue 14). A test whose prerequisite is missing (the
-// model file, redis-server) must neither pass silently nor fail where the prerequisite is merely
-// not installed: SY_SKIP_TEST records the reason and returns, and the process then exits 77, which
-// ctest shows as Skipped (SKIP_RETURN_CODE 77, tests/CMakeLists.txt). With CI set the same test
-// fails instead: CI promises the prerequisites, so their absence there is a broken setup.
+// Tests that cannot pass by not running (docs/testing.md). A test whose prerequisite is missing
+// (the model file, redis-server) must neither pass silently nor fail where the prerequisite is
+// merely not installed: SY_SKIP_TEST records the reason and returns, and the process then exits 77,
+// which ctest shows as Skipped (SKIP_RETURN_CODE 77, tests/CMakeLists.txt). With CI set the same
+// test fails instead: CI promises the prerequisites, so their absence there is a broken setup.
 #pragma once
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
-// The response cache against a real redis-server (STYLE.md item 14): each test starts its own
-// `redis-server --port <free> --save "" --appendonly no` as a child process and kills it at the
-// end. Skipped with a warning where /usr/bin/redis-server is absent.
+// The response cache against a real redis-server (docs/testing.md, "Processes the tests start"):
+// each test starts its own `redis-server --port <free> --save "" --appendonly no` as a child
+// process and kills it at the end. Skipped with a warning where /usr/bin/redis-server is absent.
 #include "cache/cache_key.hpp"
 #include "cache/redis_client.hpp"
 #include "cache/response_cache.hpp"

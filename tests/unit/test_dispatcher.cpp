@@ -1173,7 +1173,7 @@ TEST_CASE("dispatcher: a submit carries the time left as a relative budget, no w
   CHECK(s2[0].budget_ms == 0);
 }
 
-// ---- bad workers (issue 13): bounded retries, the retry budget, outlier ejection ---------------
+// ---- bad workers (docs/reliability.md): bounded retries, the retry budget, outlier ejection ----
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Bad-worker bookkeeping (issue 13): the worker pool's outlier ejection (consecutive failures,
-// back-off, re-admission, the cap on how many of a model's workers may be out) and the
-// cluster's retry budget. Times are arguments: no clock, no sleeps.
+// Bad-worker bookkeeping (docs/reliability.md, "Bad workers"): the worker pool's outlier ejection
+// (consecutive failures, back-off, re-admission, the cap on how many of a model's workers may be
+// out) and the cluster's retry budget. Times are arguments: no clock, no sleeps.
 #include <catch2/catch.hpp>
 
 #include <string>

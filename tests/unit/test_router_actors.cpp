@@ -8,7 +8,8 @@
 // what it sends workers is read from the real inproc socket the link would poll; clients are
 // fake exchanges (tests/unit/router_fakes.hpp).
 //
-// Link actor: a blocking actor (zmq::poll on its own thread, STYLE 9), so it cannot be stepped.
+// Link actor: a blocking actor (zmq::poll on its own thread: docs/engineering.md, "Blocking I/O on
+// its own thread"), so it cannot be stepped.
 // It is driven through real ZeroMQ sockets; the "dispatcher" is a scoped actor that blocks until
 // the link's message arrives. Every wait is for an event the link must produce, never for time;
 // counters are read after the link has stopped (its down message).

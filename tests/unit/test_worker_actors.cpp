@@ -7,7 +7,8 @@
 // replies are read from the real inproc outbox socket the link would poll, on the test's own
 // thread: an inproc send is readable by a non-blocking receive as soon as it returns.
 //
-// Link actor: a blocking actor (zmq::poll on its own thread, STYLE 9), so it cannot be stepped.
+// Link actor: a blocking actor (zmq::poll on its own thread: docs/engineering.md, "Blocking I/O on
+// its own thread"), so it cannot be stepped.
 // It is driven through real inproc ZeroMQ sockets; the "engine" is a scoped actor that blocks
 // until the link's message arrives. Every wait is for an event the link must produce, never for
 // time; counters are read after the link has stopped (its down message).
