@@ -48,37 +48,28 @@ struct json_rules {
   // One character of a JSON string: unescaped valid UTF-8 or an escape.
   element chr() {
     if (char_ == UINT32_MAX) {
-      grammar::byte_set ascii = range(0x20, 0x7f);
-      ascii.reset('"');
-      ascii.reset('\\');
-      const element cont = g.bytes(range(0x80, 0xbf));
+      std::vector<sequence> alts;
+      for (const auto& shape : json_schema_parts::unescaped_char_shapes()) {
+        sequence alt = {g.bytes(shape.lead)};
+        for (const auto& c : shape.rest) alt.push_back(g.bytes(c));
+        alts.push_back(std::move(alt));
+      }
       grammar::byte_set esc;
       for (char c : std::string_view("\"\\/bfnrt")) esc.set(static_cast<uint8_t>(c));
       const element hex = g.bytes(range('0', '9') | range('a', 'f') | range('A', 'F'));
-      char_ = g.alt_rule(
-          "char",
-          {
-              {g.bytes(ascii)},
-              {g.bytes(range(0xc2, 0xdf)), cont},
-              // Well-formed UTF-8 only (RFC 3629): no overlong forms,
-              // no surrogates, nothing above U+10FFFF.
-              {g.byte(0xe0), g.bytes(range(0xa0, 0xbf)), cont},
-              {g.bytes(range(0xe1, 0xec) | range(0xee, 0xef)), cont, cont},
-              {g.byte(0xed), g.bytes(range(0x80, 0x9f)), cont},
-              {g.byte(0xf0), g.bytes(range(0x90, 0xbf)), cont, cont},
-              {g.bytes(range(0xf1, 0xf3)), cont, cont, cont},
-              {g.byte(0xf4), g.bytes(range(0x80, 0x8f)), cont, cont},
-              {g.byte('\\'), g.bytes(esc)},
-              // \uXXXX outside the surrogates, or a surrogate pair: one
-              // character each, as a validator counts minLength/maxLength.
-              {g.byte('\\'), g.byte('u'), g.bytes(range('0', '9') | range('a', 'c') | range('A', 'C')), hex, hex, hex},
-              {g.byte('\\'), g.byte('u'), g.bytes(range('d', 'd') | range('D', 'D')), g.bytes(range('0', '7')), hex,
-               hex},
-              {g.byte('\\'), g.byte('u'), g.bytes(range('e', 'f') | range('E', 'F')), hex, hex, hex},
-              {g.byte('\\'), g.byte('u'), g.bytes(range('d', 'd') | range('D', 'D')),
-               g.bytes(range('8', '9') | range('a', 'b') | range('A', 'B')), hex, hex, g.byte('\\'), g.byte('u'),
-               g.bytes(range('d', 'd') | range('D', 'D')), g.bytes(range('c', 'f') | range('C', 'F')), hex, hex},
-          });
+      alts.push_back({g.byte('\\'), g.bytes(esc)});
+      // \uXXXX outside the surrogates, or a surrogate pair: one
+      // character each, as a validator counts minLength/maxLength.
+      alts.push_back(
+          {g.byte('\\'), g.byte('u'), g.bytes(range('0', '9') | range('a', 'c') | range('A', 'C')), hex, hex, hex});
+      alts.push_back(
+          {g.byte('\\'), g.byte('u'), g.bytes(range('d', 'd') | range('D', 'D')), g.bytes(range('0', '7')), hex, hex});
+      alts.push_back({g.byte('\\'), g.byte('u'), g.bytes(range('e', 'f') | range('E', 'F')), hex, hex, hex});
+      alts.push_back({g.byte('\\'), g.byte('u'), g.bytes(range('d', 'd') | range('D', 'D')),
+                      g.bytes(range('8', '9') | range('a', 'b') | range('A', 'B')), hex, hex, g.byte('\\'), g.byte('u'),
+                      g.bytes(range('d', 'd') | range('D', 'D')), g.bytes(range('c', 'f') | range('C', 'F')), hex,
+                      hex});
+      char_ = g.alt_rule("char", std::move(alts));
     }
     return g.ref(char_);
   }
@@ -170,6 +161,20 @@ class compiler {
     json_schema_parts::fail(path, what);
   }
 
+  // A keyword whose value cannot restrict a document (`uniqueItems: false`, `additionalItems: true`,
+  // `minProperties: 0`, ...): nothing to enforce, so accepted. The same keywords with other values
+  // are refused, as every keyword the grammar cannot enforce.
+  static bool vacuous(std::string_view k, const json& v) {
+    const bool no_schema = (v.is_boolean() && v.get<bool>()) || (v.is_object() && v.empty());  // true or {}
+    if (k == "uniqueItems") return v.is_boolean() && !v.get<bool>();
+    if (k == "additionalItems" || k == "unevaluatedItems" || k == "unevaluatedProperties" || k == "propertyNames")
+      return no_schema;
+    if (k == "minProperties" || k == "minContains") return v.is_number_integer() && v.get<int64_t>() == 0;
+    if (k == "patternProperties" || k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies")
+      return v.is_object() && v.empty();
+    return false;
+  }
+
   void check_size(const std::string& path) {
     if (g_.size() > limits_.max_grammar_size) fail(path, "the schema is too large to enforce");
   }
@@ -184,7 +189,7 @@ class compiler {
     }
     if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
     for (const auto& [k, v] : s.items()) {
-      if (k_annotations.count(k) || k_structural.count(k)) continue;
+      if (k_annotations.count(k) || k_structural.count(k) || vacuous(k, v)) continue;
       fail(path + "/" + k, "the keyword `" + k + "` is not supported");
     }
     if (s.contains("$ref")) {
@@ -396,20 +401,30 @@ class compiler {
       for (const auto& p : props) found = found || p.key_json == json(r).dump();
       if (!found) fail(path + "/required", "names `" + r + "`, which is not in `properties`");
     }
-    std::optional<element> extra = j_.value();  // additionalProperties absent or true: any value
+    // Extra members: where additionalProperties is true or a schema, or absent from an object that
+    // lists no properties; an object that lists properties is closed unless it says otherwise (as
+    // llama.cpp's and xgrammar's grammars: docs/structured-outputs.md).
+    std::optional<element> extra;
     if (s.contains("additionalProperties")) {
       const json& a = s["additionalProperties"];
-      if (a.is_boolean() && !a.get<bool>())
-        extra.reset();
-      else if (!a.is_boolean())
+      if (!a.is_boolean())
         extra = node(a, path + "/additionalProperties", depth + 1);
+      else if (a.get<bool>())
+        extra = j_.value();
+    } else if (!s.contains("properties")) {
+      extra = j_.value();
     }
     const element ws = j_.ws();
     const sequence comma = {g_.byte(','), ws};
-    // The tail after the listed properties: extra members, each "," ws string ws ":" ws value ws.
+    // The tail after the listed properties: extra members, each "," ws key ws ":" ws value ws, the
+    // key none of the listed names (json_schema_keys.cpp).
     uint32_t tail_first = UINT32_MAX, tail_more = UINT32_MAX;  // first: no comma before the first
     if (extra) {
-      const sequence member = {j_.string(), ws, g_.byte(':'), ws, *extra, ws};
+      std::vector<std::string> names;
+      if (s.contains("properties"))
+        for (const auto& [k, v] : s["properties"].items()) names.push_back(k);
+      const element key = names.empty() ? j_.string() : json_schema_parts::key_except(g_, names, j_.chr(), path);
+      const sequence member = {key, ws, g_.byte(':'), ws, *extra, ws};
       tail_more = g_.star(path + "/extra", cat({comma, member}));
       tail_first = g_.alt_rule(path + "/extra0", {{}, cat({member, {g_.ref(tail_more)}})});
     } else {

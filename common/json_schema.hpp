@@ -9,11 +9,14 @@
 // string `pattern` (a regex subset) and `format` (json_schema_strings.cpp), integer `minimum`/
 // `maximum`/`exclusive*` (an exact digit-range grammar, json_schema_numbers.cpp) and a single
 // bound of 0 on a number.
-// Annotations are ignored (title, description, default, examples, $schema, $id, $comment, ...).
+// Annotations are ignored (title, description, default, examples, $schema, $id, $comment, ...), as
+// are keywords whose value cannot restrict a document (uniqueItems false, additionalItems true, ...).
 // Any other keyword is refused with an error naming it and where it is — never silently dropped.
 //
 // What the grammar writes: properties in the schema's order (as OpenAI's structured outputs do),
-// optional ones optionally, then extra properties where additionalProperties allows; compact JSON
+// optional ones optionally, then extra properties, never under a listed name, where
+// additionalProperties is true or a schema, or is absent and no properties are listed (an object
+// that lists them is closed by default, as llama.cpp's and xgrammar's grammars); compact JSON
 // with optional whitespace (a space, or a newline and up to 20 spaces/tabs) between tokens; strings
 // as valid UTF-8 with JSON escapes; numbers with at most 16 integer digits, 16 fraction digits and
 // a 3-digit exponent (bounds that stop a sampled model running away with digits). A document that orders keys

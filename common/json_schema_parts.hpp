@@ -1,5 +1,6 @@
 // Parts of the JSON Schema compiler (common/json_schema.cpp) that each have their own file: string
-// `pattern`/`format` (json_schema_strings.cpp) and integer ranges (json_schema_numbers.cpp).
+// `pattern`/`format` (json_schema_strings.cpp), integer ranges (json_schema_numbers.cpp) and
+// property keys (json_schema_keys.cpp).
 // Internal to sy_json_schema; every failure throws json_schema_error naming the keyword's path.
 #pragma once
 
@@ -7,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/grammar.hpp"
 #include "common/json_schema.hpp"
@@ -30,5 +32,18 @@ grammar::sequence string_format(grammar::grammar& g, std::string_view format, co
 inline constexpr int64_t k_max_integer = 9999999999999999;  // 16 digits
 grammar::element integer_range(grammar::grammar& g, std::optional<int64_t> lo, std::optional<int64_t> hi,
                                const std::string& path);
+
+// One shape of an unescaped character of a JSON string: a lead byte from `lead`, then one byte
+// from each of `rest` (ASCII but `"` and `\`, and well-formed multi-byte UTF-8, RFC 3629).
+struct utf8_shape {
+  grammar::byte_set lead;
+  std::vector<grammar::byte_set> rest;
+};
+const std::vector<utf8_shape>& unescaped_char_shapes();
+
+// The key of an additional property, quotes included: a JSON string whose value is none of `names`
+// (the listed properties). `chr`: the rule of one character of a JSON string.
+grammar::element key_except(grammar::grammar& g, const std::vector<std::string>& names, grammar::element chr,
+                            const std::string& path);
 
 }  // namespace sy::json_schema_parts

@@ -192,20 +192,26 @@ std::vector<raw_call> scan_calls(std::string_view s) {
   return calls;
 }
 
-tool_output constrained_output(std::string_view text) {
+// A call is complete once its arguments are a whole value: the call object is closed, or the
+// arguments so far are an object, an array or a string (values nothing can extend; a number
+// might still grow a digit). Only the closing `}` can follow them in the call schema.
+bool complete(const tool_parse_spec& spec, const raw_call& c, std::string_view text) {
+  if (!c.named || c.args_begin == std::string_view::npos) return false;
+  if (std::find(spec.names.begin(), spec.names.end(), c.name) == spec.names.end()) return false;
+  if (c.closed && c.args_done) return true;
+  const auto args = parse_json(text.substr(c.args_begin, c.args_end - c.args_begin));
+  return args && (args->is_object() || args->is_array() || args->is_string());
+}
+
+// The grammar's document holds only calls: whole, every call; cut by max_tokens (finish_reason
+// "length"), the complete calls before the cut, the one cut short dropped (the stream has sent its
+// beginning), and never the raw JSON as content (docs/structured-outputs.md).
+tool_output constrained_output(const tool_parse_spec& spec, std::string_view text) {
   tool_output out;
-  std::vector<raw_call> raw;
-  if (parse_json(text)) raw = scan_calls(text);
-  const bool whole = !raw.empty() && std::all_of(raw.begin(), raw.end(), [](const raw_call& c) {
-    return c.named && c.closed && c.args_done && c.args_begin != std::string_view::npos;
-  });
-  if (!whole) {  // cut short (finish_reason "length"): the text as it is
-    out.content = std::string(text);
-    out.has_content = true;
-    return out;
-  }
-  for (const raw_call& c : raw)
+  for (const raw_call& c : scan_calls(text)) {
+    if (!complete(spec, c, text)) break;
     out.calls.push_back({c.name, std::string(text.substr(c.args_begin, c.args_end - c.args_begin))});
+  }
   return out;
 }
 
@@ -339,7 +345,7 @@ tool_parse_spec make_parse_spec(const tool_request& t, chat_format f) {
 }
 
 tool_output parse_tool_output(const tool_parse_spec& spec, std::string_view text) {
-  tool_output out = spec.constrained ? constrained_output(text) : free_output(spec, text);
+  tool_output out = spec.constrained ? constrained_output(spec, text) : free_output(spec, text);
   if (!spec.parallel && out.calls.size() > 1) out.calls.resize(1);
   return out;
 }

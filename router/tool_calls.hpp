@@ -60,6 +60,8 @@ struct tool_output {
   std::string content;       // the text around the calls (all of it when there are none)
   bool has_content = false;  // false: "content": null
 };
+// Constrained text cut by max_tokens gives the calls complete before the cut (the one cut short is
+// dropped) and no content.
 tool_output parse_tool_output(const tool_parse_spec& spec, std::string_view text);
 
 // "call_" + 24 hex digits from the response id, the choice and the call's position: the same

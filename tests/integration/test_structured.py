@@ -135,6 +135,23 @@ def test_what_cannot_be_enforced_is_a_400(client, fmt, param, word):
     assert word in err["message"], err
 
 
+def test_keywords_that_cannot_restrict_are_accepted(client):
+    """`uniqueItems: false` and its kind allow every document: nothing to enforce, no 400; the same
+    keywords with a value that restricts are still refused by name."""
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3,
+                 "uniqueItems": False, "additionalItems": True}},
+        "required": ["tags"], "additionalProperties": False, "minProperties": 0}
+    r = ask(client, response_format=schema_format(schema, "tags"), temperature=1.0, seed=1, max_tokens=100)
+    c = r.choices[0]
+    assert c.finish_reason == "stop", (c.finish_reason, c.message.content)
+    jsonschema.validate(json.loads(c.message.content), schema)
+    unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, response_format=schema_format(unique, "u"), max_tokens=10)
+    assert "uniqueItems" in e.value.body["message"], e.value.body
+
+
 def test_schema_property_order_is_the_output_order(client):
     """The router passes the schema on in document order (its JSON library sorts keys otherwise)."""
     schema = {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},

@@ -1,9 +1,9 @@
 """Tool calling end to end with the official openai SDK: tools through the router to the real
 SmolLM2 worker. `required` and a named tool_choice decode under the call schema's grammar, so at
-temperature 1 every call names a declared function with arguments valid for its schema
-(jsonschema); a stream reassembles to the same call; role "tool" results are taken back; `auto`
-answers with content or calls; bad tool fields are 400s naming the field; the response cache
-keys on the tools.
+temperature 1 every call (each one of a parallel list) names a declared function with arguments
+valid for its schema (jsonschema); a stream reassembles to the same call; a list cut by max_tokens
+keeps its complete calls; role "tool" results are taken back; `auto` answers with content or
+calls; bad tool fields are 400s naming the field; the response cache keys on the tools.
 """
 import json
 
@@ -38,6 +38,28 @@ TOOLS = [
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 QUESTION = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 
+# Parameters as clients write them: optional properties, no additionalProperties.
+FLIGHT = {
+    "type": "object",
+    "properties": {"origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                   "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                   "seats": {"type": "integer"}},
+    "required": ["origin", "destination", "seats"],
+}
+FORECAST = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"],
+}
+TRIP_TOOLS = [
+    {"type": "function", "function": {"name": "book_flight", "description": "Book seats on a flight",
+                                      "parameters": FLIGHT}},
+    {"type": "function", "function": {"name": "weather", "description": "The weather in a city",
+                                      "parameters": FORECAST}},
+]
+TRIP_SCHEMAS = {"book_flight": FLIGHT, "weather": FORECAST}
+TRIP = [{"role": "user", "content": "Book 2 seats from Paris to Rome and tell me the weather in Rome."}]
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -58,6 +80,37 @@ def client(cluster):
 def ask(client, messages=QUESTION, live=True, **kw):
     extra = {"cache": False} if live else {}
     return client.chat.completions.create(model=MODEL_ID, messages=messages, tools=TOOLS, extra_body=extra, **kw)
+
+
+def stream_calls(chunks):
+    """The calls a stream's delta.tool_calls add up to (in index order), its finish_reason, its number of chunks
+    and the content it sent."""
+    calls, finish, n_chunks, content = {}, None, 0, ""
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        n_chunks += 1
+        d = chunk.choices[0]
+        finish = d.finish_reason or finish
+        content += d.delta.content or ""
+        for tc in d.delta.tool_calls or []:
+            entry = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                entry["id"] = tc.id
+            if tc.function and tc.function.name:
+                entry["name"] = tc.function.name
+            if tc.function and tc.function.arguments:
+                entry["arguments"] += tc.function.arguments
+    return [calls[i] for i in sorted(calls)], finish, n_chunks, content
+
+
+def check_args(name, arguments, schemas):
+    """Valid for the tool's parameters (formats checked too), and only the properties they list: an object
+    that lists its properties is closed unless additionalProperties opens it (docs/structured-outputs.md)."""
+    schema = schemas[name]
+    args = json.loads(arguments)
+    jsonschema.validate(args, schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    assert set(args) <= set(schema["properties"]), (name, arguments)
 
 
 def check_calls(message, names=SCHEMAS):
@@ -95,26 +148,62 @@ def test_named_function_is_the_one_called(client):
 def test_a_stream_reassembles_to_the_same_call(client):
     choice = {"type": "function", "function": {"name": "get_weather"}}
     whole = ask(client, tool_choice=choice, temperature=0, max_tokens=200).choices[0].message.tool_calls
-    calls, finish, n_chunks = {}, None, 0
-    for chunk in ask(client, tool_choice=choice, temperature=0, max_tokens=200, stream=True):
-        if not chunk.choices:
-            continue
-        n_chunks += 1
-        d = chunk.choices[0]
-        finish = d.finish_reason or finish
-        for tc in d.delta.tool_calls or []:
-            entry = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
-            if tc.id:
-                entry["id"] = tc.id
-            if tc.function and tc.function.name:
-                entry["name"] = tc.function.name
-            if tc.function and tc.function.arguments:
-                entry["arguments"] += tc.function.arguments
+    calls, finish, n_chunks, _ = stream_calls(ask(client, tool_choice=choice, temperature=0, max_tokens=200,
+                                                  stream=True))
     assert finish == "tool_calls"
     assert n_chunks > 2  # the arguments come in pieces, as they are generated
-    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
-        (t.function.name, t.function.arguments) for t in whole]
-    assert all(c["id"].startswith("call_") for c in calls.values())
+    assert [(c["name"], c["arguments"]) for c in calls] == [(t.function.name, t.function.arguments) for t in whole]
+    assert all(c["id"].startswith("call_") for c in calls)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_parallel_call_of_required_validates(client, stream):
+    """Two tools whose parameters leave properties optional and say nothing of additionalProperties, parallel
+    calls, temperature 1: every call of the list, not only the first, names a tool and validates against its
+    parameters, with none of the properties they do not list."""
+    for seed in range(1, 7):
+        kw = dict(model=MODEL_ID, messages=TRIP, tools=TRIP_TOOLS, tool_choice="required", temperature=1.0,
+                  seed=seed, max_tokens=512, extra_body={"cache": False})
+        if stream:
+            calls, finish, _, content = stream_calls(client.chat.completions.create(stream=True, **kw))
+            assert content == ""
+            calls = [(c["name"], c["arguments"]) for c in calls]
+        else:
+            c = client.chat.completions.create(**kw).choices[0]
+            finish = c.finish_reason
+            assert c.message.content is None
+            calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+        assert finish == "tool_calls", (seed, finish, calls)
+        assert calls, seed
+        for name, arguments in calls:
+            assert name in TRIP_SCHEMAS, (seed, name)
+            check_args(name, arguments, TRIP_SCHEMAS)
+
+
+def test_required_cut_by_max_tokens_keeps_the_complete_calls(client):
+    """A list of calls cut by max_tokens: finish_reason "length", the calls complete before the cut in tool_calls
+    (the one cut short is dropped), no raw JSON in content; the stream sends the same complete calls, and at
+    most the beginning of the cut one after them."""
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "What is the weather in Paris, Rome, Oslo, "
+                                                                    "Berlin, Madrid and Lisbon?"}],
+              tools=[TRIP_TOOLS[1]], tool_choice="required", temperature=0, max_tokens=60,
+              extra_body={"cache": False})
+    c = client.chat.completions.create(**kw).choices[0]
+    assert c.finish_reason == "length"
+    assert c.message.content is None
+    assert c.message.tool_calls, c.message
+    whole = [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
+    for name, arguments in whole:
+        check_args(name, arguments, TRIP_SCHEMAS)
+    assert len({t.id for t in c.message.tool_calls}) == len(whole)
+
+    calls, finish, _, content = stream_calls(client.chat.completions.create(stream=True, **kw))
+    assert finish == "length" and content == ""
+    assert [(s["name"], s["arguments"]) for s in calls[:len(whole)]] == whole
+    assert len(calls) <= len(whole) + 1
+    for cut in calls[len(whole):]:  # begun, never finished: its arguments are not a whole object
+        with pytest.raises(ValueError):
+            json.loads(cut["arguments"])
 
 
 def test_tool_results_are_taken_back(client):

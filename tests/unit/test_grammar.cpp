@@ -2,12 +2,15 @@
 // checked on documents it must accept and reject; masks are checked token by token against the
 // matcher itself on the real SmolLM2 vocabulary.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
 #include <random>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/gguf.hpp"
 #include "common/grammar.hpp"
@@ -165,6 +168,98 @@ TEST_CASE("json_schema: properties in order, required and optional, additionalPr
   CHECK(schema_accepts(open, R"({"a":true,"b":null,"c":null})"));
   CHECK(schema_accepts(open, R"({"b":null})"));
   CHECK_FALSE(schema_accepts(open, R"({"b":1})"));
+}
+
+TEST_CASE("json_schema: an object that lists properties is closed unless additionalProperties opens it") {
+  const char* listed = R"({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},
+    "required":["city"]})";
+  CHECK(schema_accepts(listed, R"({"city":"Oslo"})"));
+  CHECK(schema_accepts(listed, R"({"city":"Oslo","unit":"c"})"));
+  CHECK_FALSE(schema_accepts(listed, R"({"city":"Oslo","country":"NO"})"));
+  CHECK_FALSE(schema_accepts(listed, R"({"city":"Oslo","unit":"CAB"})"));  // skipped, then back as an extra
+  CHECK_FALSE(schema_accepts(listed, R"({"city":"Oslo","unit":"c","unit":"f"})"));
+  // Nothing listed: any members, as before.
+  CHECK(schema_accepts(R"({"type":"object"})", R"({"b":[1,{"c":null}]})"));
+  CHECK(schema_accepts(R"({"type":"object","properties":{}})", "{}"));
+  CHECK_FALSE(schema_accepts(R"({"type":"object","properties":{}})", R"({"b":1})"));
+}
+
+TEST_CASE("json_schema: extra properties never take a listed name") {
+  // Listed: "unit", "un" and a multi-byte name; extras of any value under any other name.
+  const std::string open =
+      "{\"type\":\"object\",\"properties\":{\"unit\":{\"enum\":[\"c\",\"f\"]},"
+      "\"un\":{\"type\":\"integer\"},\"\xc3\xa9t\xc3\xa9\":{\"type\":\"boolean\"}},"
+      "\"additionalProperties\":true}";
+  for (const std::string ok :
+       {"{\"unit\":\"c\",\"x\":[1]}", "{\"u\":1}", "{\"uni\":\"CAB\"}", "{\"units\":1}", "{\"\":1}",
+        "{\"unix\":1,\"nu\":2}", "{\"\xc3\xa9t\":1}", "{\"\xc3\xa9t\xc3\xa9s\":1}", "{\"\xc3\xa8\":1}",
+        "{\"\xe2\x82\xac\":1}", "{\"x\\\"y\":1}", "{\"un\":2,\"unit2\":{}}"}) {
+    INFO(ok);
+    CHECK(schema_accepts(open, ok));
+  }
+  for (const std::string bad : {"{\"unit\":\"CAB\"}", "{\"x\":1,\"unit\":\"c\"}", "{\"un\":\"s\"}",
+                                "{\"un\":1,\"un\":2}", "{\"\xc3\xa9t\xc3\xa9\":1}",
+                                // Spelled with an escape on the names' path: not written (a subset).
+                                "{\"\\u0075nit\":\"CAB\"}"}) {
+    INFO(bad);
+    CHECK_FALSE(schema_accepts(open, bad));
+  }
+  // A schema for the extras too, and a listed name that needs escapes (no unescaped key spells it).
+  const char* typed = R"({"type":"object","properties":{"a":{"type":"boolean"},"q\"x":{"type":"null"}},
+    "additionalProperties":{"type":"integer"}})";
+  CHECK(schema_accepts(typed, R"({"a":true,"b":1})"));
+  CHECK(schema_accepts(typed, R"({"q":1,"qx":2})"));
+  CHECK_FALSE(schema_accepts(typed, R"({"a":true,"a":1})"));
+  CHECK_FALSE(schema_accepts(typed, R"({"b":true})"));
+  // Escapes where they cannot spell a listed name (as Python's json.dumps writes keys).
+  for (const char* ok :
+       {R"({"\u00e9":1})", R"({"a\u00e9":1})", R"({"\ud83d\ude00":1})", R"({"\n":1,"\/":2})", R"({"\u001f":1})"}) {
+    INFO(ok);
+    CHECK(schema_accepts(typed, ok));
+  }
+  CHECK_FALSE(schema_accepts(typed, R"({"\u0061":1})"));  // "a" spelled with an escape: not written
+  CHECK_FALSE(schema_accepts(typed, R"({"q\"x":1})"));    // the listed name with a quote
+  // Random walks of the grammar never write a listed name twice.
+  const auto g = compile_json_schema(R"({"type":"object","properties":{"unit":{"enum":["c","f"]},
+    "un":{"type":"integer","minimum":0,"maximum":9}},"additionalProperties":{"type":"string","maxLength":3}})");
+  const grammar::matcher m(g);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const auto doc = grammar::random_sentence(m, seed, 60, 4000);
+    if (!doc) continue;
+    const auto j = nlohmann::ordered_json::parse(*doc);
+    std::map<std::string, int> seen;
+    for (const auto& [k, v] : j.items()) ++seen[k];
+    for (const auto& [k, n] : seen) CHECK(n == 1);
+    if (j.contains("unit")) CHECK((j["unit"] == "c" || j["unit"] == "f"));
+    if (j.contains("un")) CHECK(j["un"].is_number_integer());
+  }
+}
+
+TEST_CASE("json_schema: keywords that cannot restrict a document are accepted") {
+  for (const char* schema :
+       {R"({"type":"array","items":{"type":"integer"},"uniqueItems":false})",
+        R"({"type":"array","additionalItems":true,"unevaluatedItems":{}})",
+        R"({"type":"object","properties":{"a":{"type":"integer"}},"unevaluatedProperties":true,"propertyNames":{},
+           "minProperties":0,"patternProperties":{},"dependentRequired":{},"dependentSchemas":{},"dependencies":{}})",
+        R"({"type":"array","minContains":0})"}) {
+    INFO(schema);
+    CHECK(schema_error(schema).empty());
+  }
+  CHECK(schema_accepts(R"({"type":"array","items":{"type":"integer"},"uniqueItems":false})", "[1,1,2]"));
+  CHECK_FALSE(schema_accepts(R"({"type":"array","items":{"type":"integer"},"uniqueItems":false})", R"(["a"])"));
+  // With a value that restricts, each is refused by name.
+  for (const auto& [schema, word] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"type":"array","uniqueItems":true})", "#/uniqueItems"},
+           {R"({"type":"array","additionalItems":false})", "#/additionalItems"},
+           {R"({"type":"object","unevaluatedProperties":false})", "#/unevaluatedProperties"},
+           {R"({"type":"object","propertyNames":{"maxLength":3}})", "#/propertyNames"},
+           {R"({"type":"object","minProperties":1})", "#/minProperties"},
+           {R"({"type":"object","patternProperties":{"^x":{"type":"integer"}}})", "#/patternProperties"},
+           {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":"no"}}})",
+            "#/properties/a/uniqueItems"}}) {
+    INFO(schema);
+    CHECK(schema_error(schema).find(word) != std::string::npos);
+  }
 }
 
 TEST_CASE("json_schema: enum, const, anyOf, type lists, string lengths, $ref recursion") {

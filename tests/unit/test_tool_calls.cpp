@@ -202,6 +202,10 @@ TEST_CASE("bad tool fields are 400s naming the field", "[tools]") {
     CHECK(e.param == c.param);
     CHECK_THAT(e.message, Contains(c.message_part));
   }
+  // A keyword whose value cannot restrict is no error under an enforced choice either.
+  CHECK(std::holds_alternative<generation_request>(
+      parse(with(R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":
+         {"type":"object","properties":{"d":{"type":"array","items":{"type":"integer"},"uniqueItems":false}}}}}])"))));
   // Under auto the schemas are not enforced, so what the grammar cannot enforce is no error.
   CHECK(std::holds_alternative<generation_request>(
       parse(with(R"("tools":[{"type":"function","function":{"name":"f","parameters":
@@ -227,6 +231,20 @@ TEST_CASE("the call schema's grammar accepts calls and refuses the rest", "[tool
   CHECK(accepts(parallel, R"([{"name": "get_time", "arguments": {"zone": "UTC"}}, )"
                           R"({"name": "get_weather", "arguments": {"city": "Oslo"}}])"));
   CHECK_FALSE(accepts(parallel, "[]"));
+  // Every call of the list is held to its function's parameters, the second as the first: a listed
+  // property skipped in its place does not come back as an extra one, and parameters that list
+  // their properties (get_weather says nothing of additionalProperties) take no others.
+  for (const char* second : {R"({"city": "SAN", "unit": "CAB"})", R"({"city": "Oslo", "unit": ["l", "m"]})",
+                             R"({"city": "Oslo", "unit": "c", "unit": "f"})", R"({"city": "Oslo", "country": "NO"})",
+                             R"({"city": "Oslo", "unit": "k"})", R"({"city": 3})"}) {
+    INFO(second);
+    CHECK_FALSE(accepts(parallel, R"([{"name": "get_time", "arguments": {"zone": "UTC"}}, )"
+                                  R"({"name": "get_weather", "arguments": )" +
+                                      std::string(second) + "}]"));
+    CHECK_FALSE(accepts(named, R"({"name": "get_weather", "arguments": )" + std::string(second) + "}"));
+  }
+  CHECK(accepts(parallel, R"([{"name": "get_weather", "arguments": {"city": "Oslo"}}, )"
+                          R"({"name": "get_weather", "arguments": {"city": "Rome", "unit": "f"}}])"));
   CHECK_FALSE(accepts(parallel, R"({"name": "get_time", "arguments": {"zone": "UTC"}})"));
 
   // A parameters schema with its own $defs: the references still resolve inside the call.
@@ -331,9 +349,25 @@ TEST_CASE("tool calls parse out of each family's text", "[tools]") {
   out = router::parse_tool_output(k, "[{\"name\": \"get_time\", \"arguments\": {\"zone\":  \"UTC\"} }]");
   REQUIRE(out.calls.size() == 1);
   CHECK(out.calls[0].arguments == "{\"zone\":  \"UTC\"}");
-  out = router::parse_tool_output(k, "[{\"name\": \"get_time\", \"arguments\": {\"zo");  // cut by max_tokens
+  // Cut by max_tokens: the complete calls, the one cut short dropped, never the raw JSON as content.
+  out = router::parse_tool_output(k, "[{\"name\": \"get_time\", \"arguments\": {\"zo");
   CHECK(out.calls.empty());
-  CHECK(out.content == "[{\"name\": \"get_time\", \"arguments\": {\"zo");
+  CHECK_FALSE(out.has_content);
+  out = router::parse_tool_output(k,
+                                  "[{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}},\n "
+                                  "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro");
+  REQUIRE(out.calls.size() == 1);
+  CHECK(out.calls[0].name == "get_time");
+  CHECK(out.calls[0].arguments == "{\"zone\": \"UTC\"}");
+  CHECK_FALSE(out.has_content);
+  // Arguments that are whole before the call's own `}`: the call is complete.
+  out = router::parse_tool_output(k, "[{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"} ");
+  REQUIRE(out.calls.size() == 1);
+  CHECK(out.calls[0].arguments == "{\"zone\": \"UTC\"}");
+  out = router::parse_tool_output(spec(tool_call_style::hermes, true, false),
+                                  "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}");
+  REQUIRE(out.calls.size() == 1);
+  CHECK(out.calls[0].name == "get_weather");
 }
 
 TEST_CASE("a stream cut anywhere adds up to the whole-text parse", "[tools]") {
@@ -354,6 +388,28 @@ TEST_CASE("a stream cut anywhere adds up to the whole-text parse", "[tools]") {
         "\"arguments\": {\"city\": \"a b\", \"unit\": \"c\"}}]",
         "{\"name\": \"get_time\", \"arguments\": { }}"}) {
     check_stream_matches_whole(k, text);
+  }
+  // Cut by max_tokens: the stream's complete calls are the whole-text parse's; after them at most
+  // the beginning of the call cut short (its arguments not a whole value).
+  const std::string cut =
+      "[{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}},\n {\"name\": "
+      "\"get_weather\", \"arguments\": {\"city\": \"a b\"}}, {\"name\": \"get_time\", \"arguments\": {\"z";
+  for (size_t end = 0; end <= cut.size(); ++end) {
+    const std::string text = cut.substr(0, end);
+    const router::tool_output whole = router::parse_tool_output(k, text);
+    CHECK_FALSE(whole.has_content);
+    for (const size_t step : {size_t{1}, size_t{5}, text.size() + 1}) {
+      INFO("text: " << text << " step " << step);
+      const reassembled r = stream_in_pieces(k, text, step);
+      CHECK(r.content.empty());
+      REQUIRE(r.names.size() >= whole.calls.size());
+      CHECK(r.names.size() <= whole.calls.size() + 1);
+      for (size_t i = 0; i < whole.calls.size(); ++i) {
+        CHECK(r.names[i] == whole.calls[i].name);
+        CHECK(r.arguments[i] == whole.calls[i].arguments);
+      }
+      if (r.names.size() > whole.calls.size()) CHECK_FALSE(json::accept(r.arguments.back()));
+    }
   }
   // Constrained: the name goes out before the arguments are complete.
   router::tool_call_stream st(k);
