@@ -96,10 +96,15 @@ class amx_tile_model {
     dot_int<C, A, B, int8_t>();
   }
 
-  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const float (*mins)[16],
+  template <bool Offset>
+  void split_kq(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
+    kq_split_scalar(v, s, hi, lo);  // s.off is zero where there is no offset
+  }
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const uint32_t (*mins)[16],
                const int16_t* sums32, const float* dmw) {
     kq_fold_scalar(acc, hi, lo, dw, dx, mins, sums32, dmw);
   }
+  void fp16x16(const void* src, float* dst) { fp16x16_scalar(src, dst); }
 
   // Counts, for tests: configurations loaded and dot-product instructions run.
   int64_t n_configs() const { return n_configs_; }

@@ -281,32 +281,56 @@ inline To kq_cast(From v) {
   return t;
 }
 
+// One sub-block's scales for kq_split_scalar and its zmm form: each row's scale in both 16-bit
+// halves of its lane (`sc16`), the same as bytes (sc, 0) and (0, sc) of each 16-bit word (`sc_even`,
+// `sc_odd`: vpmaddubsw's signed operand, so one instruction gives the even or the odd values'
+// products), and offset * sc (`off`, q6_K's 32 sc; zero otherwise).
+struct kq_sub_scale {
+  kq_v32i16 sc16, off;
+  kq_v64u sc_even, sc_odd;
+};
+inline kq_sub_scale kq_make_sub_scale(kq_v32i16 sc16, int16_t offset) {
+  const kq_v32i16 low = sc16 & 0xff;
+  return {sc16, sc16 * offset, kq_cast<kq_v64u>(low), kq_cast<kq_v64u>(low << 8)};
+}
+
+// One line of 16 rows x 4 values (lane i = row i, values 0..63 in its 4 bytes) times the rows'
+// scales, minus the offset term: p = q sc - off (= (q - offset) sc, exact in 16 bits), written as
+// the high and low parts of each product p = 64 hi + lo (lo in [0, 64); hi signed). The definition;
+// the hardware does the same with vpmaddubsw and byte blends.
+inline void kq_split_scalar(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
+  const kq_v32i16 w = kq_cast<kq_v32i16>(v);
+  const kq_v32i16 pe = (w & 0xff) * s.sc16 - s.off, po = ((w >> 8) & 0xff) * s.sc16 - s.off;
+  kq_store(hi, ((pe >> 6) & 0xff) | ((po >> 6) << 8));
+  kq_store(lo, (pe & 63) | ((po & 63) << 8));
+}
+
 // The K-panel kernel's f32 fold of one token and super-block for 16 rows, as gemv_kq_panels_model's:
-// isum = 64 hi + lo (the two C tiles' sums, exact), acc = fma(float(isum), dw dx, acc); with mins (q4_K/q5_K), acc =
-// fma(-msum, dmw dx, acc) where msum = sum_j mins[j] sums32[j] (every product and partial sum exact in f32). The scalar
-// definition; the tile model calls it, gemm_amx.cpp has the same operations on zmm registers.
+// isum = 64 hi + lo (the two C tiles' sums, exact), acc = fma(float(isum), dw dx, acc); with mins
+// (q4_K/q5_K), acc = fma(-float(msum), dmw dx, acc) where msum = sum_j m_j sums32_j exactly in
+// int32 (`mins`: per pair of sub-blocks q, row i's m_2q and m_2q+1 as the two 16-bit halves of
+// mins[q][i]; `sums32` as the activation block stores them). The scalar definition; the tile model
+// calls it, gemm_amx.cpp has the same operations on zmm registers (msum by vpdpwssd).
 inline void kq_fold_scalar(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx,
-                           const float (*mins)[16], const int16_t* sums32, const float* dmw) {
+                           const uint32_t (*mins)[16], const int16_t* sums32, const float* dmw) {
   for (int i = 0; i < 16; ++i) {
     const int32_t isum = hi[i] * 64 + lo[i];
     acc[i] = std::fma(static_cast<float>(isum), dw[i] * dx, acc[i]);
     if (!mins) continue;
-    float ms = 0.f;
-    for (int j = 0; j < 8; ++j) ms = std::fma(mins[j][i], static_cast<float>(sums32[j]), ms);
-    acc[i] = std::fma(-ms, dmw[i] * dx, acc[i]);
+    int32_t ms = 0;
+    for (int q = 0; q < 4; ++q)
+      ms += static_cast<int16_t>(mins[q][i] & 0xffff) * sums32[2 * q] +
+            static_cast<int16_t>(mins[q][i] >> 16) * sums32[2 * q + 1];
+    acc[i] = std::fma(-static_cast<float>(ms), dmw[i] * dx, acc[i]);
   }
 }
 
-// One line of 16 rows x 4 values (lane i = row i, values 0..63 in its 4 bytes) times the rows'
-// scales, written as the high and low parts of each product p = 64 hi + lo (lo in [0, 64); hi
-// signed): `sc16` holds each row's scale in both 16-bit halves of its lane; `offset` is subtracted
-// from every value first (q6_K: 32).
-inline void kq_scale_split(kq_v64u v, kq_v32i16 sc16, int16_t offset, line64* hi, line64* lo) {
-  const kq_v32i16 w = kq_cast<kq_v32i16>(v);
-  const kq_v32i16 even = (w & 0xff) - offset, odd = ((w >> 8) & 0xff) - offset;
-  const kq_v32i16 pe = even * sc16, po = odd * sc16;
-  kq_store(hi, ((pe >> 6) & 0xff) | ((po >> 6) << 8));
-  kq_store(lo, (pe & 63) | ((po & 63) << 8));
+inline void fp16x16_scalar(const void* src, float* dst) {
+  for (int i = 0; i < 16; ++i) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(src) + 2 * i, 2);
+    dst[i] = fp16_to_fp32(h);
+  }
 }
 
 template <weight_type wt, class Tiles>
@@ -321,8 +345,8 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
   alignas(64) int32_t c[3][4][amx_tile_rows][16];
   alignas(64) int8_t tail[amx_tile_rows][64];  // A of a last tile of fewer tokens, zero-padded
   alignas(64) float acc[amx_kq_tokens][16];    // [token][row]
-  alignas(64) float mnf[8][16];                // q4_K/q5_K mins as f32 (exact)
-  float dw[16], dmw[16];
+  alignas(64) uint32_t mins[4][16];            // q4_K/q5_K mins in pairs (kq_fold_scalar)
+  alignas(64) float dw[16], dmw[16];
   std::memset(tail, 0, sizeof tail);
   tl.scratch(bh, sizeof bh);
   tl.scratch(bl, sizeof bl);
@@ -349,8 +373,8 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
       for (int64_t b = 0; b < nb; ++b) {
         const line64* blk = panel + b * lines;
         const line64* scl = blk + (q6 ? 48 : lines - 5);
-        // Each row's scale of each sub-block in both 16-bit halves of its lane, and the mins as f32.
-        kq_v32i16 sc16[16];
+        // Each row's scale of each sub-block in both 16-bit halves of its lane, and the mins in pairs.
+        kq_sub_scale ss[16];
         for (int q = 0; q < n_sc / 2; ++q) {
           const uint8_t* pb = scl[q / 2].b + 32 * (q % 2);
           kq_v16i lanes;  // row i: scale 2q in the low 16 bits, 2q + 1 in the high 16 bits
@@ -359,31 +383,24 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           else
             lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
           const kq_v16i e = lanes & 0xffff, o = (lanes >> 16) & 0xffff;
-          sc16[2 * q] = kq_cast<kq_v32i16>(e | (e << 16));
-          sc16[2 * q + 1] = kq_cast<kq_v32i16>(o | (o << 16));
+          ss[2 * q] = kq_make_sub_scale(kq_cast<kq_v32i16>(e | (e << 16)), q6 ? 32 : 0);
+          ss[2 * q + 1] = kq_make_sub_scale(kq_cast<kq_v32i16>(o | (o << 16)), q6 ? 32 : 0);
         }
         if constexpr (!q6)
           for (int q = 0; q < 4; ++q) {
             const uint8_t* pb = scl[2 + q / 2].b + 32 * (q % 2);
-            const kq_v16i lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
-            kq_store(mnf[2 * q], __builtin_convertvector(lanes & 0xffff, kq_v16f));
-            kq_store(mnf[2 * q + 1], __builtin_convertvector(lanes >> 16, kq_v16f));
+            kq_store(mins[q], __builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
           }
-        for (int i = 0; i < 16; ++i) {
-          uint16_t h;
-          std::memcpy(&h, blk[lines - 1].b + 2 * i, 2);
-          dw[i] = fp16_to_fp32(h);
-          std::memcpy(&h, blk[lines - 1].b + 32 + 2 * i, 2);
-          dmw[i] = fp16_to_fp32(h);
-        }
+        tl.fp16x16(blk[lines - 1].b, dw);
+        if constexpr (!q6) tl.fp16x16(blk[lines - 1].b + 32, dmw);
         // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
         if constexpr (q6) {
           for (int L = 0; L < 32; ++L) {
             const auto v = kq_load<kq_v64u>(blk + L), h = kq_load<kq_v64u>(blk + 32 + L / 2);
             const int sh = 4 * (L % 2);
             const kq_v64u lo = (v & 15) | (((h >> sh) & 3) << 4), hi = (v >> 4) | (((h >> (sh + 2)) & 3) << 4);
-            kq_scale_split(lo, sc16[L / 4], 32, &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
-            kq_scale_split(hi, sc16[8 + L / 4], 32, &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
+            tl.template split_kq<true>(lo, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
+            tl.template split_kq<true>(hi, ss[8 + L / 4], &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
           }
         } else {
           for (int g = 0; g < 4; ++g)
@@ -395,8 +412,8 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
                 lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
                 hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
               }
-              kq_scale_split(lo, sc16[2 * g], 0, &bh[g][cc], &bl[g][cc]);
-              kq_scale_split(hi, sc16[2 * g + 1], 0, &bh[g][8 + cc], &bl[g][8 + cc]);
+              tl.template split_kq<false>(lo, ss[2 * g], &bh[g][cc], &bl[g][cc]);
+              tl.template split_kq<false>(hi, ss[2 * g + 1], &bh[g][8 + cc], &bl[g][8 + cc]);
             }
         }
         // Two token tiles at a time (the second may be absent): C = sum over the super-block. The
@@ -416,7 +433,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
             for (int64_t t = 0; t < m; ++t) {
               const int64_t tok = pi * 2 * amx_tile_rows + half * amx_tile_rows + t;
               const block_q8_K& x = a[(c0 + tok) * nb + b];
-              tl.fold_kq(acc[tok], ch[t], cl[t], dw, x.d, q6 ? nullptr : mnf, x.sums32, dmw);
+              tl.fold_kq(acc[tok], ch[t], cl[t], dw, x.d, q6 ? nullptr : mins, x.sums32, dmw);
             }
           }
         };

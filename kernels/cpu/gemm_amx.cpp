@@ -43,22 +43,44 @@ inline void fence(const void* p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
 struct amx_tiles {
   void scratch(const void*, size_t) {}
-  // kq_fold_scalar on zmm registers: the same operations per lane, so the same bits.
-  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const float (*mins)[16],
+  // kq_split_scalar on zmm registers: the even and the odd values' products by vpmaddubsw (each
+  // 16-bit sum has one non-zero term: |q sc| <= 63 * 128, no saturation), minus q6_K's offset term,
+  // then the low bytes of p >> 6 and of p & 63 interleaved back by byte blends.
+  template <bool Offset>
+  void split_kq(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
+    const __m512i w = kq_cast<__m512i>(v);
+    __m512i pe = _mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_even));
+    __m512i po = _mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_odd));
+    if constexpr (Offset) {
+      const __m512i off = kq_cast<__m512i>(s.off);
+      pe = _mm512_sub_epi16(pe, off);
+      po = _mm512_sub_epi16(po, off);
+    }
+    constexpr __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
+    _mm512_store_si512(hi, _mm512_mask_blend_epi8(odd, _mm512_srli_epi16(pe, 6), _mm512_slli_epi16(po, 2)));
+    _mm512_store_si512(
+        lo, _mm512_and_si512(_mm512_mask_blend_epi8(odd, pe, _mm512_slli_epi16(po, 8)), _mm512_set1_epi8(63)));
+  }
+  // kq_fold_scalar on zmm registers: the same operations per lane, so the same bits; msum by four
+  // vpdpwssd of the rows' min pairs against each pair of activation sums, broadcast.
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const uint32_t (*mins)[16],
                const int16_t* sums32, const float* dmw) {
     const __m512 vdx = _mm512_set1_ps(dx);
     const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi), 6), _mm512_load_si512(lo));
-    __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_loadu_ps(dw), vdx), _mm512_load_ps(acc));
+    __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_load_ps(dw), vdx), _mm512_load_ps(acc));
     if (mins) {
-      // The 8 sums as f32 with one conversion (scalar int-to-float conversions would each wait on
-      // the last, through their merge into a register's upper lanes), then 8 broadcast FMAs.
-      alignas(32) float s[8];
-      _mm256_store_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)sums32))));
-      __m512 ms = _mm512_mul_ps(_mm512_load_ps(mins[0]), _mm512_set1_ps(s[0]));
-      for (int j = 1; j < 8; ++j) ms = _mm512_fmadd_ps(_mm512_load_ps(mins[j]), _mm512_set1_ps(s[j]), ms);
-      a = _mm512_fnmadd_ps(ms, _mm512_mul_ps(_mm512_loadu_ps(dmw), vdx), a);
+      __m512i ms = _mm512_setzero_si512();
+      for (int q = 0; q < 4; ++q) {
+        int32_t pair;
+        __builtin_memcpy(&pair, sums32 + 2 * q, 4);
+        ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(mins[q]), _mm512_set1_epi32(pair));
+      }
+      a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(_mm512_load_ps(dmw), vdx), a);
     }
     _mm512_store_ps(acc, a);
+  }
+  void fp16x16(const void* src, float* dst) {
+    _mm512_store_ps(dst, _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(src))));
   }
   void configure(const tile_config& c) {
     fence(&c);

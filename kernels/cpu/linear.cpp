@@ -209,7 +209,8 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   // AMX from a full tile of tokens on: bitwise the VNNI kernel's results, so no token's result
   // depends on which of the two ran.
   const bool amx = n_tok >= amx_int_min_tokens && use_amx_kernels();
-  if (amx && need_q8k && std::any_of(outs.begin(), outs.end(), [](const linear_out& o) { return o.w->kq_ready(); })) {
+  auto kq_amx = [&](const linear& w) { return amx && w.kq_ready() && n_tok >= amx_kq_min_tokens(w.type_); };
+  if (std::any_of(outs.begin(), outs.end(), [&](const linear_out& o) { return kq_amx(*o.w); })) {
     sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
     kq_qs_by_block(sc.q8k.data(), n_tok, cols, sc.q8k_by_block.data());
   }
@@ -219,7 +220,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     const int64_t ldy = outs[i].ldy;
     if (w.vnni_ready() && amx) return gemv_int_panels_amx(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
     if (w.vnni_ready()) return gemv_int_panels_avx512(w.type_, w.int_panels_, w.rows_, b0, b1, a, y, ldy);
-    if (w.kq_ready() && amx)
+    if (kq_amx(w))
       return gemv_kq_panels_amx(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), sc.q8k_by_block.data(),
                                 n_tok, y, ldy);
     if (w.kq_ready())
