@@ -1,7 +1,5 @@
 #include "cache/cache_key.hpp"
 
-#include <openssl/evp.h>
-
 #include <bit>
 #include <cassert>
 #include <cmath>
@@ -46,23 +44,7 @@ class canonical_writer {
   std::string& out_;
 };
 
-constexpr char k_hex[] = "0123456789abcdef";
-
 }  // namespace
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int md_len = 0;
-  int ok = EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr);
-  assert(ok == 1 && md_len == 32);
-  (void)ok;
-  std::string hex(2 * md_len, '0');
-  for (unsigned i = 0; i < md_len; ++i) {
-    hex[2 * i] = k_hex[md[i] >> 4];
-    hex[2 * i + 1] = k_hex[md[i] & 0xf];
-  }
-  return hex;
-}
 
 std::string canonical_bytes(const key_input& in) {
   std::string out;

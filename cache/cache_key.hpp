@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/sampling_params.hpp"
+#include "common/sha256.hpp"
 
 namespace sy::cache {
 
@@ -59,7 +60,7 @@ std::string prompt_hash(const key_input& in);
 // The canonical bytes make_key hashes (exposed for tests and debugging).
 std::string canonical_bytes(const key_input& in);
 
-// Lowercase hex SHA-256 of `bytes` (OpenSSL EVP).
-std::string sha256_hex(std::string_view bytes);
+// Lowercase hex SHA-256 (common/sha256.hpp), the digest of every key.
+using sy::sha256_hex;
 
 }  // namespace sy::cache

@@ -1,6 +1,6 @@
 #include "common/published_secrets.hpp"
 
-#include <openssl/evp.h>
+#include "common/sha256.hpp"
 
 #include <array>
 #include <cstdio>
@@ -23,15 +23,6 @@ constexpr std::array<published, 6> k_published = {{
     {"7de0fb770cb9ad7ce3d2706909ba30c1bb9cf218da666d2ba757513c2f42c1da", "the example router CURVE secret key"},
     {"769ad88fcb377488c26ba16577213259cf845eb303969a9d87d4583600084e45", "the example cache MAC key"},
 }};
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr) != 1) return {};
-  std::string out(2 * n, '0');
-  for (unsigned int i = 0; i < n; ++i) std::snprintf(&out[2 * i], 3, "%02x", md[i]);
-  return out;
-}
 
 }  // namespace
 
