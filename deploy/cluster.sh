@@ -74,9 +74,16 @@ case "$cmd" in
     fi
     "$build/router/switchyard-router" --port "$port" --workers "$endpoints" "${extra[@]}" >"$run/router.log" 2>&1 &
     echo $! >"$run/router.pid"
+    # With tenants, /v1/models needs a key: the first key of the file's first tenant.
+    auth=()
+    if [ -n "$tenants" ]; then
+      key=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tenants"][0]["keys"][0])' "$tenants" \
+        2>/dev/null || true)
+      [ -n "$key" ] && auth=(-H "Authorization: Bearer $key")
+    fi
     for _ in $(seq 1 300); do
       # Ready when the router is, and lists every model (each worker's welcome has arrived).
-      listed=$(curl -sf "http://127.0.0.1:$port/v1/models" 2>/dev/null | grep -o '"object":"model"' | wc -l || true)
+      listed=$(curl -sf "${auth[@]}" "http://127.0.0.1:$port/v1/models" 2>/dev/null | grep -o '"object":"model"' | wc -l || true)
       if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 &&
          [ "$listed" -ge "$(printf '%s\n' "${models[@]}" | sort -u | wc -l)" ]; then
         echo "cluster: router http://127.0.0.1:$port ready with $workers worker(s) ($per_worker threads each)${redis_port:+, Redis cache on 127.0.0.1:$redis_port}; logs in run/"
