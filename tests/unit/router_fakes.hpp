@@ -1,14 +1,12 @@
 // What the router's dispatcher tests share: a client connection that records every call made on
-// it, and the real model's tokenizer as a worker's welcome carries it (the router builds its
-// model entry from it). Tests that need the tokenizer start with SY_REQUIRE_MODEL(), which skips
-// them when the model file is absent (prerequisite.hpp: ctest Skipped, a failure under CI).
+// it. The tokenizer a worker's welcome carries (the router builds its model entry from it) is the
+// tiny in-memory vocabulary of tiny_vocab.hpp, so these tests need no model file.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -16,24 +14,13 @@
 #include <utility>
 #include <vector>
 
-#include "common/gguf.hpp"
 #include "common/protocol.hpp"
 #include "router/http_server.hpp"
-#include "tests/unit/prerequisite.hpp"
-#include "worker/worker_service.hpp"
+#include "tests/unit/tiny_vocab.hpp"
 
 namespace sy::test {
 
 using header_list = std::vector<std::pair<std::string, std::string>>;
-
-// The model's tokenizer as a worker's welcome carries it, loaded once; null when the file is absent.
-inline const proto::tokenizer_spec* model_spec() {
-  static const std::unique_ptr<proto::tokenizer_spec> spec = []() -> std::unique_ptr<proto::tokenizer_spec> {
-    if (!std::filesystem::exists(model_path())) return nullptr;
-    return std::make_unique<proto::tokenizer_spec>(sy::tokenizer_spec_from(sy::gguf::file::open(model_path())));
-  }();
-  return spec.get();
-}
 
 // A client connection: records every call the dispatcher makes on it, in order.
 class fake_exchange final : public router::http_exchange {
@@ -85,6 +72,3 @@ inline std::string header(const header_list& headers, const std::string& name) {
 }
 
 }  // namespace sy::test
-
-#define SY_REQUIRE_MODEL() \
-  if (::sy::test::model_spec() == nullptr) SY_SKIP_TEST("model file " << ::sy::test::model_path() << " not found")

@@ -1,11 +1,12 @@
 // The router's core state class driven by hand: no sockets, threads or sleeps. Time is the
 // `now_s` argument; worker frames are encoded with the real protocol and fed through on_frame;
 // what the dispatcher sends is decoded back from its link frames; clients are fake exchanges
-// that record every call. A welcome needs the real tokenizer (the router builds its model
-// entry from it), so these cases skip with a warning when the model file is absent.
+// that record every call. A welcome carries a tokenizer (the router builds its model entry from
+// it): the tiny in-memory vocabulary of tiny_vocab.hpp, so no case needs the model file.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -29,7 +30,7 @@ constexpr const char* k_model = "smollm2-135m";
 using sy::test::fake_exchange;
 using sy::test::header;
 using sy::test::header_list;
-using sy::test::model_spec;
+using sy::test::tiny_vocab;
 
 // The body of a frame the dispatcher sent, decoded as T (the test fails if it is not one).
 template <class T>
@@ -118,7 +119,7 @@ struct harness {
     m.kv_capacity_tokens = 4096;
     m.kv_block_size = 16;
     m.max_running = max_running;
-    m.tokenizer = *model_spec();
+    m.tokenizer = tiny_vocab();
     feed(w, proto::msg_type::welcome, proto::encode(m), now_s);
   }
   void heartbeat(worker_ref w, double now_s, bool draining = false) {
@@ -201,8 +202,40 @@ void start_workers(harness& h, size_t n, uint32_t max_running) {
 
 }  // namespace
 
+TEST_CASE("dispatcher: the tiny vocabulary is a tokenizer the router builds a model entry from") {
+  harness h;
+  const worker_ref w = h.add_worker("tcp://w0:5555", 0.0);
+  h.welcome(w, 4, 0.0);
+  const auto m = h.models.find(k_model);
+  REQUIRE(m != nullptr);
+  REQUIRE(m->tmpl.supported());
+  const sy::tokenizer& tok = m->tok;
+  CHECK(tok.vocab_size() == tiny_vocab().tokens.size());
+  CHECK(tok.bos() == tiny_vocab().bos_id);
+  CHECK(tok.eos() == tiny_vocab().eos_id);
+  CHECK(tok.is_eog(tok.eos()));
+  // Every text encodes (a token per byte at worst) and decodes back as it was; the merges make
+  // the words the tests send fewer tokens than bytes.
+  for (const std::string text : {"The quick brown fox", "Hello, world!", "Hi", "caf\xC3\xA9 \xE2\x9C\x93\n\t~"}) {
+    const auto ids = tok.encode(text);
+    CHECK(tok.decode(ids) == text);
+    CHECK_FALSE(ids.empty());
+    CHECK(ids.size() <= text.size());
+  }
+  CHECK(tok.encode("The quick brown fox").size() == 4);
+  CHECK(tok.encode("Hello").size() == 1);
+  // Its chat template is ChatML, whose markers are single control tokens.
+  const auto chat = m->chat_prompt({{"user", "Hi"}}, /*add_generation_prompt=*/true);
+  const auto im_start = tok.encode("<|im_start|>"), im_end = tok.encode("<|im_end|>");
+  REQUIRE(im_start.size() == 1);
+  REQUIRE(im_end.size() == 1);
+  CHECK(chat.front() == im_start[0]);
+  CHECK(std::count(chat.begin(), chat.end(), im_start[0]) == 2);  // the user's turn, the assistant's
+  CHECK(std::count(chat.begin(), chat.end(), im_end[0]) == 1);
+  CHECK(tok.decode(chat, /*render_special=*/true) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST_CASE("dispatcher: a new worker is connected, greeted, and ready after its welcome") {
-  SY_REQUIRE_MODEL();
   harness h;
   const worker_ref w = h.add_worker("tcp://w0:5555", 0.0);
   auto f = h.take();
@@ -231,14 +264,13 @@ TEST_CASE("dispatcher: a new worker is connected, greeted, and ready after its w
   const auto m = h.models.find(k_model);
   REQUIRE(m != nullptr);
   CHECK(m->context_length == 2048);
-  CHECK(m->tok.vocab_size() == model_spec()->tokens.size());
+  CHECK(m->tok.vocab_size() == tiny_vocab().tokens.size());
 
   h.d.tick(3.0, h.out);  // ready and heard from: no more hellos
   CHECK(h.take().empty());
 }
 
 TEST_CASE("dispatcher: a non-streamed completion is submitted and answered once with the whole text") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.priority = 3, .max_tokens = 20}, 0.1);
@@ -278,7 +310,6 @@ TEST_CASE("dispatcher: a non-streamed completion is submitted and answered once 
 }
 
 TEST_CASE("dispatcher: a streamed chat request gets chunks, a usage chunk, then [DONE]") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.stream = true, .include_usage = true, .chat = true}, 0.1);
@@ -318,7 +349,6 @@ TEST_CASE("dispatcher: a streamed chat request gets chunks, a usage chunk, then 
 }
 
 TEST_CASE("dispatcher: with one slot, an interactive request overtakes queued batch work") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   start_workers(h, 1, /*max_running=*/1);
   const auto a = h.request({.priority = 5}, 0.1);
@@ -347,7 +377,6 @@ TEST_CASE("dispatcher: with one slot, an interactive request overtakes queued ba
 }
 
 TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After") {
-  SY_REQUIRE_MODEL();
   auto tenants = tenant_registry::parse(R"({"tenants": [
       {"name": "slow", "keys": ["sk-slow"], "requests_per_s": 1},
       {"name": "fast", "keys": ["sk-fast"]}]})");
@@ -378,7 +407,6 @@ TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After"
 }
 
 TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config(/*local_queue=*/0);
   cfg.admission.max_queued_requests = 1;
   cfg.admission.shed_fraction = {1.0, 1.0, 1.0};  // no class is shed early: the cap is exactly 1
@@ -403,7 +431,6 @@ TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
 }
 
 TEST_CASE("dispatcher: a request on a dead worker that sent nothing is re-submitted to another") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   const auto c = h.request({}, 0.1);
@@ -444,7 +471,6 @@ TEST_CASE("dispatcher: a request on a dead worker that sent nothing is re-submit
 }
 
 TEST_CASE("dispatcher: a stream whose worker dies after sending tokens continues on another from what it sent") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   const auto c = h.request({.stream = true, .include_usage = true, .max_tokens = 3}, 0.1);
@@ -479,7 +505,6 @@ TEST_CASE("dispatcher: a stream whose worker dies after sending tokens continues
 }
 
 TEST_CASE("dispatcher: with retries off a stream whose worker dies after sending tokens ends with worker_lost") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.max_attempts = 1;
   harness h(cfg);
@@ -506,7 +531,6 @@ TEST_CASE("dispatcher: with retries off a stream whose worker dies after sending
 }
 
 TEST_CASE("dispatcher: a worker that restarts within the heartbeat timeout gets its unstarted work again") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto quiet = h.request({}, 0.1);                    // nothing streamed yet
@@ -560,7 +584,6 @@ std::vector<link_frame> of_type(const std::vector<link_frame>& frames, const std
 }  // namespace
 
 TEST_CASE("dispatcher: a retired worker gets no new request, finishes its stream, then is removed and closed") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   const auto c = h.request({.stream = true}, 0.1);
@@ -615,7 +638,6 @@ TEST_CASE("dispatcher: a retired worker gets no new request, finishes its stream
 }
 
 TEST_CASE("dispatcher: an idle worker that is retired is removed at once") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   h.d.retire_worker("tcp://w1:5555", 0.1, h.out);
@@ -628,7 +650,6 @@ TEST_CASE("dispatcher: an idle worker that is retired is removed at once") {
 }
 
 TEST_CASE("dispatcher: a retired worker that dies mid-drain has its requests re-sent or ended, then goes at once") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   const auto quiet = h.request({}, 0.1);
@@ -680,7 +701,6 @@ TEST_CASE("dispatcher: a retired worker that dies mid-drain has its requests re-
 }
 
 TEST_CASE("dispatcher: a dead worker still listed is removed after the grace and greeted afresh under a new ref") {
-  SY_REQUIRE_MODEL();
   harness h;  // heartbeat timeout 2 s, dead grace 4 s
   start_workers(h, 2, 4);
   const auto c = h.request({}, 0.1);
@@ -726,7 +746,6 @@ TEST_CASE("dispatcher: a dead worker still listed is removed after the grace and
 }
 
 TEST_CASE("dispatcher: a retired worker that never answers is removed once the deadline ends its request") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.timeout_s = 1.0}, 0.1);
@@ -746,7 +765,6 @@ TEST_CASE("dispatcher: a retired worker that never answers is removed once the d
 }
 
 TEST_CASE("dispatcher: a worker that says it is draining is counted as draining and gets nothing new") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   h.heartbeat(0, 0.5, /*draining=*/true);
@@ -762,7 +780,6 @@ TEST_CASE("dispatcher: a worker that says it is draining is counted as draining 
 }
 
 TEST_CASE("dispatcher: per-model metrics: active requests, queue depth by class, oldest queued wait") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   const worker_ref wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
   h.welcome(wa, /*max_running=*/1, 0.0, "worker-a", "model-a");
@@ -783,7 +800,6 @@ TEST_CASE("dispatcher: per-model metrics: active requests, queue depth by class,
 }
 
 TEST_CASE("dispatcher: a model whose workers are busy does not hold back another model's requests") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   const worker_ref wa = h.add_worker("tcp://a:5555", 0.0), wb = h.add_worker("tcp://b:5555", 0.0);
   h.welcome(wa, /*max_running=*/1, 0.0, "worker-a", "model-a");
@@ -807,7 +823,6 @@ TEST_CASE("dispatcher: a model whose workers are busy does not hold back another
 }
 
 TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dropped from the queue") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   start_workers(h, 1, /*max_running=*/1);
   const auto running = h.request({}, 0.1);
@@ -843,7 +858,6 @@ TEST_CASE("dispatcher: a client that goes away is cancelled on its worker or dro
 TEST_CASE("dispatcher: a request whose client left before it arrived is dropped, not generated") {
   // After a cache lookup the request is submitted from a cache thread, so its client's "gone"
   // can reach the dispatcher first (and find nothing to cancel).
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, /*max_running=*/4);
   request_opts o;
@@ -859,7 +873,6 @@ TEST_CASE("dispatcher: a request whose client left before it arrived is dropped,
 }
 
 TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   start_workers(h, 1, /*max_running=*/1);
   h.request({}, 0.1);
@@ -877,7 +890,6 @@ TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
 }
 
 TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well after its deadline") {
-  SY_REQUIRE_MODEL();
   harness h(test_config(/*local_queue=*/0));
   start_workers(h, 1, /*max_running=*/1);
   const auto c = h.request({.timeout_s = 1.0}, 0.1);
@@ -898,7 +910,6 @@ TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well 
 }
 
 TEST_CASE("dispatcher: a request whose answer cannot be written still ends and frees its slot") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config(/*local_queue=*/0);
   cfg.max_attempts = 1;  // a worker error ends the request at once (retries: see the cases below)
   harness h(cfg);
@@ -920,7 +931,6 @@ TEST_CASE("dispatcher: a request whose answer cannot be written still ends and f
 }
 
 TEST_CASE("dispatcher: a request the worker ends on its own (finish error or cancelled) is a 502") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.max_attempts = 1;  // not retried (retries: see the cases below)
   harness h(cfg);
@@ -938,7 +948,6 @@ TEST_CASE("dispatcher: a request the worker ends on its own (finish error or can
 }
 
 TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes to another worker") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   const auto bad = h.request({}, 0.1);
@@ -968,7 +977,6 @@ TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes 
 }
 
 TEST_CASE("dispatcher: a request refused as overloaded keeps its deadline in the queue") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.timeout_s = 1.0}, 0.1);
@@ -985,7 +993,6 @@ TEST_CASE("dispatcher: a request refused as overloaded keeps its deadline in the
 }
 
 TEST_CASE("dispatcher: n=2 submits one request per choice and answers with both") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.n = 2}, 0.1);
@@ -1014,7 +1021,6 @@ TEST_CASE("dispatcher: n=2 submits one request per choice and answers with both"
 }
 
 TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") {
-  SY_REQUIRE_MODEL();
   auto tenants = tenant_registry::parse(R"({"tenants": [{"name": "t", "keys": ["k"], "requests_per_s": 2}]})");
   harness h(test_config(), std::move(tenants));
   start_workers(h, 1, 4);
@@ -1041,7 +1047,6 @@ TEST_CASE("dispatcher: metrics count answers by status, rejections and tokens") 
 }
 
 TEST_CASE("dispatcher: a model whose chat template cannot be applied serves completions, and chats get a 400") {
-  SY_REQUIRE_MODEL();
   harness h;
   const worker_ref w = h.add_worker("tcp://w0:5555", 0.0);
   proto::welcome m;
@@ -1051,7 +1056,7 @@ TEST_CASE("dispatcher: a model whose chat template cannot be applied serves comp
   m.kv_capacity_tokens = 4096;
   m.kv_block_size = 16;
   m.max_running = 4;
-  m.tokenizer = *model_spec();
+  m.tokenizer = tiny_vocab();
   m.tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
   h.feed(w, proto::msg_type::welcome, proto::encode(m), 0.0);
   h.heartbeat(w, 0.1);
@@ -1099,7 +1104,6 @@ TEST_CASE("dispatcher: a model whose chat template cannot be applied serves comp
 }
 
 TEST_CASE("api_handler: /ready is 503 without a ready worker, while shutting down (still admitting) or draining") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   auto status = std::make_shared<router_status>();
@@ -1142,7 +1146,6 @@ TEST_CASE("api_handler: /ready is 503 without a ready worker, while shutting dow
 }
 
 TEST_CASE("dispatcher: a model's context length is the smallest among its workers' welcomes") {
-  SY_REQUIRE_MODEL();
   harness h;
   const worker_ref a = h.add_worker("tcp://w0:5555", 0.0), b = h.add_worker("tcp://w1:5555", 0.0),
                    c = h.add_worker("tcp://w2:5555", 0.0);
@@ -1152,11 +1155,10 @@ TEST_CASE("dispatcher: a model's context length is the smallest among its worker
   CHECK(h.models.find(k_model)->context_length == 1024);
   h.welcome(c, 4, 0.2, "", k_model, 8192);  // a larger one changes nothing
   CHECK(h.models.find(k_model)->context_length == 1024);
-  CHECK(h.models.find(k_model)->tok.vocab_size() == model_spec()->tokens.size());  // the rest is kept
+  CHECK(h.models.find(k_model)->tok.vocab_size() == tiny_vocab().tokens.size());  // the rest is kept
 }
 
 TEST_CASE("dispatcher: a submit carries the time left as a relative budget, no wall-clock time") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   request_opts o;
@@ -1187,7 +1189,6 @@ std::optional<worker_ref> submitted_to(const std::vector<link_frame>& frames, co
 }  // namespace
 
 TEST_CASE("dispatcher: a request a worker fails (its step threw) runs again on another, the client sees the answer") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 2, 4);
   SECTION("an internal_error frame, streamed") {
@@ -1218,7 +1219,6 @@ TEST_CASE("dispatcher: a request a worker fails (its step threw) runs again on a
 }
 
 TEST_CASE("dispatcher: a worker that fails requests in a row is ejected until its time is up, and says so") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.pool.eject_after_failures = 3;
   cfg.pool.eject_base_s = 10.0;
@@ -1256,7 +1256,6 @@ TEST_CASE("dispatcher: a worker that fails requests in a row is ejected until it
 }
 
 TEST_CASE("dispatcher: a query of death ends with 502 retries_exhausted after max_attempts workers, counted") {
-  SY_REQUIRE_MODEL();
   harness h;  // max_attempts 2, heartbeat timeout 2 s
   start_workers(h, 3, 4);
   const auto c = h.request({.stream = true}, 0.1);
@@ -1288,7 +1287,6 @@ TEST_CASE("dispatcher: a query of death ends with 502 retries_exhausted after ma
 }
 
 TEST_CASE("dispatcher: past the cluster's retry budget a failed request ends with 502 retry_budget_exhausted") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.retry = {.ratio = 0.0, .min_retries = 1, .window_s = 10.0};
   harness h(cfg);
@@ -1311,7 +1309,6 @@ TEST_CASE("dispatcher: past the cluster's retry budget a failed request ends wit
 }
 
 TEST_CASE("dispatcher: one failed step is one failure of its worker, however many requests it held") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.pool.eject_after_failures = 3;
   cfg.retry = {.ratio = 0.0, .min_retries = 1, .window_s = 10.0};  // one charged retry per 10 s
@@ -1345,7 +1342,6 @@ TEST_CASE("dispatcher: one failed step is one failure of its worker, however man
 }
 
 TEST_CASE("dispatcher: a request that throws before it is queued gets a 500, not silence") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.stream = true, .start_stream_throws = true}, 0.1);
@@ -1364,7 +1360,6 @@ TEST_CASE("dispatcher: a request that throws before it is queued gets a 500, not
 }
 
 TEST_CASE("dispatcher: an identical request joins the running generation, a stream from what was already sent") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto first = h.request({.stream = true, .cache_key = "k1"}, 0.1);
@@ -1396,7 +1391,6 @@ TEST_CASE("dispatcher: an identical request joins the running generation, a stre
 }
 
 TEST_CASE("dispatcher: a coalesced generation goes on while anyone listens and is cancelled when the last leaves") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto first = h.request({.stream = true, .cache_key = "k2"}, 0.1);
@@ -1418,7 +1412,6 @@ TEST_CASE("dispatcher: a coalesced generation goes on while anyone listens and i
 TEST_CASE(
     "dispatcher: ready means a ready worker heard from within the heartbeat timeout as of now_s, or a model within "
     "its no-worker grace") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();  // heartbeat timeout 2 s
   cfg.no_worker_timeout_s = 10.0;
   harness h(cfg);
@@ -1441,7 +1434,6 @@ TEST_CASE(
 }
 
 TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times, not a clock of its own") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({}, 10.0);  // received (stamped) at t=10
@@ -1461,7 +1453,6 @@ TEST_CASE("dispatcher: TTFT, inter-token time and e2e come from the given times,
 TEST_CASE(
     "dispatcher: a model whose last worker died answers 503 no_workers after the no-worker timeout, not at its "
     "deadline, and the router stays ready until then") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.no_worker_timeout_s = 10.0;
   harness h(cfg);
@@ -1509,7 +1500,6 @@ TEST_CASE(
 }
 
 TEST_CASE("dispatcher: a stall of the router's own loop is not its workers' death") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();  // heartbeat timeout 2 s
   cfg.stall_threshold_s = 0.5;
   harness h(cfg);
@@ -1546,7 +1536,6 @@ TEST_CASE("dispatcher: a stall of the router's own loop is not its workers' deat
 }
 
 TEST_CASE("dispatcher: a numbered tokens frame after a lost one resumes the stream from what the client has") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.stream = true, .max_tokens = 8}, 0.1);
@@ -1585,7 +1574,6 @@ TEST_CASE("dispatcher: a numbered tokens frame after a lost one resumes the stre
 }
 
 TEST_CASE("dispatcher: a request that keeps losing frames on the link ends with 502 frames_lost") {
-  SY_REQUIRE_MODEL();
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.max_tokens = 8}, 0.1);
@@ -1604,7 +1592,6 @@ TEST_CASE("dispatcher: a request that keeps losing frames on the link ends with 
 }
 
 TEST_CASE("dispatcher: a started stream silent past the try-idle timeout while its worker beats resumes elsewhere") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.try_idle_timeout_s = 5.0;
   harness h(cfg);
@@ -1632,7 +1619,6 @@ TEST_CASE("dispatcher: a started stream silent past the try-idle timeout while i
 }
 
 TEST_CASE("dispatcher: a prompt that took down max_attempts workers is refused at once for the query-of-death TTL") {
-  SY_REQUIRE_MODEL();
   dispatcher_config cfg = test_config();
   cfg.query_of_death_ttl_s = 100.0;
   harness h(cfg);  // max_attempts 2, heartbeat timeout 2 s

@@ -45,7 +45,7 @@ using namespace sy::router;
 using namespace std::chrono_literals;
 namespace proto = sy::proto;
 using sy::test::fake_exchange;
-using sy::test::model_spec;
+using sy::test::tiny_vocab;
 
 namespace {
 
@@ -128,7 +128,7 @@ struct dispatcher_fixture {
     m.kv_capacity_tokens = 4096;
     m.kv_block_size = 16;
     m.max_running = 4;
-    m.tokenizer = *model_spec();
+    m.tokenizer = tiny_vocab();
     return m;
   }
 
@@ -208,7 +208,6 @@ bool has_line(const std::string& text, const std::string& line) { return text.fi
 }  // namespace
 
 TEST_CASE("dispatcher actor: a new worker is greeted, greeted again each simulated second, and ready after welcome") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   caf::anon_send(f.actor, add_atom::value, std::string("tcp://w0:5555"));
   f.actors.sched().run();
@@ -236,7 +235,6 @@ TEST_CASE("dispatcher actor: a new worker is greeted, greeted again each simulat
 
 TEST_CASE(
     "dispatcher actor: a streamed request is submitted through the link and its tokens reach the client in order") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   const client c = f.request(/*stream=*/true);
@@ -262,7 +260,6 @@ TEST_CASE(
 }
 
 TEST_CASE("dispatcher actor: the tick ends a dispatched request its worker never answers, in simulated time") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   const client c = f.request(/*stream=*/false, /*timeout_s=*/1.0);
@@ -292,7 +289,6 @@ TEST_CASE("dispatcher actor: the tick ends a dispatched request its worker never
 }
 
 TEST_CASE("dispatcher actor: a worker silent past the heartbeat timeout is declared dead after simulated time") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   const client streaming = f.request(/*stream=*/true);
@@ -340,7 +336,6 @@ TEST_CASE("dispatcher actor: a worker silent past the heartbeat timeout is decla
 }
 
 TEST_CASE("dispatcher actor: a handler that throws is logged and the actor keeps serving") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   // Opening this client's stream throws inside the submit handler.
@@ -371,7 +366,6 @@ TEST_CASE("dispatcher actor: a handler that throws is logged and the actor keeps
 }
 
 TEST_CASE("dispatcher actor: drain is published at once and refuses new requests with 503") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   f.actors.advance(100ms);
@@ -392,7 +386,6 @@ TEST_CASE("dispatcher actor: drain is published at once and refuses new requests
 }
 
 TEST_CASE("dispatcher actor: a client that goes away has its request cancelled on the worker") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   const client c = f.request(/*stream=*/true);
@@ -408,7 +401,6 @@ TEST_CASE("dispatcher actor: a client that goes away has its request cancelled o
 }
 
 TEST_CASE("dispatcher actor: a retired worker is closed through the link once its request has ended") {
-  SY_REQUIRE_MODEL();
   dispatcher_fixture f;
   f.start_worker();
   const client c = f.request(/*stream=*/true);
