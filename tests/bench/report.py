@@ -5,6 +5,7 @@ asked), against Switchyard and, side by side in the same run, llama-server on th
 JSON and PNG plots.
 
   SY_BUILD_DIR=build .venv/bin/python tests/bench/report.py [--levels 1,2,4,8] [--img docs/img]
+                                                            [--workloads sweep,prefix,cache]
 
 What it starts: one worker (--threads T) behind a router with a Redis response cache, and
 llama-server (build/llama.cpp-bench, tests/bench/setup_llamacpp.sh) with -t T, -np = the highest
@@ -210,11 +211,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2, help="worker threads = llama-server -t")
     ap.add_argument("--llama-server", default=LLAMA_SERVER)
+    ap.add_argument("--workloads", default="sweep,prefix,cache", help="which of sweep, prefix, cache to run")
     ap.add_argument("--guidellm", action="store_true", help="also run guidellm (its own venv)")
     ap.add_argument("--out", default=os.path.join(BUILD, "bench-report"))
     ap.add_argument("--img", help="copy the PNGs here when each is under 200 KB (docs/img)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
+    workloads = set(a.workloads.split(","))
+    if not workloads or not workloads <= {"sweep", "prefix", "cache"}:
+        ap.error("--workloads: a list of sweep, prefix, cache")
     bin_dir = bench_venv.ensure(BUILD, "bench-venv", bench_venv.AIPERF)
     os.makedirs(a.out, exist_ok=True)
     tokenizer = os.path.join(a.out, "tokenizer")
@@ -233,7 +238,7 @@ def main():
     if not llama:
         report["notes"] = [f"{a.llama_server} missing (tests/bench/setup_llamacpp.sh): Switchyard only"]
     try:
-        for i, c in enumerate(levels):
+        for i, c in enumerate(levels if "sweep" in workloads else []):
             order = list(servers) if i % 2 == 0 else list(reversed(servers))
             for name in order:
                 before = router.metrics() if name == "switchyard" else None
@@ -245,7 +250,7 @@ def main():
                 report["sweep"][name].append(row)
                 print(f"sweep {name} c={c}: {row['output_throughput']:.1f} tok/s, TTFT p50 {row['p50_ttft_ms']:.0f} ms",
                       flush=True)
-        for name, url in servers.items():
+        for name, url in servers.items() if "prefix" in workloads else []:
             pc = a.prefix_concurrency
             n = max(a.min_requests, 3 * pc)
             unique = aiperf(bin_dir, url, tokenizer, os.path.join(a.out, f"aiperf-{name}-unique"), pc, n,
@@ -255,7 +260,7 @@ def main():
             report["prefix"][name] = {"unique": unique, "shared_prefix": shared}
             print(f"prefix {name}: TTFT p50 unique {unique['p50_ttft_ms']:.0f} ms, "
                   f"shared {shared['p50_ttft_ms']:.0f} ms", flush=True)
-        for name, url in servers.items():
+        for name, url in servers.items() if "cache" in workloads else []:
             report["cache"][name] = cache_workload(url, a.repeats, a.osl)
             print(f"cache {name}: {report['cache'][name]}", flush=True)
         if a.guidellm:
