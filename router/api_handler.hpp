@@ -14,6 +14,8 @@
 //   POST /tokenize, /detokenize the model's tokenizer, vLLM's shapes (authenticated)
 //   POST /v1/completions        (authenticated)
 //   POST /v1/chat/completions   (authenticated)
+//   POST /v1/messages           the Anthropic Messages API over the same path (authenticated)
+//   POST /v1/messages/count_tokens   its prompt's token count (authenticated)
 #pragma once
 
 #include <atomic>
@@ -93,14 +95,19 @@ class api_handler {
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
 
  private:
+  // `anthropic`: a /v1/messages body (router/anthropic_api.hpp), answered in that API's shapes.
   void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
-                  const std::string& request_id);
+                  const std::string& request_id, bool anthropic = false);
+  // POST /v1/messages/count_tokens: the prompt /v1/messages would send, counted.
+  void count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id);
   // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
   void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-               std::function<void()> work);
-  void reject(http_exchange& ex, const api_error& e, const std::string& request_id);
+               std::function<void()> work, bool anthropic = false);
+  // `anthropic`: the error in Anthropic's shape (the /v1/messages routes).
+  void reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic = false);
   // `count`: as an edge error (switchyard_router_edge_errors_total).
-  http_response error_response(const api_error& e, const std::string& request_id, bool count = true);
+  http_response error_response(const api_error& e, const std::string& request_id, bool count = true,
+                               bool anthropic = false);
   std::string metrics() const;
   // POST /dashboard/login: an admin key from the form sets the session cookie (303 to
   // /dashboard); anything else gets the sign-in page again (401).

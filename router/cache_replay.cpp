@@ -38,8 +38,7 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
       events.push_back(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : "", {}));
     }
   }
-  if (r.req.include_usage) events.push_back(format_usage_chunk(r.meta, u));
-  events.emplace_back("[DONE]");
+  for (auto& e : format_stream_end(r.meta, u, r.req.include_usage)) events.push_back(std::move(e));
   r.ex->start_stream(200, std::move(headers));
   r.ex->send_events(std::move(events));
   r.ex->end_stream();

@@ -935,12 +935,15 @@ void connection::write_stream_head(const exchange* e, int status,
 }
 
 void connection::append_event(std::string& out, std::string_view data) const {
+  // An event that brings its own field lines ("event: NAME\ndata: ...", the Anthropic API's) is
+  // written as it is; others get "data: ".
+  const std::string_view prefix = data.starts_with("event: ") ? "" : "data: ";
   if (http10_) {
-    out += "data: ";
+    out += prefix;
     out += data;
     out += "\n\n";
   } else {
-    append_chunk(out, "data: ", data, "\n\n");
+    append_chunk(out, prefix, data, "\n\n");
   }
 }
 

@@ -53,8 +53,9 @@ class http_exchange {
   // Status + headers of a text/event-stream response (chunked transfer encoding,
   // Cache-Control: no-cache); `headers` are extra headers.
   virtual void start_stream(int status, std::vector<std::pair<std::string, std::string>> headers) = 0;
-  // Writes "data: <data>\n\n". `t_received`, when set, is when the data's source arrived in
-  // the router: the server observes (write completed - t_received) in on_written.
+  // Writes "data: <data>\n\n" ("<data>\n\n" when data starts with "event: ": an event with its
+  // own field lines, docs/router.md, "Anthropic Messages API"). `t_received`, when set, is when the data's source
+  // arrived in the router: the server observes (write completed - t_received) in on_written.
   virtual void send_event(std::string data, std::chrono::steady_clock::time_point t_received = {}) = 0;
   // A stream's catch-up, all known at once (a cached answer replayed, what a joining request
   // missed of a running generation): each "data: <event>" is written as the client takes the

@@ -15,6 +15,7 @@
 
 #include "common/json_schema.hpp"
 #include "common/utf8.hpp"
+#include "router/anthropic_api.hpp"
 
 namespace sy::router {
 
@@ -858,6 +859,7 @@ std::variant<detokenize_request, api_error> parse_detokenize_request(std::string
 
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
                             const usage_info& usage) {
+  if (meta.anthropic) return anthropic_response(meta, choices, usage);
   const bool chat = meta.kind == endpoint::chat_completions;
   ordered_json j = envelope(meta, chat ? "chat.completion" : "text_completion");
   ordered_json out = ordered_json::array();
@@ -894,6 +896,7 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
                          std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
                          const usage_info* usage) {
+  if (meta.anthropic) return anthropic_chunk(meta, text, finish_reason);  // one choice: n is 1
   const bool chat = meta.kind == endpoint::chat_completions;
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
@@ -959,6 +962,23 @@ std::string format_error(const api_error& e) {
   err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
   err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
   return dump(ordered_json{{"error", std::move(err)}});
+}
+
+std::string format_error(const response_meta& meta, const api_error& e) {
+  return meta.anthropic ? anthropic_error(e) : format_error(e);
+}
+
+std::vector<std::string> format_stream_end(const response_meta& meta, const usage_info& usage, bool include_usage) {
+  if (meta.anthropic) return {anthropic_stream_end(meta, usage)};
+  std::vector<std::string> out;
+  if (include_usage) out.push_back(format_usage_chunk(meta, usage));
+  out.emplace_back("[DONE]");
+  return out;
+}
+
+std::vector<std::string> format_stream_error(const response_meta& meta, const api_error& e) {
+  if (meta.anthropic) return {anthropic_error_event(e)};
+  return {format_error(e), "[DONE]"};
 }
 
 namespace {

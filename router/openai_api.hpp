@@ -138,6 +138,8 @@ struct usage_info {
   uint32_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
 };
 
+struct anthropic_state;  // router/anthropic_api.hpp
+
 struct response_meta {
   std::string id;  // "cmpl-..." / "chatcmpl-..."
   std::string model;
@@ -150,6 +152,9 @@ struct response_meta {
   // generation (leader, coalesced follower, cache replay) has a meta of its own.
   std::shared_ptr<const tool_parse_spec> tools;
   std::shared_ptr<std::map<int32_t, tool_call_stream>> tool_streams;
+  // An Anthropic Messages response (router/anthropic_api.hpp, enable_anthropic): every format_*
+  // below writes Anthropic's shapes instead; the state is the stream's, mutable like tool_streams.
+  std::shared_ptr<anthropic_state> anthropic;
 };
 
 // Sets meta.tools (and fresh stream state) when `g` offers tools to a model of format `f`.
@@ -173,6 +178,13 @@ std::string format_usage_chunk(const response_meta& meta, const usage_info& usag
 
 // {"error": {...}} — also the payload of a terminal SSE error event.
 std::string format_error(const api_error& e);
+// The error body in the shape of meta's API (Anthropic's {"type":"error",...} or the above).
+std::string format_error(const response_meta& meta, const api_error& e);
+// A stream's last events after its chunks: the usage chunk (include_usage) and [DONE]; for
+// Anthropic, message_delta and message_stop.
+std::vector<std::string> format_stream_end(const response_meta& meta, const usage_info& usage, bool include_usage);
+// A stream's terminal error: the error event and [DONE]; for Anthropic, an `error` event.
+std::vector<std::string> format_stream_error(const response_meta& meta, const api_error& e);
 
 // GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by","root",
 // "max_model_len"}]}, one card per served name; GET /v1/models/{id}: one card.

@@ -1,0 +1,238 @@
+"""The Anthropic Messages API end to end with the official anthropic SDK: /v1/messages through the
+router to the real SmolLM2 worker (docs/router.md, "Anthropic Messages API"). A message with a
+system prompt; a stream that adds up to the same text at temperature 0 (live, and replayed from
+the response cache); stop reasons max_tokens and stop_sequence; a tool forced by tool_choice
+{"type": "tool"} whose input validates against its input_schema, streamed or not; a tool_result
+turn taken back; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
+or Authorization: Bearer; errors in Anthropic's shape (missing max_tokens, unsupported blocks,
+a bad key).
+"""
+import json
+
+import anthropic
+import jsonschema
+import pytest
+
+from cluster import MODEL_ID, Router, Redis
+from worker_client import Worker
+
+KEY = "sk-anthropic-test"
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [{"name": "get_weather", "description": "The current weather in a city", "input_schema": WEATHER}]
+QUESTION = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+HELLO = [{"role": "user", "content": "Write one sentence about the sea."}]
+SYSTEM = "You are a helpful assistant who answers briefly."
+# The SDK's signatures no longer carry temperature, top_p and top_k: they travel in extra_body, as
+# the router reads them. "cache": False (Switchyard's) has a worker serve it, not the response cache.
+GREEDY = {"temperature": 0}
+LIVE = {"cache": False, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    path = tmp_path_factory.mktemp("anthropic") / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"name": "claude", "keys": [KEY]}]}))
+    redis = Redis()
+    w = Worker("--max-running", "8")
+    r = Router([w.endpoint], "--tenants", str(path), "--redis", redis.url)
+    yield r
+    r.stop()
+    w.stop()
+    redis.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    return anthropic.Anthropic(base_url=cluster.url, api_key=KEY, max_retries=0, timeout=120)
+
+
+def text_of(message):
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+def test_message_with_a_system_prompt(client):
+    m = client.messages.create(model=MODEL_ID, max_tokens=24, system=SYSTEM, messages=HELLO, extra_body=LIVE)
+    assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+    assert m.model == MODEL_ID
+    assert [b.type for b in m.content] == ["text"] and text_of(m)
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None
+    assert m.usage.input_tokens > 0 and 0 < m.usage.output_tokens <= 24
+    # The system prompt reaches the template (in place of the default one SmolLM2's template adds).
+    bare = client.messages.create(model=MODEL_ID, max_tokens=1, messages=HELLO, extra_body=LIVE)
+    assert bare.usage.input_tokens != m.usage.input_tokens
+
+
+def test_system_as_text_blocks_is_the_same_prompt(client):
+    kw = dict(model=MODEL_ID, max_tokens=8, messages=HELLO, extra_body=LIVE)
+    a = client.messages.create(system=SYSTEM, **kw)
+    b = client.messages.create(system=[{"type": "text", "text": SYSTEM}], **kw)
+    assert a.usage.input_tokens == b.usage.input_tokens and text_of(a) == text_of(b)
+
+
+def stream_message(client, **kw):
+    """The text a stream's deltas add up to, the final message and the event types in order."""
+    types = []
+    with client.messages.stream(**kw) as s:
+        for event in s:
+            types.append(event.type)
+        final = s.get_final_message()
+    return final, types
+
+
+def check_sequence(types):
+    raw = [t for t in types if t in ("message_start", "content_block_start", "content_block_stop",
+                                     "message_delta", "message_stop")]
+    assert raw[0] == "message_start" and raw[-2:] == ["message_delta", "message_stop"], types
+    assert raw.count("content_block_start") == raw.count("content_block_stop"), types
+
+
+def test_stream_adds_up_to_the_message(client):
+    kw = dict(model=MODEL_ID, max_tokens=32, system=SYSTEM, messages=HELLO)
+    whole = client.messages.create(**kw, extra_body=LIVE)
+    live, types = stream_message(client, **kw, extra_body=LIVE)
+    check_sequence(types)
+    assert "text" in types  # the SDK's event for each text_delta
+    assert text_of(live) == text_of(whole)
+    assert live.stop_reason == whole.stop_reason and live.usage.output_tokens == whole.usage.output_tokens
+    assert live.usage.input_tokens == whole.usage.input_tokens
+    # Twice more through the cache (stored by the first, replayed as a stream): the same text.
+    client.messages.create(**kw, extra_body=GREEDY)
+    cached, types = stream_message(client, **kw, extra_body=GREEDY)
+    check_sequence(types)
+    assert text_of(cached) == text_of(whole) and cached.stop_reason == whole.stop_reason
+
+
+def test_max_tokens_stop_reason(client):
+    m = client.messages.create(model=MODEL_ID, max_tokens=3, messages=HELLO, extra_body=LIVE)
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 3
+    s, _ = stream_message(client, model=MODEL_ID, max_tokens=3, messages=HELLO, extra_body=LIVE)
+    assert s.stop_reason == "max_tokens" and text_of(s) == text_of(m)
+
+
+def test_stop_sequence_stop_reason(client):
+    full = text_of(client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, extra_body=LIVE))
+    words = full.split()
+    assert len(words) >= 4, full
+    seq = words[2]
+    m = client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=[seq], extra_body=LIVE)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == seq
+    assert text_of(m) == full[:full.index(seq)]
+    s, _ = stream_message(client, model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=[seq],
+                          extra_body=LIVE)
+    assert s.stop_reason == "stop_sequence" and s.stop_sequence == seq and text_of(s) == text_of(m)
+
+
+def tool_uses(message):
+    return [b for b in message.content if b.type == "tool_use"]
+
+
+def test_forced_tool_gives_valid_input(client):
+    for seed in range(3):
+        m = client.messages.create(model=MODEL_ID, max_tokens=256, messages=QUESTION, tools=TOOLS,
+                                   tool_choice={"type": "tool", "name": "get_weather"},
+                                   extra_body={"temperature": 1.0, "seed": seed, "cache": False})
+        assert m.stop_reason == "tool_use", m
+        calls = tool_uses(m)
+        assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("toolu_")
+        jsonschema.validate(calls[0].input, WEATHER)
+
+
+def test_forced_tool_streams_the_same_call(client):
+    kw = dict(model=MODEL_ID, max_tokens=256, messages=QUESTION, tools=TOOLS, tool_choice={"type": "any"},
+              extra_body=LIVE)
+    whole = client.messages.create(**kw)
+    s, types = stream_message(client, **kw)
+    check_sequence(types)
+    assert "input_json" in types  # the SDK's event for each input_json_delta
+    assert s.stop_reason == "tool_use" == whole.stop_reason
+    [a], [b] = tool_uses(s), tool_uses(whole)
+    assert (a.name, a.input) == (b.name, b.input) and a.id.startswith("toolu_")  # ids: per response
+    jsonschema.validate(a.input, WEATHER)
+
+
+def test_tool_result_turn_is_taken(client):
+    m = client.messages.create(model=MODEL_ID, max_tokens=256, messages=QUESTION, tools=TOOLS,
+                               tool_choice={"type": "tool", "name": "get_weather"}, extra_body=LIVE)
+    [call] = tool_uses(m)
+    turns = QUESTION + [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call.id, "content": [{"type": "text", "text": "21 celsius"}]},
+            {"type": "text", "text": "Thanks. Summarise it."}]},
+    ]
+    r = client.messages.create(model=MODEL_ID, max_tokens=24, messages=turns, tools=TOOLS, extra_body=LIVE)
+    assert r.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert r.usage.input_tokens > m.usage.input_tokens
+    # An error result is taken too.
+    turns[-1]["content"][0]["is_error"] = True
+    r = client.messages.create(model=MODEL_ID, max_tokens=4, messages=turns, tools=TOOLS, extra_body=LIVE)
+    assert r.type == "message"
+
+
+def test_count_tokens_equals_usage(client):
+    for kw in (dict(system=SYSTEM, messages=HELLO), dict(messages=QUESTION, tools=TOOLS)):
+        counted = client.messages.count_tokens(model=MODEL_ID, **kw)
+        m = client.messages.create(model=MODEL_ID, max_tokens=2, extra_body=LIVE, **kw)
+        assert counted.input_tokens == m.usage.input_tokens > 0
+
+
+def check_error(status, raw, want_status, want_type, mentions):
+    assert status == want_status, raw
+    body = json.loads(raw)
+    assert body["type"] == "error" and body["error"]["type"] == want_type, body
+    assert mentions in body["error"]["message"], body
+
+
+def post(cluster, body, path="/v1/messages", key=KEY, bearer=False):
+    headers = {"Authorization": "Bearer " + key} if bearer else {"x-api-key": key}
+    return cluster.post(path, body, headers=headers)
+
+
+def test_bearer_key_works_as_well(cluster):
+    status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 2, "messages": HELLO}, bearer=True)
+    assert status == 200 and json.loads(raw)["type"] == "message"
+
+
+def test_missing_max_tokens_is_a_400(cluster, client):
+    status, _, raw = post(cluster, {"model": MODEL_ID, "messages": HELLO})
+    check_error(status, raw, 400, "invalid_request_error", "max_tokens")
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model=MODEL_ID, messages=HELLO, max_tokens=0)
+
+
+@pytest.mark.parametrize("body, mentions", [
+    ({"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "image"),
+    ({"messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "system"),
+    ({"messages": HELLO, "tool_choice": {"type": "tool", "name": "nope"}, "tools": TOOLS}, "nope"),
+    ({"messages": HELLO, "stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
+    ({"messages": HELLO, "tools": [{"name": "f"}]}, "input_schema"),
+])
+def test_unsupported_or_bad_fields_are_named(cluster, body, mentions):
+    status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 4, **body})
+    check_error(status, raw, 400, "invalid_request_error", mentions)
+
+
+def test_bad_key_is_a_401(cluster):
+    bad = anthropic.Anthropic(base_url=cluster.url, api_key="sk-wrong", max_retries=0, timeout=30)
+    with pytest.raises(anthropic.AuthenticationError):
+        bad.messages.create(model=MODEL_ID, max_tokens=2, messages=HELLO)
+    status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 2, "messages": HELLO}, key="sk-wrong")
+    check_error(status, raw, 401, "authentication_error", "not valid")
+    status, _, raw = post(cluster, {"model": MODEL_ID, "messages": HELLO}, path="/v1/messages/count_tokens",
+                          key="sk-wrong")
+    check_error(status, raw, 401, "authentication_error", "not valid")
+
+
+def test_unknown_model_is_a_404(client):
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="no-such-model", max_tokens=2, messages=HELLO)

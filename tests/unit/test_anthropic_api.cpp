@@ -1,0 +1,271 @@
+// Anthropic Messages API edge tests (router/anthropic_api.hpp): a body with every mapped field
+// becomes the native chat request /v1/chat/completions would make; bad and unsupported fields
+// are 400s naming the field in Anthropic's terms; responses, stream events and errors have
+// Anthropic's shapes, and a stream's tool_use input adds up to the non-streamed input.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "router/anthropic_api.hpp"
+
+using nlohmann::json;
+using sy::router::api_error;
+using sy::router::generation_request;
+namespace router = sy::router;
+
+namespace {
+
+generation_request parse_ok(std::string_view body, bool count_only = false) {
+  auto r = router::parse_anthropic_request(body, {}, count_only);
+  if (const auto* e = std::get_if<api_error>(&r)) {
+    INFO("unexpected error: " << e->param << ": " << e->message);
+    FAIL("request was rejected");
+  }
+  return std::get<generation_request>(r);
+}
+
+api_error parse_err(std::string_view body) {
+  auto r = router::parse_anthropic_request(body, {});
+  INFO("body: " << body);
+  REQUIRE(std::holds_alternative<api_error>(r));
+  return std::get<api_error>(r);
+}
+
+// The SSE events of a formatted piece: (event name, data) pairs.
+std::vector<std::pair<std::string, json>> events(const std::string& text) {
+  std::vector<std::pair<std::string, json>> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find("\n\n", at);
+    if (end == std::string::npos) end = text.size();
+    const std::string ev = text.substr(at, end - at);
+    REQUIRE(ev.rfind("event: ", 0) == 0);
+    const size_t nl = ev.find("\ndata: ");
+    REQUIRE(nl != std::string::npos);
+    out.emplace_back(ev.substr(7, nl - 7), json::parse(ev.substr(nl + 7)));
+    at = end + 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("anthropic: a body with every mapped field becomes the native chat request") {
+  const auto g = parse_ok(R"({
+    "model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+    "messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": [{"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "21", "is_error": true},
+        {"type": "text", "text": "And?"}]}],
+    "stop_sequences": ["END"], "temperature": 0.5, "top_p": 0.9, "top_k": 40, "stream": true,
+    "tools": [{"name": "get_weather", "description": "d", "input_schema": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
+    "tool_choice": {"type": "any", "disable_parallel_tool_use": true}, "metadata": {"user_id": "u"}})");
+  CHECK(g.model == "m");
+  CHECK(g.sampling.max_tokens == 64);
+  CHECK(g.max_tokens_given);
+  CHECK(g.stream);
+  CHECK(g.sampling.stop == std::vector<std::string>{"END"});
+  CHECK(g.sampling.temperature == Approx(0.5));
+  CHECK(g.sampling.top_p == Approx(0.9));
+  CHECK(g.sampling.top_k == 40);
+  REQUIRE(g.messages.size() == 5);
+  CHECK(g.messages[0].role == "system");
+  CHECK(g.messages[0].content == "Be brief.");
+  CHECK(g.messages[2].role == "assistant");
+  CHECK(g.messages[2].content == "Let me look.");
+  REQUIRE(g.messages[2].tool_calls.size() == 1);
+  CHECK(g.messages[2].tool_calls[0].id == "toolu_1");
+  CHECK(g.messages[2].tool_calls[0].arguments == R"({"city":"Paris"})");
+  CHECK(g.messages[3].role == "tool");
+  CHECK(g.messages[3].tool_call_id == "toolu_1");
+  CHECK(g.messages[3].content == "Error: 21");
+  CHECK(g.messages[4].role == "user");
+  CHECK(g.messages[4].content == "And?");
+  REQUIRE(g.tools.tools.size() == 1);
+  CHECK(g.tools.choice == router::tool_choice_mode::required);
+  CHECK_FALSE(g.tools.parallel);
+  CHECK(g.constraint.kind == "json_schema");  // the call schema, as for tool_choice "required"
+}
+
+TEST_CASE("anthropic: tool_choice maps to OpenAI's choices") {
+  const std::string tools = R"("tools": [{"name": "f", "input_schema": {"type": "object"}}])";
+  const auto with = [&](const std::string& choice) {
+    return parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], )" + tools +
+                    R"(, "tool_choice": )" + choice + "}")
+        .tools;
+  };
+  CHECK(with(R"({"type": "auto"})").choice == router::tool_choice_mode::automatic);
+  CHECK(with(R"({"type": "none"})").choice == router::tool_choice_mode::none);
+  const auto named = with(R"({"type": "tool", "name": "f"})");
+  CHECK(named.choice == router::tool_choice_mode::named);
+  CHECK(named.named == "f");
+}
+
+TEST_CASE("anthropic: count_tokens needs no max_tokens; messages do") {
+  CHECK(parse_ok(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true).model == "m");
+  const api_error e = parse_err(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  CHECK(e.status == 400);
+  CHECK(e.param == "max_tokens");
+  CHECK(e.code == "missing_required_parameter");
+}
+
+TEST_CASE("anthropic: bad and unsupported fields are 400s naming the field") {
+  struct row {
+    const char* body;
+    const char* param;
+  };
+  for (const row& r : std::vector<row>{
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
+            "messages[0].content[0].type"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "system", "content": "x"}]})", "messages[0].role"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "tool_use",
+              "id": "a", "name": "f", "input": {}}]}]})",
+            "messages[0].content[0].type"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [], "system": "s"})", "messages"},
+           {R"({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+              "thinking": {"type": "enabled", "budget_tokens": 1024}})",
+            "thinking"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+              "stop_sequences": ["a", "b", "c", "d", "e"]})",
+            "stop_sequences"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+              "tools": [{"name": "f"}]})",
+            "tools[0].input_schema"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+              "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "g"}})",
+            "tool_choice.name"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+              "tools": [{"type": "web_search_20250305", "name": "web_search"}]})",
+            "tools[0].type"},
+           {R"([1])", ""},
+       }) {
+    INFO(r.body);
+    const api_error e = parse_err(r.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == r.param);
+  }
+  CHECK(parse_err("{not json").code == "invalid_json");
+}
+
+TEST_CASE("anthropic: a response is an Anthropic message") {
+  router::response_meta meta;
+  meta.id = "msg_1";
+  meta.model = "m";
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                              "stop_sequences": ["END"]})");
+  router::enable_anthropic(meta, g, 7);
+  router::choice_result c;
+  c.text = "Hello";
+  c.finish_reason = "stop";
+  const json j = json::parse(router::format_response(meta, {c}, {7, 3, 0}));
+  CHECK(j["type"] == "message");
+  CHECK(j["role"] == "assistant");
+  CHECK(j["content"] == json::parse(R"([{"type": "text", "text": "Hello"}])"));
+  CHECK(j["stop_reason"] == "stop_sequence");
+  CHECK(j["stop_sequence"] == "END");
+  CHECK(j["usage"] == json::parse(R"({"input_tokens": 7, "output_tokens": 3})"));
+  c.finish_reason = "length";
+  CHECK(json::parse(router::format_response(meta, {c}, {7, 3, 0}))["stop_reason"] == "max_tokens");
+  CHECK(router::anthropic_stop_reason("stop", false, false) == "end_turn");
+  CHECK(router::anthropic_stop_reason("stop", true, true) == "tool_use");
+}
+
+TEST_CASE("anthropic: a stream is message_start, blocks, message_delta, message_stop") {
+  router::response_meta meta;
+  meta.id = "msg_1";
+  meta.model = "m";
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]})");
+  router::enable_anthropic(meta, g, 5);
+  std::vector<std::pair<std::string, json>> all;
+  for (const auto& piece :
+       {router::format_chunk(meta, 0, "Hel", true, "", {}), router::format_chunk(meta, 0, "lo", false, "", {}),
+        router::format_chunk(meta, 0, "", false, "stop", {})})
+    for (auto& e : events(piece)) all.push_back(e);
+  for (const auto& piece : router::format_stream_end(meta, {5, 2, 0}, false))
+    for (auto& e : events(piece)) all.push_back(e);
+  std::vector<std::string> names;
+  std::string text;
+  for (const auto& [name, data] : all) {
+    names.push_back(name);
+    CHECK(data["type"] == name);
+    if (name == "content_block_delta") text += data["delta"]["text"].get<std::string>();
+  }
+  CHECK(names == std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                          "content_block_delta", "content_block_stop", "message_delta",
+                                          "message_stop"});
+  CHECK(text == "Hello");
+  CHECK(all[0].second["message"]["usage"]["input_tokens"] == 5);
+  CHECK(all[5].second["delta"]["stop_reason"] == "end_turn");
+  CHECK(all[5].second["usage"]["output_tokens"] == 2);
+}
+
+TEST_CASE("anthropic: a streamed tool_use's input adds up to the non-streamed input") {
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}],
+    "tools": [{"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "string"}}}}],
+    "tool_choice": {"type": "tool", "name": "f"}})");
+  const std::string text = R"({"name": "f", "arguments": {"a": "b c"}})";
+  const auto meta_for = [&] {
+    router::response_meta meta;
+    meta.id = "msg_2";
+    meta.model = "m";
+    meta.kind = router::endpoint::chat_completions;
+    router::enable_tool_calls(meta, g, sy::chat_format::chatml);
+    router::enable_anthropic(meta, g, 9);
+    return meta;
+  };
+  router::response_meta whole = meta_for();
+  router::choice_result c;
+  c.text = text;
+  c.finish_reason = "stop";
+  const json j = json::parse(router::format_response(whole, {c}, {9, 12, 0}));
+  REQUIRE(j["content"].size() == 1);
+  CHECK(j["content"][0]["type"] == "tool_use");
+  CHECK(j["content"][0]["name"] == "f");
+  CHECK(j["content"][0]["input"] == json::parse(R"({"a": "b c"})"));
+  CHECK(j["stop_reason"] == "tool_use");
+
+  router::response_meta streamed = meta_for();
+  std::string partial, tool_id, stop_reason;
+  for (size_t i = 0; i < text.size(); i += 3) {
+    const bool last = i + 3 >= text.size();
+    for (const auto& [name, data] :
+         events(router::format_chunk(streamed, 0, text.substr(i, 3), i == 0, last ? "stop" : "", {}))) {
+      if (name == "content_block_start") tool_id = data["content_block"]["id"];
+      if (name == "content_block_delta") {
+        REQUIRE(data["delta"]["type"] == "input_json_delta");
+        partial += data["delta"]["partial_json"].get<std::string>();
+      }
+    }
+  }
+  for (const auto& piece : router::format_stream_end(streamed, {9, 12, 0}, false))
+    for (const auto& [name, data] : events(piece))
+      if (name == "message_delta") stop_reason = data["delta"]["stop_reason"];
+  CHECK(json::parse(partial) == j["content"][0]["input"]);
+  CHECK(tool_id == j["content"][0]["id"]);
+  CHECK(stop_reason == "tool_use");
+}
+
+TEST_CASE("anthropic: errors have Anthropic's shape, as bodies and as stream events") {
+  api_error e = router::bad_request("max_tokens", "'max_tokens' is required", "missing_required_parameter");
+  CHECK(json::parse(router::anthropic_error(e)) ==
+        json::parse(R"({"type": "error", "error": {"type": "invalid_request_error",
+                        "message": "'max_tokens' is required"}})"));
+  e.status = 500;
+  e.type = "server_error";
+  CHECK(json::parse(router::anthropic_error(e))["error"]["type"] == "api_error");
+  router::response_meta meta;
+  meta.anthropic = std::make_shared<router::anthropic_state>();
+  const auto ev = router::format_stream_error(meta, e);
+  REQUIRE(ev.size() == 1);
+  const auto parsed = events(ev[0]);
+  REQUIRE(parsed.size() == 1);
+  CHECK(parsed[0].first == "error");
+  CHECK(parsed[0].second["type"] == "error");
+  CHECK(json::parse(router::format_anthropic_count(42)) == json::parse(R"({"input_tokens": 42})"));
+}
