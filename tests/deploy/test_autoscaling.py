@@ -7,7 +7,8 @@
     recorded series) that, evaluated by promtool on the same series, gives exactly what the
     recording rule gives for its namespace and model, and desired workers = ceil(that / threshold);
     a query without series is an error (ignoreNullValues "false") and the fallback never scales down;
-  * the alerts (the switchyard-alerts group) fire in the unit tests as docs/operations.md says.
+  * the alerts (the switchyard-alerts group) fire in the unit tests as docs/operations.md says;
+  * the query selects the workers' namespace and model, the model copied from the worker's label.
 
     .venv/bin/python tests/deploy/test_autoscaling.py      (ctest: deploy/autoscaling-rules)"""
 import math
@@ -17,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from deploy_common import KUSTOMIZATIONS, ROOT, Report, need_modules, parse_args, render, tool  # noqa: E402
+from deploy_common import KUSTOMIZATIONS, ROOT, Report, k8s_tree, need_modules, parse_args, render, tool  # noqa: E402
 
 RULES = os.path.join(ROOT, "deploy", "prometheus", "switchyard-rules.yml")
 OPERATOR_RULES = os.path.join(ROOT, "deploy", "k8s", "components", "monitoring", "prometheusrule.yaml")
@@ -103,7 +104,45 @@ def main():
                         f"{name}: its query equals the recording rule on {len(tests)} scenarios "
                         f"(and ceil(query / {threshold:g}) the workers wanted)", (out.stdout + out.stderr).strip())
     r.check(bool(seen), "the rendered kustomizations hold a KEDA ScaledObject with a prometheus trigger")
+    check_query_follows_the_worker(r, yaml)
     r.close()
+
+
+def query_labels(docs):
+    """(the ScaledObject's query's label matchers as a set of (namespace, model) pairs, the worker
+    Deployment's (namespace, switchyard.dev/model label)) of one rendered kustomization."""
+    import re
+    so = next(d for d in docs if d["kind"] == "ScaledObject")
+    q = so["spec"]["triggers"][0]["metadata"]["query"]
+    pairs = set(re.findall(r'namespace="([^"]*)", model="([^"]*)"', q))
+    w = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "switchyard-worker")
+    return pairs, (w["metadata"].get("namespace"), w["spec"]["template"]["metadata"]["labels"]["switchyard.dev/model"])
+
+
+def check_query_follows_the_worker(r, yaml):
+    """The query selects the namespace and model the workers run in (a mismatch is a query with no
+    series: the fallback and the absent-signal alert), and the model is copied from the worker's
+    label (the KEDA component's replacements): an overlay serving another model changes one place."""
+    import shutil
+    import tempfile
+    for k in KUSTOMIZATIONS:
+        docs = render(k)
+        if not any(d["kind"] == "ScaledObject" for d in docs):
+            continue
+        pairs, worker = query_labels(docs)
+        r.check(pairs == {worker}, f"{k}: the query's namespace and model are the workers' {worker}", str(pairs))
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = os.path.join(tmp, "k8s")
+        shutil.copytree(k8s_tree(), tree)
+        path = os.path.join(tree, "base", "worker.yaml")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("switchyard.dev/model: SmolLM2-135M-Instruct.Q4_1",
+                                 "switchyard.dev/model: Llama-3.2-1B-Instruct-Q4_K_M"))
+        pairs, worker = query_labels(render("examples/cpu-autoscaled", tree))
+        r.check(worker[1] == "Llama-3.2-1B-Instruct-Q4_K_M" and pairs == {worker},
+                "another model in the worker's label is the model the rendered query selects", str(pairs))
 
 
 if __name__ == "__main__":
