@@ -25,6 +25,7 @@
 #include "common/protocol.hpp"
 #include "common/stream_decoder.hpp"
 #include "common/tokenizer.hpp"
+#include "tests/unit/tiny_vocab.hpp"
 
 namespace proto = sy::proto;
 
@@ -45,20 +46,8 @@ void append_utf8(std::string& s, uint32_t cp) {
   }
 }
 
-// GPT-2's byte-to-character map: printable bytes stand for themselves, the rest for U+0100 on.
-std::string byte_char(uint8_t b) {
-  const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  uint32_t cp = b;
-  if (!printable) {
-    uint32_t n = 0;
-    for (uint32_t c = 0; c < b; ++c)
-      if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) ++n;
-    cp = 0x100 + n;
-  }
-  std::string s;
-  append_utf8(s, cp);
-  return s;
-}
+// GPT-2's byte-to-character map, as the router tests' tiny vocabulary has it.
+using sy::test::tiny_vocab_detail::byte_char;
 
 void add_token(proto::tokenizer_spec& s, std::string text, int32_t type, float score = 0.f) {
   s.tokens.push_back(std::move(text));
