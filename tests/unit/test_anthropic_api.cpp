@@ -106,7 +106,7 @@ TEST_CASE("anthropic: tool_choice maps to OpenAI's choices") {
   CHECK(named.named == "f");
 }
 
-TEST_CASE("anthropic: count_tokens needs no max_tokens; messages do") {
+TEST_CASE("anthropic: count_tokens needs no max_tokens, messages do") {
   CHECK(parse_ok(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true).model == "m");
   const api_error e = parse_err(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
   CHECK(e.status == 400);
