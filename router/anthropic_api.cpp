@@ -189,6 +189,24 @@ ordered_json translate(const ordered_json& doc, bool count_only) {
     out["tools"] = std::move(tools);
   }
   if (const ordered_json* c = field(doc, "tool_choice")) translate_tool_choice(*c, out);
+  // Structured outputs: output_config.format (or the older top-level output_format), a JSON
+  // Schema the text must match, decoded under its grammar as response_format json_schema is.
+  // output_config.effort is ignored.
+  const ordered_json* format = field(doc, "output_format");
+  if (const ordered_json* oc = field(doc, "output_config")) {
+    if (!oc->is_object()) wrong_type("output_config", "an object", *oc);
+    if (const ordered_json* f = field(*oc, "format")) format = f;
+  }
+  if (format != nullptr) {
+    if (!format->is_object()) wrong_type("output_config.format", "an object", *format);
+    if (string_field(*format, "type", "output_config.format") != "json_schema")
+      reject("output_config.format.type", "'output_config.format.type' must be 'json_schema'");
+    const ordered_json* schema = field(*format, "schema");
+    if (schema == nullptr)
+      reject("output_config.format.schema", "'output_config.format.schema' is required", "missing_required_parameter");
+    out["response_format"] =
+        ordered_json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+  }
   if (const ordered_json* th = field(doc, "thinking")) {
     const ordered_json* type = th->is_object() ? field(*th, "type") : nullptr;
     if (type == nullptr || !type->is_string() || *type != "disabled")
@@ -209,8 +227,11 @@ api_error anthropic_names(api_error e) {
     replace_all(*s, ".function.parameters", ".input_schema");
     replace_all(*s, ".function.name", ".name");
     replace_all(*s, "'stop'", "'stop_sequences'");
+    replace_all(*s, "response_format.json_schema.schema", "output_config.format.schema");
+    replace_all(*s, "'response_format' must be text", "'output_config.format' must be left out");
   }
   if (e.param == "stop") e.param = "stop_sequences";
+  if (e.param == "response_format") e.param = "output_config.format";
   return e;
 }
 

@@ -3,7 +3,7 @@ router to the real SmolLM2 worker (docs/router.md, "Anthropic Messages API"). A 
 system prompt; a stream that adds up to the same text at temperature 0 (live, and replayed from
 the response cache); stop reasons max_tokens and stop_sequence; a tool forced by tool_choice
 {"type": "tool"} whose input validates against its input_schema, streamed or not; a tool_result
-turn taken back; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
+turn taken back; output_config.format decoded under its JSON Schema; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
 or Authorization: Bearer; errors in Anthropic's shape (missing max_tokens, unsupported blocks,
 a bad key).
 """
@@ -175,6 +175,18 @@ def test_tool_result_turn_is_taken(client):
     turns[-1]["content"][0]["is_error"] = True
     r = client.messages.create(model=MODEL_ID, max_tokens=4, messages=turns, tools=TOOLS, extra_body=LIVE)
     assert r.type == "message"
+
+
+def test_output_config_format_gives_json_of_the_schema(client):
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                               "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    for seed in range(2):
+        m = client.messages.create(model=MODEL_ID, max_tokens=128, messages=[{"role": "user", "content": "Paris?"}],
+                                   output_config={"format": {"type": "json_schema", "schema": schema}},
+                                   extra_body={"temperature": 1.0, "seed": seed, "cache": False})
+        assert m.stop_reason == "end_turn", m
+        jsonschema.validate(json.loads(text_of(m)), schema)
 
 
 def test_count_tokens_equals_usage(client):

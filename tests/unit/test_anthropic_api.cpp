@@ -106,6 +106,24 @@ TEST_CASE("anthropic: tool_choice maps to OpenAI's choices") {
   CHECK(named.named == "f");
 }
 
+TEST_CASE("anthropic: output_config.format is a JSON Schema the text is decoded under") {
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}],
+    "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object",
+      "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "required": ["b", "a"]}}}})");
+  CHECK(g.constraint.kind == "json_schema");
+  CHECK(g.constraint.schema.find(R"("b")") < g.constraint.schema.find(R"("a")"));  // the client's order
+  CHECK(parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                     "output_format": {"type": "json_schema", "schema": {"type": "object"}}})")
+            .constraint.kind == "json_schema");
+  CHECK(parse_err(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                      "output_config": {"format": {"type": "text"}}})")
+            .param == "output_config.format.type");
+  CHECK(parse_err(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                      "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
+                      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}})")
+            .param == "output_config.format");
+}
+
 TEST_CASE("anthropic: count_tokens needs no max_tokens, messages do") {
   CHECK(parse_ok(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true).model == "m");
   const api_error e = parse_err(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
