@@ -3,7 +3,8 @@ router to the real SmolLM2 worker (docs/router.md, "Anthropic Messages API"). A 
 system prompt; a stream that adds up to the same text at temperature 0 (live, and replayed from
 the response cache); stop reasons max_tokens and stop_sequence; a tool forced by tool_choice
 {"type": "tool"} whose input validates against its input_schema, streamed or not; a tool_result
-turn taken back; output_config.format decoded under its JSON Schema; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
+turn taken back; output_config.format decoded under its JSON Schema; the raw stream's event
+lines, and a deadline mid-stream ending in an `error` event; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
 or Authorization: Bearer; errors in Anthropic's shape (missing max_tokens, unsupported blocks,
 a bad key).
 """
@@ -206,6 +207,45 @@ def check_error(status, raw, want_status, want_type, mentions):
 def post(cluster, body, path="/v1/messages", key=KEY, bearer=False):
     headers = {"Authorization": "Bearer " + key} if bearer else {"x-api-key": key}
     return cluster.post(path, body, headers=headers)
+
+
+def sse_events(raw):
+    """(event, data) of each SSE event of a raw body; every event has its event line and JSON data."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        name, data = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
+        assert data["type"] == name, block
+        out.append((name, data))
+    return out
+
+
+def test_raw_stream_has_event_lines(cluster):
+    status, headers, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 8, "messages": HELLO, "stream": True,
+                                          **LIVE})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    names = [n for n, _ in events if n != "ping"]
+    assert names[0] == "message_start" and names[1] == "content_block_start", names
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"], names
+    assert events[0][1]["message"]["usage"]["input_tokens"] > 0
+    assert events[-2][1]["usage"]["output_tokens"] == 8 and events[-2][1]["delta"]["stop_reason"] == "max_tokens"
+
+
+def test_deadline_mid_stream_ends_in_an_error_event(cluster):
+    # A deadline (Switchyard's "timeout") that passes while generating: a stream already started
+    # ends with Anthropic's error event, one not yet started gets the error as a response.
+    status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 1900, "messages": HELLO, "stream": True,
+                                    "timeout": 0.3, "cache": False, "temperature": 1.0, "top_k": 0})
+    if status != 200:
+        check_error(status, raw, 504, json.loads(raw)["error"]["type"], "")
+        return
+    events = sse_events(raw)
+    assert events[-1][0] == "error", [n for n, _ in events][-3:]
+    assert events[-1][1]["error"]["message"]
 
 
 def test_bearer_key_works_as_well(cluster):
