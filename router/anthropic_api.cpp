@@ -310,14 +310,16 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
   auto st = std::make_shared<anthropic_state>();
   st->input_tokens = input_tokens;
   st->stop_sequences = g.sampling.stop;
+  st->constrained = !g.constraint.kind.empty();
   if (meta.tools) st->tools.emplace(*meta.tools);
   meta.anthropic = std::move(st);
 }
 
-std::string anthropic_stop_reason(std::string_view finish, bool called, bool has_stop_sequences) {
+std::string anthropic_stop_reason(const anthropic_state& st, std::string_view finish, bool called) {
   if (finish == "length") return "max_tokens";
   if (called) return "tool_use";
-  if (finish == "stop" && has_stop_sequences) return "stop_sequence";
+  if (finish == "stop" && !st.stop_sequences.empty() && !st.constrained && st.ended_on_eog != true)
+    return "stop_sequence";
   return "end_turn";
 }
 
@@ -341,7 +343,7 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   } else if (!c.text.empty()) {
     content.push_back(ordered_json{{"type", "text"}, {"text", c.text}});
   }
-  const std::string stop_reason = anthropic_stop_reason(c.finish_reason, called, !st.stop_sequences.empty());
+  const std::string stop_reason = anthropic_stop_reason(st, c.finish_reason, called);
   ordered_json j = ordered_json::object();
   j["id"] = meta.id;
   j["type"] = "message";
@@ -389,7 +391,7 @@ std::string anthropic_chunk(const response_meta& meta, std::string_view text, st
   }
   if (!finish_reason.empty()) {
     close_block(st, out);
-    st.stop_reason = anthropic_stop_reason(finish_reason, st.called, !st.stop_sequences.empty());
+    st.stop_reason = anthropic_stop_reason(st, finish_reason, st.called);
   }
   if (out.empty()) emit(out, "ping", ordered_json{{"type", "ping"}});  // nothing new: a keep-alive
   return out;

@@ -34,6 +34,11 @@ struct anthropic_state {
   uint32_t input_tokens = 0;
   std::vector<std::string> stop_sequences;
   std::optional<tool_call_stream> tools;  // set when tools are offered (meta.tools)
+  bool constrained = false;               // decoded under a grammar (a schema, an enforced tool)
+  // Set by the dispatcher when the choice ends with "stop": whether its last token was an
+  // end-of-generation token (the end of the turn) or not (a stop string, or a grammar's end).
+  // Unknown for an answer replayed from the cache or joined after it ended.
+  std::optional<bool> ended_on_eog;
   // Stream position.
   bool started = false;       // message_start sent
   int32_t open_block = -1;    // index of the content block open, -1: none
@@ -50,9 +55,10 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
 
 // "end_turn", "max_tokens", "stop_sequence" or "tool_use" for a choice's finish reason. The
 // worker reports one reason, "stop", for the end of turn and for a stop string: a request that
-// gave stop_sequences and stopped is reported as stop_sequence, naming its first sequence
-// (docs/router.md, "Anthropic Messages API").
-std::string anthropic_stop_reason(std::string_view finish, bool called, bool has_stop_sequences);
+// gave stop_sequences and stopped on a token that does not end the turn (ended_on_eog false, or
+// unknown) is reported as stop_sequence, naming its first sequence, unless it was decoded under
+// a grammar (docs/router.md, "Anthropic Messages API").
+std::string anthropic_stop_reason(const anthropic_state& st, std::string_view finish, bool called);
 
 // The formatting openai_api.cpp's functions hand over to when meta.anthropic is set. Each
 // stream function returns SSE events with their own `event:` lines (http_exchange::send_event

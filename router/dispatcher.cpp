@@ -2,6 +2,7 @@
 
 #include "common/kv_hash.hpp"
 #include "router/answers.hpp"
+#include "router/anthropic_api.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -506,6 +507,13 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   if (!r.req.stream) {
     cs.text += text;
     for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
+  }
+  if (fr == finish_reason::stop && !cs.tokens.empty() && r.model) {
+    // The Anthropic API tells a stop string from the end of the turn, which the worker both ends
+    // with "stop": only the end of the turn's last token is an end-of-generation token.
+    const bool eog = r.model->tok.is_eog(cs.tokens.back());
+    for (listener& l : a.listeners)
+      if (l.r->meta.anthropic) l.r->meta.anthropic->ended_on_eog = eog;
   }
   if (!text.empty() || !lps.empty() || done) {
     for (listener& l : a.listeners) {

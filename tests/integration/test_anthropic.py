@@ -131,6 +131,19 @@ def test_stop_sequence_stop_reason(client):
     assert s.stop_reason == "stop_sequence" and s.stop_sequence == seq and text_of(s) == text_of(m)
 
 
+def test_end_of_turn_with_stop_sequences_is_end_turn(client):
+    # The worker ends a turn and a stop string alike ("stop"); the turn's end-of-generation token
+    # tells them apart.
+    kw = dict(model=MODEL_ID, max_tokens=400, messages=[{"role": "user", "content": "Say hello."}], extra_body=LIVE)
+    plain = client.messages.create(**kw)
+    if plain.stop_reason != "end_turn":
+        pytest.skip("the model did not end its turn within max_tokens")
+    for stream in (False, True):
+        m = (stream_message(client, stop_sequences=["zzqqxx"], **kw)[0] if stream
+             else client.messages.create(stop_sequences=["zzqqxx"], **kw))
+        assert m.stop_reason == "end_turn" and m.stop_sequence is None and text_of(m) == text_of(plain)
+
+
 def tool_uses(message):
     return [b for b in message.content if b.type == "tool_use"]
 

@@ -190,8 +190,17 @@ TEST_CASE("anthropic: a response is an Anthropic message") {
   CHECK(j["usage"] == json::parse(R"({"input_tokens": 7, "output_tokens": 3})"));
   c.finish_reason = "length";
   CHECK(json::parse(router::format_response(meta, {c}, {7, 3, 0}))["stop_reason"] == "max_tokens");
-  CHECK(router::anthropic_stop_reason("stop", false, false) == "end_turn");
-  CHECK(router::anthropic_stop_reason("stop", true, true) == "tool_use");
+  router::anthropic_state st;
+  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
+  st.stop_sequences = {"END"};
+  CHECK(router::anthropic_stop_reason(st, "stop", true) == "tool_use");
+  CHECK(router::anthropic_stop_reason(st, "stop", false) == "stop_sequence");  // unknown: the sequence
+  st.ended_on_eog = true;  // the dispatcher saw the end-of-generation token
+  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
+  st.ended_on_eog = false;
+  CHECK(router::anthropic_stop_reason(st, "stop", false) == "stop_sequence");
+  st.constrained = true;  // a grammar's end, not a stop string
+  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
 }
 
 TEST_CASE("anthropic: a stream is message_start, blocks, message_delta, message_stop") {
