@@ -152,6 +152,76 @@ def sse_request(url, body, timeout=300):
     return ttft if ttft is not None else e2e, e2e, cache
 
 
+def plain_sweep(url, concurrency, count, isl, osl):
+    """The sweep with a plain client instead of aiperf: `count` streaming /v1/completions requests,
+    `concurrency` at a time, each `isl` random token ids as the prompt and `osl` new tokens
+    (ignore_eos). Output tokens are the servers' own counts (the usage of the last chunk, else one
+    per chunk), not a re-tokenization of the text: a random-weight model's text re-tokenizes to far
+    fewer tokens than were generated, which makes aiperf's figures meaningless on such files."""
+    import random
+    import threading
+    host, port = url.split("//")[1].split(":")
+    rng = random.Random(12345)
+    prompts = [[rng.randrange(1000, 20000) for _ in range(isl)] for _ in range(count)]
+    lock, results, next_i = threading.Lock(), [], [0]
+
+    def one(prompt):
+        body = {"model": SERVED, "prompt": prompt, "max_tokens": osl, "ignore_eos": True, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        c = http.client.HTTPConnection(host, int(port), timeout=900)
+        t0 = time.perf_counter()
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = c.getresponse()
+        if resp.status != 200:
+            return {"error": f"{resp.status} {resp.read()[:200]}"}
+        ttft, chunks, usage = None, 0, None
+        for raw in resp:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            if d.get("usage"):
+                usage = d["usage"].get("completion_tokens")
+            if d.get("choices"):
+                chunks += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+        e2e = time.perf_counter() - t0
+        c.close()
+        n = usage or chunks
+        return {"ttft": ttft or e2e, "e2e": e2e, "tokens": n}
+
+    def client():
+        while True:
+            with lock:
+                if next_i[0] >= count:
+                    return
+                i = next_i[0]
+                next_i[0] += 1
+            r = one(prompts[i])
+            with lock:
+                results.append(r)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [r for r in results if "error" not in r]
+    tokens = sum(r["tokens"] for r in ok)
+    q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] if xs else None  # noqa: E731
+    tpot = [(r["e2e"] - r["ttft"]) / (r["tokens"] - 1) for r in ok if r["tokens"] > 1]
+    return {"concurrency": concurrency, "requests": len(ok), "errors": len(results) - len(ok),
+            "output_tokens": tokens, "output_throughput": tokens / wall if wall > 0 else 0.0,
+            "p50_ttft_ms": 1000 * q([r["ttft"] for r in ok], 0.5), "p99_ttft_ms": 1000 * q([r["ttft"] for r in ok], 0.99),
+            "avg_ttft_ms": 1000 * sum(r["ttft"] for r in ok) / len(ok) if ok else None,
+            # Per request, (E2E - TTFT) / (tokens - 1): the mean gap between its tokens (the plots' ITL).
+            "p50_itl_ms": 1000 * q(tpot, 0.5) if tpot else None, "p99_itl_ms": 1000 * q(tpot, 0.99) if tpot else None,
+            "avg_itl_ms": 1000 * sum(tpot) / len(tpot) if tpot else None, "wall_s": wall}
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if xs else None
@@ -212,6 +282,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="worker threads = llama-server -t")
     ap.add_argument("--llama-server", default=LLAMA_SERVER)
     ap.add_argument("--workloads", default="sweep,prefix,cache", help="which of sweep, prefix, cache to run")
+    ap.add_argument("--client", choices=["aiperf", "plain"], default="aiperf",
+                    help="the sweep's load generator: aiperf, or a plain client counting the servers' tokens "
+                    "(for random-weight models, whose text aiperf cannot re-tokenize into the same count)")
     ap.add_argument("--guidellm", action="store_true", help="also run guidellm (its own venv)")
     ap.add_argument("--out", default=os.path.join(BUILD, "bench-report"))
     ap.add_argument("--img", help="copy the PNGs here when each is under 200 KB (docs/img)")
@@ -243,12 +316,16 @@ def main():
             for name in order:
                 before = router.metrics() if name == "switchyard" else None
                 count = max(a.min_requests, 2 * c)
-                row = aiperf(bin_dir, servers[name], tokenizer, os.path.join(a.out, f"aiperf-{name}-c{c}"), c, count,
-                             a.isl, a.osl)
+                if a.client == "plain":
+                    row = plain_sweep(servers[name], c, count, a.isl, a.osl)
+                else:
+                    row = aiperf(bin_dir, servers[name], tokenizer, os.path.join(a.out, f"aiperf-{name}-c{c}"), c,
+                                 count, a.isl, a.osl)
                 if before is not None:
                     row.update(router_latency(router, before))
                 report["sweep"][name].append(row)
-                print(f"sweep {name} c={c}: {row['output_throughput']:.1f} tok/s, TTFT p50 {row['p50_ttft_ms']:.0f} ms",
+                print(f"sweep {name} c={c}: {row['output_throughput']:.1f} tok/s, TTFT p50 {row['p50_ttft_ms']:.0f} ms"
+                      + (f", TPOT p50 {row['p50_itl_ms']:.0f} ms, {row['errors']} errors" if a.client == "plain" else ""),
                       flush=True)
         for name, url in servers.items() if "prefix" in workloads else []:
             pc = a.prefix_concurrency
