@@ -16,17 +16,9 @@ import pytest
 
 from cluster import MODEL_ID, Router, Redis
 from worker_client import Worker
+from tool_schemas import WEATHER
 
 KEY = "sk-anthropic-test"
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
 TOOLS = [{"name": "get_weather", "description": "The current weather in a city", "input_schema": WEATHER}]
 QUESTION = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 HELLO = [{"role": "user", "content": "Write one sentence about the sea."}]

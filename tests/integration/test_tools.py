@@ -13,16 +13,8 @@ import pytest
 
 from cluster import MODEL_ID, Router, Redis
 from worker_client import Worker
+from tool_schemas import WEATHER
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
 TIME = {
     "type": "object",
     "properties": {"zone": {"type": "string", "maxLength": 40}},
