@@ -243,8 +243,10 @@ def test_raw_stream_has_event_lines(cluster):
 def test_deadline_mid_stream_ends_in_an_error_event(cluster):
     # A deadline (Switchyard's "timeout") that passes while generating: a stream already started
     # ends with Anthropic's error event, one not yet started gets the error as a response.
+    # ignore_eos: the answer cannot end on its own before the deadline.
     status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 1900, "messages": HELLO, "stream": True,
-                                    "timeout": 0.3, "cache": False, "temperature": 1.0, "top_k": 0})
+                                    "timeout": 0.3, "cache": False, "temperature": 1.0, "top_k": 0,
+                                    "ignore_eos": True})
     if status != 200:
         check_error(status, raw, 504, json.loads(raw)["error"]["type"], "")
         return
