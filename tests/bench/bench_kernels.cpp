@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,15 +30,7 @@ struct family {
 };
 
 std::vector<uint8_t> random_weights(weight_type t, int64_t rows, int64_t cols) {
-  if (is_k_quant(t)) return amx_test::random_k_weights(t, rows, cols);
-  // Blocks of 32: random bytes with a sane fp16 scale first (q4_0: 18 bytes, q8_0: 34).
-  std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  std::mt19937 r(7);
-  for (auto& b : w) b = static_cast<uint8_t>(r());
-  const size_t bb = row_bytes(t, 32);
-  const uint16_t d = fp32_to_fp16(0.01f);
-  for (size_t o = 0; o + bb <= w.size(); o += bb) std::memcpy(&w[o], &d, 2);
-  return w;
+  return is_k_quant(t) ? amx_test::random_k_weights(t, rows, cols) : amx_test::random_int_weights(t, rows, cols);
 }
 
 double best_seconds(const linear& l, const std::vector<float>& x, int64_t n, std::vector<float>& y, thread_pool& pool) {

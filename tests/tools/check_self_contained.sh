@@ -2,8 +2,9 @@
 # Fails when the repository points outside itself (docs/engineering.md, "Self-contained sources"):
 #  1. a tracked (or new, not ignored) text file names a document that is not in the repository
 #     (design, style, reliability or benchmark notes by file name or numbered item), a section
-#     sign with a number, an issue or pull-request number ("issue 13", "PR #42"; a link to a
-#     third-party tracker, .../issues/N, is fine) or a folder beside the checkout;
+#     sign with a number, an issue or pull-request number (the word "issue", or "PR #", then
+#     digits; a link to a third-party tracker, .../issues/N, is fine) or a folder beside the
+#     checkout;
 #  2. a file under docs/ cited as `docs/NAME.md` does not exist, or a section cited as
 #     `docs/NAME.md, "Title"` (or `README, "Title"`) is not a heading of that page (a heading that
 #     starts with the quoted words counts);
