@@ -279,6 +279,12 @@ void worker_pool::expire_kv_hints(double now_s) {
   }
 }
 
+bool worker_pool::turn_before(worker_ref a, worker_ref b) const {
+  // Cyclic order starting just after the last worker dispatched to: refs above it first.
+  const bool a_next = a > last_dispatched_, b_next = b > last_dispatched_;
+  return a_next != b_next ? a_next : a < b;
+}
+
 std::optional<worker_ref> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes,
                                               std::optional<worker_ref> avoid) const {
   const worker_ref avoided = avoid.value_or(0);
@@ -290,7 +296,7 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   std::optional<worker_ref> least;
   for (const auto& [ref, v] : workers_) {
     if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
-    if (v.in_flight < min_load) {
+    if (v.in_flight < min_load || (v.in_flight == min_load && turn_before(ref, *least))) {
       min_load = v.in_flight;
       least = ref;
     }
@@ -303,7 +309,8 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   for (const auto& [ref, v] : workers_) {
     if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
     const size_t blocks = cached_blocks(ref, block_hashes);
-    if (!best || blocks > best_blocks || (blocks == best_blocks && v.in_flight < best_load)) {
+    if (!best || blocks > best_blocks ||
+        (blocks == best_blocks && (v.in_flight < best_load || (v.in_flight == best_load && turn_before(ref, *best))))) {
       best = ref;
       best_blocks = blocks;
       best_load = v.in_flight;
@@ -316,6 +323,7 @@ void worker_pool::on_dispatched(worker_ref w, std::span<const uint64_t> block_ha
   worker_view& v = get(w);
   v.in_flight++;
   v.dispatched++;
+  last_dispatched_ = w;
   v.prefix_hit_blocks += cached_blocks(w, block_hashes);
   views_[w].view.hint(block_hashes, now_s);
 }

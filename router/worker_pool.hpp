@@ -27,7 +27,9 @@
 // Choice (prefix-aware, without hot spots): among ready workers of the model with a free slot
 // (in flight < max_running + local_queue), if their loads differ by more than
 // `balance_threshold` requests the least loaded wins; otherwise the one whose prefix index
-// holds the longest run of the prompt's leading blocks wins, ties to the least loaded. That
+// holds the longest run of the prompt's leading blocks wins, ties to the least loaded. Workers
+// still tied are taken in turn (the first after the last one dispatched to, in ref order), so
+// requests that trickle in spread over idle workers instead of all landing on the first. That
 // view (router/kv_view.hpp) is the exact set of block hashes the worker holds, mirrored from
 // its kv_events, plus short-lived hints for prompts just sent there; every router replica keeps
 // the same exact view, so affinity holds whichever replica a request reaches.
@@ -177,6 +179,7 @@ class worker_pool {
 
  private:
   bool has_slot(const worker_view& v) const;
+  bool turn_before(worker_ref a, worker_ref b) const;  // a's turn comes before b's (ties in choose)
   bool silent(const worker_view& v, double now_s) const { return now_s - v.last_seen_s > cfg_.heartbeat_timeout_s; }
   worker_view& get(worker_ref w);
   void update_state(worker_view& v);  // recomputes v.state from its inputs, recording a change
@@ -191,6 +194,7 @@ class worker_pool {
   kv_view_counters kv_counters_;
   uint64_t kv_resyncs_ = 0;
   worker_ref next_ref_ = 0;
+  worker_ref last_dispatched_ = ~worker_ref{0};  // none yet: the first tie goes to the lowest ref
   std::vector<worker_change> changes_;
   uint64_t ejections_total_ = 0;
 };

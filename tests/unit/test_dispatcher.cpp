@@ -960,17 +960,17 @@ TEST_CASE("dispatcher: worker errors: invalid_request is a 400, overloaded goes 
   CHECK(b["error"]["type"] == "invalid_request_error");
   h.take();
 
-  // Worker 0 starts draining and refuses what it was sent.
+  // Both idle: the next request is worker 1's turn. It starts draining and refuses what it was sent.
   const auto c = h.request({}, 0.3);
-  auto s = submits(h.take(), 0);
+  auto s = submits(h.take(), 1);
   REQUIRE(s.size() == 1);
-  h.heartbeat(0, 0.4, /*draining=*/true);
-  h.error(0, wire(c.id, 1), proto::error_code::overloaded, 0.5);
+  h.heartbeat(1, 0.4, /*draining=*/true);
+  h.error(1, wire(c.id, 1), proto::error_code::overloaded, 0.5);
   CHECK(c.ex->log.empty());
-  s = submits(h.take(), 1);
+  s = submits(h.take(), 0);
   REQUIRE(s.size() == 1);
   CHECK(s[0].request_id == wire(c.id, 2));
-  h.tokens(1, wire(c.id, 2), 1, "ok", 1, 0.6, "stop");
+  h.tokens(0, wire(c.id, 2), 1, "ok", 1, 0.6, "stop");
   REQUIRE(c.ex->log == std::vector<std::string>{"respond"});
   CHECK(c.ex->responses[0].status == 200);
   CHECK(c.ex->body()["choices"][0]["text"] == "ok");

@@ -97,6 +97,34 @@ TEST_CASE("worker_pool: slots are max_running plus the local queue, per model") 
   CHECK_FALSE(pool.choose("m", {}).has_value());  // a draining worker takes nothing new
 }
 
+TEST_CASE("worker_pool: idle workers tied on load and prefix take requests in turn") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 1, .balance_threshold = 4});
+  std::vector<worker_ref> refs;
+  for (const char* e : {"tcp://a:1", "tcp://b:1", "tcp://c:1"}) {
+    refs.push_back(pool.add(e).ref);
+    pool.on_welcome(refs.back(), welcome_of(e, 2), 0);
+  }
+  // One request at a time, each finished before the next arrives: all three are idle at each
+  // choice, and each gets its turn (the first goes to the first joined), then round again.
+  std::vector<worker_ref> order;
+  for (int i = 0; i < 6; ++i) {
+    const auto c = pool.choose("m", {});
+    REQUIRE(c.has_value());
+    order.push_back(*c);
+    pool.on_dispatched(*c, {}, 0);
+    pool.on_finished(*c);
+  }
+  CHECK(order == std::vector<worker_ref>{refs[0], refs[1], refs[2], refs[0], refs[1], refs[2]});
+  // Load still comes first: a busy worker is passed over even when it is its turn.
+  pool.on_dispatched(refs[0], {}, 0);  // refs[0] busy; the last dispatched is refs[0]
+  CHECK(pool.choose("m", {}) == refs[1]);
+  pool.on_dispatched(refs[1], {}, 0);
+  CHECK(pool.choose("m", {}) == refs[2]);
+  pool.on_dispatched(refs[2], {}, 0);
+  pool.on_finished(refs[1]);
+  CHECK(pool.choose("m", {}) == refs[1]);  // the only idle one, though refs[0] is next in turn
+}
+
 TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is much busier") {
   worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 2});
   const worker_ref a = pool.add("tcp://a:1").ref;
