@@ -5,9 +5,9 @@
 namespace sy {
 namespace {
 
-constexpr std::string_view k_names[k_n_error_codes] = {"other",           "bad_message",        "duplicate_request",
-                                                       "unknown_version", "invalid_request",    "overloaded",
-                                                       "internal_error",  "exceeds_kv_capacity"};
+constexpr std::string_view k_names[k_n_error_codes] = {
+    "other",      "bad_message",    "duplicate_request",   "unknown_version",         "invalid_request",
+    "overloaded", "internal_error", "exceeds_kv_capacity", "embeddings_not_supported"};
 
 }  // namespace
 

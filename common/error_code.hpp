@@ -22,8 +22,10 @@ enum class error_code : uint8_t {
   // The engine's: prompt + max_tokens needs more KV blocks than the worker has. The worker
   // reports it to routers as invalid_request (it cannot fit there, whatever the load).
   exceeds_kv_capacity,
+  // An embed to a worker not started with --embeddings (the router answers 501).
+  embeddings_not_supported,
 };
-inline constexpr size_t k_n_error_codes = 8;
+inline constexpr size_t k_n_error_codes = 9;
 
 // The enumerator's name: the wire spelling.
 std::string_view name(error_code c);

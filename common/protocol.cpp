@@ -27,8 +27,9 @@ namespace sy::proto {
 
 namespace {
 
-constexpr std::string_view k_type_names[k_n_msg_types] = {"hello",  "welcome", "heartbeat", "submit",    "cancel",
-                                                          "tokens", "error",   "drain",     "kv_events", "kv_resync"};
+constexpr std::string_view k_type_names[k_n_msg_types] = {"hello",     "welcome",   "heartbeat", "submit",
+                                                          "cancel",    "tokens",    "error",     "drain",
+                                                          "kv_events", "kv_resync", "embed",     "embeddings"};
 
 // msg_type values index `message`, and each struct's k_type names its own slot.
 template <class T>
@@ -36,7 +37,7 @@ constexpr bool in_its_slot = std::is_same_v<std::variant_alternative_t<size_t(ty
 static_assert(std::variant_size_v<message> == k_n_msg_types);
 static_assert(in_its_slot<hello> && in_its_slot<welcome> && in_its_slot<heartbeat> && in_its_slot<submit> &&
               in_its_slot<cancel> && in_its_slot<tokens> && in_its_slot<error> && in_its_slot<drain>);
-static_assert(in_its_slot<kv_events> && in_its_slot<kv_resync>);
+static_assert(in_its_slot<kv_events> && in_its_slot<kv_resync> && in_its_slot<embed> && in_its_slot<embeddings>);
 
 // Deepest legitimate nesting is 5 (tokens > logprobs > entry > top > entry).
 constexpr size_t k_max_depth = 8;
@@ -49,7 +50,10 @@ size_t element_budget(msg_type t) {
     case msg_type::welcome:
       return 4 * k_max_vocab + 4096;  // tokens + token_types + scores + merges
     case msg_type::submit:
-      return k_max_prompt_tokens + 4096;
+    case msg_type::embed:
+      return k_max_prompt_tokens + k_max_embed_inputs + 4096;
+    case msg_type::embeddings:
+      return k_max_embeddings_body_bytes;  // never more elements than bytes
     default:
       return k_max_other_body_bytes;  // never more elements than bytes
   }
@@ -217,6 +221,22 @@ void fields(V& v, S& m) {
 template <class V, is<kv_resync> S>
 void fields(V& v, S& m) {
   v("reason", m.reason, {.max_bytes = k_max_reason_bytes});
+}
+
+template <class V, is<embed> S>
+void fields(V& v, S& m) {
+  v("request_id", m.request_id, {.max_bytes = k_max_id_bytes});
+  v("inputs", m.inputs, {.max_n = k_max_embed_inputs});
+  v("dimensions", m.dimensions);
+  v("priority", m.priority);
+  v("budget_ms", m.budget_ms);
+}
+
+template <class V, is<embeddings> S>
+void fields(V& v, S& m) {
+  v("request_id", m.request_id, {.max_bytes = k_max_id_bytes});
+  v("data", m.data, {.max_n = k_max_embed_inputs});
+  v("prompt_tokens", m.prompt_tokens);
 }
 
 template <class T>
@@ -547,6 +567,28 @@ void check(const tokens& m) {
   }
 }
 
+void check(const embed& m) {
+  check_request_id(m.request_id);
+  if (m.inputs.empty()) bad("inputs", "empty");
+  size_t total = 0;
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    const std::string at = "inputs[" + std::to_string(i) + "]";
+    if (m.inputs[i].empty()) bad(at, "empty");
+    check_token_ids(m.inputs[i], at.c_str());
+    total += m.inputs[i].size();
+  }
+  if (total > k_max_prompt_tokens) bad("inputs", "more than " + std::to_string(k_max_prompt_tokens) + " tokens in all");
+}
+
+void check(const embeddings& m) {
+  check_request_id(m.request_id);
+  for (size_t i = 0; i < m.data.size(); ++i) {
+    if (m.data[i].size() != m.data[0].size()) bad("data[" + std::to_string(i) + "]", "not the length of data[0]");
+    for (const float x : m.data[i])
+      if (!std::isfinite(x)) bad("data[" + std::to_string(i) + "]", "not a finite number");
+  }
+}
+
 void check(const error&) {}
 void check(const drain&) {}
 void check(const kv_resync&) {}
@@ -685,6 +727,10 @@ decode_result decode_body(msg_type t, std::string_view body) {
       return read_message<kv_events>(root, t);
     case msg_type::kv_resync:
       return read_message<kv_resync>(root, t);
+    case msg_type::embed:
+      return read_message<embed>(root, t);
+    case msg_type::embeddings:
+      return read_message<embeddings>(root, t);
   }
   return failed(decode_errc::unknown_type, t, "unhandled message type");
 }
@@ -702,7 +748,10 @@ size_t max_body_bytes(msg_type t) {
     case msg_type::welcome:
       return k_max_welcome_body_bytes;
     case msg_type::submit:
+    case msg_type::embed:
       return k_max_submit_body_bytes;
+    case msg_type::embeddings:
+      return k_max_embeddings_body_bytes;
     default:
       return k_max_other_body_bytes;
   }
@@ -718,6 +767,8 @@ std::string encode(const error& m) { return encode_record(m); }
 std::string encode(const drain& m) { return encode_record(m); }
 std::string encode(const kv_events& m) { return encode_record(m); }
 std::string encode(const kv_resync& m) { return encode_record(m); }
+std::string encode(const embed& m) { return encode_record(m); }
+std::string encode(const embeddings& m) { return encode_record(m); }
 std::string encode(const message& m) {
   return std::visit([](const auto& x) { return encode_record(x); }, m);
 }

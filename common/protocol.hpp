@@ -34,8 +34,21 @@ namespace sy::proto {
 inline constexpr uint32_t k_protocol_version = 1;
 
 // Order matches the alternatives of `message` below.
-enum class msg_type : uint8_t { hello, welcome, heartbeat, submit, cancel, tokens, error, drain, kv_events, kv_resync };
-inline constexpr size_t k_n_msg_types = 10;
+enum class msg_type : uint8_t {
+  hello,
+  welcome,
+  heartbeat,
+  submit,
+  cancel,
+  tokens,
+  error,
+  drain,
+  kv_events,
+  kv_resync,
+  embed,
+  embeddings
+};
+inline constexpr size_t k_n_msg_types = 12;
 
 // The type frame: "hello", "welcome", ... ("unknown" for an out-of-range value).
 std::string_view name(msg_type t);
@@ -45,9 +58,11 @@ std::optional<msg_type> parse_msg_type(std::string_view type_frame);
 // ---- Limits, checked by decode() -------------------------------------------------------------
 
 // Body frame size, per type: welcome carries the tokenizer (~1 MB for a 49k vocabulary),
-// submit a prompt (128k tokens x 5 bytes = 640 KB), everything else is small.
+// submit a prompt (128k tokens x 5 bytes = 640 KB), embed its inputs (as much as a submit),
+// embeddings the vectors (5 bytes a float: 2048 inputs of 1536 floats), everything else is small.
 inline constexpr size_t k_max_welcome_body_bytes = 16u << 20;
 inline constexpr size_t k_max_submit_body_bytes = 4u << 20;
+inline constexpr size_t k_max_embeddings_body_bytes = 16u << 20;
 inline constexpr size_t k_max_other_body_bytes = 256u << 10;
 size_t max_body_bytes(msg_type t);
 // The largest frame a link socket accepts (ZMQ_MAXMSGSIZE), per direction: the largest body the
@@ -73,6 +88,7 @@ inline constexpr size_t k_max_chat_template_bytes = 1u << 20;
 inline constexpr size_t k_max_name_bytes = 64;          // tokenizer model / pre names
 inline constexpr size_t k_max_kv_hashes = 8192;         // kv_events.stored and .evicted, each (senders split)
 inline constexpr size_t k_max_served_model_names = 16;  // welcome.served_model_names
+inline constexpr size_t k_max_embed_inputs = 2048;      // embed.inputs, embeddings.data
 
 // ---- Messages ----------------------------------------------------------------------------------
 // Plain structs; every field has a default, and a field missing from a body keeps it.
@@ -304,7 +320,37 @@ struct kv_resync {
   bool operator==(const kv_resync&) const = default;
 };
 
-using message = std::variant<hello, welcome, heartbeat, submit, cancel, tokens, error, drain, kv_events, kv_resync>;
+// router -> worker: the embeddings of `inputs` (POST /v1/embeddings; docs/router.md,
+// "Embeddings API"). A worker serves them when started with --embeddings; one without answers an
+// `error` with code embeddings_not_supported. The worker runs each input's prompt through the
+// forward pass (no sampling), pools the final normed hidden states (its --pooling) and
+// L2-normalizes them; the KV blocks it used are freed and never enter the prefix cache. Answered
+// by one `embeddings` message, or an `error`; a `cancel` of the same request_id drops it.
+struct embed {
+  static constexpr msg_type k_type = msg_type::embed;
+  std::string request_id;                    // non-empty, <= k_max_id_bytes; unique per router
+  std::vector<std::vector<int32_t>> inputs;  // 1..k_max_embed_inputs, each non-empty; <=
+                                             // k_max_prompt_tokens ids in all
+  uint32_t dimensions = 0;                   // the client's `dimensions`: 0 (any) or the model's size
+  int32_t priority = 0;                      // lower = more urgent
+  uint32_t budget_ms = 0;                    // as submit.budget_ms
+
+  bool operator==(const embed&) const = default;
+};
+
+// worker -> router: the answer to `embed`, one vector per input in order, each of the model's
+// hidden size and of unit length.
+struct embeddings {
+  static constexpr msg_type k_type = msg_type::embeddings;
+  std::string request_id;                // non-empty, <= k_max_id_bytes
+  std::vector<std::vector<float>> data;  // <= k_max_embed_inputs, all of one length
+  uint32_t prompt_tokens = 0;            // tokens run through the model, all inputs
+
+  bool operator==(const embeddings&) const = default;
+};
+
+using message = std::variant<hello, welcome, heartbeat, submit, cancel, tokens, error, drain, kv_events, kv_resync,
+                             embed, embeddings>;
 
 template <class T>
 inline constexpr msg_type type_of = T::k_type;
@@ -324,6 +370,8 @@ std::string encode(const error& m);
 std::string encode(const drain& m);
 std::string encode(const kv_events& m);
 std::string encode(const kv_resync& m);
+std::string encode(const embed& m);
+std::string encode(const embeddings& m);
 std::string encode(const message& m);
 
 // ---- Decoding ----------------------------------------------------------------------------------

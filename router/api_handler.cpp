@@ -4,6 +4,7 @@
 #include "router/anthropic_api.hpp"
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
+#include "router/embeddings_api.hpp"
 #include "router/router_clock.hpp"
 
 #include <algorithm>
@@ -79,7 +80,8 @@ std::string query_param(std::string_view target, std::string_view name) {
 bool charges_rate(std::string_view method) { return method == "POST"; }
 
 bool is_generation(std::string_view path) {
-  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages";
+  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages" ||
+         path == "/v1/embeddings";
 }
 
 // The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
@@ -256,7 +258,7 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
              is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
              is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
              is_detokenize = path == "/detokenize", is_messages = path == "/v1/messages",
-             is_count = path == "/v1/messages/count_tokens";
+             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings";
   if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
     const std::string& js = chart_js();
     if (js.empty()) {
@@ -268,11 +270,11 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize &&
-      !anthropic) {
+      !anthropic && !is_embeddings) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize || anthropic;
+  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
@@ -302,6 +304,10 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
   if (is_tokenize || is_detokenize) {
     prepare(ex, bytes, request_id,
             [this, ex, body, request_id, is_detokenize] { tokenizer_route(*ex, *body, request_id, is_detokenize); });
+    return;
+  }
+  if (is_embeddings) {
+    prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { embeddings(*who, ex, *body, request_id); });
     return;
   }
   if (is_count) {
@@ -447,6 +453,97 @@ void api_handler::count_tokens(http_exchange& ex, const http_request& req, const
   auto parsed = parse_anthropic_request(req.body, cfg_.limits, /*count_only=*/true);
   if (auto* e = std::get_if<api_error>(&parsed)) {
     reject(ex, *e, request_id, true);
+void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
+                             const std::string& request_id) {
+  auto parsed = parse_embedding_request(req.body, cfg_.limits);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    reject(*ex, *e, request_id);
+    return;
+  }
+  embedding_request& er = std::get<embedding_request>(parsed);
+  auto r = std::make_shared<routed_request>();
+  r->model = models_.find(er.model);
+  if (!r->model) {
+    reject(*ex,
+           models_.all().empty()
+               ? error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
+               : error_of(404, "not_found_error", "model_not_found", "the model '" + er.model + "' does not exist",
+                          "model"),
+           request_id);
+    return;
+  }
+  const model_entry& m = *r->model;
+  embedding_job job;
+  job.base64 = er.base64;
+  job.dimensions = er.dimensions;
+  try {
+    // Texts as /v1/completions tokenizes a prompt (BOS and EOS as the model adds them).
+    for (const std::string& t : er.texts) job.inputs.push_back(m.tok.encode(t));
+  } catch (const std::exception& e) {
+    reject(*ex, bad_request("input", std::string("cannot tokenize: ") + e.what()), request_id);
+    return;
+  }
+  for (auto& ids : er.token_inputs) job.inputs.push_back(std::move(ids));
+  const size_t ctx = m.context_length;
+  for (size_t i = 0; i < job.inputs.size(); ++i) {
+    const std::string param = job.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
+    const auto& ids = job.inputs[i];
+    if (ids.empty()) {
+      reject(*ex, bad_request(param, "'" + param + "' has no tokens"), request_id);
+      return;
+    }
+    for (const int32_t t : ids)
+      if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
+        reject(*ex,
+               bad_request(param, "token id " + std::to_string(t) + " is outside the vocabulary of " +
+                                      std::to_string(m.tok.vocab_size())),
+               request_id);
+        return;
+      }
+    if (ids.size() > ctx) {
+      reject(*ex,
+             bad_request(param,
+                         "this model's maximum context length is " + std::to_string(ctx) + " tokens; '" + param +
+                             "' has " + std::to_string(ids.size()) + " tokens",
+                         "context_length_exceeded"),
+             request_id);
+      return;
+    }
+    r->prompt.insert(r->prompt.end(), ids.begin(), ids.end());
+  }
+  if (r->prompt.size() > proto::k_max_prompt_tokens) {
+    reject(
+        *ex,
+        bad_request("input", "'input' has more than " + std::to_string(proto::k_max_prompt_tokens) + " tokens in all"),
+        request_id);
+    return;
+  }
+  r->embed = std::move(job);
+  r->req.model = er.model;
+  r->req.n = 1;
+  r->req.stream = false;
+  r->req.sampling.max_tokens = 0;  // nothing is generated: the queue weighs the inputs alone
+  r->req.max_tokens_given = true;
+  r->priority = er.priority.value_or(who.limits.default_priority);
+  r->who = &who;
+  r->rate_charged = req.header_checked && rate_charger_ != nullptr;
+  r->id = next_id_.fetch_add(1);
+  r->request_id = request_id;
+  r->meta.id = "embd-" + request_id;
+  r->meta.model = er.model;  // the name the client used
+  r->meta.created = unix_s_now();
+  r->timeout_s = std::min(er.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
+  r->t_received_s = steady_seconds(req.received);
+  r->t_parsed_s = steady_now_s();
+  {
+    std::lock_guard<std::mutex> lk(status_->mu);
+    status_->parse_s.observe(r->t_parsed_s - r->t_received_s);
+  }
+  r->ex = ex;
+  ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });
+  submit_(std::move(r));  // never cached: no lookup
+}
+
     return;
   }
   const generation_request& g = std::get<generation_request>(parsed);

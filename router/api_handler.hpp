@@ -102,6 +102,10 @@ class api_handler {
   void count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id);
   // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
   void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
+  // POST /v1/embeddings: parsed (router/embeddings_api.hpp), tokenized, checked against the
+  // context, then submitted like a generation (admission, tenancy, queues).
+  void embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
+                  const std::string& request_id);
                std::function<void()> work, bool anthropic = false);
   // `anthropic`: the error in Anthropic's shape (the /v1/messages routes).
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic = false);

@@ -3,6 +3,7 @@
 #include "common/kv_hash.hpp"
 #include "router/answers.hpp"
 #include "router/anthropic_api.hpp"
+#include "router/embeddings_api.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -299,6 +300,20 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   a.t_dispatched_s = now_s;
   a.t_last_frame_s = 0;  // none of this attempt yet
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
+  if (r.embed) {  // POST /v1/embeddings: one embed, answered by one embeddings message
+    proto::embed e;
+    e.request_id = wire_id(r.id, a.attempt, 0);
+    e.inputs = r.embed->inputs;
+    e.dimensions = r.embed->dimensions;
+    e.priority = r.priority;
+    if (r.timeout_s > 0)
+      e.budget_ms =
+          static_cast<uint32_t>(std::clamp((r.timeout_s - (now_s - r.t_received_s)) * 1000.0, 1.0, 4294967295.0));
+    send(a.worker, e, out);
+    pool_.on_dispatched(worker, a.block_hashes, now_s);
+    dispatch_overhead_s_.observe(std::max(0.0, now_s - r.t_parsed_s - (now_s - a.t_enqueued_s)));
+    return;
+  }
   proto::submit s;
   s.prompt = r.prompt;
   s.sampling = r.req.sampling;
@@ -363,6 +378,8 @@ void dispatcher::on_frame(worker_ref worker, std::string_view type, std::string_
   proto::message& m = decoded.value();
   if (auto* t = std::get_if<proto::tokens>(&m)) {
     on_tokens(worker, *t, now_s, t_recv_s > 0 ? t_recv_s : now_s, out);
+  } else if (auto* em = std::get_if<proto::embeddings>(&m)) {
+    on_embeddings(worker, *em, now_s);
   } else if (auto* hb = std::get_if<proto::heartbeat>(&m)) {
     pool_.on_heartbeat(worker, *hb, now_s);
   } else if (auto* w = std::get_if<proto::welcome>(&m)) {
@@ -549,6 +566,38 @@ void dispatcher::finish(active_request& a, double now_s) {
   const routed_request& r = *a.r;
   usage_info u = a.usage;
   u.completion_tokens = 0;
+void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double now_s) {
+  uint32_t c = 0;
+  active_request* ap = find_wire(m.request_id, &c);
+  if (!ap || ap->worker != worker || !ap->r->embed) {
+    late_frames_++;
+    return;
+  }
+  pool_.on_finished(worker);
+  pool_.on_request_succeeded(worker);
+  const auto owned = detach(ap->r->id);  // out of the tables before the answer goes out (see on_tokens)
+  const routed_request& r = *owned->r;
+  if (m.data.size() != r.embed->inputs.size()) {
+    internal_errors_++;
+    for (const listener& l : owned->listeners) {
+      count_status(502);
+      answer_error(l, make_error(502, "server_error", "bad_worker_answer",
+                                 "the worker sent " + std::to_string(m.data.size()) + " embeddings for " +
+                                     std::to_string(r.embed->inputs.size()) + " inputs"));
+    }
+    return;
+  }
+  e2e_s_.observe(now_s - r.t_received_s);
+  const std::string body = format_embeddings(r.meta.model, m.data, r.embed->base64, m.prompt_tokens);
+  for (const listener& l : owned->listeners) {
+    count_status(200);
+    http_response resp;
+    resp.body = body;
+    resp.headers.emplace_back("X-Request-Id", l.r->request_id);
+    l.r->ex->respond(std::move(resp));
+  }
+}
+
   for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
@@ -646,6 +695,14 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
   }
   // The worker failed it (its step threw): it may be failing everything (a black hole). The
   // requests of one failed step are one failure of the worker: counted once toward its ejection
+  if (m.code == proto::error_code::embeddings_not_supported) {  // the worker was not started with --embeddings
+    fail(*a,
+         make_error(501, "not_supported_error", "embeddings_not_supported",
+                    "the model '" + a->r->model->id +
+                        "' is not served with embeddings (its workers need --embeddings): " + m.message),
+         out);
+    return;
+  }
   // and charged once to the retry budget (each still spends one of its own attempts).
   const bool first_of_its_failure = pool_.new_failure(worker, m.failure);
   if (first_of_its_failure) on_worker_fault(worker, now_s);

@@ -141,6 +141,8 @@ class dispatcher {
   void on_tokens(worker_ref worker, const proto::tokens& m, double now_s, double t_recv_s,
                  std::vector<link_frame>& out);
   void on_worker_error(worker_ref worker, const proto::error& m, double now_s, std::vector<link_frame>& out);
+  // A worker's answer to an embed (POST /v1/embeddings): the response to each listener.
+  void on_embeddings(worker_ref worker, proto::embeddings& m, double now_s);
   void on_welcome(worker_ref worker, proto::welcome& m, double now_s, std::vector<link_frame>& out);
   // The requests dispatched to a worker that died or restarted: back to the front of the queue if
   // nothing reached the client yet, else ended with worker_lost.

@@ -15,6 +15,13 @@
 
 namespace sy::router {
 
+// POST /v1/embeddings (router/embeddings_api.hpp): the inputs' token ids and how to answer.
+struct embedding_job {
+  std::vector<std::vector<int32_t>> inputs;
+  bool base64 = false;      // encoding_format "base64"
+  uint32_t dimensions = 0;  // the client's `dimensions` (0: not given), checked by the worker
+};
+
 struct routed_request {
   uint64_t id = 0;         // router-local, unique for the process's life
   std::string request_id;  // X-Request-Id (echoed or generated)
@@ -41,6 +48,10 @@ struct routed_request {
   // cache threads backed up): generated and stored, but counted as a bypass, not a miss.
   bool cache_bypassed = false;
   std::optional<std::string> preview;  // prompt text for the dashboard (tenants that allow it)
+  // An embedding request: dispatched as an `embed` (not a submit) and answered from the worker's
+  // `embeddings`; `prompt` then holds every input's ids (its weight in the queue), `req` n = 1,
+  // no stream, max_tokens 0, and it is never cached.
+  std::optional<embedding_job> embed;
 };
 
 }  // namespace sy::router

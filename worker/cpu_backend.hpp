@@ -18,6 +18,8 @@ class cpu_backend final : public forward_backend {
 
   void run(std::span<const batch_seq> batch, std::span<const row_sampling> sampling, step_output& out) override;
   bool samples() const override { return false; }
+  void run_hidden(std::span<const batch_seq> batch, std::vector<float>& hidden) override;
+  bool has_hidden_states() const override { return true; }
   int32_t n_kv_blocks() const override { return static_cast<int32_t>(arena_.n_blocks()); }
   int32_t block_size() const override { return static_cast<int32_t>(arena_.block_size()); }
   size_t kv_bytes() const override { return arena_.bytes(); }

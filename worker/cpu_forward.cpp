@@ -224,26 +224,30 @@ void cpu_forward::ffn_block(const llama_layer& L) {
   post_norm(L.post_ffn_norm);
 }
 
-// The last residual, the output norm of the wanted rows, then the output head. The head always
-// takes the integer path, whatever the number of rows: a row's logits must not depend on how
-// many other rows share the step.
-void cpu_forward::output_logits(std::vector<float>& logits) {
+// The last residual, then the output norm of the wanted rows (into xn_'s first rows).
+void cpu_forward::final_norm() {
   const llama_hparams& hp = model_.hparams();
   const int64_t E = hp.n_embd;
   per_row([&](int64_t i) { cpu::add_inplace(x_.data() + i * E, tmp_.data() + i * E, E); });
   const int64_t n_out = static_cast<int64_t>(out_rows_.size());
   for (int64_t j = 0; j < n_out; ++j)
     cpu::rms_norm(x_.data() + out_rows_[j] * E, model_.output_norm().data(), xn_.data() + j * E, E, hp.rms_eps);
+}
+
+// The output head over the normed rows. The head always takes the integer path, whatever the
+// number of rows: a row's logits must not depend on how many other rows share the step.
+void cpu_forward::output_logits(std::vector<float>& logits) {
+  const llama_hparams& hp = model_.hparams();
+  const int64_t E = hp.n_embd;
+  final_norm();
+  const int64_t n_out = static_cast<int64_t>(out_rows_.size());
   logits.resize(static_cast<size_t>(n_out * hp.n_vocab));
   if (n_out > 0) model_.output().forward_gemv(xn_.data(), E, n_out, logits.data(), hp.n_vocab, pool_);
 }
 
-void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits) {
+bool cpu_forward::run_layers(std::span<const batch_seq> batch, kv_arena& kv) {
   plan_rows(batch, kv);
-  if (rows_.empty()) {
-    logits.clear();
-    return;
-  }
+  if (rows_.empty()) return false;
   size_buffers(batch);
   const int64_t E = model_.hparams().n_embd;
   for (size_t i = 0; i < rows_.size(); ++i) model_.embed(rows_[i].token, x_.data() + static_cast<int64_t>(i) * E);
@@ -251,7 +255,25 @@ void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vecto
     attention_block(l, batch, kv);
     ffn_block(model_.layers()[static_cast<size_t>(l)]);
   }
+  return true;
+}
+
+void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits) {
+  if (!run_layers(batch, kv)) {
+    logits.clear();
+    return;
+  }
   output_logits(logits);
+}
+
+void cpu_forward::run_hidden(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& hidden) {
+  if (!run_layers(batch, kv)) {
+    hidden.clear();
+    return;
+  }
+  final_norm();
+  const int64_t E = model_.hparams().n_embd;
+  hidden.assign(xn_.begin(), xn_.begin() + static_cast<int64_t>(out_rows_.size()) * E);
 }
 
 }  // namespace sy

@@ -38,6 +38,9 @@ class cpu_forward {
   // n_vocab per requested token, in batch order. Token ids must be < n_vocab (checked by the
   // caller at admission; asserted here).
   void run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits);
+  // As run(), but `hidden` gets the final hidden state after the output norm (what the output
+  // head would read) of each of those rows, [n][n_embd]: embeddings (forward_backend::run_hidden).
+  void run_hidden(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& hidden);
 
  private:
   // One row of the activations: a token of the step.
@@ -55,6 +58,10 @@ class cpu_forward {
   void attend(int64_t l, std::span<const batch_seq> batch, kv_arena& kv);
   void ffn_block(const llama_layer& L);
   void post_norm(const std::vector<float>& norm);
+  // Every layer over the planned rows; false when the batch has no rows.
+  bool run_layers(std::span<const batch_seq> batch, kv_arena& kv);
+  // The last residual, then the output norm of the wanted rows into xn_ (rows 0..n_out).
+  void final_norm();
   void output_logits(std::vector<float>& logits);
   // y = x W^T for every row, several layers sharing the input `x` at once.
   void linears(std::initializer_list<cpu::linear_out> outs, const float* x, int64_t ldx);

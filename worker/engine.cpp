@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
@@ -126,8 +127,137 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
 
 bool engine::cancel(const std::string& id) {
   auto it = by_name_.find(id);
-  if (it == by_name_.end()) return false;
+  if (it == by_name_.end()) {
+    const auto job = std::find_if(embeds_.begin(), embeds_.end(), [&](const embed_job& j) { return j.name == id; });
+    if (job == embeds_.end()) return false;
+    embeds_.erase(job);
+    return true;
+  }
   return sched_.cancel(it->second, finish_reason::cancelled);
+}
+
+std::optional<submit_error> engine::submit_embedding(const std::string& id, std::vector<std::vector<token_id>> inputs) {
+  if (config_.pooling == embedding_pooling::none)
+    return submit_error{error_code::embeddings_not_supported,
+                        "this worker does not serve embeddings (start it with --embeddings)"};
+  if (!backend_->has_hidden_states())
+    return submit_error{error_code::embeddings_not_supported,
+                        "this worker's backend (" + backend_->describe() + ") does not compute embeddings"};
+  if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
+  if (by_name_.count(id) ||
+      std::any_of(embeds_.begin(), embeds_.end(), [&](const embed_job& j) { return j.name == id; }))
+    return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
+  if (inputs.empty()) return submit_error{error_code::invalid_request, "no input"};
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    const std::string at = "input " + std::to_string(i);
+    if (in.empty()) return submit_error{error_code::invalid_request, at + " is empty"};
+    for (const token_id t : in)
+      if (t < 0 || t >= n_vocab)
+        return submit_error{error_code::invalid_request, at + " has the token id " + std::to_string(t) +
+                                                             ", outside the vocabulary (0.." +
+                                                             std::to_string(n_vocab - 1) + ")"};
+    if (static_cast<int64_t>(in.size()) > config_.max_context)
+      return submit_error{error_code::invalid_request, at + " has " + std::to_string(in.size()) +
+                                                           " tokens, more than the context length (" +
+                                                           std::to_string(config_.max_context) + ")"};
+    if ((static_cast<int64_t>(in.size()) + config_.block_size - 1) / config_.block_size > config_.n_kv_blocks)
+      return submit_error{error_code::exceeds_kv_capacity, at + " needs more KV blocks than this worker has (" +
+                                                               std::to_string(config_.n_kv_blocks) + " blocks of " +
+                                                               std::to_string(config_.block_size) + " tokens)"};
+  }
+  embed_job job;
+  job.name = id;
+  job.inputs = std::move(inputs);
+  job.done.id = id;
+  embeds_.push_back(std::move(job));
+  return std::nullopt;
+}
+
+void engine::take_embeddings(std::vector<embedding_event>& out) {
+  for (auto& e : embeds_done_) out.push_back(std::move(e));
+  embeds_done_.clear();
+}
+
+void engine::run_embeddings() {
+  if (embeds_.empty()) return;
+  embed_job& job = embeds_.front();
+  const int64_t bs = config_.block_size, E = model_.hparams().n_embd;
+  const bool last = config_.pooling == embedding_pooling::last;
+  // The inputs of this step: from the first not yet run, within the step's token budget (one
+  // input at least).
+  const size_t first = job.done.data.size();
+  size_t end = first;
+  int64_t tokens = 0, blocks = 0;
+  while (end < job.inputs.size()) {
+    const int64_t n = static_cast<int64_t>(job.inputs[end].size());
+    if (end > first && tokens + n > config_.sched.max_tokens_per_step) break;
+    tokens += n;
+    blocks += (n + bs - 1) / bs;
+    ++end;
+  }
+  auto got = pool_.allocate(static_cast<int32_t>(blocks));
+  if (!got && end > first + 1) {  // the blocks for the first input alone, then
+    end = first + 1;
+    tokens = static_cast<int64_t>(job.inputs[first].size());
+    blocks = (tokens + bs - 1) / bs;
+    got = pool_.allocate(static_cast<int32_t>(blocks));
+  }
+  if (!got) return;  // running requests hold the blocks: a later step, when they have finished
+  const std::vector<block_id> ids = std::move(*got);
+  // Never registered under a hash: released, they are free (no prefix-cache entry).
+  try {
+    batch_.clear();
+    size_t b0 = 0;
+    for (size_t i = first; i < end; ++i) {
+      const auto& in = job.inputs[i];
+      const size_t nb = (in.size() + static_cast<size_t>(bs) - 1) / static_cast<size_t>(bs);
+      batch_seq b;
+      b.tokens = in;
+      b.pos0 = 0;
+      b.block_ids = std::span<const int32_t>(ids.data() + b0, nb);
+      b.all_logits = !last;
+      b.logits = true;
+      b.n_prompt = static_cast<int64_t>(in.size());
+      batch_.push_back(b);
+      b0 += nb;
+    }
+    backend_->run_hidden(batch_, hidden_);
+    const size_t rows = last ? end - first : static_cast<size_t>(tokens);
+    if (hidden_.size() != rows * static_cast<size_t>(E))
+      throw std::logic_error("engine: the backend returned " + std::to_string(hidden_.size()) +
+                             " hidden-state floats for " + std::to_string(rows) + " rows");
+  } catch (...) {
+    pool_.release(ids);
+    throw;
+  }
+  pool_.release(ids);
+  stats_.prompt_tokens += static_cast<uint64_t>(tokens);
+  size_t row = 0;
+  for (size_t i = first; i < end; ++i) {
+    const size_t n = last ? 1 : job.inputs[i].size();
+    std::vector<double> acc(static_cast<size_t>(E), 0.0);
+    for (size_t r = 0; r < n; ++r, ++row) {
+      const float* h = hidden_.data() + row * static_cast<size_t>(E);
+      for (int64_t k = 0; k < E; ++k) acc[static_cast<size_t>(k)] += h[k];
+    }
+    double norm = 0;
+    for (double& x : acc) {
+      x /= static_cast<double>(n);
+      norm += x * x;
+    }
+    norm = std::sqrt(norm);
+    std::vector<float> v(static_cast<size_t>(E));
+    for (int64_t k = 0; k < E; ++k)
+      v[static_cast<size_t>(k)] = norm > 0 ? static_cast<float>(acc[static_cast<size_t>(k)] / norm) : 0.f;
+    job.done.data.push_back(std::move(v));
+    job.done.prompt_tokens += static_cast<int64_t>(job.inputs[i].size());
+  }
+  if (job.done.data.size() == job.inputs.size()) {
+    embeds_done_.push_back(std::move(job.done));
+    embeds_.erase(embeds_.begin());
+  }
 }
 
 row_sampling engine::row_sampling_of(request_id id) const {
@@ -168,6 +298,7 @@ void engine::finish_event(request_id id, finish_reason reason, const request_usa
 void engine::step(int64_t now_ms, std::vector<request_event>& events) {
   const auto t0 = std::chrono::steady_clock::now();
   event_index_.clear();
+  run_embeddings();
   const step_plan plan = sched_.schedule(now_ms);
   for (const auto& f : plan.finished) finish_event(f.id, f.reason, f.usage, events);
   if (plan.seqs.empty()) return;

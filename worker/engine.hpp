@@ -35,6 +35,10 @@
 
 namespace sy {
 
+// Embeddings (docs/worker.md, "Embeddings"): how an input's final normed hidden states become
+// one vector. none: the engine serves no embeddings (submit_embedding refuses).
+enum class embedding_pooling : uint8_t { none, mean, last };
+
 struct engine_config {
   int32_t n_kv_blocks = 1024;                // KV arena size in blocks (a given backend's own count wins)
   int32_t block_size = 16;                   // tokens per block
@@ -42,6 +46,7 @@ struct engine_config {
   bool prefix_caching = true;                // reuse cached KV blocks of identical prompt prefixes
   cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type; q8_0 needs head_dim % 32 == 0
   scheduler_config sched;
+  embedding_pooling pooling = embedding_pooling::none;  // --embeddings / --pooling
 };
 
 // Why submit() refused a request (the caller turns it into an error message).
@@ -67,6 +72,13 @@ struct request_event {
     tokens.push_back(t);
     if (want_logprobs) logprobs.push_back(std::move(lp));
   }
+};
+
+// A finished embedding request (submit_embedding): one unit-length vector per input, in order.
+struct embedding_event {
+  std::string id;
+  std::vector<std::vector<float>> data;
+  int64_t prompt_tokens = 0;  // tokens run, all inputs
 };
 
 struct engine_stats {
@@ -106,10 +118,22 @@ class engine {
   std::optional<submit_error> submit(const std::string& id, std::vector<token_id> prompt, const sampling_params& params,
                                      int32_t priority, int64_t deadline_ms = 0, int32_t n_generated = 0,
                                      std::shared_ptr<grammar_masks> constraint = nullptr, uint64_t cache_root = 0);
-  // Cancels a live request; it is reported finished (cancelled) by the next step().
+  // Queues an embedding request: each input's prompt goes through the forward pass (no
+  // sampling) in a later step(), its final hidden states after the output norm are pooled as
+  // config().pooling says and L2-normalized. The KV blocks it takes are freed in the same step
+  // and never registered in the prefix cache. Refused (embeddings_not_supported) when the engine
+  // serves no embeddings or its backend cannot; invalid_request for an empty input, a token
+  // outside the vocabulary or an input longer than the context; exceeds_kv_capacity for one
+  // longer than the KV cache.
+  std::optional<submit_error> submit_embedding(const std::string& id, std::vector<std::vector<token_id>> inputs);
+  // The embedding requests that step() finished since the last call (appended).
+  void take_embeddings(std::vector<embedding_event>& out);
+  // Cancels a live request (a generation: reported finished, cancelled, by the next step(); an
+  // embedding request: dropped).
   bool cancel(const std::string& id);
-  bool has_work() const { return !live_.empty(); }
+  bool has_work() const { return !live_.empty() || !embeds_.empty(); }
   bool is_live(const std::string& id) const { return by_name_.count(id) != 0; }
+  int32_t embedding_size() const { return static_cast<int32_t>(model_.hparams().n_embd); }
 
   // One iteration. Appends one event per request that produced something or finished.
   void step(int64_t now_ms, std::vector<request_event>& events);
@@ -141,6 +165,14 @@ class engine {
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };
 
+  struct embed_job {
+    std::string name;
+    std::vector<std::vector<token_id>> inputs;
+    embedding_event done;  // data filled as the inputs run
+  };
+  // Runs inputs of the oldest embedding job, within one step's token budget (at least one input
+  // when blocks are free), and moves finished jobs to embeds_done_.
+  void run_embeddings();
   void finish_event(request_id id, finish_reason reason, const request_usage& usage,
                     std::vector<request_event>& events);
   request_event& event_for(request_id id, std::vector<request_event>& events);
@@ -174,6 +206,9 @@ class engine {
   std::vector<pick> picks_;
   cpu::thread_pool* sampling_pool_ = nullptr;  // the CPU engine's pool: rows sampled in parallel
   std::unordered_map<request_id, size_t> event_index_;
+  std::vector<embed_job> embeds_;  // oldest first
+  std::vector<embedding_event> embeds_done_;
+  std::vector<float> hidden_;  // run_embeddings scratch
 };
 
 }  // namespace sy

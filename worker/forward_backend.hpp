@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,13 @@ class forward_backend {
 
   // True when run() honours row_sampling::on_backend; else every row comes back as logits.
   virtual bool samples() const = 0;
+  // Embeddings (docs/worker.md, "Embeddings"): runs the batch as run() does (K/V written through
+  // the block tables) but, instead of logits, fills `hidden` with the final hidden state after
+  // the output norm (before the output head) of each row run() would return logits for,
+  // [n][n_embd] fp32, in batch order. Backends without it (has_hidden_states() false) throw
+  // std::logic_error.
+  virtual void run_hidden(std::span<const batch_seq> batch, std::vector<float>& hidden);
+  virtual bool has_hidden_states() const { return false; }
   virtual int32_t n_kv_blocks() const = 0;
   virtual int32_t block_size() const = 0;
   virtual size_t kv_bytes() const = 0;
@@ -63,5 +71,9 @@ class forward_backend {
   // "cpu", "cuda:0 (NVIDIA H200, graphs on)": for logs and benchmarks.
   virtual std::string describe() const = 0;
 };
+
+inline void forward_backend::run_hidden(std::span<const batch_seq>, std::vector<float>&) {
+  throw std::logic_error(describe() + ": this backend does not compute embeddings");
+}
 
 }  // namespace sy

@@ -62,6 +62,7 @@ void usage() {
 #endif
       "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
       "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
+      "           [--embeddings [--pooling mean|last]]   (serve POST /v1/embeddings through routers; CPU only)\n"
       "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "           [--max-step-ms MS]   (while streams decode, a step's prompt tokens fit MS; 0: off, the default)\n"
       "           [--prompt-panels per-step|resident]   (resident: the prompt GEMM's bf16 weight panels built\n"
@@ -350,10 +351,11 @@ int main(int argc, char** argv) {
     if (cmd == "bench-engine") return sy::run_bench_engine(sy::cli_args(argc, argv, 2, {}), default_model());
 #ifdef SY_NO_SERVE
     if (cmd == "serve-check")
-      return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys"}));
+      return cmd_serve_check(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys", "embeddings"}));
 #else
     if (cmd == "serve")
-      return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys"}), default_model());
+      return sy::run_serve(sy::cli_args(argc, argv, 2, {"no-prefix-cache", "allow-example-keys", "embeddings"}),
+                           default_model());
     if (cmd == "export-tokenizer") return cmd_export_tokenizer(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "keygen") return cmd_keygen(sy::cli_args(argc, argv, 2, {}));
     if (cmd == "json-grammar")

@@ -55,6 +55,8 @@ const std::vector<std::string>& serve_options() {
       "curve-secret-key",
       "curve-allowed-clients",
       "allow-example-keys",
+      "embeddings",
+      "pooling",
       "fault-inject",
   };
   return k;
@@ -75,6 +77,17 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   ec.kv_type = *kvt;
   ec.prefix_caching = !a.has("no-prefix-cache");
+  // Embeddings (docs/worker.md, "Embeddings"): served only when asked for, pooled as --pooling says.
+  if (a.has("pooling") && !a.has("embeddings")) throw std::invalid_argument("--pooling needs --embeddings");
+  if (a.has("embeddings")) {
+    const std::string p = a.get("pooling", "mean");
+    if (p != "mean" && p != "last") throw std::invalid_argument("--pooling: '" + p + "' is not one of mean, last");
+    if (dev.cuda)
+      throw std::invalid_argument(
+          "--embeddings: the CUDA backend does not compute embeddings; serve them from a CPU "
+          "worker (--device cpu)");
+    ec.pooling = p == "mean" ? embedding_pooling::mean : embedding_pooling::last;
+  }
   if (dev.cuda && ec.kv_type != cpu::kv_type::f16)
     throw std::invalid_argument("--kv-type: the CUDA backend stores K/V as f16 only");
   const int64_t block_bytes = kv_arena::block_bytes(hp.n_layer, ec.block_size, hp.kv_dim(), ec.kv_type);

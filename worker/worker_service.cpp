@@ -89,6 +89,8 @@ void worker_service::on_frame(const std::string& peer, const std::string& type, 
     heartbeat(now_ms, out);  // load right away, so a router can dispatch at once
   } else if (const auto* s = r.get_if<proto::submit>()) {
     handle_submit(peer, *s, now_ms, out);
+  } else if (const auto* em = r.get_if<proto::embed>()) {
+    handle_embed(peer, *em, out);
   } else if (const auto* c = r.get_if<proto::cancel>()) {
     counters_.cancels++;
     eng_.cancel(engine_id(peer, c->request_id));  // unknown or finished: nothing to do
@@ -145,6 +147,37 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
     o.muted = true;
   }
   o.pending.request_id = m.request_id;
+  owners_[id] = std::move(o);
+}
+
+void worker_service::handle_embed(const std::string& peer, const proto::embed& m, std::vector<out_frame>& out) {
+  counters_.embeds++;
+  if (draining_) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, proto::error_code::overloaded, "worker is draining", out);
+  }
+  if (m.dimensions != 0 && static_cast<int32_t>(m.dimensions) != eng_.embedding_size()) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, error_code::invalid_request,
+                      "dimensions " + std::to_string(m.dimensions) +
+                          " is not supported: this model's embeddings have " + std::to_string(eng_.embedding_size()) +
+                          " dimensions",
+                      out);
+  }
+  const std::string id = engine_id(peer, m.request_id);
+  std::vector<std::vector<token_id>> inputs(m.inputs.begin(), m.inputs.end());
+  if (auto err = eng_.submit_embedding(id, std::move(inputs))) {
+    counters_.rejected++;
+    if (err->code == error_code::duplicate_request)
+      return send_error(peer, m.request_id, error_code::duplicate_request,
+                        "request_id '" + m.request_id + "' is already live", out);
+    const error_code code = err->code == error_code::embeddings_not_supported ? err->code : error_code::invalid_request;
+    return send_error(peer, m.request_id, code, err->message, out);
+  }
+  owner o;
+  o.peer = peer;
+  o.request_id = m.request_id;
+  o.stream = false;
   owners_[id] = std::move(o);
 }
 
@@ -217,6 +250,19 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
       t.logprobs.clear();
     }
     if (done) owners_.erase(it);
+  }
+  embedded_.clear();
+  eng_.take_embeddings(embedded_);
+  for (auto& e : embedded_) {
+    counters_.prompt_tokens += static_cast<uint64_t>(e.prompt_tokens);
+    auto it = owners_.find(e.id);
+    if (it == owners_.end()) continue;  // its router is gone
+    proto::embeddings m;
+    m.request_id = it->second.request_id;
+    m.data = std::move(e.data);
+    m.prompt_tokens = static_cast<uint32_t>(e.prompt_tokens);
+    send(it->second.peer, m, out);
+    owners_.erase(it);
   }
   return eng_.has_work();
 }

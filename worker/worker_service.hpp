@@ -54,6 +54,7 @@ struct service_counters {
   uint64_t submits = 0;
   uint64_t rejected = 0;  // submits answered with an error
   uint64_t cancels = 0;
+  uint64_t embeds = 0;                         // embed messages (rejected ones counted in `rejected` too)
   uint64_t finished[k_n_finish_reasons] = {};  // by finish_reason (index = enum value)
   uint64_t generated_tokens = 0;
   uint64_t prompt_tokens = 0;         // of finished requests
@@ -103,6 +104,7 @@ class worker_service {
   void send_error(const std::string& peer, const std::string& request_id, error_code code, const std::string& message,
                   std::vector<out_frame>& out, uint64_t failure = 0);
   void handle_submit(const std::string& peer, const proto::submit& m, int64_t now_ms, std::vector<out_frame>& out);
+  void handle_embed(const std::string& peer, const proto::embed& m, std::vector<out_frame>& out);
   // Ends every live request with an internal_error frame and cancels it in the engine.
   void fail_all(const std::string& message, std::vector<out_frame>& out);
   // The kv publisher's messages, encoded into `out` (before a step's tokens: a router that sees
@@ -121,6 +123,7 @@ class worker_service {
   bool draining_ = false;
   service_counters counters_;
   std::vector<request_event> events_;
+  std::vector<embedding_event> embedded_;
   constraint_cache constraints_;      // compiled structured-output grammars, by request
   std::unique_ptr<kv_publisher> kv_;  // null when prefix caching is off (nothing to mirror)
   std::vector<kv_publisher::addressed> kv_out_;

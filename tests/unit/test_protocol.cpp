@@ -193,8 +193,9 @@ proto::decode_error expect_error(msg_type t, const std::string& body, decode_err
 }  // namespace
 
 TEST_CASE("protocol: type frames are the message names", "[protocol]") {
-  const char* names[] = {"hello",  "welcome", "heartbeat", "submit",    "cancel",
-                         "tokens", "error",   "drain",     "kv_events", "kv_resync"};
+  const char* names[] = {"hello", "welcome", "heartbeat", "submit",    "cancel", "tokens",
+                         "error", "drain",   "kv_events", "kv_resync", "embed",  "embeddings"};
+  static_assert(std::size(names) == proto::k_n_msg_types);
   for (size_t i = 0; i < proto::k_n_msg_types; ++i) {
     const auto t = static_cast<msg_type>(i);
     CHECK(proto::name(t) == names[i]);
@@ -209,6 +210,8 @@ TEST_CASE("protocol: type frames are the message names", "[protocol]") {
   CHECK(proto::max_body_bytes(msg_type::welcome) == 16u << 20);
   CHECK(proto::max_body_bytes(msg_type::submit) == 4u << 20);
   CHECK(proto::max_body_bytes(msg_type::heartbeat) == 256u << 10);
+  CHECK(proto::max_body_bytes(msg_type::embed) == 4u << 20);
+  CHECK(proto::max_body_bytes(msg_type::embeddings) == 16u << 20);
 }
 
 TEST_CASE("protocol: every message round-trips with every field set", "[protocol]") {
