@@ -129,6 +129,11 @@ std::string render_metrics(const metrics_snapshot& m) {
   }
   metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.",
          static_cast<double>(c.rejected));
+  metric(o, "switchyard_worker_embed_requests_total", "counter",
+         "Embedding requests received (docs/worker.md, \"Embeddings\"); refused ones are in requests_rejected too.",
+         static_cast<double>(c.embeds));
+  metric(o, "switchyard_worker_embed_requests_answered_total", "counter",
+         "Embedding requests answered with their vectors.", static_cast<double>(c.embeds_answered));
   metric(o, "switchyard_worker_messages_bad_total", "counter", "Undecodable or unexpected messages.",
          static_cast<double>(c.bad_messages));
   metric(o, "switchyard_worker_errors_sent_total", "counter", "Error messages sent to routers.",

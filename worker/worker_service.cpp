@@ -262,6 +262,7 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
     m.data = std::move(e.data);
     m.prompt_tokens = static_cast<uint32_t>(e.prompt_tokens);
     send(it->second.peer, m, out);
+    counters_.embeds_answered++;
     owners_.erase(it);
   }
   return eng_.has_work();

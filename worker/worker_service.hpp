@@ -55,6 +55,7 @@ struct service_counters {
   uint64_t rejected = 0;  // submits answered with an error
   uint64_t cancels = 0;
   uint64_t embeds = 0;                         // embed messages (rejected ones counted in `rejected` too)
+  uint64_t embeds_answered = 0;                // embeddings messages sent
   uint64_t finished[k_n_finish_reasons] = {};  // by finish_reason (index = enum value)
   uint64_t generated_tokens = 0;
   uint64_t prompt_tokens = 0;         // of finished requests

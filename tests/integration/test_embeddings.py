@@ -129,6 +129,8 @@ def test_the_kv_cache_is_left_as_it_was(client, cluster):
     assert after["switchyard_worker_kv_blocks_free"] == after["switchyard_worker_kv_blocks_total"]
     stored = 'switchyard_worker_kv_events_total{kind="stored"}'
     assert after.get(stored, 0) == before.get(stored, 0)
+    answered = "switchyard_worker_embed_requests_answered_total"
+    assert after[answered] == before[answered] + 1
 
 
 def post(cluster, body, key=KEY):
