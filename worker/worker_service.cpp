@@ -164,6 +164,17 @@ void worker_service::handle_embed(const std::string& peer, const proto::embed& m
                           " dimensions",
                       out);
   }
+  // The answer must fit one embeddings body (5 bytes a float32 in msgpack, plus each array's header).
+  const size_t per_input = 5 * static_cast<size_t>(eng_.embedding_size()) + 8;
+  const size_t max_inputs = (proto::k_max_embeddings_body_bytes - 4096) / per_input;
+  if (m.inputs.size() > max_inputs) {
+    counters_.rejected++;
+    return send_error(peer, m.request_id, error_code::invalid_request,
+                      std::to_string(m.inputs.size()) + " inputs: at most " + std::to_string(max_inputs) +
+                          " fit one answer of this model's " + std::to_string(eng_.embedding_size()) +
+                          "-dimension embeddings; split the request",
+                      out);
+  }
   const std::string id = engine_id(peer, m.request_id);
   std::vector<std::vector<token_id>> inputs(m.inputs.begin(), m.inputs.end());
   if (auto err = eng_.submit_embedding(id, std::move(inputs))) {
