@@ -532,9 +532,13 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     for (listener& l : a.listeners)
       if (l.r->meta.anthropic) l.r->meta.anthropic->ended_on_eog = eog;
   }
-  if (!text.empty() || !lps.empty() || done) {
+  // A stream's first chunk goes out with the choice's first tokens even when they make no text
+  // yet (a partial UTF-8 character, a special token): the client sees its first token when it is
+  // generated, as time to first token means. Later chunks wait for text.
+  if (!text.empty() || !lps.empty() || done || !m.token_ids.empty()) {
     for (listener& l : a.listeners) {
       if (!l.stream()) continue;
+      if (text.empty() && lps.empty() && !done && l.started[c]) continue;
       if (!l.own) {
         send_chunk(l, c, text, ends, {}, nullptr, t_recv_s);
         continue;

@@ -309,6 +309,26 @@ TEST_CASE("dispatcher: a non-streamed completion is submitted and answered once 
   CHECK(h.d.workers().at(0).in_flight == 0);
 }
 
+TEST_CASE("dispatcher: a stream's first tokens go out at once even without text; later textless ones wait") {
+  harness h;
+  start_workers(h, 1, 4);
+  const auto c = h.request({.stream = true, .chat = true}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  // The first token is half of a UTF-8 character: no text yet, but the client learns its first
+  // token was generated (the time to first token is now, not when the text completes).
+  h.tokens(0, wire(c.id, 1), 1, "", 1, 0.2);
+  REQUIRE(c.ex->events.size() == 1);
+  const json first = c.ex->event(0);
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  CHECK_FALSE(first["choices"][0]["delta"].contains("content"));
+  h.tokens(0, wire(c.id, 1), 1, "", 2, 0.3);  // still no text: nothing new to say
+  CHECK(c.ex->events.size() == 1);
+  h.tokens(0, wire(c.id, 1), 1, "\xc3\xa9", 3, 0.4);
+  REQUIRE(c.ex->events.size() == 2);
+  CHECK(c.ex->event(1)["choices"][0]["delta"]["content"] == "\xc3\xa9");
+  CHECK_FALSE(c.ex->event(1)["choices"][0]["delta"].contains("role"));
+}
+
 TEST_CASE("dispatcher: a streamed chat request gets chunks, a usage chunk, then [DONE]") {
   harness h;
   start_workers(h, 1, 4);
