@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/kquant_panels.hpp"
 
@@ -202,6 +203,56 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
 }
 
 }  // namespace
+
+void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), exp_mask = _mm512_set1_epi32(0x7f800000);
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    block_q8_K& b = y[i];
+    // The largest magnitude, and whether every value is finite (an all-ones exponent is not).
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 nonfinite = 0;
+    for (int j = 0; j < qk_k; j += 16) {
+      const __m512i bits = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + j)), abs_mask);
+      nonfinite |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exp_mask), exp_mask);
+      amax = _mm512_max_ps(amax, _mm512_castsi512_ps(bits));
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    if (nonfinite != 0 || m == 0) {  // as the scalar rule: zeros, or a NaN scale for a diverged model
+      b.d = nonfinite == 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
+      std::memset(b.qs, 0, sizeof b.qs);
+      std::memset(b.bsums, 0, sizeof b.bsums);
+      std::memset(b.sums32, 0, sizeof b.sums32);
+      continue;
+    }
+    // The first element of that magnitude gives the scale its sign (the scalar loop's strict >).
+    const __m512 mv = _mm512_set1_ps(m);
+    float vmax = 0;
+    for (int j = 0; j < qk_k; j += 16) {
+      const __m512 v = _mm512_loadu_ps(x + j);
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v), mv, _CMP_EQ_OQ);
+      if (hit != 0) {
+        vmax = x[j + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.f / vmax;
+    const __m512 is = _mm512_set1_ps(iscale);
+    for (int g = 0; g < 16; ++g) {
+      // Round to nearest even (nearbyint in the default mode); the narrowing saturates to
+      // [-128, 127] as the scalar clamp does.
+      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * g)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i q = _mm512_cvtps_epi32(r);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs + 16 * g), _mm512_cvtsepi32_epi8(q));
+      // Sums of the stored int8 values: saturation cannot change a rounded value here (|v| <= 127
+      // but for rounding slop at the extreme, which the clamp maps back to 127 / -128 alike).
+      b.bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(b.qs + 16 * g)))));
+    }
+    for (int g = 0; g < 8; ++g) b.sums32[g] = static_cast<int16_t>(b.bsums[2 * g] + b.bsums[2 * g + 1]);
+    b.d = 1.f / iscale;
+  }
+}
 
 void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                            const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/amx_emulator.hpp"
@@ -123,6 +124,43 @@ TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
           }
         }
       }
+}
+
+TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
+  if (!use_avx512_kernels()) {
+    WARN("no AVX-512 VNNI + BF16 here (" << kernel_isa_name()
+                                         << "): the quantizer cannot run; the scalar rule is checked against ggml's");
+    SUCCEED();
+    return;
+  }
+  const int64_t n = 4 * 256;
+  std::vector<std::vector<float>> rows;
+  for (int r = 0; r < 8; ++r) rows.push_back(random_floats(static_cast<size_t>(n)));
+  auto& ties = rows.emplace_back(random_floats(static_cast<size_t>(n)));
+  for (int b = 0; b < 4; ++b) {  // the same magnitude twice: the first one's sign gives the scale's
+    ties[256 * b + 17] = b % 2 ? 3.5f : -3.5f;
+    ties[256 * b + 200] = b % 2 ? -3.5f : 3.5f;
+  }
+  auto& edges = rows.emplace_back(static_cast<size_t>(n), 0.f);  // block 0 all zeros
+  edges[256 + 5] = -0.f;                                           // block 1: -0 and tiny values
+  edges[256 + 6] = 1e-30f;
+  edges[256 + 7] = -2e-30f;
+  for (int j = 0; j < 256; ++j) edges[512 + j] = (j % 3 - 1) * 1e30f;  // block 2: huge values
+  for (int j = 0; j < 256; ++j) edges[768 + j] = static_cast<float>(j % 255) - 127.f;  // ties at .5 steps
+  auto& bad = rows.emplace_back(random_floats(static_cast<size_t>(n)));
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  bad[256 + 9] = std::numeric_limits<float>::infinity();
+  bad[512 + 1] = -std::numeric_limits<float>::infinity();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    INFO("row " << r);
+    std::vector<block_q8_K> want(4), got(4);
+    quantize_row_q8_K(rows[r].data(), want.data(), n);
+    quantize_row_q8_K_avx512(rows[r].data(), got.data(), n);
+    for (int b = 0; b < 4; ++b) {
+      INFO("block " << b);
+      CHECK(std::memcmp(&want[b], &got[b], sizeof(block_q8_K)) == 0);
+    }
+  }
 }
 
 TEST_CASE("AMX K-panel loops on the tile model give the model's results bitwise") {
