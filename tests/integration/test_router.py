@@ -410,6 +410,7 @@ def test_worker_killed_mid_stream_every_request_ends():
             w.stop()
 
 
+@pytest.mark.may_skip("a descriptor ceiling below 4,200 is the machine's, not a missing package")
 def test_two_thousand_streaming_clients_then_all_disconnect():
     """2,000 concurrent SSE connections on this 2-core machine: every one is admitted and gets
     its stream headers (most wait in the router's queue); when they all go away, every request
