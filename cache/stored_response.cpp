@@ -8,7 +8,7 @@ namespace sy::cache {
 namespace {
 
 constexpr char k_magic[4] = {'S', 'Y', 'R', 'C'};
-constexpr uint8_t k_version = 1;
+constexpr uint8_t k_version = 2;  // 1: before reasoning_tokens (still read)
 
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -107,6 +107,7 @@ std::string encode(const stored_response& r) {
   w.u32(r.prompt_tokens);
   w.u32(r.completion_tokens);
   w.u32(r.cached_tokens);
+  w.u32(r.reasoning_tokens);
   w.u64(std::bit_cast<uint64_t>(r.generation_s));
   w.u64(static_cast<uint64_t>(r.created_unix_s));
   w.u32(static_cast<uint32_t>(r.choices.size()));
@@ -133,9 +134,11 @@ std::optional<stored_response> decode(std::string_view bytes) {
   uint8_t version = 0;
   uint64_t gen_bits = 0, created = 0;
   uint32_t n_choices = 0;
-  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || version != k_version) return std::nullopt;
+  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || (version != k_version && version != 1))
+    return std::nullopt;
   if (!in.u8(&r.endpoint) || !in.str(&r.model) || !in.u32(&r.prompt_tokens) || !in.u32(&r.completion_tokens) ||
-      !in.u32(&r.cached_tokens) || !in.u64(&gen_bits) || !in.u64(&created) || !in.u32(&n_choices))
+      !in.u32(&r.cached_tokens) || (version >= 2 && !in.u32(&r.reasoning_tokens)) || !in.u64(&gen_bits) ||
+      !in.u64(&created) || !in.u32(&n_choices))
     return std::nullopt;
   r.generation_s = std::bit_cast<double>(gen_bits);
   r.created_unix_s = static_cast<int64_t>(created);

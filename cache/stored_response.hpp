@@ -3,14 +3,15 @@
 // The response is kept as the pieces of text a live stream sent, so a hit on a `stream: true`
 // request can be replayed as SSE chunks of the same shape; a non-streaming hit concatenates them.
 //
-// Encoding (version 1, all integers little-endian):
-//   "SYRC" u8 version=1 | u8 endpoint | str model | u32 prompt_tokens | u32 completion_tokens |
-//   u32 cached_tokens | f64 generation_s (IEEE bits) | i64 created_unix_s |
+// Encoding (version 2, all integers little-endian):
+//   "SYRC" u8 version=2 | u8 endpoint | str model | u32 prompt_tokens | u32 completion_tokens |
+//   u32 cached_tokens | u32 reasoning_tokens | f64 generation_s (IEEE bits) | i64 created_unix_s |
 //   u32 n_choices { u32 n_deltas { str delta }* | str finish_reason | str logprobs_json }* |
 //   u64 FNV-1a-64 of every preceding byte
 // where str = u32 length + bytes. decode() accepts exactly this (no trailing bytes) and returns
 // nullopt for anything else — truncated, garbage, bit-flipped, another version — never throws
-// and never allocates more than the input could describe.
+// and never allocates more than the input could describe. Version 1 (the same without
+// reasoning_tokens, written before reasoning was split) is still read, with reasoning_tokens 0.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,8 @@ struct stored_response {
   };
   std::vector<choice> choices;
   uint32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // Of completion_tokens, those inside the model's thinking (router/reasoning.hpp).
+  uint32_t reasoning_tokens = 0;
   double generation_s = 0;     // wall time the original generation took (for "device-seconds saved")
   int64_t created_unix_s = 0;  // when the entry was made; response_cache::store stamps it when 0
 

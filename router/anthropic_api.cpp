@@ -211,6 +211,8 @@ ordered_json translate(const ordered_json& doc, bool count_only) {
     const ordered_json* type = th->is_object() ? field(*th, "type") : nullptr;
     if (type == nullptr || !type->is_string() || *type != "disabled")
       reject("thinking", "extended thinking is not supported; leave 'thinking' out or set {\"type\": \"disabled\"}");
+    // Qwen3's switch, where the template has it (docs/router.md, "Reasoning output").
+    out["chat_template_kwargs"] = ordered_json{{"enable_thinking", false}};
   }
   // metadata (user_id), service_tier, container, mcp_servers: ignored, as unknown fields are.
   return out;
@@ -279,10 +281,11 @@ void close_block(anthropic_state& st, std::string& out) {
   st.open_block = -1;
 }
 
-void open_block(anthropic_state& st, std::string& out, ordered_json block, bool is_text) {
+void open_block(anthropic_state& st, std::string& out, ordered_json block, bool is_text, bool is_thinking = false) {
   close_block(st, out);
   st.open_block = st.next_block++;
   st.open_is_text = is_text;
+  st.open_is_thinking = is_thinking;
   emit(out, "content_block_start",
        ordered_json{{"type", "content_block_start"}, {"index", st.open_block}, {"content_block", std::move(block)}});
 }
@@ -330,8 +333,14 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   const choice_result& c = choices.empty() ? none : choices.front();
   ordered_json content = ordered_json::array();
   bool called = false;
+  // A model's reasoning is a `thinking` block before the answer (no signature: nothing signs it).
+  std::optional<reasoning_split> thought;
+  if (meta.reasoning) thought = split_reasoning(*meta.reasoning, c.text);
+  const std::string_view text = thought ? std::string_view(thought->content) : std::string_view(c.text);
+  if (thought && !thought->reasoning.empty())
+    content.push_back(ordered_json{{"type", "thinking"}, {"thinking", thought->reasoning}, {"signature", ""}});
   if (meta.tools) {
-    const tool_output parsed = parse_tool_output(*meta.tools, c.text);
+    const tool_output parsed = parse_tool_output(*meta.tools, text);
     if (parsed.has_content && !parsed.content.empty())
       content.push_back(ordered_json{{"type", "text"}, {"text", parsed.content}});
     for (size_t i = 0; i < parsed.calls.size(); ++i)
@@ -340,8 +349,8 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
                                      {"name", parsed.calls[i].name},
                                      {"input", tool_input(parsed.calls[i].arguments)}});
     called = !parsed.calls.empty();
-  } else if (!c.text.empty()) {
-    content.push_back(ordered_json{{"type", "text"}, {"text", c.text}});
+  } else if (!text.empty()) {
+    content.push_back(ordered_json{{"type", "text"}, {"text", std::string(text)}});
   }
   const std::string stop_reason = anthropic_stop_reason(st, c.finish_reason, called);
   ordered_json j = ordered_json::object();
@@ -356,10 +365,19 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   return dump(j);
 }
 
-std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason) {
+std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+                            std::string_view thinking) {
   anthropic_state& st = *meta.anthropic;
   std::string out;
   message_start(meta, st, out);
+  if (!thinking.empty()) {
+    if (st.open_block < 0 || !st.open_is_thinking)
+      open_block(st, out, ordered_json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, false, true);
+    emit(out, "content_block_delta",
+         ordered_json{{"type", "content_block_delta"},
+                      {"index", st.open_block},
+                      {"delta", {{"type", "thinking_delta"}, {"thinking", std::string(thinking)}}}});
+  }
   tool_stream_delta d;
   if (st.tools) {
     d = st.tools->feed(text, !finish_reason.empty());

@@ -40,9 +40,10 @@ struct anthropic_state {
   // Unknown for an answer replayed from the cache or joined after it ended.
   std::optional<bool> ended_on_eog;
   // Stream position.
-  bool started = false;       // message_start sent
-  int32_t open_block = -1;    // index of the content block open, -1: none
-  bool open_is_text = false;  // the open block is a text block (else tool_use)
+  bool started = false;           // message_start sent
+  int32_t open_block = -1;        // index of the content block open, -1: none
+  bool open_is_text = false;      // the open block is a text block (else tool_use or thinking)
+  bool open_is_thinking = false;  // the open block is a thinking block (the model's reasoning)
   int32_t next_block = 0;
   bool called = false;      // a tool_use block went out
   std::string stop_reason;  // set by the choice's last chunk
@@ -65,7 +66,10 @@ std::string anthropic_stop_reason(const anthropic_state& st, std::string_view fi
 // writes an event that starts with "event: " as it is); several may be joined by a blank line.
 std::string anthropic_response(const response_meta& meta, const std::vector<choice_result>& choices,
                                const usage_info& usage);
-std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason);
+// `thinking`: the piece's reasoning (meta.reasoning), streamed as a `thinking` block's
+// thinking_delta before the text.
+std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+                            std::string_view thinking = {});
 std::string anthropic_stream_end(const response_meta& meta, const usage_info& usage);
 // {"type":"error","error":{"type","message"}}: the body of an error response.
 std::string anthropic_error(const api_error& e);

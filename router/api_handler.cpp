@@ -436,6 +436,10 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->meta.kind = kind;
   r->meta.want_logprobs = g.want_logprobs;
   enable_tool_calls(r->meta, g, m.tmpl.format);
+  if (kind == endpoint::chat_completions) {
+    if (const auto spec = reasoning_of(cfg_.reasoning, m.spec.chat_template, m.tok, r->prompt, g.enable_thinking))
+      enable_reasoning(r->meta, *spec);
+  }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   r->t_received_s = steady_seconds(req.received);
@@ -449,10 +453,6 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   submit_or_lookup(std::move(r), req);
 }
 
-void api_handler::count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id) {
-  auto parsed = parse_anthropic_request(req.body, cfg_.limits, /*count_only=*/true);
-  if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(ex, *e, request_id, true);
 void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                              const std::string& request_id) {
   auto parsed = parse_embedding_request(req.body, cfg_.limits);
@@ -544,6 +544,10 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   submit_(std::move(r));  // never cached: no lookup
 }
 
+void api_handler::count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id) {
+  auto parsed = parse_anthropic_request(req.body, cfg_.limits, /*count_only=*/true);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    reject(ex, *e, request_id, true);
     return;
   }
   const generation_request& g = std::get<generation_request>(parsed);

@@ -66,6 +66,7 @@ struct api_config {
   api_limits limits;
   double default_timeout_s = 600;  // deadline for requests that give no "timeout"
   double max_timeout_s = 3600;     // a client's "timeout" is clamped to this (the worker slot it holds)
+  reasoning_parser reasoning = reasoning_parser::automatic;  // --reasoning-parser
 };
 
 class api_handler {
@@ -100,12 +101,12 @@ class api_handler {
                   const std::string& request_id, bool anthropic = false);
   // POST /v1/messages/count_tokens: the prompt /v1/messages would send, counted.
   void count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id);
-  // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
-  void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
   // POST /v1/embeddings: parsed (router/embeddings_api.hpp), tokenized, checked against the
   // context, then submitted like a generation (admission, tenancy, queues).
   void embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id);
+  // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
+  void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
                std::function<void()> work, bool anthropic = false);
   // `anthropic`: the error in Anthropic's shape (the /v1/messages routes).
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic = false);

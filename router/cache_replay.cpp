@@ -7,6 +7,8 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
   u.prompt_tokens = s.prompt_tokens;
   u.completion_tokens = s.completion_tokens;
   u.cached_tokens = s.prompt_tokens;  // nothing was computed for this answer
+  // The text splits as it did live (format_*, meta.reasoning); the count was stored with it.
+  if (r.meta.reasoning) u.reasoning_tokens = s.reasoning_tokens;
   std::vector<std::pair<std::string, std::string>> headers = {{"X-Request-Id", r.request_id}, {"X-Cache", "hit"}};
   if (!r.req.stream) {
     std::vector<choice_result> choices;

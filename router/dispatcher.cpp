@@ -566,10 +566,6 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
   }
 }
 
-void dispatcher::finish(active_request& a, double now_s) {
-  const routed_request& r = *a.r;
-  usage_info u = a.usage;
-  u.completion_tokens = 0;
 void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double now_s) {
   uint32_t c = 0;
   active_request* ap = find_wire(m.request_id, &c);
@@ -602,7 +598,16 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
   }
 }
 
+void dispatcher::finish(active_request& a, double now_s) {
+  const routed_request& r = *a.r;
+  usage_info u = a.usage;
+  u.completion_tokens = 0;
   for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
+  if (r.meta.reasoning && r.model) {  // the tokens inside the thinking, by their own texts
+    u.reasoning_tokens = 0;
+    for (const auto& cs : a.choices)
+      *u.reasoning_tokens += count_reasoning_tokens(r.model->tok, *r.meta.reasoning, cs.tokens);
+  }
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
   e2e_s_.observe(now_s - r.t_received_s);
@@ -616,6 +621,7 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
+    sr.reasoning_tokens = u.reasoning_tokens.value_or(0);
     sr.generation_s = a.attempt == 0 ? 0 : now_s - a.t_dispatched_s;
     cache_->store(r.cache_key, std::move(sr));
   }
@@ -690,6 +696,14 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
     requeue(*a);
     return;
   }
+  if (m.code == proto::error_code::embeddings_not_supported) {  // the worker was not started with --embeddings
+    fail(*a,
+         make_error(501, "not_supported_error", "embeddings_not_supported",
+                    "the model '" + a->r->model->id +
+                        "' is not served with embeddings (its workers need --embeddings): " + m.message),
+         out);
+    return;
+  }
   const bool client_fault = m.code == proto::error_code::invalid_request;
   const api_error e = make_error(client_fault ? 400 : 502, client_fault ? "invalid_request_error" : "server_error",
                                  std::string(name(m.code)), "worker: " + m.message);
@@ -699,14 +713,6 @@ void dispatcher::on_worker_error(worker_ref worker, const proto::error& m, doubl
   }
   // The worker failed it (its step threw): it may be failing everything (a black hole). The
   // requests of one failed step are one failure of the worker: counted once toward its ejection
-  if (m.code == proto::error_code::embeddings_not_supported) {  // the worker was not started with --embeddings
-    fail(*a,
-         make_error(501, "not_supported_error", "embeddings_not_supported",
-                    "the model '" + a->r->model->id +
-                        "' is not served with embeddings (its workers need --embeddings): " + m.message),
-         out);
-    return;
-  }
   // and charged once to the retry budget (each still spends one of its own attempts).
   const bool first_of_its_failure = pool_.new_failure(worker, m.failure);
   if (first_of_its_failure) on_worker_fault(worker, now_s);

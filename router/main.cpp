@@ -85,6 +85,8 @@ const char* k_usage =
     "                             dispatch history (what routers did before; for comparisons)\n"
     "  --served-model-name NAME=MODEL   NAME answers for the model MODEL serves (repeatable; workers'\n"
     "                             own --served-model-name reach every router by themselves)\n"
+    "  --reasoning-parser auto|deepseek_r1|qwen3|none  split <think>...</think> off chat answers into\n"
+    "                             reasoning_content (auto: models whose chat template mentions <think>)\n"
     "  --redis URL                response cache: redis://[user:pass@]host:port/db or unix:///path?db=N\n"
     "                             (without it the cache is off)\n"
     "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
@@ -150,6 +152,7 @@ void check_flags(const cli_args& a) {
                  "max-stream-buffer-bytes",
                  "router-id",
                  "served-model-name",
+                 "reasoning-parser",
                  "help",
                  "redis",
                  "cache-ttl-s",
@@ -242,6 +245,8 @@ api_config api_flags(const cli_args& a) {
   api_config ac;
   ac.default_timeout_s = a.get_float("request-timeout-s", 600.0);
   ac.limits.max_n = static_cast<int32_t>(a.get_int("max-n", 8));
+  if (!parse_reasoning_parser(a.get("reasoning-parser", "auto"), ac.reasoning))
+    throw std::invalid_argument("--reasoning-parser must be auto, deepseek_r1, qwen3 or none");
   ac.max_timeout_s = a.get_float("max-request-timeout-s", std::max(3600.0, ac.default_timeout_s));
   if (!(ac.max_timeout_s >= ac.default_timeout_s))
     throw std::invalid_argument("--max-request-timeout-s must be >= --request-timeout-s");

@@ -337,6 +337,7 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
     r.messages.push_back(std::move(msg));
   }
   if (total_bytes == 0) reject("messages", "'messages' must not all be empty");
+  if (const json* v = field(doc, "enable_thinking")) r.enable_thinking = as_bool(*v, "enable_thinking");
   if (const json* kw = field(doc, "chat_template_kwargs")) {
     if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
     if (const auto it = kw->find("enable_thinking"); it != kw->end())
@@ -680,7 +681,22 @@ ordered_json usage_json(const usage_info& u) {
   j["completion_tokens"] = u.completion_tokens;
   j["total_tokens"] = static_cast<uint64_t>(u.prompt_tokens) + u.completion_tokens;
   j["prompt_tokens_details"] = ordered_json{{"cached_tokens", u.cached_tokens}};
+  if (u.reasoning_tokens) j["completion_tokens_details"] = ordered_json{{"reasoning_tokens", *u.reasoning_tokens}};
   return j;
+}
+
+// A message's reasoning under both names: `reasoning_content` (the first servers' name, which
+// clients read) and `reasoning` (vLLM's newer one); null when the model did not think.
+void add_reasoning(ordered_json& message, const reasoning_split& r) {
+  const ordered_json v = r.reasoned ? ordered_json(r.reasoning) : ordered_json(nullptr);
+  message["reasoning_content"] = v;
+  message["reasoning"] = v;
+}
+// A stream delta's reasoning, when this piece has some.
+void add_reasoning(ordered_json& delta, const std::string& reasoning) {
+  if (reasoning.empty()) return;
+  delta["reasoning_content"] = reasoning;
+  delta["reasoning"] = reasoning;
 }
 
 ordered_json finish_json(std::string_view finish_reason) {
@@ -867,10 +883,18 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
     ordered_json choice = ordered_json::object();
     choice["index"] = c.index;
     std::string_view finish = c.finish_reason;
+    // Reasoning first: tool calls are parsed out of the content alone.
+    std::optional<reasoning_split> thought;
+    if (chat && meta.reasoning) thought = split_reasoning(*meta.reasoning, c.text);
+    const std::string_view text = thought ? std::string_view(thought->content) : std::string_view(c.text);
+    const bool null_if_empty = thought && thought->reasoned;  // vLLM: no answer after the thinking is null
     if (chat && meta.tools) {
-      const tool_output parsed = parse_tool_output(*meta.tools, c.text);
+      const tool_output parsed = parse_tool_output(*meta.tools, text);
       ordered_json message = ordered_json{{"role", "assistant"}};
-      message["content"] = parsed.has_content ? ordered_json(parsed.content) : ordered_json(nullptr);
+      message["content"] = parsed.has_content && !(null_if_empty && parsed.content.empty())
+                               ? ordered_json(parsed.content)
+                               : ordered_json(nullptr);
+      if (thought) add_reasoning(message, *thought);
       if (!parsed.calls.empty()) {
         ordered_json calls = ordered_json::array();
         for (size_t i = 0; i < parsed.calls.size(); ++i)
@@ -880,7 +904,10 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
       }
       choice["message"] = std::move(message);
     } else if (chat) {
-      choice["message"] = ordered_json{{"role", "assistant"}, {"content", c.text}};
+      ordered_json message = ordered_json{{"role", "assistant"}};
+      message["content"] = null_if_empty && text.empty() ? ordered_json(nullptr) : ordered_json(std::string(text));
+      if (thought) add_reasoning(message, *thought);
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = c.text;
     }
@@ -896,8 +923,15 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
                          std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
                          const usage_info* usage) {
-  if (meta.anthropic) return anthropic_chunk(meta, text, finish_reason);  // one choice: n is 1
   const bool chat = meta.kind == endpoint::chat_completions;
+  // Reasoning first: what follows (content, tool calls) reads only the content part.
+  reasoning_delta thought;
+  if (chat && meta.reasoning && meta.reasoning_streams) {
+    reasoning_splitter& sp = meta.reasoning_streams->try_emplace(index, *meta.reasoning).first->second;
+    thought = sp.feed(text, !finish_reason.empty());
+    text = thought.content;
+  }
+  if (meta.anthropic) return anthropic_chunk(meta, text, finish_reason, thought.reasoning);  // one choice: n is 1
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
   choice["index"] = index;
@@ -906,6 +940,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
     const tool_stream_delta d = st.feed(text, !finish_reason.empty());
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
+    add_reasoning(delta, thought.reasoning);
     if (!d.content.empty()) delta["content"] = d.content;
     if (!d.calls.empty()) {
       ordered_json calls = ordered_json::array();
@@ -929,6 +964,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   } else if (chat) {
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
+    add_reasoning(delta, thought.reasoning);
     if (!text.empty()) delta["content"] = std::string(text);
     choice["delta"] = std::move(delta);
   } else {
@@ -939,6 +975,11 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   j["choices"] = ordered_json::array({std::move(choice)});
   if (usage) j["usage"] = usage_json(*usage);
   return dump(j);
+}
+
+void enable_reasoning(response_meta& meta, reasoning_spec spec) {
+  meta.reasoning = std::make_shared<const reasoning_spec>(spec);
+  meta.reasoning_streams = std::make_shared<std::map<int32_t, reasoning_splitter>>();
 }
 
 void enable_tool_calls(response_meta& meta, const generation_request& g, chat_format f) {

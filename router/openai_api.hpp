@@ -18,6 +18,7 @@
 
 #include "common/chat_template.hpp"
 #include "common/protocol.hpp"
+#include "router/reasoning.hpp"
 #include "router/tool_calls.hpp"
 
 namespace sy::router {
@@ -64,7 +65,9 @@ struct generation_request {
                                        // {"type":"text","text":...} parts (joined)
   // chat_template_kwargs (vLLM, SGLang): an object of template variables. `enable_thinking`
   // (a bool) is honoured by templates that switch thinking (Qwen3; chat_template::apply); other
-  // keys are accepted and have no effect, as in a Jinja template that does not read them.
+  // keys are accepted and have no effect, as in a Jinja template that does not read them. A
+  // top-level `enable_thinking` (the simple form some clients send) is read the same way; the
+  // kwargs' value wins. Off, the response has no reasoning unless the prompt still opens it.
   bool enable_thinking = true;
 
   int32_t n = 1;
@@ -133,9 +136,17 @@ struct choice_result {
 };
 
 struct usage_info {
+  usage_info() = default;
+  // {prompt, completion, cached} as before reasoning_tokens (no missing-initializer warnings where
+  // the three are listed).
+  usage_info(uint32_t prompt, uint32_t completion, uint32_t cached = 0)
+      : prompt_tokens(prompt), completion_tokens(completion), cached_tokens(cached) {}
+
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
   uint32_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
+  // usage.completion_tokens_details.reasoning_tokens, given for responses that split reasoning.
+  std::optional<uint32_t> reasoning_tokens;
 };
 
 struct anthropic_state;  // router/anthropic_api.hpp
@@ -152,6 +163,10 @@ struct response_meta {
   // generation (leader, coalesced follower, cache replay) has a meta of its own.
   std::shared_ptr<const tool_parse_spec> tools;
   std::shared_ptr<std::map<int32_t, tool_call_stream>> tool_streams;
+  // Chat from a model that thinks (enable_reasoning): the text is split into reasoning and content
+  // (router/reasoning.hpp) before anything else reads it; the streams are mutable as above.
+  std::shared_ptr<const reasoning_spec> reasoning;
+  std::shared_ptr<std::map<int32_t, reasoning_splitter>> reasoning_streams;
   // An Anthropic Messages response (router/anthropic_api.hpp, enable_anthropic): every format_*
   // below writes Anthropic's shapes instead; the state is the stream's, mutable like tool_streams.
   std::shared_ptr<anthropic_state> anthropic;
@@ -159,6 +174,9 @@ struct response_meta {
 
 // Sets meta.tools (and fresh stream state) when `g` offers tools to a model of format `f`.
 void enable_tool_calls(response_meta& meta, const generation_request& g, chat_format f);
+
+// Sets meta.reasoning (and fresh stream state) for a chat request: `spec` is how its text splits.
+void enable_reasoning(response_meta& meta, reasoning_spec spec);
 
 // Non-streamed body: "text_completion" or "chat.completion" with choices and usage.
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,

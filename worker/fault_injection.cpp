@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -18,14 +20,17 @@ namespace {
 class fault_backend final : public forward_backend {
  public:
   fault_backend(std::unique_ptr<forward_backend> inner, bool step_throw, std::string marker, int slow_ms, bool simulate,
-                const tokenizer& vocab)
+                const tokenizer& vocab, const std::optional<std::string>& script)
       : inner_(std::move(inner)),
         step_throw_(step_throw),
         marker_(std::move(marker)),
         slow_ms_(slow_ms),
         simulate_(simulate),
+        scripted_(script.has_value()),
         vocab_(vocab) {
-    if (simulate_) script_ = vocab_.encode(" a simulated worker streams these words at a steady pace,");
+    if (simulate_)
+      script_ = vocab_.encode(script.value_or(" a simulated worker streams these words at a steady pace,"));
+    if (scripted_) script_.push_back(vocab_.eos());  // the answer ends after the text
     if (script_.empty()) script_.push_back(0);
   }
 
@@ -72,7 +77,14 @@ class fault_backend final : public forward_backend {
       const size_t first = b.all_logits ? 0 : b.tokens.size() - 1;
       for (size_t t = first; t < b.tokens.size(); ++t, ++r) {
         const auto pos = static_cast<size_t>(b.pos0) + t;
-        out.logits[r * n_vocab + static_cast<size_t>(script_[pos % script_.size()])] = 30.0f;
+        // A given script is the output from its first token (the row at the prompt's last
+        // position predicts it), then EOS for good; the default one runs on by position.
+        size_t at = pos % script_.size();
+        if (scripted_) {
+          const int64_t out_at = b.pos0 + static_cast<int64_t>(t) + 1 - b.n_prompt;
+          at = out_at <= 0 ? 0 : std::min(static_cast<size_t>(out_at), script_.size() - 1);
+        }
+        out.logits[r * n_vocab + static_cast<size_t>(script_[at])] = 30.0f;
       }
     }
   }
@@ -82,6 +94,7 @@ class fault_backend final : public forward_backend {
   std::string marker_;  // crash-on: empty when off
   int slow_ms_;         // slow-step (and sim's pace): 0 when off
   bool simulate_;       // sim: no forward
+  bool scripted_;       // sim:MS:TEXT: the output is TEXT, then EOS
   const tokenizer& vocab_;
   std::vector<token_id> script_;  // sim: the words it streams
 };
@@ -124,6 +137,7 @@ std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_ba
   static constexpr std::string_view k_crash_on = "crash-on:", k_slow_step = "slow-step:", k_sim = "sim:";
   bool step_throw = false, simulate = false;
   std::string marker;
+  std::optional<std::string> script;
   int slow_ms = 0;
   if (mode == "step-throw") {
     step_throw = true;
@@ -137,21 +151,26 @@ std::unique_ptr<forward_backend> with_fault_injection(std::unique_ptr<forward_ba
     }
     if (slow_ms <= 0 || slow_ms > 600000) throw std::invalid_argument("--fault-inject slow-step:MS needs 1..600000 ms");
   } else if (mode.rfind(k_sim, 0) == 0 && mode.size() > k_sim.size()) {
+    const size_t text_at = mode.find(':', k_sim.size());
+    if (text_at != std::string::npos) script = mode.substr(text_at + 1);
     try {
-      slow_ms = std::stoi(mode.substr(k_sim.size()));
+      slow_ms = std::stoi(
+          mode.substr(k_sim.size(), text_at == std::string::npos ? std::string::npos : text_at - k_sim.size()));
     } catch (const std::exception&) {
       slow_ms = -1;
     }
     if (slow_ms < 0 || slow_ms > 60000) throw std::invalid_argument("--fault-inject sim:MS needs 0..60000 ms per step");
     simulate = true;
   } else {
-    throw std::invalid_argument("--fault-inject: unknown mode '" + mode +
-                                "' (step-throw, crash-on:MARKER, slow-step:MS, sim:MS, drop-frames:N, mute-first:N)");
+    throw std::invalid_argument(
+        "--fault-inject: unknown mode '" + mode +
+        "' (step-throw, crash-on:MARKER, slow-step:MS, sim:MS[:TEXT], drop-frames:N, mute-first:N)");
   }
   std::fprintf(stderr,
                "switchyard-worker: WARNING: fault injection '%s' is on: this worker fails on purpose (tests only)\n",
                mode.c_str());
-  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), slow_ms, simulate, vocab);
+  return std::make_unique<fault_backend>(std::move(inner), step_throw, std::move(marker), slow_ms, simulate, vocab,
+                                         script);
 }
 
 }  // namespace sy

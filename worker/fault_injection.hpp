@@ -17,6 +17,9 @@
 //   sim:MS            no forward at all: each step takes MS milliseconds and streams the words of a
 //                     fixed script, so that dozens of workers run on a few cores (the multi-host
 //                     suite's scale scenario: discovery, fan-out and router cost per worker).
+//   sim:MS:TEXT       the same, but every request's output is TEXT (tokenized by the model's
+//                     tokenizer) from its first token, then EOS: a fixed answer for tests of what
+//                     the router makes of a text (the reasoning split of <think>...</think>).
 //   drop-frames:N     a link fault, not the backend's: the first N tokens frames that are not a
 //                     request's last are never sent (their sequence numbers used up), as frames
 //                     lost on the link would be (service_config::drop_first_frames).

@@ -1,0 +1,192 @@
+"""Reasoning output end to end: real router and worker processes, the official openai SDK reading
+`reasoning_content` and `reasoning` from the raw response (model_extra). No reasoning model is
+needed: the worker's test backend `--fault-inject sim:0:TEXT` answers every request with TEXT
+through the real engine, detokenizer and link (worker/fault_injection.hpp), so the router sees a
+model's `<think>...</think>` text token by token, with the tags cut over several tokens.
+
+Two small clusters:
+  * a Qwen3-like model: a ChatML template that mentions <think> and `enable_thinking` (the router's
+    default `--reasoning-parser auto` finds it), whose output opens thinking itself;
+  * a DeepSeek-R1-like one: `--reasoning-parser deepseek_r1`, thinking open from the first byte,
+    the output holds only `</think>`.
+Checked: the split whole and streamed (reasoning deltas before any content), usage's
+reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
+with the same split (whole and streamed), and the Anthropic route's thinking block.
+"""
+import json
+import os
+import tempfile
+import time
+
+import openai
+import pytest
+
+from cluster import MODEL_ID, Redis, Router
+from worker_client import Worker
+
+REASONING = "\nTwo and two make four.\n"
+ANSWER = "The answer is 4."
+QWEN3_OUTPUT = "<think>" + REASONING + "</think>\n\n" + ANSWER
+R1_REASONING = "Adding two and two.\n"
+R1_OUTPUT = R1_REASONING + "</think>\n\n" + ANSWER
+
+# Qwen3's template, cut to what Switchyard's recognition reads: ChatML, with the thinking switch.
+QWEN3_TEMPLATE = (
+    "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}")
+QUESTION = [{"role": "user", "content": "What is two and two?"}]
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    redis = Redis()
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(QWEN3_TEMPLATE)
+    w = Worker("--fault-inject", "sim:0:" + QWEN3_OUTPUT, "--chat-template", f.name)
+    r = Router([w.endpoint], "--redis", redis.url)
+    yield r
+    r.stop()
+    w.stop()
+    redis.stop()
+    os.unlink(f.name)
+
+
+@pytest.fixture(scope="module")
+def r1():
+    w = Worker("--fault-inject", "sim:0:" + R1_OUTPUT)
+    r = Router([w.endpoint], "--reasoning-parser", "deepseek_r1")
+    yield r
+    r.stop()
+    w.stop()
+
+
+def client_of(router):
+    return openai.OpenAI(base_url=router.url + "/v1", api_key="anything", max_retries=0, timeout=120)
+
+
+def ask(router, live=True, **kw):
+    extra = kw.pop("extra_body", {})
+    if live:
+        extra["cache"] = False
+    return client_of(router).chat.completions.create(model=MODEL_ID, messages=QUESTION, extra_body=extra, **kw)
+
+
+def streamed(router, live=True, **kw):
+    """(reasoning, content, finish_reason, usage, order) of a stream; order: "r" and "c" per delta."""
+    extra = {"cache": False} if live else {}
+    chunks = client_of(router).chat.completions.create(
+        model=MODEL_ID, messages=QUESTION, stream=True, stream_options={"include_usage": True}, extra_body=extra, **kw)
+    reasoning = reasoning2 = content = ""
+    finish, usage, order = None, None, ""
+    for chunk in chunks:
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            extra = c.delta.model_extra or {}
+            if extra.get("reasoning_content"):
+                reasoning += extra["reasoning_content"]
+                reasoning2 += extra["reasoning"]
+                order += "r"
+            if c.delta.content:
+                content += c.delta.content
+                order += "c"
+            finish = c.finish_reason or finish
+    assert reasoning == reasoning2
+    return reasoning, content, finish, usage, order
+
+
+def reasoning_tokens(usage):
+    details = usage.completion_tokens_details
+    return details.reasoning_tokens if details else None
+
+
+def test_a_model_that_opens_thinking_answers_apart_from_its_reasoning(qwen3):
+    resp = ask(qwen3)
+    msg = resp.choices[0].message
+    assert msg.content == ANSWER
+    assert msg.model_extra["reasoning_content"] == REASONING
+    assert msg.model_extra["reasoning"] == REASONING
+    assert resp.choices[0].finish_reason == "stop"
+    n = reasoning_tokens(resp.usage)
+    assert n is not None and 0 < n < resp.usage.completion_tokens, resp.usage
+
+
+def test_a_stream_sends_reasoning_deltas_then_content(qwen3):
+    whole = ask(qwen3)
+    reasoning, content, finish, usage, order = streamed(qwen3)
+    assert reasoning == REASONING
+    assert content == ANSWER
+    assert finish == "stop"
+    assert "r" in order and "c" in order and "r" not in order[order.index("c"):], order
+    assert "<think>" not in content and "</think>" not in reasoning + content
+    assert reasoning_tokens(usage) == reasoning_tokens(whole.usage)
+
+
+def test_output_cut_while_thinking_is_all_reasoning(qwen3):
+    resp = ask(qwen3, max_tokens=8)
+    msg = resp.choices[0].message
+    assert resp.choices[0].finish_reason == "length"
+    assert msg.content is None
+    assert REASONING.startswith(msg.model_extra["reasoning_content"]) and msg.model_extra["reasoning_content"]
+    reasoning, content, finish, usage, _ = streamed(qwen3, max_tokens=8)
+    assert (reasoning, content, finish) == (msg.model_extra["reasoning_content"], "", "length")
+    # Every token but the ones spelling <think> is inside the thinking.
+    assert 0 < reasoning_tokens(usage) < usage.completion_tokens
+
+
+def test_enable_thinking_false_turns_the_split_off(qwen3):
+    # The template writes an empty thinking block; this scripted worker still writes its text,
+    # which then is content as it stands.
+    for extra in ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False}):
+        resp = ask(qwen3, extra_body=dict(extra))
+        msg = resp.choices[0].message
+        assert msg.content == QWEN3_OUTPUT
+        assert "reasoning_content" not in (msg.model_extra or {})
+        assert resp.usage.completion_tokens_details is None
+
+
+def test_a_cache_hit_replays_the_same_split(qwen3):
+    first = ask(qwen3, live=False, temperature=0)
+    client = client_of(qwen3)
+    for _ in range(50):  # the store lands shortly after the answer
+        raw = client.chat.completions.with_raw_response.create(model=MODEL_ID, messages=QUESTION, temperature=0)
+        if raw.headers.get("x-cache") == "hit":
+            break
+        time.sleep(0.1)
+    assert raw.headers.get("x-cache") == "hit"
+    hit = raw.parse()
+    assert hit.choices[0].message.content == ANSWER
+    assert hit.choices[0].message.model_extra["reasoning_content"] == REASONING
+    assert reasoning_tokens(hit.usage) == reasoning_tokens(first.usage)
+    reasoning, content, finish, usage, order = streamed(qwen3, live=False, temperature=0)
+    assert (reasoning, content, finish) == (REASONING, ANSWER, "stop")
+    assert "r" not in order[order.index("c"):]
+    assert reasoning_tokens(usage) == reasoning_tokens(first.usage)
+
+
+def test_the_anthropic_route_answers_with_a_thinking_block(qwen3):
+    status, _, raw = qwen3.post("/v1/messages", {"model": MODEL_ID, "max_tokens": 64, "messages": QUESTION,
+                                                 "cache": False})
+    assert status == 200, raw
+    content = json.loads(raw)["content"]
+    assert content == [{"type": "thinking", "thinking": REASONING, "signature": ""},
+                       {"type": "text", "text": ANSWER}]
+
+
+def test_thinking_opened_by_the_prompt_ends_at_its_close(r1):
+    resp = ask(r1)
+    msg = resp.choices[0].message
+    assert msg.content == ANSWER
+    assert msg.model_extra["reasoning_content"] == R1_REASONING
+    n = reasoning_tokens(resp.usage)
+    assert n is not None and 0 < n < resp.usage.completion_tokens
+    reasoning, content, finish, usage, order = streamed(r1)
+    assert (reasoning, content, finish) == (R1_REASONING, ANSWER, "stop")
+    assert "r" not in order[order.index("c"):]
+    assert reasoning_tokens(usage) == n
+    cut = ask(r1, max_tokens=3)
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.choices[0].message.content is None
+    assert reasoning_tokens(cut.usage) == cut.usage.completion_tokens == 3
