@@ -421,8 +421,22 @@ TEST_CASE("reasoning: a cache entry keeps the reasoning token count", "[reasonin
   r.prompt_tokens = 4;
   r.completion_tokens = 6;
   r.reasoning_tokens = 3;
-  const auto back = sy::cache::decode(sy::cache::encode(r));
+  const std::string v2 = sy::cache::encode(r);
+  const auto back = sy::cache::decode(v2);
   REQUIRE(back);
   CHECK(*back == r);
   CHECK(back->reasoning_tokens == 3);
+
+  // An entry written before the count (version 1: no reasoning_tokens field) still reads, with 0.
+  const size_t at = 4 + 1 + 1 + 4 + r.model.size() + 3 * 4;  // "SYRC", version, endpoint, model, 3 counts
+  std::string v1 = v2.substr(0, at) + v2.substr(at + 4, v2.size() - 8 - at - 4);
+  v1[4] = 1;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a-64 of every byte before it, little-endian
+  for (const unsigned char ch : v1) h = (h ^ ch) * 0x100000001b3ull;
+  for (int i = 0; i < 8; ++i) v1 += static_cast<char>((h >> (8 * i)) & 0xff);
+  const auto old = sy::cache::decode(v1);
+  REQUIRE(old);
+  CHECK(old->reasoning_tokens == 0);
+  CHECK(old->choices == r.choices);
+  CHECK(old->completion_tokens == 6);
 }
