@@ -246,8 +246,8 @@ void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs + 16 * g), _mm512_cvtsepi32_epi8(q));
       // Sums of the stored int8 values: saturation cannot change a rounded value here (|v| <= 127
       // but for rounding slop at the extreme, which the clamp maps back to 127 / -128 alike).
-      b.bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(b.qs + 16 * g)))));
+      b.bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * g)))));
     }
     for (int g = 0; g < 8; ++g) b.sums32[g] = static_cast<int16_t>(b.bsums[2 * g] + b.bsums[2 * g + 1]);
     b.d = 1.f / iscale;

@@ -309,7 +309,7 @@ TEST_CASE("dispatcher: a non-streamed completion is submitted and answered once 
   CHECK(h.d.workers().at(0).in_flight == 0);
 }
 
-TEST_CASE("dispatcher: a stream's first tokens go out at once even without text; later textless ones wait") {
+TEST_CASE("dispatcher: a stream's first tokens go out at once even without text, later textless ones wait") {
   harness h;
   start_workers(h, 1, 4);
   const auto c = h.request({.stream = true, .chat = true}, 0.1);

@@ -142,10 +142,10 @@ TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
     ties[256 * b + 200] = b % 2 ? -3.5f : 3.5f;
   }
   auto& edges = rows.emplace_back(static_cast<size_t>(n), 0.f);  // block 0 all zeros
-  edges[256 + 5] = -0.f;                                           // block 1: -0 and tiny values
+  edges[256 + 5] = -0.f;                                         // block 1: -0 and tiny values
   edges[256 + 6] = 1e-30f;
   edges[256 + 7] = -2e-30f;
-  for (int j = 0; j < 256; ++j) edges[512 + j] = (j % 3 - 1) * 1e30f;  // block 2: huge values
+  for (int j = 0; j < 256; ++j) edges[512 + j] = (j % 3 - 1) * 1e30f;                  // block 2: huge values
   for (int j = 0; j < 256; ++j) edges[768 + j] = static_cast<float>(j % 255) - 127.f;  // ties at .5 steps
   auto& bad = rows.emplace_back(random_floats(static_cast<size_t>(n)));
   bad[3] = std::numeric_limits<float>::quiet_NaN();
