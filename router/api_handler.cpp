@@ -442,15 +442,19 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
-  r->t_received_s = steady_seconds(req.received);
-  r->t_parsed_s = steady_now_s();
+  attach(*r, ex, req);
+  submit_or_lookup(std::move(r), req);
+}
+
+void api_handler::attach(routed_request& r, const std::shared_ptr<http_exchange>& ex, const http_request& req) {
+  r.t_received_s = steady_seconds(req.received);
+  r.t_parsed_s = steady_now_s();
   {
     std::lock_guard<std::mutex> lk(status_->mu);
-    status_->parse_s.observe(r->t_parsed_s - r->t_received_s);
+    status_->parse_s.observe(r.t_parsed_s - r.t_received_s);
   }
-  r->ex = ex;
-  ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });
-  submit_or_lookup(std::move(r), req);
+  r.ex = ex;
+  ex->on_disconnect([gone = client_gone_, id = r.id] { gone(id); });
 }
 
 void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
@@ -533,14 +537,7 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   r->meta.model = er.model;  // the name the client used
   r->meta.created = unix_s_now();
   r->timeout_s = std::min(er.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
-  r->t_received_s = steady_seconds(req.received);
-  r->t_parsed_s = steady_now_s();
-  {
-    std::lock_guard<std::mutex> lk(status_->mu);
-    status_->parse_s.observe(r->t_parsed_s - r->t_received_s);
-  }
-  r->ex = ex;
-  ex->on_disconnect([gone = client_gone_, id = r->id] { gone(id); });
+  attach(*r, ex, req);
   submit_(std::move(r));  // never cached: no lookup
 }
 

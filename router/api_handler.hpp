@@ -105,6 +105,9 @@ class api_handler {
   // context, then submitted like a generation (admission, tenancy, queues).
   void embeddings(const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id);
+  // A parsed request's last step before submission: its receive and parse times (the parse-time
+  // histogram), its exchange, and its cancellation when the client goes away.
+  void attach(routed_request& r, const std::shared_ptr<http_exchange>& ex, const http_request& req);
   // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
   void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
                std::function<void()> work, bool anthropic = false);
