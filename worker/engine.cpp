@@ -64,19 +64,32 @@ int64_t engine::live_kv_tokens() const {
   return n;
 }
 
+std::optional<submit_error> engine::check_name(const std::string& id) const {
+  if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
+  // Generations and embedding jobs share one namespace: a cancel names either.
+  if (by_name_.count(id) ||
+      std::any_of(embeds_.begin(), embeds_.end(), [&](const embed_job& j) { return j.name == id; }))
+    return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
+  return std::nullopt;
+}
+
+std::optional<submit_error> engine::check_vocabulary(std::span<const token_id> tokens, const std::string& what) const {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= n_vocab)
+      return submit_error{error_code::invalid_request,
+                          what + "[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
+                              " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
+  return std::nullopt;
+}
+
 std::optional<submit_error> engine::submit(const std::string& id, std::vector<token_id> prompt,
                                            const sampling_params& params, int32_t priority, int64_t deadline_ms,
                                            int32_t n_generated, std::shared_ptr<grammar_masks> constraint,
                                            uint64_t cache_root) {
-  if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
-  if (by_name_.count(id)) return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
+  if (auto e = check_name(id)) return e;
   if (prompt.empty()) return submit_error{error_code::invalid_request, "prompt is empty"};
-  const int64_t n_vocab = model_.hparams().n_vocab;
-  for (size_t i = 0; i < prompt.size(); ++i)
-    if (prompt[i] < 0 || prompt[i] >= n_vocab)
-      return submit_error{error_code::invalid_request,
-                          "prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
-                              " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")"};
+  if (auto e = check_vocabulary(prompt, "prompt")) return e;
   if (const auto e = validate(params)) return submit_error{error_code::invalid_request, e->field + ": " + e->message};
   if (n_generated < 0 || static_cast<size_t>(n_generated) >= prompt.size() || n_generated >= params.max_tokens)
     return submit_error{error_code::invalid_request, "n_generated must be below the prompt's length and max_tokens"};
@@ -143,21 +156,13 @@ std::optional<submit_error> engine::submit_embedding(const std::string& id, std:
   if (!backend_->has_hidden_states())
     return submit_error{error_code::embeddings_not_supported,
                         "this worker's backend (" + backend_->describe() + ") does not compute embeddings"};
-  if (id.empty()) return submit_error{error_code::invalid_request, "request_id is empty"};
-  if (by_name_.count(id) ||
-      std::any_of(embeds_.begin(), embeds_.end(), [&](const embed_job& j) { return j.name == id; }))
-    return submit_error{error_code::duplicate_request, "request_id '" + id + "' is already live"};
+  if (auto e = check_name(id)) return e;
   if (inputs.empty()) return submit_error{error_code::invalid_request, "no input"};
-  const int64_t n_vocab = model_.hparams().n_vocab;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& in = inputs[i];
     const std::string at = "input " + std::to_string(i);
     if (in.empty()) return submit_error{error_code::invalid_request, at + " is empty"};
-    for (const token_id t : in)
-      if (t < 0 || t >= n_vocab)
-        return submit_error{error_code::invalid_request, at + " has the token id " + std::to_string(t) +
-                                                             ", outside the vocabulary (0.." +
-                                                             std::to_string(n_vocab - 1) + ")"};
+    if (auto e = check_vocabulary(in, at)) return e;
     if (static_cast<int64_t>(in.size()) > config_.max_context)
       return submit_error{error_code::invalid_request, at + " has " + std::to_string(in.size()) +
                                                            " tokens, more than the context length (" +

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -150,6 +151,10 @@ class engine {
   const forward_backend& backend() const { return *backend_; }
 
  private:
+  // Checks shared by submit and submit_embedding: the id (non-empty, not live as either kind)
+  // and every token inside the vocabulary (`what` names the tokens in the message).
+  std::optional<submit_error> check_name(const std::string& id) const;
+  std::optional<submit_error> check_vocabulary(std::span<const token_id> tokens, const std::string& what) const;
   struct live_request {
     std::string name;
     sampling_params params;
