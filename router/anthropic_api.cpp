@@ -8,29 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "router/json_fields.hpp"
+
 namespace sy::router {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
 
-struct rejected {
-  api_error error;
-};
-
-[[noreturn]] void reject(std::string param, std::string message, std::string code = "invalid_value") {
-  throw rejected{bad_request(std::move(param), std::move(message), std::move(code))};
-}
-
-std::string quoted(const std::string& p) { return "'" + p + "'"; }
-
-[[noreturn]] void wrong_type(const std::string& p, const char* want, const ordered_json& got) {
-  reject(p, quoted(p) + " must be " + want + ", got " + got.type_name(), "invalid_type");
-}
-
-const ordered_json* field(const ordered_json& o, const char* key) {
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+using namespace json_fields;  // rejected, reject, quoted, wrong_type, field (router/json_fields.hpp)
 
 const std::string& string_field(const ordered_json& o, const char* key, const std::string& p) {
   const ordered_json* v = field(o, key);

@@ -8,34 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol.hpp"
+#include "router/json_fields.hpp"
 
 namespace sy::router {
 namespace {
 
 using json = nlohmann::json;
 
-// Thrown by the checks below; caught in parse_embedding_request.
-struct refusal {
-  api_error e;
-};
-
-[[noreturn]] void reject(std::string param, std::string message, std::string code = "invalid_value") {
-  throw refusal{bad_request(std::move(param), std::move(message), std::move(code))};
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* want, const json& v) {
-  reject(param, "'" + param + "' must be " + want + ", got " + std::string(v.type_name()), "invalid_type");
-}
-
-const json* field(const json& doc, const char* name) {
-  const auto it = doc.find(name);
-  return it == doc.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string as_string(const json& v, const std::string& param) {
-  if (!v.is_string()) wrong_type(param, "a string", v);
-  return v.get<std::string>();
-}
+// rejected, reject, wrong_type, field, as_string: router/json_fields.hpp (caught in
+// parse_embedding_request).
+using namespace json_fields;
 
 // An integer in [lo, hi] (a float with no fraction counts).
 int64_t int_in(const json& v, const std::string& param, int64_t lo, int64_t hi) {
@@ -169,8 +151,8 @@ void append_float(std::string& out, float x) {
 std::variant<embedding_request, api_error> parse_embedding_request(std::string_view body, const api_limits& limits) {
   try {
     return parse(body, limits);
-  } catch (const refusal& r) {
-    return r.e;
+  } catch (const rejected& r) {
+    return r.error;
   }
 }
 

@@ -16,6 +16,7 @@
 #include "common/json_schema.hpp"
 #include "common/utf8.hpp"
 #include "router/anthropic_api.hpp"
+#include "router/json_fields.hpp"
 
 namespace sy::router {
 
@@ -48,27 +49,9 @@ using text::valid_utf8;  // every string a response carries is valid UTF-8 (comm
 
 // ---- Validation helpers ------------------------------------------------------------------------
 
-// Thrown by the readers below; caught only by parse_generation_request.
-struct rejected {
-  api_error error;
-};
-
-[[noreturn]] void reject(std::string param, std::string message, std::string code = "invalid_value") {
-  throw rejected{bad_request(std::move(param), std::move(message), std::move(code))};
-}
-
-std::string quoted(const std::string& param) { return "'" + param + "'"; }
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
-  reject(param, quoted(param) + " must be " + expected + ", got " + got.type_name(), "invalid_type");
-}
-
-// The value of `key`, or nullptr when it is absent or null (null means "not given").
-const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
+// rejected, reject, quoted, wrong_type, field, as_string: router/json_fields.hpp (caught only by
+// parse_generation_request).
+using namespace json_fields;
 
 std::string number_text(double v) {
   char buf[64];
@@ -79,11 +62,6 @@ std::string number_text(double v) {
 bool as_bool(const json& v, const std::string& param) {
   if (!v.is_boolean()) wrong_type(param, "a boolean", v);
   return v.get<bool>();
-}
-
-const std::string& as_string(const json& v, const std::string& param) {
-  if (!v.is_string()) wrong_type(param, "a string", v);
-  return v.get_ref<const std::string&>();
 }
 
 // Any JSON number (booleans are not numbers). Finite: JSON cannot spell NaN, and an overflowing
