@@ -2,13 +2,16 @@
   * the recording rules (deploy/prometheus/switchyard-rules.yml) load (`promtool check rules`) and
     the Prometheus operator's copy (deploy/k8s/components/monitoring/prometheusrule.yaml) holds the
     same groups;
-  * `promtool test rules tests/deploy/autoscaling_rules_test.yml`: the rules on synthetic series;
+  * `promtool test rules tests/deploy/autoscaling_rules_test.yml`: the rules on synthetic series
+    (the queue-wait guard weighed by the share of requested workers available, from
+    kube-state-metrics, among them);
   * each KEDA ScaledObject as rendered (deploy/k8s/examples/*) has a self-contained query (no
     recorded series) that, evaluated by promtool on the same series, gives exactly what the
     recording rule gives for its namespace and model, and desired workers = ceil(that / threshold);
     a query without series is an error (ignoreNullValues "false") and the fallback never scales down;
   * the alerts (the switchyard-alerts group) fire in the unit tests as docs/operations.md says;
-  * the query selects the workers' namespace and model, the model copied from the worker's label.
+  * the query selects the workers' namespace and model, the model copied from the worker's label,
+    which the worker Deployment carries too (the recording rules read it from kube-state-metrics).
 
     .venv/bin/python tests/deploy/test_autoscaling.py      (ctest: deploy/autoscaling-rules)"""
 import math
@@ -116,7 +119,12 @@ def query_labels(docs):
     q = so["spec"]["triggers"][0]["metadata"]["query"]
     pairs = set(re.findall(r'namespace="([^"]*)", model="([^"]*)"', q))
     w = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "switchyard-worker")
-    return pairs, (w["metadata"].get("namespace"), w["spec"]["template"]["metadata"]["labels"]["switchyard.dev/model"])
+    model = w["spec"]["template"]["metadata"]["labels"]["switchyard.dev/model"]
+    # The Deployment's own label (kube-state-metrics' kube_deployment_labels): how the recording
+    # rules tell which model a worker Deployment's replicas serve.
+    if w["metadata"].get("labels", {}).get("switchyard.dev/model") != model:
+        model = f"{model} (but the Deployment's own label is {w['metadata'].get('labels', {}).get('switchyard.dev/model')})"
+    return pairs, (w["metadata"].get("namespace"), model)
 
 
 def check_query_follows_the_worker(r, yaml):
@@ -130,7 +138,8 @@ def check_query_follows_the_worker(r, yaml):
         if not any(d["kind"] == "ScaledObject" for d in docs):
             continue
         pairs, worker = query_labels(docs)
-        r.check(pairs == {worker}, f"{k}: the query's namespace and model are the workers' {worker}", str(pairs))
+        r.check(pairs == {worker}, f"{k}: the query's namespace and model are the workers' {worker} "
+                "(their pods' label, and the worker Deployment's own)", str(pairs))
     with tempfile.TemporaryDirectory() as tmp:
         tree = os.path.join(tmp, "k8s")
         shutil.copytree(k8s_tree(), tree)
