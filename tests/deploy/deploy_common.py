@@ -119,6 +119,30 @@ def flag_value(argv, flag):
     return value
 
 
+def expand(value, container, pod_meta):
+    """`value` with each $(VAR) replaced as the kubelet does for args: from the container's env, a
+    literal `value` or a downward-API fieldRef (metadata.name, metadata.namespace,
+    metadata.labels['KEY']) of the pod `pod_meta` (its metadata); a reference it cannot resolve
+    stays as written."""
+    import re
+    env = {e["name"]: e for e in (container.get("env") or [])}
+
+    def one(m):
+        e = env.get(m.group(1))
+        if e is None:
+            return m.group(0)
+        if "value" in e:
+            return str(e["value"])
+        path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        if path in ("metadata.name", "metadata.namespace"):
+            return str(pod_meta.get(path.split(".")[1], m.group(0)))
+        label = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
+        if label:
+            return str((pod_meta.get("labels") or {}).get(label.group(1), m.group(0)))
+        return m.group(0)
+    return re.sub(r"\$\((\w+)\)", one, value)
+
+
 def parse_args():
     """Every check takes the binaries this build made (tests/CMakeLists.txt passes them to all):
     --router PATH --worker PATH, defaulting to build/."""

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from deploy_common import (KUSTOMIZATIONS, ROOT, Report, args_of, flag_value, need_modules,
+from deploy_common import (KUSTOMIZATIONS, ROOT, Report, args_of, expand, flag_value, need_modules,
                            parse_args, render, skip, tool)  # noqa: E402
 
 # The oldest Kubernetes release still commonly run and the newest kubernetes-validate ships.
@@ -185,7 +185,10 @@ def semantic(r, name, docs):
     r.check(m and m.group(1) == "0.0.0.0", f"{name}: worker --listen is on 0.0.0.0", listen)
     zmq_port = int(m.group(2)) if m else None
     r.check(zmq_port in wports.values(), f"{name}: worker --listen port {zmq_port} is a container port")
-    dns = flag_value(rargv, "--workers-dns") or ""
+    # As the kubelet expands it: the namespace comes from the pod's own (downward API), so that
+    # the overlay's `namespace:` is the only place it is named.
+    dns = expand(flag_value(rargv, "--workers-dns") or "", rc,
+                 dict(router["spec"]["template"]["metadata"], namespace=ns_of(router)))
     m = re.fullmatch(r"([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)", dns)
     r.check(bool(m), f"{name}: router --workers-dns is <service>.<namespace>.svc.cluster.local:<port>", dns)
     if m and wsvc:
