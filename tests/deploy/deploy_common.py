@@ -13,8 +13,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 K8S = os.path.join(ROOT, "deploy", "k8s")
 # Every kustomization an operator may apply: the overlays, and the examples that add the optional
-# components (ServiceMonitors + PrometheusRule, KEDA ScaledObject) to them.
-KUSTOMIZATIONS = ["overlays/cpu", "overlays/gpu", "examples/cpu-autoscaled", "examples/gpu-autoscaled"]
+# components (ServiceMonitors + PrometheusRule, KEDA ScaledObject) to them or pin its images.
+KUSTOMIZATIONS = ["overlays/cpu", "overlays/gpu", "examples/cpu-autoscaled", "examples/gpu-autoscaled",
+                  "examples/cpu-pinned"]
 
 
 def skip(reason):
