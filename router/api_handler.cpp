@@ -5,6 +5,7 @@
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
 #include "router/embeddings_api.hpp"
+#include "router/responses_api.hpp"
 #include "router/router_clock.hpp"
 
 #include <algorithm>
@@ -81,7 +82,7 @@ bool charges_rate(std::string_view method) { return method == "POST"; }
 
 bool is_generation(std::string_view path) {
   return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages" ||
-         path == "/v1/embeddings";
+         path == "/v1/embeddings" || path == "/v1/responses";
 }
 
 // The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
@@ -120,7 +121,8 @@ api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_r
       client_gone_(std::move(client_gone)),
       status_(std::move(status)),
       http_(http),
-      cache_(cache) {}
+      cache_(cache),
+      responses_(cache ? std::make_unique<responses_store>(*cache, cfg_.responses_ttl) : nullptr) {}
 
 http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count,
                                           bool anthropic) {
@@ -258,7 +260,8 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
              is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
              is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
              is_detokenize = path == "/detokenize", is_messages = path == "/v1/messages",
-             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings";
+             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings",
+             is_responses = path == "/v1/responses", is_stored_response = path.rfind("/v1/responses/", 0) == 0;
   if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
     const std::string& js = chart_js();
     if (js.empty()) {
@@ -270,11 +273,16 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize &&
-      !anthropic && !is_embeddings) {
+      !anthropic && !is_embeddings && !is_responses && !is_stored_response) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings;
+  if (is_stored_response) {  // GET or DELETE /v1/responses/{id}
+    stored_response_route(*who, ex, req, request_id);
+    return;
+  }
+  const bool want_post =
+      is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings || is_responses;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
@@ -308,6 +316,10 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
   }
   if (is_embeddings) {
     prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { embeddings(*who, ex, *body, request_id); });
+    return;
+  }
+  if (is_responses) {
+    prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { responses(*who, ex, body, request_id); });
     return;
   }
   if (is_count) {
@@ -354,8 +366,16 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
     reject(*ex, *e, request_id, anthropic);
     return;
   }
+  run_generation(kind, who, std::move(ex), req, request_id, std::move(std::get<generation_request>(parsed)),
+                 anthropic ? api_shape::anthropic : api_shape::openai);
+}
+
+void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex,
+                                 const http_request& req, const std::string& request_id, generation_request parsed,
+                                 api_shape shape, const responses_request* rr, const std::string& history) {
+  const bool anthropic = shape == api_shape::anthropic;
   auto r = std::make_shared<routed_request>();
-  r->req = std::move(std::get<generation_request>(parsed));
+  r->req = std::move(parsed);
   generation_request& g = r->req;
   r->model = models_.find(g.model);
   if (!r->model) {
@@ -430,7 +450,11 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
-  r->meta.id = (anthropic ? "msg_" : kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
+  r->meta.id = shape == api_shape::responses ? new_response_id()
+                                             : (anthropic                            ? "msg_"
+                                                : kind == endpoint::chat_completions ? "chatcmpl-"
+                                                                                     : "cmpl-") +
+                                                   request_id;
   r->meta.model = g.model;  // the name the client used (an alias answers as itself)
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
@@ -441,6 +465,10 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
       enable_reasoning(r->meta, *spec);
   }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
+  if (shape == api_shape::responses && rr != nullptr) {
+    enable_responses(r->meta, *rr, history, responses_ != nullptr);
+    ex = responses_exchange(std::move(ex), r->meta.responses, save_response(who, r->meta));
+  }
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   attach(*r, ex, req);
   submit_or_lookup(std::move(r), req);
@@ -719,6 +747,7 @@ std::string api_handler::metrics() const {
       out += "switchyard_router_edge_errors_total{error=\"" + k + "\"} " + std::to_string(n) + "\n";
   }
   if (cache_) out += cache_->render_metrics();
+  if (responses_) out += responses_->render_metrics();
   if (status_->link_metrics) out += status_->link_metrics();
   if (prep_) {
     metric(out, "switchyard_router_prep_waiting", "gauge",
