@@ -1,4 +1,4 @@
-// Stored responses of the Responses API (docs/router.md, "Responses API", "Storage"): a finished
+// Stored responses of the Responses API (docs/router.md, "Responses API"): a finished
 // response and the conversation that led to it, kept in the Redis the response cache uses, on
 // its threads and connections (cache_service::submit), so that a follow-up can name it in
 // `previous_response_id` and GET / DELETE /v1/responses/{id} can read or remove it.
