@@ -11,6 +11,8 @@ false; the errors (400 naming the field, 404 for an unknown previous_response_id
 without Redis, which answers but stores nothing.
 """
 import json
+import os
+import subprocess
 
 import jsonschema
 import openai
@@ -294,3 +296,52 @@ def test_router_without_redis_stores_nothing(worker):
             c.responses.retrieve(first.id)
     finally:
         r.stop()
+
+
+def test_redis_down(worker):
+    """Redis gone: a previous_response_id is a 503 naming the store; a new response is still answered."""
+    redis = Redis()
+    r = Router([worker.endpoint], "--redis", redis.url)
+    try:
+        c = openai.OpenAI(base_url=r.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        first = create(c, input=HELLO, max_output_tokens=4)
+        assert c.responses.retrieve(first.id).id == first.id
+        redis.stop()
+        with pytest.raises(openai.InternalServerError) as e:
+            create(c, input="Go on.", previous_response_id=first.id, max_output_tokens=4)
+        assert e.value.status_code == 503 and e.value.body["code"] == "responses_store_unavailable"
+        second = create(c, input=HELLO, max_output_tokens=4)  # its write fails; the answer comes
+        assert second.output_text
+        assert r.metrics()["switchyard_router_responses_store_failures_total"] >= 1
+    finally:
+        r.stop()
+        redis.stop()
+
+
+def redis_cli(redis, *args):
+    return subprocess.run(["redis-cli", "-p", str(redis.port), "--raw", *args], check=True,
+                          capture_output=True).stdout
+
+
+def test_sealed_records(worker, tmp_path):
+    """With --cache-mac-key-file a record is sealed: one written without the key is not found."""
+    key_file = tmp_path / "mac.key"
+    key_file.write_bytes(os.urandom(32).hex().encode())
+    redis = Redis()
+    r = Router([worker.endpoint], "--redis", redis.url, "--cache-mac-key-file", str(key_file))
+    try:
+        c = openai.OpenAI(base_url=r.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        first = create(c, input="My name is Ada.", max_output_tokens=4)
+        [key] = redis_cli(redis, "KEYS", "sy:v1:resp:*" + first.id).split()
+        value = redis_cli(redis, "GET", key)[:-1]  # --raw ends the reply with a newline
+        stored = json.loads(value[:-32])  # the record, then its 32-byte MAC
+        assert stored["response"]["id"] == first.id
+        assert create(c, input="And?", previous_response_id=first.id, max_output_tokens=4).status
+        # A record written by someone without the key (here: moved under another id) is not found.
+        forged = key.decode().replace(first.id, "resp_forged")
+        redis_cli(redis, "SET", forged, value[:-32].decode())
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve("resp_forged")
+    finally:
+        r.stop()
+        redis.stop()
