@@ -37,10 +37,10 @@ void responses_store::get(std::string_view tenant, const std::string& id,
   const std::string mac_key = cache_.policy().mac_key;
   auto shared = std::make_shared<std::function<void(outcome, std::string)>>(std::move(done));
   const bool queued = cache_.submit(
-      [this, k, mac_key, shared](cache::redis_client& c) {
+      [n = n_, k, mac_key, shared](cache::redis_client& c) {
         auto r = c.command({"GET", k});
         if (!r || r->is_error()) {
-          read_failures_++;
+          n->read_failures++;
           (*shared)(outcome::unavailable, "");
           return;
         }
@@ -60,7 +60,10 @@ void responses_store::get(std::string_view tenant, const std::string& id,
         (*shared)(outcome::ok, std::string(*inner));
       },
       /*urgent=*/true);
-  if (!queued) (*shared)(outcome::unavailable, "");
+  if (!queued) {
+    n_->read_failures++;
+    (*shared)(outcome::unavailable, "");
+  }
 }
 
 void responses_store::put(std::string_view tenant, const std::string& id, std::string record,
@@ -70,15 +73,15 @@ void responses_store::put(std::string_view tenant, const std::string& id, std::s
   if (!mac_key.empty()) record = cache::seal(mac_key, k, std::move(record));
   auto shared = std::make_shared<std::function<void(bool)>>(std::move(done));
   const bool queued = cache_.submit(
-      [this, k, record = std::move(record), ttl = std::to_string(ttl_.count()), shared](cache::redis_client& c) {
+      [n = n_, k, record = std::move(record), ttl = std::to_string(ttl_.count()), shared](cache::redis_client& c) {
         auto r = c.command({"SET", k, record, "EX", ttl});
         const bool ok = r && !r->is_error();
-        (ok ? stored_ : store_failures_)++;
+        (ok ? n->stored : n->store_failures)++;
         (*shared)(ok);
       },
       /*urgent=*/false);
   if (!queued) {
-    store_failures_++;
+    n_->store_failures++;
     (*shared)(false);
   }
 }
@@ -102,13 +105,13 @@ void responses_store::remove(std::string_view tenant, const std::string& id, std
 std::string responses_store::render_metrics() const {
   std::string out;
   metric(out, "switchyard_router_responses_stored_total", "counter", "Responses API responses stored in Redis.",
-         static_cast<double>(stored_.load()));
+         static_cast<double>(n_->stored.load()));
   metric(out, "switchyard_router_responses_store_failures_total", "counter",
          "Responses API responses not stored (Redis error or timeout, cache threads backed up).",
-         static_cast<double>(store_failures_.load()));
+         static_cast<double>(n_->store_failures.load()));
   metric(out, "switchyard_router_responses_read_failures_total", "counter",
          "Stored responses that could not be read (Redis error or timeout): answered 503.",
-         static_cast<double>(read_failures_.load()));
+         static_cast<double>(n_->read_failures.load()));
   return out;
 }
 

@@ -45,9 +45,13 @@ class responses_store {
   std::string render_metrics() const;
 
  private:
+  struct counters {
+    std::atomic<uint64_t> stored{0}, store_failures{0}, read_failures{0};
+  };
   cache_service& cache_;
   std::chrono::seconds ttl_;
-  std::atomic<uint64_t> stored_{0}, store_failures_{0}, read_failures_{0};
+  // Shared with the jobs on the cache threads, which may outlive this object at shutdown.
+  std::shared_ptr<counters> n_ = std::make_shared<counters>();
 };
 
 // The exchange a Responses API request is answered through: it drops the empty events a chunk
