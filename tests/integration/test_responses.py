@@ -345,3 +345,22 @@ def test_sealed_records(worker, tmp_path):
     finally:
         r.stop()
         redis.stop()
+
+
+def test_deadline_mid_stream_ends_failed(cluster):
+    """A deadline (Switchyard's "timeout") passing while a stream runs: an `error` event, then
+    response.failed; one not started yet gets the error as a response (504)."""
+    body = {"model": MODEL_ID, "input": HELLO, "max_output_tokens": 1900, "stream": True, "timeout": 0.3,
+            "cache": False, "temperature": 1.0, "top_k": 0, "ignore_eos": True}
+    status, _, raw = cluster.request("POST", "/v1/responses", body,
+                                     headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    if status != 200:
+        assert status == 504 and json.loads(raw)["error"]["type"]
+        return
+    events = [e.split("\n") for e in raw.decode().split("\n\n") if e.strip()]
+    names = [e[0][len("event: "):] for e in events]
+    assert names[:2] == ["response.created", "response.in_progress"] and names[-2:] == ["error", "response.failed"]
+    failed = json.loads(events[-1][1][len("data: "):])["response"]
+    assert failed["status"] == "failed" and failed["error"]["message"]
+    seq = [json.loads(e[1][len("data: "):])["sequence_number"] for e in events]
+    assert seq == list(range(len(seq)))
