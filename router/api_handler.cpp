@@ -450,11 +450,10 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
-  r->meta.id = shape == api_shape::responses ? new_response_id()
-                                             : (anthropic                            ? "msg_"
-                                                : kind == endpoint::chat_completions ? "chatcmpl-"
-                                                                                     : "cmpl-") +
-                                                   request_id;
+  if (shape == api_shape::responses)
+    r->meta.id = new_response_id();  // an id a client names later (previous_response_id): never reused
+  else
+    r->meta.id = (anthropic ? "msg_" : kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
   r->meta.model = g.model;  // the name the client used (an alias answers as itself)
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
