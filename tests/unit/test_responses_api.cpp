@@ -3,7 +3,8 @@
 // their outputs) and a stored conversation become chat messages; bad and unsupported fields are
 // 400s naming the field in the Responses API's terms; the response object, its stream's event
 // sequence (numbered, adding up to the whole response), incomplete and failed responses, the
-// stored record and the history a follow-up reads from it.
+// stored record and the history a follow-up reads from it; the exchange that holds a finished
+// response until its store write returned.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "router/responses_api.hpp"
+#include "router/responses_store.hpp"
+#include "tests/unit/router_fakes.hpp"
 
 using nlohmann::json;
 using sy::router::api_error;
@@ -454,4 +457,76 @@ TEST_CASE("responses: an empty answer is an empty message, and an error ends the
         json::parse(R"({"id": "resp_1", "object": "response.deleted", "deleted": true})"));
   CHECK(router::new_response_id().size() == 5 + 32);
   CHECK(router::new_response_id() != router::new_response_id());
+}
+
+TEST_CASE("responses: a finished response waits for its store write, streamed or not") {
+  const auto r = parse_ok(R"({"model": "m", "input": "x"})");
+  const auto g = chat_of(r);
+  std::vector<std::string> records;
+  std::vector<std::function<void()>> pending;  // the writes in flight: `then` not called yet
+  const auto save = [&](std::string record, std::function<void()> then) {
+    records.push_back(std::move(record));
+    pending.push_back(std::move(then));
+  };
+
+  // Streamed: chunks pass (empty ones dropped); the last events and the end wait for the write.
+  {
+    auto meta = meta_for(r, g);
+    auto inner = std::make_shared<sy::test::fake_exchange>();
+    auto ex = router::responses_exchange(inner, meta.responses, save);
+    ex->start_stream(200, {});
+    ex->send_event(router::format_chunk(meta, 0, "Hi", true, "", {}));
+    ex->send_event("");  // a chunk with nothing to say
+    ex->send_event(router::format_chunk(meta, 0, "", false, "stop", {}));
+    const size_t before_end = inner->events.size();
+    CHECK(before_end == 2);
+    for (auto& e : router::format_stream_end(meta, {3, 1, 0}, false)) ex->send_event(std::move(e));
+    ex->end_stream();
+    CHECK(inner->events.size() == before_end);  // held
+    CHECK(inner->log.back() != "end_stream");
+    REQUIRE(records.size() == 1);
+    REQUIRE(pending.size() == 1);
+    const json rec = json::parse(records[0]);
+    CHECK(rec["response"]["status"] == "completed");
+    CHECK(rec["response"]["output"][0]["content"][0]["text"] == "Hi");
+    CHECK(rec["conversation"].size() == 1);
+    pending[0]();  // the write returned
+    CHECK(inner->events.size() == before_end + 1);
+    CHECK(events(inner->events.back())[0].first == "response.completed");
+    CHECK(inner->log.back() == "end_stream");
+  }
+  // Whole: the body waits; an error passes at once, and nothing is stored.
+  {
+    auto meta = meta_for(r, g);
+    auto inner = std::make_shared<sy::test::fake_exchange>();
+    auto ex = router::responses_exchange(inner, meta.responses, save);
+    router::choice_result c;
+    c.text = "Yo";
+    c.finish_reason = "stop";
+    ex->respond({200, "application/json", {}, router::format_response(meta, {c}, {3, 1, 0})});
+    CHECK(inner->responses.empty());
+    REQUIRE(pending.size() == 2);
+    pending[1]();
+    REQUIRE(inner->responses.size() == 1);
+    CHECK(inner->body()["output"][0]["content"][0]["text"] == "Yo");
+
+    auto failed_meta = meta_for(r, g);
+    auto failed_inner = std::make_shared<sy::test::fake_exchange>();
+    auto failed = router::responses_exchange(failed_inner, failed_meta.responses, save);
+    failed->respond({504, "application/json", {}, "{}"});
+    CHECK(failed_inner->responses.size() == 1);
+    CHECK(records.size() == 2);
+  }
+  // No store (store: false, or no Redis): nothing held.
+  {
+    auto meta = meta_for(r, g);
+    auto inner = std::make_shared<sy::test::fake_exchange>();
+    auto ex = router::responses_exchange(inner, meta.responses, {});
+    router::choice_result c;
+    c.finish_reason = "stop";
+    ex->respond({200, "application/json", {}, router::format_response(meta, {c}, {3, 1, 0})});
+    CHECK(inner->responses.size() == 1);
+    CHECK(records.size() == 2);
+  }
+  CHECK(router::responses_store::key("a:b%", "resp_1") == "sy:v1:resp:a%3Ab%25:resp_1");
 }
