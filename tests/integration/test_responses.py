@@ -5,7 +5,7 @@ documented order, numbered, and add up to the same response at temperature 0 (li
 from the response cache); max_output_tokens ending in status incomplete, whole and streamed; a
 forced function call whose arguments validate, streamed or not; its function_call_output turn
 taken back, in the input and through previous_response_id alike; text.format json_schema
-answered with JSON that validates; previous_response_id chaining through real Redis giving the
+answered with JSON that validates, and the SDK's responses.parse with a pydantic model; previous_response_id chaining through real Redis giving the
 prompt the whole conversation gives; GET and DELETE of stored responses, per tenant; store:
 false; the errors (400 naming the field, 404 for an unknown previous_response_id); and a router
 without Redis, which answers but stores nothing.
@@ -193,6 +193,19 @@ def test_json_schema_text_format(client):
     o = create(client, input="Name a city as a JSON object.", max_output_tokens=64,
                text={"format": {"type": "json_object"}})
     assert o.text.format.type == "json_object" and o.output_text.lstrip().startswith("{")
+
+
+def test_sdk_parse_with_a_pydantic_model(client):
+    """client.responses.parse(text_format=Model): the SDK's strict json_schema, parsed back."""
+    from pydantic import BaseModel, Field
+
+    class City(BaseModel):
+        city: str = Field(max_length=30)
+        country: str = Field(max_length=30)
+
+    r = client.responses.parse(model=MODEL_ID, input="Name a city and its country.", text_format=City,
+                               temperature=0, max_output_tokens=128, extra_body=LIVE)
+    assert r.status == "completed" and isinstance(r.output_parsed, City) and r.output_parsed.city
 
 
 def test_previous_response_id_chains_the_conversation(client):
