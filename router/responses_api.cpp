@@ -215,9 +215,14 @@ responses_request translate(const ordered_json& doc) {
   echo["max_output_tokens"] = field(doc, "max_output_tokens") ? doc["max_output_tokens"] : ordered_json(nullptr);
   ordered_json metadata = ordered_json::object();
   if (const ordered_json* v = field(doc, "metadata")) {
+    // The API's limits: 16 pairs, keys of 64 characters, values of 512 (bytes here).
     if (!v->is_object()) wrong_type("metadata", "an object of strings", *v);
-    for (auto it = v->begin(); it != v->end(); ++it)
+    if (v->size() > 16) reject("metadata", "'metadata' holds more than 16 pairs");
+    for (auto it = v->begin(); it != v->end(); ++it) {
       if (!it.value().is_string()) wrong_type("metadata." + it.key(), "a string", it.value());
+      if (it.key().size() > 64 || it.value().get_ref<const std::string&>().size() > 512)
+        reject("metadata", "'metadata' keys are at most 64 characters and values at most 512");
+    }
     metadata = *v;
   }
   echo["metadata"] = std::move(metadata);

@@ -181,7 +181,7 @@ TEST_CASE("responses: tool_choice and text.format map to OpenAI's") {
 
 TEST_CASE("responses: bad and unsupported fields are 400s naming the field") {
   struct bad {
-    const char* body;
+    std::string body;
     const char* param;
   };
   for (const bad& b : std::vector<bad>{
@@ -214,6 +214,7 @@ TEST_CASE("responses: bad and unsupported fields are 400s naming the field") {
            {R"({"model": "m", "input": "x", "max_output_tokens": 0})", "max_output_tokens"},
            {R"({"model": "m", "input": "x", "temperature": 5})", "temperature"},
            {R"({"model": "m", "input": "x", "metadata": {"k": 1}})", "metadata.k"},
+           {R"({"model": "m", "input": "x", "metadata": {"k": ")" + std::string(513, 'v') + R"("}})", "metadata"},
            {R"({"model": "m", "input": "x", "store": "yes"})", "store"},
            {R"({"model": "m", "input": "x", "previous_response_id": 5})", "previous_response_id"},
        }) {
