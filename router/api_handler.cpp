@@ -45,37 +45,6 @@ std::string request_id_for(const http_request& req) {
   return b;
 }
 
-// The value of `name` in the target's query string ("" when absent); %XX and + decoded.
-std::string query_param(std::string_view target, std::string_view name) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return "";
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const size_t amp = rest.find('&');
-    const std::string_view pair = rest.substr(0, amp);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == name) {
-      std::string out;
-      const std::string_view v = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] == '+') {
-          out += ' ';
-        } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
-                   std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
-          out += static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16));
-          i += 2;
-        } else {
-          out += v[i];
-        }
-      }
-      return out;
-    }
-    if (amp == std::string_view::npos) break;
-    rest = rest.substr(amp + 1);
-  }
-  return "";
-}
-
 // Every POST is charged to the tenant's requests/s bucket at its header: generations, and
 // /tokenize and /detokenize too (they make the router read, template and tokenize a body).
 bool charges_rate(std::string_view method) { return method == "POST"; }
@@ -109,6 +78,36 @@ std::string bearer_key(const http_request& req) {
 }
 
 }  // namespace
+
+std::string query_param(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return "";
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      std::string out;
+      const std::string_view v = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == '+') {
+          out += ' ';
+        } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+                   std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+          out += static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16));
+          i += 2;
+        } else {
+          out += v[i];
+        }
+      }
+      return out;
+    }
+    if (amp == std::string_view::npos) break;
+    rest = rest.substr(amp + 1);
+  }
+  return "";
+}
 
 api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_registry& models,
                          std::function<void(std::shared_ptr<routed_request>)> submit,

@@ -18,6 +18,7 @@
 //   POST /v1/messages/count_tokens   its prompt's token count (authenticated)
 //   POST /v1/responses          the OpenAI Responses API over the same path (authenticated)
 //   GET, DELETE /v1/responses/{id}   a stored response (the tenant's own; authenticated)
+//   GET  /v1/responses/{id}/input_items   the conversation that led to it (authenticated)
 #pragma once
 
 #include <atomic>
@@ -44,6 +45,9 @@
 #include "router/work_pool.hpp"
 
 namespace sy::router {
+
+// The value of `name` in a request target's query string ("" when absent); %XX and + decoded.
+std::string query_param(std::string_view target, std::string_view name);
 
 // What the dispatcher publishes for the HTTP threads (each tick), and what they add.
 struct router_status {

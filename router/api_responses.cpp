@@ -2,12 +2,15 @@
 // POST /v1/responses as a generation on the chat path, with the conversation a
 // previous_response_id names fetched from the response store first, and the stored responses'
 // GET and DELETE.
+#include <charconv>
+
 #include "router/api_handler.hpp"
 
 namespace sy::router {
 namespace {
 
 constexpr std::string_view k_responses_prefix = "/v1/responses/";
+constexpr std::string_view k_input_items = "/input_items";
 
 api_error error_of(int status, std::string type, std::string code, std::string message, std::string param = "") {
   api_error e;
@@ -92,17 +95,34 @@ std::function<void(std::string, std::function<void()>)> api_handler::save_respon
 
 void api_handler::stored_response_route(const tenant& who, std::shared_ptr<http_exchange> ex, const http_request& req,
                                         const std::string& request_id) {
-  const std::string id(std::string_view(req.path).substr(k_responses_prefix.size()));
+  std::string id(std::string_view(req.path).substr(k_responses_prefix.size()));
+  const bool input_items = id.size() > k_input_items.size() &&
+                           id.compare(id.size() - k_input_items.size(), k_input_items.size(), k_input_items) == 0;
+  if (input_items) id.resize(id.size() - k_input_items.size());
   if (id.empty() || id.find('/') != std::string::npos) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + req.path),
            request_id);
     return;
   }
-  if (req.method != "GET" && req.method != "DELETE") {
+  if (req.method != "GET" && (input_items || req.method != "DELETE")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
-                    req.path + " takes GET or DELETE, not " + req.method),
+                    req.path + (input_items ? " takes GET, not " : " takes GET or DELETE, not ") + req.method),
            request_id);
+    return;
+  }
+  // input_items' query: order (asc, desc: the default), limit (1 to 100, 20), after (an item id).
+  const std::string order = query_param(req.target, "order"), limit_text = query_param(req.target, "limit");
+  size_t limit = 20;
+  if (!limit_text.empty()) {
+    const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+    if (ec != std::errc{} || end != limit_text.data() + limit_text.size() || limit < 1 || limit > 100) {
+      reject(*ex, bad_request("limit", "'limit' must be an integer from 1 to 100"), request_id);
+      return;
+    }
+  }
+  if (!order.empty() && order != "asc" && order != "desc") {
+    reject(*ex, bad_request("order", "'order' must be asc or desc"), request_id);
     return;
   }
   if (!responses_) {
@@ -122,19 +142,23 @@ void api_handler::stored_response_route(const tenant& who, std::shared_ptr<http_
     });
     return;
   }
-  responses_->get(who.name, id, [this, ex, request_id, missing](responses_store::outcome o, std::string record) {
-    if (o == responses_store::outcome::unavailable) {
-      reject(*ex, store_unavailable(), request_id);
-      return;
-    }
-    std::optional<std::string> body;
-    if (o == responses_store::outcome::ok) body = responses_stored_response(record);
-    if (!body) {
-      reject(*ex, missing(), request_id);
-      return;
-    }
-    ex->respond({200, "application/json", {{"X-Request-Id", request_id}}, std::move(*body)});
-  });
+  responses_->get(who.name, id,
+                  [this, ex, request_id, missing, input_items, id, desc = order != "asc", limit,
+                   after = query_param(req.target, "after")](responses_store::outcome o, std::string record) {
+                    if (o == responses_store::outcome::unavailable) {
+                      reject(*ex, store_unavailable(), request_id);
+                      return;
+                    }
+                    std::optional<std::string> body;
+                    if (o == responses_store::outcome::ok)
+                      body = input_items ? format_input_items(record, id, desc, limit, after)
+                                         : responses_stored_response(record);
+                    if (!body) {
+                      reject(*ex, missing(), request_id);
+                      return;
+                    }
+                    ex->respond({200, "application/json", {{"X-Request-Id", request_id}}, std::move(*body)});
+                  });
 }
 
 }  // namespace sy::router

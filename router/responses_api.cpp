@@ -737,6 +737,42 @@ std::string responses_record(const responses_state& st) {
   return dump(rec);
 }
 
+std::optional<std::string> format_input_items(std::string_view record, std::string_view response_id, bool desc,
+                                              size_t limit, std::string_view after) {
+  const ordered_json rec = ordered_json::parse(record, nullptr, false);
+  if (!rec.is_object() || !rec.contains("conversation") || !rec["conversation"].is_array()) return std::nullopt;
+  const std::string hex(response_id.substr(response_id.rfind('_') + 1));
+  std::vector<ordered_json> items;
+  const ordered_json& conv = rec["conversation"];
+  for (size_t i = 0; i < conv.size(); ++i) {
+    const ordered_json& it = conv[i];
+    const std::string type = it.value("type", "");
+    const char* prefix = type == "message" ? "msg_" : type == "function_call" ? "fc_" : "fco_";
+    ordered_json item = ordered_json::object();
+    item["id"] = prefix + hex + "_in" + std::to_string(i);
+    for (auto f = it.begin(); f != it.end(); ++f) item[f.key()] = f.value();
+    if (type == "message" && it.value("role", "") == "assistant")
+      for (ordered_json& part : item["content"]) part["annotations"] = ordered_json::array();
+    item["status"] = "completed";
+    items.push_back(std::move(item));
+  }
+  if (desc) std::reverse(items.begin(), items.end());
+  size_t from = 0;
+  if (!after.empty()) {
+    while (from < items.size() && items[from]["id"] != after) ++from;
+    from = from < items.size() ? from + 1 : items.size();
+  }
+  ordered_json data = ordered_json::array();
+  for (size_t i = from; i < items.size() && data.size() < limit; ++i) data.push_back(items[i]);
+  ordered_json j = ordered_json::object();
+  j["object"] = "list";
+  j["first_id"] = data.empty() ? ordered_json(nullptr) : data.front()["id"];
+  j["last_id"] = data.empty() ? ordered_json(nullptr) : data.back()["id"];
+  j["has_more"] = from + data.size() < items.size();
+  j["data"] = std::move(data);
+  return dump(j);
+}
+
 std::string format_responses_deleted(std::string_view id) {
   return dump(ordered_json{{"id", std::string(id)}, {"object", "response.deleted"}, {"deleted", true}});
 }

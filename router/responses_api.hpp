@@ -111,6 +111,14 @@ std::string responses_error_event(const response_meta& meta, const api_error& e)
 // "conversation": <history + input items>}.
 std::string responses_record(const responses_state& st);
 
+// GET /v1/responses/{id}/input_items: the record's conversation (the earlier turns' items too)
+// as {"object": "list", "data", "first_id", "last_id", "has_more"}, each item with an id made
+// of the response's and its place; `desc` (the API's default order) newest first; at most
+// `limit` items after the one whose id is `after` (empty: from the start). nullopt when the
+// record does not read.
+std::optional<std::string> format_input_items(std::string_view record, std::string_view response_id, bool desc,
+                                              size_t limit, std::string_view after);
+
 // DELETE /v1/responses/{id}: {"id", "object": "response.deleted", "deleted": true}.
 std::string format_responses_deleted(std::string_view id);
 

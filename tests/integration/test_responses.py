@@ -6,7 +6,8 @@ from the response cache); max_output_tokens ending in status incomplete, whole a
 forced function call whose arguments validate, streamed or not; its function_call_output turn
 taken back, in the input and through previous_response_id alike; text.format json_schema
 answered with JSON that validates, and the SDK's responses.parse with a pydantic model; previous_response_id chaining through real Redis giving the
-prompt the whole conversation gives; GET and DELETE of stored responses, per tenant; store:
+prompt the whole conversation gives, and its input items; GET and DELETE of stored responses, per
+tenant; store:
 false; the errors (400 naming the field, 404 for an unknown previous_response_id); and a router
 without Redis, which answers but stores nothing.
 """
@@ -217,6 +218,14 @@ def test_previous_response_id_chains_the_conversation(client):
         {"role": "user", "content": "What is my name?"}])
     assert second.usage.input_tokens == explicit.usage.input_tokens > first.usage.input_tokens
     assert second.output_text == explicit.output_text
+    # Its input items: the whole conversation, newest first by default, paged by the SDK.
+    items = list(client.responses.input_items.list(second.id, order="asc"))
+    assert [(i.type, i.role, i.content[0].text) for i in items] == [
+        ("message", "user", "My name is Ada."), ("message", "assistant", first.output_text),
+        ("message", "user", "What is my name?")]
+    assert items[1].content[0].type == "output_text" and items[0].content[0].type == "input_text"
+    paged = list(client.responses.input_items.list(second.id, limit=1))
+    assert [i.id for i in paged] == [i.id for i in reversed(items)]
     # A third turn carries both before it; the instructions of earlier turns are not carried.
     third = create(client, input="Thanks.", max_output_tokens=4, previous_response_id=second.id)
     assert third.usage.input_tokens > second.usage.input_tokens
@@ -236,9 +245,13 @@ def test_retrieve_and_delete(client, other):
         other.responses.retrieve(r.id)
     with pytest.raises(openai.NotFoundError):
         create(other, input="Go on.", previous_response_id=r.id, max_output_tokens=4)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.input_items.list(r.id)
     client.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(r.id)
     with pytest.raises(openai.NotFoundError) as e:
         create(client, input="Go on.", previous_response_id=r.id, max_output_tokens=4)
     assert e.value.body["code"] == "previous_response_not_found" and e.value.body["param"] == "previous_response_id"

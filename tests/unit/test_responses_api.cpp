@@ -269,6 +269,16 @@ TEST_CASE("responses: a response object with its message, usage and echo") {
   CHECK(history == json::parse(R"([
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]},
     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}])"));
+  // Its input items (GET /v1/responses/{id}/input_items), newest first unless asked.
+  const json listed = json::parse(*router::format_input_items(record, "resp_0123456789abcdef", false, 20, ""));
+  CHECK(listed["object"] == "list");
+  REQUIRE(listed["data"].size() == 1);
+  CHECK(listed["data"][0]["id"] == "msg_0123456789abcdef_in0");
+  CHECK(listed["data"][0]["content"][0]["text"] == "x");
+  CHECK(listed["data"][0]["status"] == "completed");
+  CHECK(listed["has_more"] == false);
+  CHECK(listed["first_id"] == listed["last_id"]);
+  CHECK_FALSE(router::format_input_items("{}", "resp_1", true, 20, "").has_value());
   CHECK_FALSE(router::responses_history("not json").has_value());
   CHECK_FALSE(router::responses_history(R"({"response": {}})").has_value());
   // Cut by max_output_tokens: incomplete. Without a store, `store` says false.
@@ -530,4 +540,29 @@ TEST_CASE("responses: a finished response waits for its store write, streamed or
     CHECK(records.size() == 2);
   }
   CHECK(router::responses_store::key("a:b%", "resp_1") == "sy:v1:resp:a%3Ab%25:resp_1");
+}
+
+TEST_CASE("responses: input items page newest first, after an id") {
+  const std::string record = R"({"response": {}, "conversation": [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "b"}]},
+    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})";
+  const auto page = [&](bool desc, size_t limit, const std::string& after) {
+    return json::parse(*router::format_input_items(record, "resp_ab", desc, limit, after));
+  };
+  json p = page(true, 2, "");
+  REQUIRE(p["data"].size() == 2);
+  CHECK(p["data"][0]["id"] == "fco_ab_in3");
+  CHECK(p["data"][0]["output"] == "ok");
+  CHECK(p["data"][1]["id"] == "fc_ab_in2");
+  CHECK(p["has_more"] == true);
+  p = page(true, 2, p["last_id"]);
+  REQUIRE(p["data"].size() == 2);
+  CHECK(p["data"][0]["content"][0]["annotations"] == json::array());  // an assistant message's output_text
+  CHECK(p["data"][1]["id"] == "msg_ab_in0");
+  CHECK(p["has_more"] == false);
+  p = page(false, 20, "msg_ab_in0");
+  CHECK(p["data"].size() == 3);
+  CHECK(page(false, 20, "no_such_id")["data"].empty());
 }
