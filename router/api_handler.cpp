@@ -5,6 +5,7 @@
 #include "router/cache_replay.hpp"
 #include "router/dashboard.hpp"
 #include "router/embeddings_api.hpp"
+#include "router/responses_api.hpp"
 #include "router/router_clock.hpp"
 
 #include <algorithm>
@@ -44,7 +45,40 @@ std::string request_id_for(const http_request& req) {
   return b;
 }
 
-// The value of `name` in the target's query string ("" when absent); %XX and + decoded.
+// Every POST is charged to the tenant's requests/s bucket at its header: generations, and
+// /tokenize and /detokenize too (they make the router read, template and tokenize a body).
+bool charges_rate(std::string_view method) { return method == "POST"; }
+
+bool is_generation(std::string_view path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages" ||
+         path == "/v1/embeddings" || path == "/v1/responses";
+}
+
+// The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
+bool is_anthropic(std::string_view path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
+
+// The most body a route reads before its key is known or its work is admitted: routes that take
+// no body get none, the dashboard's sign-in form a key's worth. Others: the server's limit.
+constexpr size_t k_no_body = 0, k_login_body = 4096;
+
+// The declared body of `head` past `cap`: a 413 to answer from the header, the body never read.
+std::optional<api_error> body_over(const http_request& head, size_t cap) {
+  const std::string_view cl = head.header("content-length");
+  size_t n = 0;
+  if (cl.empty() || std::from_chars(cl.data(), cl.data() + cl.size(), n).ec != std::errc{} || n <= cap)
+    return std::nullopt;
+  return error_of(413, "invalid_request_error", "body_too_large",
+                  "this route takes at most " + std::to_string(cap) + " bytes of body");
+}
+
+std::string bearer_key(const http_request& req) {
+  std::string_view h = req.header("authorization");
+  if (h.size() > 7 && (h.substr(0, 7) == "Bearer " || h.substr(0, 7) == "bearer ")) return std::string(h.substr(7));
+  return std::string(req.header("x-api-key"));
+}
+
+}  // namespace
+
 std::string query_param(std::string_view target, std::string_view name) {
   const size_t q = target.find('?');
   if (q == std::string_view::npos) return "";
@@ -75,40 +109,6 @@ std::string query_param(std::string_view target, std::string_view name) {
   return "";
 }
 
-// Every POST is charged to the tenant's requests/s bucket at its header: generations, and
-// /tokenize and /detokenize too (they make the router read, template and tokenize a body).
-bool charges_rate(std::string_view method) { return method == "POST"; }
-
-bool is_generation(std::string_view path) {
-  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages" ||
-         path == "/v1/embeddings";
-}
-
-// The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
-bool is_anthropic(std::string_view path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
-
-// The most body a route reads before its key is known or its work is admitted: routes that take
-// no body get none, the dashboard's sign-in form a key's worth. Others: the server's limit.
-constexpr size_t k_no_body = 0, k_login_body = 4096;
-
-// The declared body of `head` past `cap`: a 413 to answer from the header, the body never read.
-std::optional<api_error> body_over(const http_request& head, size_t cap) {
-  const std::string_view cl = head.header("content-length");
-  size_t n = 0;
-  if (cl.empty() || std::from_chars(cl.data(), cl.data() + cl.size(), n).ec != std::errc{} || n <= cap)
-    return std::nullopt;
-  return error_of(413, "invalid_request_error", "body_too_large",
-                  "this route takes at most " + std::to_string(cap) + " bytes of body");
-}
-
-std::string bearer_key(const http_request& req) {
-  std::string_view h = req.header("authorization");
-  if (h.size() > 7 && (h.substr(0, 7) == "Bearer " || h.substr(0, 7) == "bearer ")) return std::string(h.substr(7));
-  return std::string(req.header("x-api-key"));
-}
-
-}  // namespace
-
 api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_registry& models,
                          std::function<void(std::shared_ptr<routed_request>)> submit,
                          std::function<void(uint64_t)> client_gone, std::shared_ptr<router_status> status,
@@ -120,7 +120,8 @@ api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_r
       client_gone_(std::move(client_gone)),
       status_(std::move(status)),
       http_(http),
-      cache_(cache) {}
+      cache_(cache),
+      responses_(cache ? std::make_unique<responses_store>(*cache, cfg_.responses_ttl) : nullptr) {}
 
 http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count,
                                           bool anthropic) {
@@ -258,7 +259,8 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
              is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
              is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
              is_detokenize = path == "/detokenize", is_messages = path == "/v1/messages",
-             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings";
+             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings",
+             is_responses = path == "/v1/responses", is_stored_response = path.rfind("/v1/responses/", 0) == 0;
   if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
     const std::string& js = chart_js();
     if (js.empty()) {
@@ -270,11 +272,16 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
     return;
   }
   if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize &&
-      !anthropic && !is_embeddings) {
+      !anthropic && !is_embeddings && !is_responses && !is_stored_response) {
     reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
     return;
   }
-  const bool want_post = is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings;
+  if (is_stored_response) {  // GET or DELETE /v1/responses/{id}
+    stored_response_route(*who, ex, req, request_id);
+    return;
+  }
+  const bool want_post =
+      is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings || is_responses;
   if (req.method != (want_post ? "POST" : "GET")) {
     reject(*ex,
            error_of(405, "invalid_request_error", "method_not_allowed",
@@ -308,6 +315,10 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
   }
   if (is_embeddings) {
     prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { embeddings(*who, ex, *body, request_id); });
+    return;
+  }
+  if (is_responses) {
+    prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { responses(*who, ex, body, request_id); });
     return;
   }
   if (is_count) {
@@ -354,8 +365,16 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
     reject(*ex, *e, request_id, anthropic);
     return;
   }
+  run_generation(kind, who, std::move(ex), req, request_id, std::move(std::get<generation_request>(parsed)),
+                 anthropic ? api_shape::anthropic : api_shape::openai);
+}
+
+void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex,
+                                 const http_request& req, const std::string& request_id, generation_request parsed,
+                                 api_shape shape, const responses_request* rr, const std::string& history) {
+  const bool anthropic = shape == api_shape::anthropic;
   auto r = std::make_shared<routed_request>();
-  r->req = std::move(std::get<generation_request>(parsed));
+  r->req = std::move(parsed);
   generation_request& g = r->req;
   r->model = models_.find(g.model);
   if (!r->model) {
@@ -430,7 +449,10 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
-  r->meta.id = (anthropic ? "msg_" : kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
+  if (shape == api_shape::responses)
+    r->meta.id = new_response_id();  // an id a client names later (previous_response_id): never reused
+  else
+    r->meta.id = (anthropic ? "msg_" : kind == endpoint::chat_completions ? "chatcmpl-" : "cmpl-") + request_id;
   r->meta.model = g.model;  // the name the client used (an alias answers as itself)
   r->meta.created = unix_s_now();
   r->meta.kind = kind;
@@ -441,6 +463,10 @@ void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<h
       enable_reasoning(r->meta, *spec);
   }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
+  if (shape == api_shape::responses && rr != nullptr) {
+    enable_responses(r->meta, *rr, history, responses_ != nullptr);
+    ex = responses_exchange(std::move(ex), r->meta.responses, save_response(who, r->meta));
+  }
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
   attach(*r, ex, req);
   submit_or_lookup(std::move(r), req);
@@ -719,6 +745,7 @@ std::string api_handler::metrics() const {
       out += "switchyard_router_edge_errors_total{error=\"" + k + "\"} " + std::to_string(n) + "\n";
   }
   if (cache_) out += cache_->render_metrics();
+  if (responses_) out += responses_->render_metrics();
   if (status_->link_metrics) out += status_->link_metrics();
   if (prep_) {
     metric(out, "switchyard_router_prep_waiting", "gauge",

@@ -16,6 +16,9 @@
 //   POST /v1/chat/completions   (authenticated)
 //   POST /v1/messages           the Anthropic Messages API over the same path (authenticated)
 //   POST /v1/messages/count_tokens   its prompt's token count (authenticated)
+//   POST /v1/responses          the OpenAI Responses API over the same path (authenticated)
+//   GET, DELETE /v1/responses/{id}   a stored response (the tenant's own; authenticated)
+//   GET  /v1/responses/{id}/input_items   the conversation that led to it (authenticated)
 #pragma once
 
 #include <atomic>
@@ -35,11 +38,16 @@
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
 #include "router/openai_api.hpp"
+#include "router/responses_api.hpp"
+#include "router/responses_store.hpp"
 #include "router/routed_request.hpp"
 #include "router/tenants.hpp"
 #include "router/work_pool.hpp"
 
 namespace sy::router {
+
+// The value of `name` in a request target's query string ("" when absent); %XX and + decoded.
+std::string query_param(std::string_view target, std::string_view name);
 
 // What the dispatcher publishes for the HTTP threads (each tick), and what they add.
 struct router_status {
@@ -67,6 +75,7 @@ struct api_config {
   double default_timeout_s = 600;  // deadline for requests that give no "timeout"
   double max_timeout_s = 3600;     // a client's "timeout" is clamped to this (the worker slot it holds)
   reasoning_parser reasoning = reasoning_parser::automatic;  // --reasoning-parser
+  std::chrono::seconds responses_ttl{86400};                 // --responses-ttl-s: stored responses
 };
 
 class api_handler {
@@ -99,6 +108,24 @@ class api_handler {
   // `anthropic`: a /v1/messages body (router/anthropic_api.hpp), answered in that API's shapes.
   void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
                   const std::string& request_id, bool anthropic = false);
+  // Which API's shapes a generation is answered in.
+  enum class api_shape : uint8_t { openai, anthropic, responses };
+  // A parsed generation's path from the model lookup on: the chat template, tokenization, the
+  // context check, its meta, then the cache or the dispatcher. `rr` and `history`: a Responses
+  // API request and the stored conversation it continues.
+  void run_generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, const http_request& req,
+                      const std::string& request_id, generation_request parsed, api_shape shape,
+                      const responses_request* rr = nullptr, const std::string& history = {});
+  // POST /v1/responses (router/responses_api.hpp): parsed; with previous_response_id, its stored
+  // conversation fetched first (router/responses_store.hpp); then a generation.
+  void responses(const tenant& who, std::shared_ptr<http_exchange> ex, std::shared_ptr<http_request> req,
+                 const std::string& request_id);
+  // GET / DELETE /v1/responses/{id}: the tenant's stored response.
+  void stored_response_route(const tenant& who, std::shared_ptr<http_exchange> ex, const http_request& req,
+                             const std::string& request_id);
+  // How a finished response is stored before it is answered (responses_exchange); empty
+  // without a store or when the request said store: false.
+  std::function<void(std::string, std::function<void()>)> save_response(const tenant& who, const response_meta& meta);
   // POST /v1/messages/count_tokens: the prompt /v1/messages would send, counted.
   void count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id);
   // POST /v1/embeddings: parsed (router/embeddings_api.hpp), tokenized, checked against the
@@ -140,6 +167,7 @@ class api_handler {
   std::shared_ptr<router_status> status_;
   const http_counters* http_;
   cache_service* cache_;
+  std::unique_ptr<responses_store> responses_;  // with the cache's Redis; null without --redis
   admission_controller* rate_charger_ = nullptr;
   work_pool* prep_ = nullptr;
   std::atomic<uint64_t> next_id_{1};

@@ -100,6 +100,13 @@ void cache_service::store(std::string key, cache::stored_response r) {
       cfg_.max_queue);
 }
 
+bool cache_service::submit(std::function<void(cache::redis_client&)> j, bool urgent) {
+  const bool ok = push(
+      work_, [j = std::move(j)](cache::response_cache& rc) { j(rc.client()); }, cfg_.max_queue, urgent);
+  if (!ok) queue_full_++;
+  return ok;
+}
+
 void cache_service::record(cache_event e) {
   if (!cfg_.analytics.enabled) return;
   const bool ok = push(

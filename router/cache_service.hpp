@@ -59,6 +59,10 @@ class cache_service {
   bool lookup(std::string key, lookup_done done);
   void store(std::string key, cache::stored_response r);
   void record(cache_event e);
+  // Runs `j` on a cache thread with that thread's Redis connection: the response store's calls
+  // (router/responses_store.hpp). `urgent`: in the lookups' queue (a request waits on it). False,
+  // and `j` never runs, when the queue is full.
+  bool submit(std::function<void(cache::redis_client&)> j, bool urgent);
   // Runs on the query connection's thread; `done` gets the stats (complete = false on errors).
   void query(int64_t from_unix_s, int64_t to_unix_s, size_t top_k, std::function<void(cache::cache_stats)> done);
 

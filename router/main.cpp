@@ -91,6 +91,7 @@ const char* k_usage =
     "                             (without it the cache is off)\n"
     "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
     "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n"
+    "  --responses-ttl-s S        how long /v1/responses keeps a stored response in Redis (86400)\n"
     "  --cache-mac-key-file FILE  seal cache entries with HMAC-SHA256 under FILE's bytes (>= 16): an entry\n"
     "                             written or moved by anyone without the key reads as a miss\n"
     "  --curve-server-key FILE    authenticate and encrypt the worker link (CURVE): the workers' public key\n"
@@ -156,6 +157,7 @@ void check_flags(const cli_args& a) {
                  "help",
                  "redis",
                  "cache-ttl-s",
+                 "responses-ttl-s",
                  "cache-max-entry-bytes",
                  "cache-lookup-timeout-ms",
                  "cache-threads",
@@ -252,6 +254,8 @@ api_config api_flags(const cli_args& a) {
     throw std::invalid_argument("--max-request-timeout-s must be >= --request-timeout-s");
   if (ac.default_timeout_s <= 0 || ac.limits.max_n < 1)
     throw std::invalid_argument("--request-timeout-s, --max-n must be > 0");
+  ac.responses_ttl = std::chrono::seconds(a.get_int("responses-ttl-s", 86400));
+  if (ac.responses_ttl.count() <= 0) throw std::invalid_argument("--responses-ttl-s must be > 0");
   return ac;
 }
 

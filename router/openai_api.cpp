@@ -17,6 +17,7 @@
 #include "common/utf8.hpp"
 #include "router/anthropic_api.hpp"
 #include "router/json_fields.hpp"
+#include "router/responses_api.hpp"
 
 namespace sy::router {
 
@@ -854,6 +855,7 @@ std::variant<detokenize_request, api_error> parse_detokenize_request(std::string
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
                             const usage_info& usage) {
   if (meta.anthropic) return anthropic_response(meta, choices, usage);
+  if (meta.responses) return responses_response(meta, choices, usage);
   const bool chat = meta.kind == endpoint::chat_completions;
   ordered_json j = envelope(meta, chat ? "chat.completion" : "text_completion");
   ordered_json out = ordered_json::array();
@@ -910,6 +912,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
     text = thought.content;
   }
   if (meta.anthropic) return anthropic_chunk(meta, text, finish_reason, thought.reasoning);  // one choice: n is 1
+  if (meta.responses) return responses_chunk(meta, text, finish_reason, thought.reasoning);  // n is 1 too
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
   choice["index"] = index;
@@ -989,6 +992,7 @@ std::string format_error(const response_meta& meta, const api_error& e) {
 
 std::vector<std::string> format_stream_end(const response_meta& meta, const usage_info& usage, bool include_usage) {
   if (meta.anthropic) return {anthropic_stream_end(meta, usage)};
+  if (meta.responses) return {responses_stream_end(meta, usage)};
   std::vector<std::string> out;
   if (include_usage) out.push_back(format_usage_chunk(meta, usage));
   out.emplace_back("[DONE]");
@@ -997,6 +1001,7 @@ std::vector<std::string> format_stream_end(const response_meta& meta, const usag
 
 std::vector<std::string> format_stream_error(const response_meta& meta, const api_error& e) {
   if (meta.anthropic) return {anthropic_error_event(e)};
+  if (meta.responses) return {responses_error_event(meta, e)};
   return {format_error(e), "[DONE]"};
 }
 

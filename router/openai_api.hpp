@@ -150,6 +150,7 @@ struct usage_info {
 };
 
 struct anthropic_state;  // router/anthropic_api.hpp
+struct responses_state;  // router/responses_api.hpp
 
 struct response_meta {
   std::string id;  // "cmpl-..." / "chatcmpl-..."
@@ -170,6 +171,9 @@ struct response_meta {
   // An Anthropic Messages response (router/anthropic_api.hpp, enable_anthropic): every format_*
   // below writes Anthropic's shapes instead; the state is the stream's, mutable like tool_streams.
   std::shared_ptr<anthropic_state> anthropic;
+  // A Responses API response (router/responses_api.hpp, enable_responses): the same, in that
+  // API's shapes (a `response` object; its SSE event sequence).
+  std::shared_ptr<responses_state> responses;
 };
 
 // Sets meta.tools (and fresh stream state) when `g` offers tools to a model of format `f`.

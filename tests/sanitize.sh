@@ -85,6 +85,7 @@ SAN_INTEGRATION=(
   test_bad_workers.py::test_black_hole_worker_is_ejected_and_requests_still_succeed
   test_bad_workers.py::test_query_of_death_takes_at_most_two_workers_and_ends_with_a_named_502
   test_soak.py
+  test_responses.py
 )
 main_build=$(cd "${BUILD_DIR:-build}" 2>/dev/null && pwd) ||
   skip "no main build folder ${BUILD_DIR:-build} (part 3 runs its worker; tests/run.sh builds it first)"

@@ -11,7 +11,8 @@ Two small clusters:
     the output holds only `</think>`.
 Checked: the split whole and streamed (reasoning deltas before any content), usage's
 reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
-with the same split (whole and streamed), and the Anthropic route's thinking block.
+with the same split (whole and streamed), the Anthropic route's thinking block and the Responses
+route's reasoning item.
 """
 import json
 import os
@@ -173,6 +174,22 @@ def test_the_anthropic_route_answers_with_a_thinking_block(qwen3):
     content = json.loads(raw)["content"]
     assert content == [{"type": "thinking", "thinking": REASONING, "signature": ""},
                        {"type": "text", "text": ANSWER}]
+
+
+def test_the_responses_route_answers_with_a_reasoning_item(qwen3):
+    c = client_of(qwen3)
+    kw = dict(model=MODEL_ID, input=QUESTION[0]["content"], max_output_tokens=64, extra_body={"cache": False})
+    r = c.responses.create(**kw)
+    assert [o.type for o in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].type == "reasoning_text" and r.output[0].content[0].text == REASONING
+    assert r.output_text == ANSWER and r.usage.output_tokens_details.reasoning_tokens > 0
+    events = list(c.responses.create(stream=True, **kw))
+    thinking = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert (thinking, text) == (REASONING, ANSWER)
+    assert events[-1].type == "response.completed"
+    strip = lambda output: [o.model_dump(exclude={"id"}) for o in output]  # ids are per response
+    assert strip(events[-1].response.output) == strip(r.output)
 
 
 def test_thinking_opened_by_the_prompt_ends_at_its_close(r1):
