@@ -335,6 +335,19 @@ TEST_CASE("Gemma 3 generates the same tokens with the sliding-window KV release 
     cfg.n_kv_blocks = 64;
     cfg.max_context = 64;
     cfg.sched.max_tokens_per_step = 8;  // chunked prefill
+    cfg.pooling = embedding_pooling::mean;
+    // One embedding of prompt 1 (its blocks taken from both pools for its one step).
+    auto embed = [&](engine& e) {
+      REQUIRE_FALSE(e.submit_embedding("emb", {prompts[1]}));
+      std::vector<embedding_event> done;
+      for (int i = 0; i < 100 && done.empty(); ++i) {
+        std::vector<request_event> ev;
+        e.step(0, ev);
+        e.take_embeddings(done);
+      }
+      REQUIRE(done.size() == 1);
+      return done[0].data.at(0);
+    };
     struct result {
       std::vector<token_id> tokens;
       int32_t n_cached = 0;
@@ -356,10 +369,12 @@ TEST_CASE("Gemma 3 generates the same tokens with the sliding-window KV release 
       return out;
     };
     std::map<std::string, result> off;
+    std::vector<float> off_embedding;
     {
       cfg.kv_window_release = false;
       engine e(m, pool(), cfg);
       REQUIRE(e.window_pool().n_blocks() == 0);
+      off_embedding = embed(e);
       for (size_t i = 0; i < prompts.size(); ++i) {
         const std::string id = "p" + std::to_string(i);
         off[id] = run(e, {{id, prompts[i]}})[id];
@@ -375,6 +390,7 @@ TEST_CASE("Gemma 3 generates the same tokens with the sliding-window KV release 
     const kv_block_pool& wp = e.window_pool();
     REQUIRE(wp.n_blocks() > 0);
     CHECK(e.pool().n_blocks() > cfg.n_kv_blocks);  // the bytes the window saves hold more global blocks
+    CHECK(embed(e) == off_embedding);
     // Alone, then the others batched together (chunks of different sequences share steps).
     CHECK(run(e, {{"p0", prompts[0]}})["p0"].tokens == off["p0"].tokens);
     std::vector<std::pair<std::string, std::vector<token_id>>> batch;
