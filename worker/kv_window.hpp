@@ -45,5 +45,8 @@ struct kv_window_split {
 // `release` false, or a model without windowed (or without global) layers: no split.
 kv_window_split split_kv_budget(const llama_model& model, int32_t n_full_blocks, int32_t block_size,
                                 int64_t max_context, int32_t max_step_tokens, bool release);
+// The same for a model of n_layer_global + n_layer_window layers (no split when either is 0).
+kv_window_split split_kv_budget(int32_t n_layer_global, int32_t n_layer_window, int64_t window, int32_t n_full_blocks,
+                                int32_t block_size, int64_t max_context, int32_t max_step_tokens);
 
 }  // namespace sy

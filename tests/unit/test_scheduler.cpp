@@ -633,6 +633,31 @@ TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops 
 
 // ---- sliding-window release (worker/kv_window.hpp) -----------------------------------------------
 
+TEST_CASE("sliding window: the KV budget splits so as many max-context sequences fit either pool") {
+  // Gemma 3 270M: 3 global and 15 windowed layers, window 512; 896 blocks of 16 tokens, every
+  // layer: 7 sequences of 2048 tokens without the release.
+  const kv_window_split s = split_kv_budget(3, 15, 512, 896, 16, 2048, 512);
+  CHECK(s.window == 512);
+  CHECK(s.n_layer_global == 3);
+  CHECK(s.n_layer_window == 15);
+  // 16128 layer-blocks / (128 x 3 + 33 x 15) = 18 sequences; 18 x 33 + one 512-token chunk (65).
+  CHECK(s.n_window_blocks == 18 * 33 + 65);
+  CHECK(s.n_global_blocks == (896 * 18 - 659 * 15) / 3);
+  CHECK(int64_t{s.n_global_blocks} * 3 + int64_t{s.n_window_blocks} * 15 <= 896 * 18);  // the same bytes
+  CHECK(s.n_global_blocks / 128 == 16);
+  // No split: no windowed layer (or the release off), no global layer, or too small a budget.
+  for (const kv_window_split n :
+       {split_kv_budget(18, 0, 512, 896, 16, 2048, 512), split_kv_budget(0, 18, 512, 896, 16, 2048, 512),
+        split_kv_budget(3, 15, 512, 64, 16, 2048, 512)}) {
+    CHECK(n.window == 0);
+    CHECK(n.n_layer_global == 18);
+    CHECK(n.n_layer_window == 0);
+    CHECK(n.n_window_blocks == 0);
+  }
+  CHECK(split_kv_budget(18, 0, 512, 896, 16, 2048, 512).n_global_blocks == 896);  // every block, every layer
+  CHECK(split_kv_budget(3, 15, 512, 64, 16, 2048, 512).n_global_blocks == 64);
+}
+
 TEST_CASE("sliding window: blocks behind the window go back to the window pool as it moves, exact counts") {
   scheduler_config cfg;
   cfg.max_tokens_per_step = 64;  // the whole prompt in one step
