@@ -146,7 +146,7 @@ struct sampled_token {
 
 enum class add_status : uint8_t {
   ok,
-  exceeds_kv_capacity,  // prompt + max_tokens needs more blocks than the whole pool holds
+  exceeds_kv_capacity,  // prompt + max_tokens needs more blocks than the whole pool (or window pool) holds
 };
 
 // The windowed layers' pool and their window, for a scheduler that releases blocks behind it.
