@@ -90,9 +90,11 @@ struct bench_setup {
   float temperature, top_p;  // [batching]: greedy by default; sampled decoding (seeded) when set
   std::vector<int> levels;   // concurrency levels / batch sizes
   std::string skip;
+  bool window_release;  // --kv-window-release (worker/kv_window.hpp)
 
   // An engine on the chosen device; the CUDA backend is sized like cfg (its KV blocks exactly).
-  std::unique_ptr<engine> make_engine(const engine_config& cfg) const {
+  std::unique_ptr<engine> make_engine(engine_config cfg) const {
+    cfg.kv_window_release = cfg.kv_window_release && window_release;
     if (!dev.cuda) return std::make_unique<engine>(*model, *pool, cfg);
     cuda_backend_settings cs;
     cs.block_size = cfg.block_size;
@@ -363,6 +365,97 @@ ordered_json bench_memory(const bench_setup& b) {
           {"sequences_reserved_512", budget / 512}};
 }
 
+// 4. Sliding-window release (worker/kv_window.hpp; a model with sliding-window layers, e.g.
+// Gemma 3): how many 2048-token sequences a KV budget of 7 such sequences' bytes (f16, every
+// layer) holds at once, with the release as `--kv-window-release` says and without it, side by
+// side. 24 requests of 1920 prompt tokens + 128 generated arrive together and prefill in 512-token
+// chunks while the admitted ones decode, so the first still runs when the budget is full; a run
+// ends when the first request finishes. Figures: the peak of KV tokens held for running
+// requests, in 2048-token sequences, and the peak of running requests.
+ordered_json bench_window(const bench_setup& b) {
+  const llama_hparams& hp = b.model->hparams();
+  if (hp.sliding_window <= 0)
+    throw std::invalid_argument("bench-engine [window]: " + hp.name +
+                                " has no sliding-window layers (a gemma3 file, e.g. Gemma 3 270M)");
+  constexpr int n_seq_tokens = 2048, n_gen = 128, n_requests = 24;
+  int n_windowed = 0;
+  for (const llama_layer& L : b.model->layers()) n_windowed += L.windowed;
+  std::mt19937 rng(11);
+  std::vector<std::vector<token_id>> prompts;
+  for (int i = 0; i < n_requests; ++i) prompts.push_back(random_prompt(rng, n_seq_tokens - n_gen, hp.n_vocab));
+  engine_config base;
+  base.kv_type = b.kvt;
+  base.max_context = n_seq_tokens;
+  base.prefix_caching = false;
+  base.sched.max_running = n_requests;
+  base.sched.max_tokens_per_step = 512;
+  base.n_kv_blocks =
+      static_cast<int32_t>(7 * n_seq_tokens / base.block_size *
+                           kv_arena::block_bytes(hp.n_layer, base.block_size, hp.kv_dim(), cpu::kv_type::f16) /
+                           kv_arena::block_bytes(hp.n_layer, base.block_size, hp.kv_dim(), b.kvt));
+  struct figures {
+    double peak_seqs = 0;
+    int peak_running = 0, global_blocks = 0, window_blocks = 0;
+    double secs = 0;
+  };
+  auto measure = [&](bool release) {
+    engine_config cfg = base;
+    cfg.kv_window_release = release;
+    const auto owned = b.make_engine(cfg);
+    engine& e = *owned;
+    for (int i = 0; i < n_requests; ++i) submit_or_throw(e, "w" + std::to_string(i), prompts[i], fixed_length(n_gen));
+    figures f;
+    f.global_blocks = e.pool().n_blocks();
+    f.window_blocks = e.window_pool().n_blocks();
+    std::vector<request_event> ev;
+    const double t0 = now_s();
+    bool finished = false;
+    while (e.has_work() && !finished) {
+      ev.clear();
+      e.step(0, ev);
+      for (const auto& x : ev) finished = finished || x.finish != finish_reason::none;
+      f.peak_seqs = std::max(f.peak_seqs, static_cast<double>(e.live_kv_tokens()) / n_seq_tokens);
+      f.peak_running = std::max(f.peak_running, e.stats().running);
+    }
+    f.secs = now_s() - t0;
+    for (int i = 0; i < n_requests; ++i) e.cancel("w" + std::to_string(i));
+    drain(e, [](const std::vector<request_event>&) {});
+    return f;
+  };
+  const bool release = b.window_release;
+  const figures off = measure(false), on = release ? measure(true) : off;
+  require_measured(off.peak_seqs > 0 && on.peak_seqs > 0 && on.window_blocks >= 0, "[window]");
+  if (release && on.window_blocks == 0)
+    throw std::runtime_error("bench-engine [window]: the backend on " + b.dev.name() +
+                             " keeps every layer's blocks (the sliding-window release is CPU only)");
+  std::printf(
+      "\n[window] %d requests of %d tokens (%d prompt + %d generated), sliding window %lld on %d of %lld "
+      "layers; KV budget = 7 such sequences (%d blocks of every layer, %s)\n",
+      n_requests, n_seq_tokens, n_seq_tokens - n_gen, n_gen, static_cast<long long>(hp.sliding_window), n_windowed,
+      static_cast<long long>(hp.n_layer), base.n_kv_blocks, cpu::kv_type_name(b.kvt));
+  std::printf("  release off: %5.1f sequences' KV held at once (peak), %2d running; %d blocks (%.1f s)\n",
+              off.peak_seqs, off.peak_running, off.global_blocks, off.secs);
+  if (release) {
+    std::printf(
+        "  release on:  %5.1f sequences' KV held at once (peak), %2d running; %d global + %d window blocks "
+        "(%.1f s)\n",
+        on.peak_seqs, on.peak_running, on.global_blocks, on.window_blocks, on.secs);
+    std::printf("  %.2fx the sequences in the same KV memory\n", on.peak_seqs / off.peak_seqs);
+  }
+  ordered_json js{{"seq_tokens", n_seq_tokens},
+                  {"budget_blocks", base.n_kv_blocks},
+                  {"peak_sequences_off", off.peak_seqs},
+                  {"peak_running_off", off.peak_running}};
+  if (release) {
+    js["peak_sequences_on"] = on.peak_seqs;
+    js["peak_running_on"] = on.peak_running;
+    js["global_blocks_on"] = on.global_blocks;
+    js["window_blocks_on"] = on.window_blocks;
+    js["ratio"] = on.peak_seqs / off.peak_seqs;
+  }
+  return js;
+}
+
 std::vector<int> concurrency_levels(const cli_args& a, bool cuda) {
   std::vector<int> levels;
   std::stringstream ss(a.get("concurrency", cuda ? "1,8,64,256" : "1,4,16,32"));
@@ -376,7 +469,7 @@ std::vector<int> concurrency_levels(const cli_args& a, bool cuda) {
 
 int run_bench_engine(const cli_args& a, const char* default_model) {
   a.check_known({"model", "threads", "concurrency", "prompt-tokens", "gen-tokens", "json", "skip", "kv-type", "device",
-                 "cuda-graphs", "sections", "temperature", "top-p"});
+                 "cuda-graphs", "sections", "temperature", "top-p", "kv-window-release"});
   const device_choice dev = parse_device_choice(a);
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = llama_model::load(a.get("model", default_model), pool);
@@ -394,7 +487,8 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
                       static_cast<float>(a.get_float("temperature", 0.0)),
                       static_cast<float>(a.get_float("top-p", 1.0)),
                       concurrency_levels(a, dev.cuda),
-                      a.get("skip", "")};
+                      a.get("skip", ""),
+                      parse_kv_window_release(a.get("kv-window-release", "on"))};
   // Sections: --sections (default: decode on a GPU, the CPU figures elsewhere) minus --skip.
   const std::string sections = a.get("sections", dev.cuda ? "decode" : "batching,prefix,memory");
   auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(b.skip, s); };
@@ -408,6 +502,7 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   if (run_section("batching")) js["batching"] = bench_batching(b);
   if (run_section("prefix")) js["prefix"] = bench_prefix(b);
   if (run_section("memory")) js["memory"] = bench_memory(b);
+  if (run_section("window")) js["window"] = bench_window(b);
   if (a.has("json")) std::ofstream(a.get("json")) << js.dump() << "\n";
   return 0;
 }

@@ -12,14 +12,51 @@
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "worker/kv_window.hpp"
 
 namespace sy {
+
+cpu_forward::cpu_forward(const llama_model& model, cpu::thread_pool& pool, int64_t n_ctx)
+    : model_(model), pool_(pool), n_ctx_(n_ctx) {
+  int64_t n_global = 0, n_window = 0;
+  for (const llama_layer& L : model_.layers()) kind_index_.push_back(L.windowed ? n_window++ : n_global++);
+}
+
+cpu_forward::layer_kv cpu_forward::kv_of(int64_t l) const {
+  if (window_kv_ == nullptr) return {kv_, l, false};
+  const bool windowed = model_.layers()[static_cast<size_t>(l)].windowed;
+  return {windowed ? window_kv_ : kv_, kind_index_[static_cast<size_t>(l)], windowed};
+}
+
+void cpu_forward::check_tables(std::span<const batch_seq> batch) const {
+  const int64_t bs = kv_->block_size();
+  if (window_kv_ != nullptr && window_kv_->block_size() != bs)
+    throw std::invalid_argument("cpu_forward: the window arena's block size differs");
+  const int64_t window = model_.hparams().sliding_window;
+  for (const batch_seq& b : batch) {
+    const int64_t end = b.pos0 + static_cast<int64_t>(b.tokens.size());
+    if (static_cast<int64_t>(b.block_ids.size()) * bs < end)
+      throw std::invalid_argument("cpu_forward: block table too short for the sequence");
+    for (int32_t id : b.block_ids)
+      if (id < 0 || id >= kv_->n_blocks()) throw std::invalid_argument("cpu_forward: block id out of range");
+    if (window_kv_ == nullptr) continue;
+    if (b.window_block_ids.size() != b.block_ids.size())
+      throw std::invalid_argument("cpu_forward: window table and block table differ in length");
+    // Released entries only behind what the step's first token can see.
+    const auto live = static_cast<size_t>(first_live_block(b.pos0, window, bs));
+    for (size_t j = 0; j < b.window_block_ids.size(); ++j) {
+      const int32_t id = b.window_block_ids[j];
+      if (id == k_released_block && j < live) continue;
+      if (id < 0 || id >= window_kv_->n_blocks())
+        throw std::invalid_argument("cpu_forward: window block id out of range or released inside the window");
+    }
+  }
+}
 
 // Rows of the activations: every token of the step, generated-token rows first, then
 // prompt-token rows. A token's role (position < n_prompt or not) picks its kernels, so its
 // numerics never depend on what else is in the batch (batching-invariant results).
-void cpu_forward::plan_rows(std::span<const batch_seq> batch, const kv_arena& kv) {
-  const int64_t bs = kv.block_size();
+void cpu_forward::plan_rows(std::span<const batch_seq> batch) {
   const int64_t n_vocab = model_.hparams().n_vocab;
   rows_.clear();
   out_rows_.clear();
@@ -28,13 +65,6 @@ void cpu_forward::plan_rows(std::span<const batch_seq> batch, const kv_arena& kv
     for (size_t s = 0; s < batch.size(); ++s) {
       const batch_seq& b = batch[s];
       const int64_t n = static_cast<int64_t>(b.tokens.size());
-      if (pass == 0) {
-        // Cheap checks that keep a caller's bug from writing outside the KV arena.
-        if (static_cast<int64_t>(b.block_ids.size()) * bs < b.pos0 + n)
-          throw std::invalid_argument("cpu_forward: block table too short for the sequence");
-        for (int32_t id : b.block_ids)
-          if (id < 0 || id >= kv.n_blocks()) throw std::invalid_argument("cpu_forward: block id out of range");
-      }
       for (int64_t j = 0; j < n; ++j) {
         const bool generated = b.pos0 + j >= b.n_prompt;
         if (generated != (pass == 0)) continue;
@@ -99,8 +129,10 @@ void cpu_forward::add_then_norm(bool add, const std::vector<float>& norm) {
 }
 
 // Q, K, V of every row (biases, per-head norms, RoPE), and the new K/V into their KV blocks.
-void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const batch_seq> batch, kv_arena& kv) {
+void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const batch_seq> batch) {
   const llama_hparams& hp = model_.hparams();
+  const layer_kv at = kv_of(l);
+  kv_arena& kv = *at.arena;
   const int64_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
   const cpu::kv_layer_view layout{nullptr, nullptr, bs, KV, kv.type(), cpu::kv_layout::heads};
   const cpu::rope_config rope = model_.rope(L.windowed, n_ctx_);
@@ -125,21 +157,24 @@ void cpu_forward::store_qkv(int64_t l, const llama_layer& L, std::span<const bat
     cpu::rope(q_.data() + i * Q, hp.n_head, HD, pos, rope);
     cpu::rope(k_.data() + i * KV, hp.n_head_kv, HD, pos, rope);
     const batch_seq& b = batch[rows_[i].seq];
-    const int32_t block = b.block_ids[pos / bs];
+    const int32_t block = table_of(b, at)[pos / bs];
     for (int64_t h = 0; h < hp.n_head_kv; ++h) {
-      cpu::store_kv_head(k_.data() + i * KV + h * HD, kv.k_block(l, block), layout, pos % bs, h, HD, true);
-      cpu::store_kv_head(v_.data() + i * KV + h * HD, kv.v_block(l, block), layout, pos % bs, h, HD, false);
+      cpu::store_kv_head(k_.data() + i * KV + h * HD, kv.k_block(at.layer, block), layout, pos % bs, h, HD, true);
+      cpu::store_kv_head(v_.data() + i * KV + h * HD, kv.v_block(at.layer, block), layout, pos % bs, h, HD, false);
     }
   });
 }
 
 // Attention into attn_; causal — token at pos sees keys [0, pos], or on a sliding-window layer
 // [pos - window + 1, pos]: the view then starts at the block holding the window's first key and
-// masks the keys of that block before it. With enough tokens, one task per (token, kv head) runs
+// masks the keys of that block before it (with the window release, the blocks before it may be
+// released: their pointers are never read). With enough tokens, one task per (token, kv head) runs
 // the query heads that share it together (K/V read once per group); a few tokens (single-stream
 // decode) split per query head so every thread has work.
-void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch, kv_arena& kv) {
+void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch) {
   const llama_hparams& hp = model_.hparams();
+  const layer_kv at = kv_of(l);
+  kv_arena& kv = *at.arena;
   const int64_t Q = hp.q_dim(), KV = hp.kv_dim(), HD = hp.head_dim, bs = kv.block_size();
   const int64_t N = static_cast<int64_t>(rows_.size()), group = hp.n_head / hp.n_head_kv;
   const float scale = hp.attn_scale;
@@ -154,11 +189,13 @@ void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch, kv_arena& 
     return span_of_keys{fb, pos + 1 - fb * bs, first - fb * bs};
   };
   for (size_t s = 0; s < batch.size(); ++s) {
-    kb_[s].resize(batch[s].block_ids.size());
-    vb_[s].resize(batch[s].block_ids.size());
-    for (size_t j = 0; j < batch[s].block_ids.size(); ++j) {
-      kb_[s][j] = kv.k_block(l, batch[s].block_ids[j]);
-      vb_[s][j] = kv.v_block(l, batch[s].block_ids[j]);
+    const std::span<const int32_t> table = table_of(batch[s], at);
+    kb_[s].resize(table.size());
+    vb_[s].resize(table.size());
+    for (size_t j = 0; j < table.size(); ++j) {
+      const bool live = table[j] != k_released_block;
+      kb_[s][j] = live ? kv.k_block(at.layer, table[j]) : nullptr;
+      vb_[s][j] = live ? kv.v_block(at.layer, table[j]) : nullptr;
     }
   }
   const bool grouped = N * hp.n_head_kv >= 4 * pool_.size();
@@ -201,12 +238,12 @@ void cpu_forward::post_norm(const std::vector<float>& norm) {
 
 // Layer l's attention: its output projection lands in tmp_ (joined to the residual by the next
 // add_then_norm).
-void cpu_forward::attention_block(int64_t l, std::span<const batch_seq> batch, kv_arena& kv) {
+void cpu_forward::attention_block(int64_t l, std::span<const batch_seq> batch) {
   const llama_layer& L = model_.layers()[static_cast<size_t>(l)];
   const int64_t E = model_.hparams().n_embd, Q = model_.hparams().q_dim();
   add_then_norm(l > 0, L.attn_norm);  // the previous layer's FFN output joins the residual here
-  store_qkv(l, L, batch, kv);
-  attend(l, batch, kv);
+  store_qkv(l, L, batch);
+  attend(l, batch);
   linears({{&L.wo, tmp_.data(), E}}, attn_.data(), Q);
   post_norm(L.post_attn_norm);
 }
@@ -245,29 +282,33 @@ void cpu_forward::output_logits(std::vector<float>& logits) {
   if (n_out > 0) model_.output().forward_gemv(xn_.data(), E, n_out, logits.data(), hp.n_vocab, pool_);
 }
 
-bool cpu_forward::run_layers(std::span<const batch_seq> batch, kv_arena& kv) {
-  plan_rows(batch, kv);
+bool cpu_forward::run_layers(std::span<const batch_seq> batch, kv_arena& kv, kv_arena* window_kv) {
+  kv_ = &kv;
+  window_kv_ = window_kv;
+  check_tables(batch);  // cheap checks that keep a caller's bug from writing outside the arenas
+  plan_rows(batch);
   if (rows_.empty()) return false;
   size_buffers(batch);
   const int64_t E = model_.hparams().n_embd;
   for (size_t i = 0; i < rows_.size(); ++i) model_.embed(rows_[i].token, x_.data() + static_cast<int64_t>(i) * E);
   for (int64_t l = 0; l < model_.hparams().n_layer; ++l) {
-    attention_block(l, batch, kv);
+    attention_block(l, batch);
     ffn_block(model_.layers()[static_cast<size_t>(l)]);
   }
   return true;
 }
 
-void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits) {
-  if (!run_layers(batch, kv)) {
+void cpu_forward::run(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& logits, kv_arena* window_kv) {
+  if (!run_layers(batch, kv, window_kv)) {
     logits.clear();
     return;
   }
   output_logits(logits);
 }
 
-void cpu_forward::run_hidden(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& hidden) {
-  if (!run_layers(batch, kv)) {
+void cpu_forward::run_hidden(std::span<const batch_seq> batch, kv_arena& kv, std::vector<float>& hidden,
+                             kv_arena* window_kv) {
+  if (!run_layers(batch, kv, window_kv)) {
     hidden.clear();
     return;
   }

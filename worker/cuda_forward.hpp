@@ -84,6 +84,9 @@ class cuda_forward final : public forward_backend {
 
   bool samples() const override { return true; }
   int32_t n_kv_blocks() const override;
+  // No sliding-window release on the device: every layer keeps every block (docs/worker.md,
+  // "Sliding-window layers in the KV cache").
+  int32_t n_window_blocks() const override { return 0; }
   int32_t block_size() const override;
   size_t kv_bytes() const override;  // device bytes held by the KV arena
   size_t weight_read_bytes() const override;

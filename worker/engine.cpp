@@ -38,13 +38,29 @@ engine_config with_backend_kv(engine_config c, const forward_backend& b) {
   return c;
 }
 
+// The scheduler's window pool: the backend's window arena when it has one.
+window_kv window_of(const llama_model& m, const forward_backend& b, kv_block_pool& window_pool) {
+  if (b.n_window_blocks() == 0) return {};
+  return {&window_pool, m.hparams().sliding_window};
+}
+
 }  // namespace
 
+std::unique_ptr<forward_backend> make_cpu_backend(const llama_model& m, cpu::thread_pool& pool,
+                                                  const engine_config& c) {
+  const cpu::kv_type type = checked_kv_type(m, c.kv_type);
+  const kv_window_split split =
+      split_kv_budget(m, c.n_kv_blocks, c.block_size, c.max_context, c.sched.max_tokens_per_step, c.kv_window_release);
+  return std::make_unique<cpu_backend>(m, pool, split.n_global_blocks, c.block_size, type, c.max_context, split);
+}
+
+bool parse_kv_window_release(const std::string& value) {
+  if (value != "on" && value != "off") throw std::invalid_argument("--kv-window-release must be on or off");
+  return value == "on";
+}
+
 engine::engine(const llama_model& model, cpu::thread_pool& pool, engine_config config)
-    : engine(model,
-             std::make_unique<cpu_backend>(model, pool, config.n_kv_blocks, config.block_size,
-                                           checked_kv_type(model, config.kv_type), config.max_context),
-             config) {
+    : engine(model, make_cpu_backend(model, pool, config), config) {
   sampling_pool_ = &pool;
 }
 
@@ -53,9 +69,12 @@ engine::engine(const llama_model& model, std::unique_ptr<forward_backend> backen
       config_(with_backend_kv(config, *backend)),
       backend_(std::move(backend)),
       pool_(config_.n_kv_blocks, config_.block_size, model_salt(model)),
-      sched_(pool_, config_.sched) {
+      window_pool_(backend_->n_window_blocks(), config_.block_size, model_salt(model)),
+      sched_(pool_, config_.sched, window_of(model, *backend_, window_pool_)) {
   stats_.total_blocks = config_.n_kv_blocks;
+  stats_.window_total_blocks = window_pool_.n_blocks();
   pool_.set_prefix_caching(config_.prefix_caching);
+  window_pool_.set_prefix_caching(config_.prefix_caching);
 }
 
 int64_t engine::live_kv_tokens() const {
@@ -167,7 +186,9 @@ std::optional<submit_error> engine::submit_embedding(const std::string& id, std:
       return submit_error{error_code::invalid_request, at + " has " + std::to_string(in.size()) +
                                                            " tokens, more than the context length (" +
                                                            std::to_string(config_.max_context) + ")"};
-    if ((static_cast<int64_t>(in.size()) + config_.block_size - 1) / config_.block_size > config_.n_kv_blocks)
+    // One step runs the whole input: the window pool (when there is one) holds all its blocks too.
+    const int64_t n_blocks = (static_cast<int64_t>(in.size()) + config_.block_size - 1) / config_.block_size;
+    if (n_blocks > config_.n_kv_blocks || (window_pool_.n_blocks() > 0 && n_blocks > window_pool_.n_blocks()))
       return submit_error{error_code::exceeds_kv_capacity, at + " needs more KV blocks than this worker has (" +
                                                                std::to_string(config_.n_kv_blocks) + " blocks of " +
                                                                std::to_string(config_.block_size) + " tokens)"};
@@ -202,15 +223,35 @@ void engine::run_embeddings() {
     blocks += (n + bs - 1) / bs;
     ++end;
   }
-  auto got = pool_.allocate(static_cast<int32_t>(blocks));
+  // The blocks of both pools (the window pool's only with the sliding-window release), or none.
+  const bool windowed = window_pool_.n_blocks() > 0;
+  auto take = [&](int32_t n) {
+    auto got = pool_.allocate(n);
+    if (got && windowed) {
+      auto w = window_pool_.allocate(n);
+      if (!w) {
+        pool_.release(*got);
+        return decltype(got){};
+      }
+      got->insert(got->end(), w->begin(), w->end());  // main blocks, then window blocks
+    }
+    return got;
+  };
+  auto got = take(static_cast<int32_t>(blocks));
   if (!got && end > first + 1) {  // the blocks for the first input alone, then
     end = first + 1;
     tokens = static_cast<int64_t>(job.inputs[first].size());
     blocks = (tokens + bs - 1) / bs;
-    got = pool_.allocate(static_cast<int32_t>(blocks));
+    got = take(static_cast<int32_t>(blocks));
   }
   if (!got) return;  // running requests hold the blocks: a later step, when they have finished
-  const std::vector<block_id> ids = std::move(*got);
+  const std::vector<block_id> all = std::move(*got);
+  const std::span<const block_id> ids = std::span<const block_id>(all).first(static_cast<size_t>(blocks));
+  const std::span<const block_id> window_ids = std::span<const block_id>(all).subspan(ids.size());  // empty without
+  auto release = [&] {
+    pool_.release(ids);
+    if (windowed) window_pool_.release(window_ids);
+  };
   // Never registered under a hash: released, they are free (no prefix-cache entry).
   try {
     batch_.clear();
@@ -221,7 +262,8 @@ void engine::run_embeddings() {
       batch_seq b;
       b.tokens = in;
       b.pos0 = 0;
-      b.block_ids = std::span<const int32_t>(ids.data() + b0, nb);
+      b.block_ids = ids.subspan(b0, nb);
+      if (windowed) b.window_block_ids = window_ids.subspan(b0, nb);
       b.all_logits = !last;
       b.logits = true;
       b.n_prompt = static_cast<int64_t>(in.size());
@@ -234,10 +276,10 @@ void engine::run_embeddings() {
       throw std::logic_error("engine: the backend returned " + std::to_string(hidden_.size()) +
                              " hidden-state floats for " + std::to_string(rows) + " rows");
   } catch (...) {
-    pool_.release(ids);
+    release();
     throw;
   }
-  pool_.release(ids);
+  release();
   stats_.prompt_tokens += static_cast<uint64_t>(tokens);
   size_t row = 0;
   for (size_t i = first; i < end; ++i) {
@@ -315,6 +357,7 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     b.tokens = s.tokens;
     b.pos0 = s.pos0;
     b.block_ids = s.block_table;
+    b.window_block_ids = s.window_table;
     b.logits = s.sample;
     b.n_prompt = s.n_prompt;
     batch_.push_back(b);
@@ -406,6 +449,7 @@ engine_stats engine::stats() const {
   s.running = sched_.n_running();
   s.waiting = sched_.n_waiting();
   s.free_blocks = pool_.n_available();
+  s.window_free_blocks = window_pool_.n_available();
   s.preemptions = sched_.n_preemptions();
   const auto ps = pool_.stats();
   s.prefix_query_tokens = ps.prefix_query_tokens;

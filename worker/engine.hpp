@@ -41,10 +41,13 @@ namespace sy {
 enum class embedding_pooling : uint8_t { none, mean, last };
 
 struct engine_config {
-  int32_t n_kv_blocks = 1024;                // KV arena size in blocks (a given backend's own count wins)
-  int32_t block_size = 16;                   // tokens per block
-  int64_t max_context = 2048;                // prompt + max_tokens per request
-  bool prefix_caching = true;                // reuse cached KV blocks of identical prompt prefixes
+  int32_t n_kv_blocks = 1024;  // KV arena size in blocks (a given backend's own count wins)
+  int32_t block_size = 16;     // tokens per block
+  int64_t max_context = 2048;  // prompt + max_tokens per request
+  bool prefix_caching = true;  // reuse cached KV blocks of identical prompt prefixes
+  // Sliding-window layers keep only the blocks their window still sees (worker/kv_window.hpp);
+  // n_kv_blocks is then the byte budget, split between the two pools. CPU only.
+  bool kv_window_release = true;
   cpu::kv_type kv_type = cpu::kv_type::f16;  // KV element type; q8_0 needs head_dim % 32 == 0
   scheduler_config sched;
   embedding_pooling pooling = embedding_pooling::none;  // --embeddings / --pooling
@@ -87,6 +90,8 @@ struct engine_stats {
   int32_t waiting = 0;
   int32_t free_blocks = 0;  // available: free + evictable cached
   int32_t total_blocks = 0;
+  int32_t window_free_blocks = 0;  // the sliding-window release's pool (0 and 0 without it)
+  int32_t window_total_blocks = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0;  // tokens run through the forward as prefill
@@ -99,9 +104,20 @@ struct engine_stats {
   int32_t last_batch_seqs = 0;
 };
 
+// The CPU backend for `config`: cpu_backend with config.n_kv_blocks blocks' bytes, split between
+// the two pools when the sliding-window release is on (split_kv_budget). Throws
+// std::invalid_argument when the model's heads cannot be stored as config.kv_type.
+std::unique_ptr<forward_backend> make_cpu_backend(const llama_model& model, cpu::thread_pool& pool,
+                                                  const engine_config& config);
+
+// `--kv-window-release on|off` (default on) into config.kv_window_release; throws
+// std::invalid_argument naming the flag on any other value.
+bool parse_kv_window_release(const std::string& value);
+
 class engine {
  public:
-  // On the CPU (cpu_backend with config.n_kv_blocks, block_size, kv_type). Throws
+  // On the CPU (cpu_backend with config.n_kv_blocks, block_size, kv_type; with the window
+  // release, those bytes split as split_kv_budget says). Throws
   // std::invalid_argument when the model's heads cannot be stored as config.kv_type.
   engine(const llama_model& model, cpu::thread_pool& pool, engine_config config);
   // On `backend`, whose KV storage sets the pool's size (config.n_kv_blocks and kv_type are
@@ -141,6 +157,8 @@ class engine {
 
   engine_stats stats() const;
   const kv_block_pool& pool() const { return pool_; }
+  // The windowed layers' pool (0 blocks without the sliding-window release).
+  const kv_block_pool& window_pool() const { return window_pool_; }
   // For the KV event publisher (worker/kv_publisher.hpp): recording and taking events, the
   // snapshot. Between steps only, on the engine's thread.
   kv_block_pool& pool() { return pool_; }
@@ -187,6 +205,7 @@ class engine {
   engine_config config_;
   std::unique_ptr<forward_backend> backend_;  // before pool_: its KV size sizes the pool
   kv_block_pool pool_;
+  kv_block_pool window_pool_;
   scheduler sched_;
   std::unordered_map<request_id, std::unique_ptr<live_request>> live_;
   std::unordered_map<std::string, request_id> by_name_;

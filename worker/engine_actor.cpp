@@ -108,6 +108,10 @@ std::string render_metrics(const metrics_snapshot& m) {
          e.free_blocks);
   metric(o, "switchyard_worker_kv_usage_ratio", "gauge", "Fraction of KV blocks in use by live sequences.",
          e.total_blocks ? 1.0 - static_cast<double>(e.free_blocks) / e.total_blocks : 0.0);
+  metric(o, "switchyard_worker_kv_window_blocks_total", "gauge",
+         "KV blocks of the sliding-window layers' own pool (0 without the window release).", e.window_total_blocks);
+  metric(o, "switchyard_worker_kv_window_blocks_free", "gauge",
+         "Sliding-window KV blocks free or evictable (cached prefixes).", e.window_free_blocks);
   metric(o, "switchyard_worker_prefix_cache_query_tokens_total", "counter",
          "Prompt tokens looked up in the prefix cache.", static_cast<double>(e.prefix_query_tokens));
   metric(o, "switchyard_worker_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.",

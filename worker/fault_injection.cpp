@@ -55,6 +55,7 @@ class fault_backend final : public forward_backend {
   }
   bool samples() const override { return !simulate_ && inner_->samples(); }
   int32_t n_kv_blocks() const override { return inner_->n_kv_blocks(); }
+  int32_t n_window_blocks() const override { return inner_->n_window_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   size_t kv_bytes() const override { return inner_->kv_bytes(); }
   size_t weight_read_bytes() const override { return inner_->weight_read_bytes(); }

@@ -61,6 +61,10 @@ class forward_backend {
   virtual void run_hidden(std::span<const batch_seq> batch, std::vector<float>& hidden);
   virtual bool has_hidden_states() const { return false; }
   virtual int32_t n_kv_blocks() const = 0;
+  // Blocks of the windowed layers' own arena (the sliding-window release, worker/kv_window.hpp),
+  // addressed by batch_seq::window_block_ids; 0: every layer lives in the n_kv_blocks() blocks
+  // (a backend without the release, e.g. CUDA). A wrapping backend passes its inner one's on.
+  virtual int32_t n_window_blocks() const = 0;
   virtual int32_t block_size() const = 0;
   virtual size_t kv_bytes() const = 0;
   // Bytes of weights one decode step reads (every matrix and norm; the embedding table only as the

@@ -55,20 +55,46 @@ std::vector<block_id> kv_block_pool::acquire_prefix(std::span<const token_id> to
     // Same hash is not proof: the parent link and the tokens must match too, so a collision
     // ends the walk instead of handing out another prefix's KV.
     if (m.parent_hash != parent || !std::equal(content.begin(), content.end(), m.tokens.begin(), m.tokens.end())) break;
-    if (m.ref == 0) {
-      assert(m.in_lru);
-      lru_.erase(m.lru_pos);
-      m.in_lru = false;
-      --stats_.cached;
-      ++stats_.in_use;
-    }
-    ++m.ref;
+    add_ref(it->second);
     hits.push_back(it->second);
     parent = h;
   }
   stats_.prefix_query_tokens += tokens.size();
   stats_.prefix_hit_tokens += hits.size() * bs;
   return hits;
+}
+
+void kv_block_pool::add_ref(block_id b) {
+  block_meta& m = meta_[static_cast<size_t>(b)];
+  if (m.ref == 0) {
+    assert(m.in_lru);
+    lru_.erase(m.lru_pos);
+    m.in_lru = false;
+    --stats_.cached;
+    ++stats_.in_use;
+  }
+  ++m.ref;
+}
+
+block_id kv_block_pool::find(uint64_t parent_hash, std::span<const token_id> tokens) const {
+  if (!prefix_caching_ || tokens.size() != static_cast<size_t>(block_size_)) return -1;
+  const auto it = by_hash_.find(chain_hash(parent_hash, tokens, salt_));
+  if (it == by_hash_.end()) return -1;
+  const block_meta& m = meta_[static_cast<size_t>(it->second)];
+  if (m.parent_hash != parent_hash || !std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end()))
+    return -1;
+  return it->second;
+}
+
+bool kv_block_pool::holds(uint64_t parent_hash, std::span<const token_id> tokens) const {
+  return find(parent_hash, tokens) >= 0;
+}
+
+std::optional<block_id> kv_block_pool::acquire_block(uint64_t parent_hash, std::span<const token_id> tokens) {
+  const block_id b = find(parent_hash, tokens);
+  if (b < 0) return std::nullopt;
+  add_ref(b);
+  return b;
 }
 
 std::optional<std::vector<block_id>> kv_block_pool::allocate(int32_t n) {

@@ -65,6 +65,13 @@ class kv_block_pool {
   // parent hash of its first block (kv_cache_root; 0: the shared one).
   std::vector<block_id> acquire_prefix(std::span<const token_id> tokens, uint64_t root = 0);
 
+  // The registered block holding `tokens` (block_size ids) after the prefix whose last block
+  // hash is `parent_hash`, if the pool still holds it (content compared, as acquire_prefix does).
+  // holds() only looks; acquire_block() also takes one reference (a cached block moves to in
+  // use). Counts no prefix statistics: the window pool's lookups (worker/kv_window.hpp).
+  bool holds(uint64_t parent_hash, std::span<const token_id> tokens) const;
+  std::optional<block_id> acquire_block(uint64_t parent_hash, std::span<const token_id> tokens);
+
   // `n` blocks with one reference each, taking free blocks first, then evicting cached blocks
   // in LRU order; std::nullopt (and no change) when fewer than n are available.
   std::optional<std::vector<block_id>> allocate(int32_t n);
@@ -133,6 +140,10 @@ class kv_block_pool {
   size_t max_events_ = 0;
   std::vector<kv_block_event> events_;  // while recording_, since the last take_events
   void record(uint64_t hash, bool stored);
+  // The registered block with exactly this parent and content, or -1.
+  block_id find(uint64_t parent_hash, std::span<const token_id> tokens) const;
+  // One more reference to registered block `b` (off the LRU list when it was cached).
+  void add_ref(block_id b);
 };
 
 }  // namespace sy

@@ -62,6 +62,7 @@ void usage() {
 #endif
       "  %s    [--listen tcp://127.0.0.1:5555] [--metrics-port 9100] [--kv-memory-mb 512 | --kv-blocks N]\n"
       "           [--kv-memory-fraction F] [--kv-type f16|f32|q8_0] [--no-prefix-cache]\n"
+      "           [--kv-window-release on|off]   (sliding-window layers keep only their window's blocks; CPU)\n"
       "           [--embeddings [--pooling mean|last]]   (serve POST /v1/embeddings through routers; CPU only)\n"
       "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "           [--max-step-ms MS]   (while streams decode, a step's prompt tokens fit MS; 0: off, the default)\n"
@@ -93,7 +94,8 @@ void usage() {
 #endif
       "  score    --tokens ID,ID,... --out FILE [--model PATH]   (raw f32 logits per position)\n"
       "  bench-engine [--concurrency 1,4,16,32] [--prompt-tokens 128] [--gen-tokens 128] [--json FILE]\n"
-      "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory]\n"
+      "           [--kv-type f16|f32|q8_0] [--sections decode,batching,prefix,memory,window]\n"
+      "           [--kv-window-release on|off]   (window: Gemma-shaped sequences in a KV budget, release on vs off)\n"
       "           [--skip batching,sequential,prefix,memory] [--device cpu|cuda:N] [--cuda-graphs on|off]\n"
       "           (on cuda:N the default is --sections decode --concurrency 1,8,64,256)\n"
       "  info     [--model PATH]\n"

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <map>
 
+#include "worker/kv_window.hpp"
+
 namespace sy {
 
 const char* to_string(request_state s) {
@@ -26,9 +28,10 @@ int32_t size32(const auto& v) { return static_cast<int32_t>(v.size()); }
 
 }  // namespace
 
-scheduler::scheduler(kv_block_pool& pool, scheduler_config config)
-    : pool_(pool), config_(config), block_size_(pool.block_size()) {
+scheduler::scheduler(kv_block_pool& pool, scheduler_config config, window_kv window)
+    : pool_(pool), window_(window), config_(config), block_size_(pool.block_size()) {
   assert(config_.max_tokens_per_step >= 1 && config_.max_running >= 1);
+  assert(!window_.pool || (window_.window > 0 && window_.pool->block_size() == block_size_));
   running_.reserve(static_cast<size_t>(config_.max_running));
 }
 
@@ -40,7 +43,11 @@ add_status scheduler::add(request_spec spec) {
   // The longest a live request gets: prompt + max_tokens - 1 tokens fed (the last sampled token
   // never is). It must fit the pool alone, or preemption could not save it.
   const int64_t n_positions = static_cast<int64_t>(spec.prompt.size()) - spec.n_generated + spec.max_tokens - 1;
-  if ((n_positions + block_size_ - 1) / block_size_ > pool_.n_blocks()) return add_status::exceeds_kv_capacity;
+  const int64_t n_blocks = (n_positions + block_size_ - 1) / block_size_;
+  if (n_blocks > pool_.n_blocks()) return add_status::exceeds_kv_capacity;
+  if (window_.pool && std::min(n_blocks, window_blocks_per_seq(window_.window, block_size_,
+                                                               config_.max_tokens_per_step)) > window_.pool->n_blocks())
+    return add_status::exceeds_kv_capacity;
 
   request r;
   r.id = spec.id;
@@ -175,9 +182,10 @@ void scheduler::admit_waiting(step_plan& plan) {
 scheduler::admit_result scheduler::try_admit(request& r) {
   if (n_running() >= config_.max_running) return admit_result::no_slot;
   // Whatever the prefix cache holds, at least one token is computed into a fresh block.
-  const int32_t n_available = pool_.n_available();
-  if (n_available == 0) return admit_result::no_blocks;
-  if (blocked_head_ && blocked_head_->first == r.id && n_available <= blocked_head_->second)
+  const int32_t n_available = pool_.n_available(), n_window = n_window_available();
+  if (n_available == 0 || (window_.pool && n_window == 0)) return admit_result::no_blocks;
+  if (blocked_head_ && blocked_head_->id == r.id && n_available <= blocked_head_->n_available &&
+      n_window <= blocked_head_->n_window_available)
     return admit_result::no_blocks;
 
   std::vector<block_id> hits = pool_.acquire_prefix(r.tokens, r.cache_root);
@@ -189,12 +197,23 @@ scheduler::admit_result scheduler::try_admit(request& r) {
     hits.pop_back();
     n_cached -= block_size_;
   }
+  if (window_.pool) {
+    // Only as much of the prefix as the window pool can continue from.
+    const int32_t k = window_prefix(r, size32(hits));
+    pool_.release(std::span<const block_id>(hits).subspan(static_cast<size_t>(k)));
+    hits.resize(static_cast<size_t>(k));
+    n_cached = k * block_size_;
+  }
   const int32_t n = std::min(size32(r.tokens) - n_cached, budget_left_);
   const int32_t n_blocks = (n_cached + n + block_size_ - 1) / block_size_;
   auto fresh = pool_.allocate(n_blocks - size32(hits));
+  if (fresh && window_.pool && !take_window_blocks(r, size32(hits), n_blocks)) {
+    pool_.release(*fresh);
+    fresh.reset();
+  }
   if (!fresh) {
     pool_.release(hits);
-    blocked_head_ = std::pair{r.id, n_available};
+    blocked_head_ = blocked_head{r.id, n_available, n_window};
     return admit_result::no_blocks;
   }
   blocked_head_.reset();
@@ -221,7 +240,17 @@ bool scheduler::reserve_blocks(request& r, int32_t n_tokens, step_plan& plan) {
   for (;;) {
     const int32_t n_need = (r.n_computed + n_tokens + block_size_ - 1) / block_size_ - size32(r.blocks);
     if (n_need <= 0) return true;
-    if (auto fresh = pool_.allocate(n_need)) {
+    auto fresh = pool_.allocate(n_need);
+    if (fresh && window_.pool) {
+      auto window_fresh = window_.pool->allocate(n_need);
+      if (window_fresh) {
+        r.window_blocks.insert(r.window_blocks.end(), window_fresh->begin(), window_fresh->end());
+      } else {
+        pool_.release(*fresh);
+        fresh.reset();
+      }
+    }
+    if (fresh) {
       r.blocks.insert(r.blocks.end(), fresh->begin(), fresh->end());
       return true;
     }
@@ -280,6 +309,11 @@ void scheduler::finish(request& r, finish_reason reason, std::vector<finished_re
 void scheduler::release_blocks(request& r) {
   pool_.release(r.blocks);
   r.blocks.clear();
+  if (window_.pool) {
+    window_.pool->release(std::span<const block_id>(r.window_blocks).subspan(static_cast<size_t>(r.window_first)));
+    r.window_blocks.clear();
+    r.window_first = 0;
+  }
   r.block_hashes.clear();
   r.n_computed = 0;
 }
@@ -294,7 +328,72 @@ void scheduler::register_full_blocks(request& r) {
     const uint64_t parent = i == 0 ? r.cache_root : r.block_hashes[i - 1];
     const auto content = tokens.subspan(i * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     r.block_hashes.push_back(pool_.register_full(r.blocks[i], parent, content));
+    // Under the same chain as the main pool's block; a block already behind the window (a
+    // prefix-cache hit the window pool no longer needed) stays released.
+    if (window_.pool && r.window_blocks[i] != k_released_block)
+      window_.pool->register_full(r.window_blocks[i], parent, content);
   }
+}
+
+void scheduler::release_behind_window(request& r) {
+  if (!window_.pool) return;
+  const auto live = static_cast<int32_t>(first_live_block(r.n_computed, window_.window, block_size_));
+  if (live <= r.window_first) return;
+  const std::span<block_id> dead =
+      std::span<block_id>(r.window_blocks)
+          .subspan(static_cast<size_t>(r.window_first), static_cast<size_t>(live - r.window_first));
+  window_.pool->release(dead);
+  std::fill(dead.begin(), dead.end(), k_released_block);
+  r.window_first = live;
+}
+
+int32_t scheduler::window_prefix(const request& r, int32_t n_hits) const {
+  const std::span<const token_id> tokens(r.tokens);
+  const auto bs = static_cast<size_t>(block_size_);
+  // The parent hash of each cached block, along the chain acquire_prefix walked.
+  std::vector<uint64_t> parent(static_cast<size_t>(n_hits));
+  for (size_t i = 0; i < parent.size(); ++i)
+    parent[i] = i == 0 ? r.cache_root
+                       : kv_block_pool::chain_hash(parent[i - 1], tokens.subspan((i - 1) * bs, bs), pool_.salt());
+  int32_t k = n_hits;
+  for (;;) {
+    // Reusing k blocks, the next token is at k * block_size: its window needs blocks [lo, k).
+    const auto lo = static_cast<int32_t>(first_live_block(int64_t{k} * block_size_, window_.window, block_size_));
+    int32_t missing = -1;
+    for (int32_t j = k - 1; j >= lo && missing < 0; --j)
+      if (!window_.pool->holds(parent[static_cast<size_t>(j)], tokens.subspan(static_cast<size_t>(j) * bs, bs)))
+        missing = j;
+    if (missing < 0) return k;
+    k = missing;  // any longer reuse would need block `missing` in its window
+  }
+}
+
+bool scheduler::take_window_blocks(request& r, int32_t n_cached_blocks, int32_t n_blocks) {
+  const std::span<const token_id> tokens(r.tokens);
+  const auto bs = static_cast<size_t>(block_size_);
+  const auto lo =
+      static_cast<int32_t>(first_live_block(int64_t{n_cached_blocks} * block_size_, window_.window, block_size_));
+  std::vector<block_id> table(static_cast<size_t>(lo), k_released_block);
+  uint64_t parent = r.cache_root;
+  for (int32_t j = 0; j < n_cached_blocks; ++j) {
+    const auto content = tokens.subspan(static_cast<size_t>(j) * bs, bs);
+    if (j >= lo) {
+      const auto b = window_.pool->acquire_block(parent, content);
+      assert(b);  // window_prefix checked it, and nothing ran in between
+      table.push_back(*b);
+    }
+    parent = kv_block_pool::chain_hash(parent, content, pool_.salt());
+  }
+  // Fresh blocks only once the cached ones are held: allocating may evict cached blocks.
+  auto fresh = window_.pool->allocate(n_blocks - n_cached_blocks);
+  if (!fresh) {
+    window_.pool->release(std::span<const block_id>(table).subspan(static_cast<size_t>(lo)));
+    return false;
+  }
+  table.insert(table.end(), fresh->begin(), fresh->end());
+  r.window_blocks = std::move(table);
+  r.window_first = lo;
+  return true;
 }
 
 // Running requests, most urgent first (priority, then arrival): the order of the plan.
@@ -316,6 +415,7 @@ void scheduler::build_plan(step_plan& plan) const {
     const auto first = r.tokens.begin() + r.n_computed;
     q.tokens.assign(first, first + s.n_tokens);
     q.block_table = r.blocks;
+    q.window_table = r.window_blocks;
     q.sample = r.n_computed + s.n_tokens == size32(r.tokens);
     q.n_prompt = r.n_prompt;
     plan.n_tokens += s.n_tokens;
@@ -340,6 +440,7 @@ std::vector<finished_request> scheduler::update(const step_plan& plan, std::span
     assert(r.n_computed == q.pos0 && r.n_computed + size32(q.tokens) <= size32(r.tokens));
     r.n_computed += size32(q.tokens);
     register_full_blocks(r);
+    release_behind_window(r);
     if (t == nullptr) continue;
     r.tokens.push_back(t->token);
     if (t->stop)
@@ -386,7 +487,7 @@ bool scheduler::check_invariants(std::string* why) const {
   if (waiting_.size() + running_.size() != requests_.size()) return fail("waiting + running != live requests");
   if (n_running() > config_.max_running) return fail("more running than max_running");
 
-  std::map<block_id, int32_t> refs;  // block -> running requests holding it
+  std::map<block_id, int32_t> refs, window_refs;  // block -> running requests holding it
   int32_t n_running_seen = 0;
   for (const auto& [id, r] : requests_) {
     const std::string name = "request " + std::to_string(id);
@@ -403,6 +504,17 @@ bool scheduler::check_invariants(std::string* why) const {
         return fail(name + " block table does not cover its computed tokens");
       if (size32(r.block_hashes) != r.n_computed / block_size_) return fail(name + " has full blocks not registered");
       for (block_id b : r.blocks) ++refs[b];
+      if (window_.pool) {
+        if (r.window_blocks.size() != r.blocks.size()) return fail(name + " window table and block table differ");
+        if (r.window_first > first_live_block(r.n_computed, window_.window, block_size_))
+          return fail(name + " released a window block its next token sees");
+        for (int32_t j = 0; j < size32(r.window_blocks); ++j) {
+          const block_id b = r.window_blocks[static_cast<size_t>(j)];
+          if ((j < r.window_first) != (b == k_released_block))
+            return fail(name + " window table entry " + std::to_string(j) + " released out of order");
+          if (b != k_released_block) ++window_refs[b];
+        }
+      }
     } else if (r.state == request_state::waiting || r.state == request_state::preempted) {
       if (!waiting_.contains({queue_key{r.priority, r.arrival}, r.id})) return fail(name + " waiting but not queued");
       if (!r.blocks.empty() || r.n_computed != 0) return fail(name + " waiting but holds blocks");
@@ -416,6 +528,13 @@ bool scheduler::check_invariants(std::string* why) const {
       return fail("block " + std::to_string(b) + " ref count " + std::to_string(pool_.ref_count(b)) + " but held by " +
                   std::to_string(n) + " running requests");
   if (pool_.stats().in_use != size32(refs)) return fail("pool has in-use blocks no running request holds");
+  if (window_.pool) {
+    if (!window_.pool->check_invariants(why)) return false;
+    for (const auto& [b, n] : window_refs)
+      if (window_.pool->ref_count(b) != n) return fail("window block " + std::to_string(b) + " ref count mismatch");
+    if (window_.pool->stats().in_use != size32(window_refs))
+      return fail("window pool has in-use blocks no running request holds");
+  }
   return true;
 }
 

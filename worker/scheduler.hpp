@@ -28,6 +28,14 @@
 // blocks are released and it goes back to the queue at its original place, to recompute prompt
 // + output so far (mostly from the prefix cache) when readmitted.
 //
+// Sliding-window layers (worker/kv_window.hpp; docs/worker.md, "Sliding-window layers in the KV
+// cache"): with a window pool, a running request also holds a window table, as long as its block
+// table, for the windowed layers. After each step the entries wholly behind the window of its
+// next token are released to the window pool and become k_released_block; so a sequence holds at
+// most window_blocks_per_seq(window, block_size, step tokens) window blocks. Admission counts the
+// window pool too, and a cached prefix is reused only as far as the window pool still holds
+// the blocks its next token's window needs (window_prefix).
+//
 // Owned by one thread (the engine's step loop), like the pool it drives; not thread-safe.
 // Nothing here throws on the step path (besides std::bad_alloc); misuse is an assert.
 #pragma once
@@ -113,11 +121,12 @@ struct finished_request {
 // One sequence of a step: feed `tokens` at positions [pos0, pos0 + tokens.size()).
 struct scheduled_seq {
   request_id id = 0;
-  int64_t pos0 = 0;                   // K/V of [0, pos0) already in the blocks
-  std::vector<token_id> tokens;       // prompt chunk, recompute chunk, or last sampled token
-  std::vector<block_id> block_table;  // covers [0, pos0 + tokens.size())
-  bool sample = false;                // the chunk ends the known tokens: sample one after it
-  int32_t n_prompt = 0;               // the request's prompt: rows at positions >= it are generated tokens
+  int64_t pos0 = 0;                    // K/V of [0, pos0) already in the blocks
+  std::vector<token_id> tokens;        // prompt chunk, recompute chunk, or last sampled token
+  std::vector<block_id> block_table;   // covers [0, pos0 + tokens.size())
+  std::vector<block_id> window_table;  // with a window pool: the windowed layers' table, else empty
+  bool sample = false;                 // the chunk ends the known tokens: sample one after it
+  int32_t n_prompt = 0;                // the request's prompt: rows at positions >= it are generated tokens
 };
 
 struct step_plan {
@@ -137,13 +146,20 @@ struct sampled_token {
 
 enum class add_status : uint8_t {
   ok,
-  exceeds_kv_capacity,  // prompt + max_tokens needs more blocks than the whole pool holds
+  exceeds_kv_capacity,  // prompt + max_tokens needs more blocks than the whole pool (or window pool) holds
+};
+
+// The windowed layers' pool and their window, for a scheduler that releases blocks behind it.
+struct window_kv {
+  kv_block_pool* pool = nullptr;  // null: no release (every layer in the main pool)
+  int64_t window = 0;             // tokens a query sees, itself included
 };
 
 class scheduler {
  public:
   // `pool` must outlive the scheduler, and the scheduler must be its only user.
-  explicit scheduler(kv_block_pool& pool, scheduler_config config = {});
+  // `window`: the sliding-window release's pool (the same block size and salt as `pool`), or none.
+  explicit scheduler(kv_block_pool& pool, scheduler_config config = {}, window_kv window = {});
   scheduler(const scheduler&) = delete;
   scheduler& operator=(const scheduler&) = delete;
 
@@ -196,9 +212,11 @@ class scheduler {
     int32_t n_computed = 0;
     // tokens.size() at the latest admission: in prefill (or recompute) while n_computed < this.
     int32_t n_prefill_end = 0;
-    std::vector<block_id> blocks;        // block table; empty unless running
-    std::vector<uint64_t> block_hashes;  // chain hashes of blocks[0, size()), all full
-    int32_t n_cached_prompt = -1;        // -1 until first admission
+    std::vector<block_id> blocks;         // block table; empty unless running
+    std::vector<block_id> window_blocks;  // window table (a window pool only): as long as blocks
+    int32_t window_first = 0;             // window_blocks[0, window_first) are released
+    std::vector<uint64_t> block_hashes;   // chain hashes of blocks[0, size()), all full
+    int32_t n_cached_prompt = -1;         // -1 until first admission
     int32_t n_preemptions = 0;
   };
   struct queue_key {
@@ -225,10 +243,19 @@ class scheduler {
   void finish(request& r, finish_reason reason, std::vector<finished_request>& out);
   void release_blocks(request& r);
   void register_full_blocks(request& r);
+  // Window pool: releases r's window blocks behind its next token's window.
+  void release_behind_window(request& r);
+  // The longest prefix of `n_hits` cached blocks of r whose next token's window blocks the
+  // window pool holds (docs/worker.md, "Sliding-window layers in the KV cache"), in blocks.
+  int32_t window_prefix(const request& r, int32_t n_hits) const;
+  // r's window table for [0, n_cached_blocks) cached and [n_cached_blocks, n_blocks) fresh
+  // blocks; false (nothing held) when the window pool is short.
+  bool take_window_blocks(request& r, int32_t n_cached_blocks, int32_t n_blocks);
   std::vector<request*> running_by_priority() const;
   void build_plan(step_plan& plan) const;
 
   kv_block_pool& pool_;
+  window_kv window_;
   scheduler_config config_;
   int32_t block_size_;
   std::unordered_map<request_id, request> requests_;    // live: waiting, preempted, running
@@ -247,7 +274,12 @@ class scheduler {
   // The head that last failed to get blocks and the pool's availability then: it is not tried
   // again (acquire_prefix + release) until blocks free up, so a blocked head does not inflate
   // the prefix-cache query statistics every step.
-  std::optional<std::pair<request_id, int32_t>> blocked_head_;
+  struct blocked_head {
+    request_id id;
+    int32_t n_available, n_window_available;
+  };
+  std::optional<blocked_head> blocked_head_;
+  int32_t n_window_available() const { return window_.pool ? window_.pool->n_available() : 0; }
 };
 
 }  // namespace sy

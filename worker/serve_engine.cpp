@@ -57,6 +57,7 @@ const std::vector<std::string>& serve_options() {
       "allow-example-keys",
       "embeddings",
       "pooling",
+      "kv-window-release",
       "fault-inject",
   };
   return k;
@@ -77,6 +78,11 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   ec.kv_type = *kvt;
   ec.prefix_caching = !a.has("no-prefix-cache");
+  ec.kv_window_release = parse_kv_window_release(a.get("kv-window-release", "on"));
+  if (dev.cuda && ec.kv_window_release && hp.sliding_window > 0)
+    std::fprintf(stderr,
+                 "serve: the CUDA backend keeps every layer's KV blocks for the whole sequence "
+                 "(the sliding-window release is CPU only)\n");
   // Embeddings (docs/worker.md, "Embeddings"): served only when asked for, pooled as --pooling says.
   if (a.has("pooling") && !a.has("embeddings")) throw std::invalid_argument("--pooling needs --embeddings");
   if (a.has("embeddings")) {
@@ -118,12 +124,8 @@ std::unique_ptr<engine> make_serve_engine(const cli_args& a, const device_choice
   const std::string fault = is_backend_fault(mode) ? mode : "";  // link faults: worker/serve.cpp
   if (!dev.cuda && fault.empty()) return std::make_unique<engine>(model, pool, ec);
   if (!dev.cuda)
-    return std::make_unique<engine>(
-        model,
-        with_fault_injection(
-            std::make_unique<cpu_backend>(model, pool, ec.n_kv_blocks, ec.block_size, ec.kv_type, ec.max_context),
-            fault, model.vocab()),
-        ec);
+    return std::make_unique<engine>(model,
+                                    with_fault_injection(make_cpu_backend(model, pool, ec), fault, model.vocab()), ec);
   cuda_backend_settings cs;
   cs.block_size = ec.block_size;
   cs.n_kv_blocks = ec.n_kv_blocks;

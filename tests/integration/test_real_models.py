@@ -4,6 +4,7 @@ tokens as llama.cpp does, completes a factual prompt sensibly, and serves prompt
 512-token sliding window the same way whether or not they come from the prefix cache."""
 import json
 import os
+import time
 
 import openai
 import pytest
@@ -62,7 +63,7 @@ def test_chat_prompt_tokens_equal_llama_cpps(client):
     assert r.usage.completion_tokens == 4
 
 
-def test_prompts_past_the_sliding_window_give_the_same_tokens_from_the_prefix_cache(client):
+def test_prompts_past_the_sliding_window_give_the_same_tokens_from_the_prefix_cache(client, cluster):
     # ~900 tokens: every sliding-window layer drops the oldest keys from its view.
     text = " ".join(f"Item {i}: the {['red', 'green', 'blue'][i % 3]} box holds {i * 7 % 11} stones." for i in range(70))
     prompt = text + " Which box holds the most stones?"
@@ -75,3 +76,15 @@ def test_prompts_past_the_sliding_window_give_the_same_tokens_from_the_prefix_ca
                                       extra_body={"ignore_eos": True})
     assert again.choices[0].text.startswith(first.choices[0].text)
     assert again.usage.prompt_tokens_details.cached_tokens > 0
+    # The windowed layers kept their own pool (docs/worker.md, "Sliding-window layers in the KV
+    # cache"), and both pools are back to every block free or cached.
+    end, m = time.time() + 10, {}
+    while time.time() < end:
+        m = cluster[1].metrics()
+        if (m["switchyard_worker_kv_window_blocks_free"] == m["switchyard_worker_kv_window_blocks_total"]
+                and m["switchyard_worker_kv_blocks_free"] == m["switchyard_worker_kv_blocks_total"]):
+            break
+        time.sleep(0.2)
+    assert m["switchyard_worker_kv_window_blocks_total"] > 0
+    assert m["switchyard_worker_kv_window_blocks_free"] == m["switchyard_worker_kv_window_blocks_total"], m
+    assert m["switchyard_worker_kv_blocks_free"] == m["switchyard_worker_kv_blocks_total"], m

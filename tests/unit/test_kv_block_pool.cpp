@@ -437,6 +437,43 @@ TEST_CASE("a hash collision never hands out another prefix's blocks") {
   REQUIRE_INVARIANTS(pool);
 }
 
+// The sliding-window release looks blocks up one at a time (worker/kv_window.hpp): a block
+// anywhere in a chain, by its parent hash and content, without walking from the start.
+TEST_CASE("holds and acquire_block find one registered block by parent and content, not its prefix") {
+  kv_block_pool pool(k_blocks, k_bs);
+  const auto t = iota_tokens(12, 1);
+  const auto seq = fill(pool, t);  // blocks 0, 1, 2
+  const uint64_t h0 = kv_block_pool::chain_hash(0, std::span(t).first(4), 0);
+  const uint64_t h1 = kv_block_pool::chain_hash(h0, std::span(t).subspan(4, 4), 0);
+  pool.release(seq);
+  REQUIRE(pool.stats().cached == 3);
+  // The third block alone, though the first is not asked for.
+  CHECK(pool.holds(h1, std::span(t).subspan(8, 4)));
+  CHECK_FALSE(pool.holds(h0, std::span(t).subspan(8, 4)));  // another parent
+  CHECK_FALSE(pool.holds(h1, std::span(t).subspan(4, 4)));  // other content
+  const auto stats_before = pool.stats();
+  const auto b = pool.acquire_block(h1, std::span(t).subspan(8, 4));
+  REQUIRE(b);
+  CHECK(*b == 2);
+  CHECK(pool.ref_count(2) == 1);
+  CHECK(pool.stats().cached == 2);
+  CHECK(pool.stats().in_use == 1);
+  CHECK(pool.stats().prefix_query_tokens == stats_before.prefix_query_tokens);  // no prefix statistics
+  CHECK_FALSE(pool.acquire_block(h0, std::span(t).subspan(8, 4)));
+  REQUIRE_INVARIANTS(pool);
+  // Evicted, it is gone; with prefix caching off nothing is found.
+  pool.release(ids{2});
+  auto all = pool.allocate(k_blocks);
+  REQUIRE(all);
+  pool.release(*all);
+  CHECK_FALSE(pool.holds(h1, std::span(t).subspan(8, 4)));
+  const auto again = fill(pool, t);
+  pool.set_prefix_caching(false);
+  CHECK_FALSE(pool.holds(h1, std::span(t).subspan(8, 4)));
+  pool.release(again);
+  REQUIRE_INVARIANTS(pool);
+}
+
 TEST_CASE("soak: random sequences keep every invariant and return to baseline") {
   constexpr int32_t n_blocks = 32;
   kv_block_pool pool(n_blocks, k_bs, 0x5eed);

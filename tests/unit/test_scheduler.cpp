@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "worker/kv_block_pool.hpp"
+#include "worker/kv_window.hpp"
 #include "worker/scheduler.hpp"
 
 using namespace sy;
@@ -42,10 +43,15 @@ token_id token_for(request_id id, size_t n_out) { return static_cast<token_id>(i
 
 struct fake_engine {
   kv_block_pool pool;
+  // The sliding-window release (worker/kv_window.hpp): the windowed layers' pool, its window
+  // (0: none) and its simulated KV.
+  kv_block_pool window_pool;
+  int64_t window;
   scheduler sched;
   scheduler_config cfg;
   int32_t bs;
   std::vector<std::vector<token_id>> kv;            // [block][slot]: token held, -1 none
+  std::vector<std::vector<token_id>> window_cells;  // the same for the window pool's blocks
   std::map<request_id, std::vector<token_id>> seq;  // expected prompt + outputs
   std::map<request_id, int32_t> n_prompt, max_tokens, stop_at;
   std::map<request_id, finished_request> finished;
@@ -54,17 +60,26 @@ struct fake_engine {
   std::vector<std::vector<request_id>> preempted;  // per step
   int64_t now = 0;
 
-  fake_engine(int32_t n_blocks, int32_t block_size, scheduler_config c = {})
+  // `n_window_blocks` > 0: a window pool of that many blocks for layers of window `w`.
+  fake_engine(int32_t n_blocks, int32_t block_size, scheduler_config c = {}, int32_t n_window_blocks = 0, int64_t w = 0)
       : pool(n_blocks, block_size),
-        sched(pool, c),
+        window_pool(n_window_blocks, block_size),
+        window(w),
+        sched(pool, c, n_window_blocks > 0 ? window_kv{&window_pool, w} : window_kv{}),
         cfg(c),
         bs(block_size),
-        kv(static_cast<size_t>(n_blocks), std::vector<token_id>(static_cast<size_t>(block_size), -1)) {}
+        kv(static_cast<size_t>(n_blocks), std::vector<token_id>(static_cast<size_t>(block_size), -1)),
+        window_cells(static_cast<size_t>(n_window_blocks), std::vector<token_id>(static_cast<size_t>(block_size), -1)) {
+  }
 
   // The simulated KV slot of position `p` in a sequence with block table `table`.
   token_id& slot(const std::vector<block_id>& table, size_t p) {
     const auto b = static_cast<size_t>(bs);
     return kv[static_cast<size_t>(table[p / b])][p % b];
+  }
+  token_id& window_slot(const std::vector<block_id>& table, size_t p) {
+    const auto b = static_cast<size_t>(bs);
+    return window_cells[static_cast<size_t>(table[p / b])][p % b];
   }
 
   // `stop_after`: the engine reports stop (EOS) with output number stop_after (1-based).
@@ -131,10 +146,28 @@ struct fake_engine {
         REQUIRE(pool.ref_count(b) == 1);
         REQUIRE_FALSE(pool.is_cached(b));
       }
+      if (window == 0) {
+        REQUIRE(q.window_table.empty());
+        continue;
+      }
+      // The windowed layers: the window of the chunk's first token is all there, its own tokens.
+      REQUIRE(q.window_table.size() == q.block_table.size());
+      const auto first = static_cast<size_t>(std::max<int64_t>(0, q.pos0 - window + 1));
+      for (size_t j = 0; j < first / b_size; ++j) CHECK(q.window_table[j] == k_released_block);
+      for (size_t p = first; p < static_cast<size_t>(q.pos0); ++p) REQUIRE(window_slot(q.window_table, p) == want[p]);
+      for (size_t p = static_cast<size_t>(q.pos0); p < end; ++p) {
+        const block_id b = q.window_table[p / b_size];
+        REQUIRE(b != k_released_block);
+        REQUIRE(window_pool.ref_count(b) == 1);
+        REQUIRE_FALSE(window_pool.is_cached(b));
+      }
     }
     std::vector<sampled_token> out;
     for (const auto& q : plan.seqs) {
-      for (size_t i = 0; i < q.tokens.size(); ++i) slot(q.block_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
+      for (size_t i = 0; i < q.tokens.size(); ++i) {
+        slot(q.block_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
+        if (window > 0) window_slot(q.window_table, static_cast<size_t>(q.pos0) + i) = q.tokens[i];
+      }
       if (!q.sample) continue;
       const size_t n_out = seq[q.id].size() - static_cast<size_t>(n_prompt[q.id]);
       const bool stop = stop_at.count(q.id) && static_cast<int32_t>(n_out) + 1 == stop_at[q.id];
@@ -191,6 +224,9 @@ struct fake_engine {
     if (!pool.check_invariants(&why)) FAIL(why);
     REQUIRE(pool.stats().in_use == 0);
     REQUIRE(pool.stats().free + pool.stats().cached == pool.n_blocks());
+    if (!window_pool.check_invariants(&why)) FAIL(why);
+    REQUIRE(window_pool.stats().in_use == 0);
+    REQUIRE(window_pool.stats().free + window_pool.stats().cached == window_pool.n_blocks());
   }
 };
 
@@ -590,6 +626,155 @@ TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops 
   for (const auto& [id, f] : e.finished) ++by_reason[f.reason];
   for (auto r : {finish_reason::length, finish_reason::stop, finish_reason::cancelled, finish_reason::deadline})
     CHECK(by_reason[r] > 0);
+  CHECK(e.sched.n_preemptions() > 0);
+  CHECK(e.pool.stats().prefix_hit_tokens > 0);
+  e.require_baseline();
+}
+
+// ---- sliding-window release (worker/kv_window.hpp) -----------------------------------------------
+
+TEST_CASE("sliding window: the KV budget splits so as many max-context sequences fit either pool") {
+  // Gemma 3 270M: 3 global and 15 windowed layers, window 512; 896 blocks of 16 tokens, every
+  // layer: 7 sequences of 2048 tokens without the release.
+  const kv_window_split s = split_kv_budget(3, 15, 512, 896, 16, 2048, 512);
+  CHECK(s.window == 512);
+  CHECK(s.n_layer_global == 3);
+  CHECK(s.n_layer_window == 15);
+  // 16128 layer-blocks / (128 x 3 + 33 x 15) = 18 sequences; 18 x 33 + one 512-token chunk (65).
+  CHECK(s.n_window_blocks == 18 * 33 + 65);
+  CHECK(s.n_global_blocks == (896 * 18 - 659 * 15) / 3);
+  CHECK(int64_t{s.n_global_blocks} * 3 + int64_t{s.n_window_blocks} * 15 <= 896 * 18);  // the same bytes
+  CHECK(s.n_global_blocks / 128 == 16);
+  // No split: no windowed layer (or the release off), no global layer, or too small a budget.
+  for (const kv_window_split n :
+       {split_kv_budget(18, 0, 512, 896, 16, 2048, 512), split_kv_budget(0, 18, 512, 896, 16, 2048, 512),
+        split_kv_budget(3, 15, 512, 64, 16, 2048, 512)}) {
+    CHECK(n.window == 0);
+    CHECK(n.n_layer_global == 18);
+    CHECK(n.n_layer_window == 0);
+    CHECK(n.n_window_blocks == 0);
+  }
+  CHECK(split_kv_budget(18, 0, 512, 896, 16, 2048, 512).n_global_blocks == 896);  // every block, every layer
+  CHECK(split_kv_budget(3, 15, 512, 64, 16, 2048, 512).n_global_blocks == 64);
+}
+
+TEST_CASE("sliding window: blocks behind the window go back to the window pool as it moves, exact counts") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 64;  // the whole prompt in one step
+  fake_engine e(64, 4, cfg, 16, 8);
+  REQUIRE(e.add(1, prompt_of(20, 100), 20) == add_status::ok);
+  e.step();  // positions 0..19; the next token (20) sees 13..20: blocks 3 and 4 on
+  CHECK(e.pool.stats().in_use == 5);
+  CHECK(e.window_pool.stats().in_use == 2);
+  CHECK(e.window_pool.stats().cached == 3);  // blocks 0..2, full and registered: reusable
+  // A decode holds at most window_blocks_per_seq(8, 4, 1) = 3 window blocks; the main pool grows.
+  CHECK(window_blocks_per_seq(8, 4, 1) == 3);
+  int32_t peak_window = 0;
+  while (!e.idle()) {
+    e.step();
+    peak_window = std::max(peak_window, e.window_pool.stats().in_use);
+    if (!e.idle()) CHECK(e.pool.stats().in_use == (e.sched.n_computed(1) + 3) / 4);
+  }
+  CHECK(peak_window == 3);
+  // 39 positions computed: 9 full blocks registered in each pool, the partial tenth freed.
+  e.require_baseline();
+  CHECK(e.pool.stats().cached == 9);
+  CHECK(e.window_pool.stats().cached == 9);
+  CHECK(e.window_pool.stats().free == 16 - 9);
+}
+
+TEST_CASE("sliding window: admission counts the window, so more sequences run in the same blocks") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 16;
+  // Four sequences of 40 positions: 40 window blocks without the release; 4 x 3 + one chunk with it.
+  fake_engine e(64, 4, cfg, 4 * 3 + 4, 8);
+  for (request_id id = 1; id <= 4; ++id) REQUIRE(e.add(id, prompt_of(4, 100 + 10 * id), 37) == add_status::ok);
+  int32_t peak = 0;
+  while (!e.idle()) {
+    e.step();
+    peak = std::max(peak, e.sched.n_running());
+    CHECK(e.window_pool.stats().in_use <= 4 * 3 + 1);
+  }
+  CHECK(peak == 4);
+  CHECK(e.sched.n_preemptions() == 0);
+  e.require_baseline();
+  // What cannot fit alone is refused at add(): 20 positions need 5 window blocks in one step.
+  fake_engine small(64, 4, cfg, 4, 8);
+  CHECK(small.add(1, prompt_of(20, 100), 1) == add_status::exceeds_kv_capacity);
+  CHECK(small.add(2, prompt_of(4, 100), 4) == add_status::ok);
+}
+
+TEST_CASE("sliding window: a cached prefix is reused only as far as the window pool holds its window") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 64;
+  fake_engine e(64, 4, cfg, 24, 8);
+  const auto P = prompt_of(40, 500);  // 10 blocks
+  // Evicts every cached block of the window pool (they become free, their content forgotten).
+  auto evict_window_cache = [&] {
+    auto all = e.window_pool.allocate(e.window_pool.n_available());
+    REQUIRE(all);
+    e.window_pool.release(*all);
+    REQUIRE(e.window_pool.stats().cached == 0);
+  };
+  REQUIRE(e.add(1, P, 1) == add_status::ok);
+  e.run_until_idle(10);
+  CHECK(e.window_pool.stats().cached == 10);
+
+  // All held: the whole prefix is reused (its next token's window, blocks 8-9, is there).
+  REQUIRE(e.add(2, concat(P, prompt_of(4, 900)), 1) == add_status::ok);
+  e.run_until_idle(10);
+  CHECK(e.finished.at(2).usage.n_cached_prompt == 40);
+  CHECK(e.tokens_fed(2) == 4);
+
+  // Window blocks gone: the main pool still has the prefix, but no part of it can continue.
+  evict_window_cache();
+  REQUIRE(e.add(3, concat(P, prompt_of(4, 910)), 1) == add_status::ok);
+  e.run_until_idle(10);
+  CHECK(e.finished.at(3).usage.n_cached_prompt == 0);
+  CHECK(e.tokens_fed(3) == 44);
+
+  // Only the window blocks of P's first 12 tokens held again: 3 blocks reused (the next token,
+  // 12, sees 5..12: blocks 1 and 2), the rest recomputed.
+  evict_window_cache();
+  REQUIRE(e.add(4, concat(prompt_of(12, 500), prompt_of(4, 920)), 1) == add_status::ok);
+  e.run_until_idle(10);
+  REQUIRE(e.add(5, concat(P, prompt_of(4, 930)), 1) == add_status::ok);
+  e.run_until_idle(10);
+  CHECK(e.finished.at(5).usage.n_cached_prompt == 12);
+  CHECK(e.tokens_fed(5) == 44 - 12);
+  e.require_baseline();
+}
+
+TEST_CASE("sliding window soak: random requests, preemptions, cancels and shared prefixes keep every invariant") {
+  scheduler_config cfg;
+  cfg.max_tokens_per_step = 24;
+  cfg.max_running = 6;
+  fake_engine e(48, 4, cfg, 30, 8);
+  std::mt19937 rng(99);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::vector<token_id>> prefixes;
+  for (int i = 0; i < 4; ++i) prefixes.push_back(prompt_of(uniform(1, 6) * 4, 60000 + 1000 * i));
+  request_id next = 1;
+  std::set<request_id> added;
+  int steps = 0;
+  while (next <= 1500 || !e.idle()) {
+    for (int k = uniform(0, 2); k > 0 && next <= 1500; --k, ++next) {
+      auto prompt = uniform(0, 1) ? prefixes[static_cast<size_t>(uniform(0, 3))] : std::vector<token_id>{};
+      prompt = concat(prompt, prompt_of(uniform(1, 30), static_cast<token_id>(100 + 10 * (next % 7))));
+      const int32_t max_tok = uniform(1, 40);
+      if (e.add(next, std::move(prompt), max_tok, uniform(0, 3), {}, uniform(0, 3) == 0 ? uniform(1, max_tok) : 0) ==
+          add_status::ok)
+        added.insert(next);
+    }
+    step_plan p = e.schedule();
+    auto sampled = e.forward(p);
+    if (uniform(0, 5) == 0) e.sched.cancel(static_cast<request_id>(uniform(1, static_cast<int>(next - 1))));
+    e.update(p, sampled);
+    ++e.now;
+    REQUIRE(++steps < 100000);
+  }
+  e.schedule();
+  CHECK(e.finished.size() == added.size());
   CHECK(e.sched.n_preemptions() > 0);
   CHECK(e.pool.stats().prefix_hit_tokens > 0);
   e.require_baseline();

@@ -29,6 +29,7 @@ class flaky_backend final : public forward_backend {
   }
   bool samples() const override { return false; }
   int32_t n_kv_blocks() const override { return cpu_.n_kv_blocks(); }
+  int32_t n_window_blocks() const override { return cpu_.n_window_blocks(); }
   int32_t block_size() const override { return cpu_.block_size(); }
   size_t kv_bytes() const override { return cpu_.kv_bytes(); }
   size_t weight_read_bytes() const override { return cpu_.weight_read_bytes(); }
