@@ -4,6 +4,7 @@
 
 #include "common/gguf.hpp"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <iterator>
@@ -19,7 +20,7 @@ struct format_name {
 };
 
 // The one table of names (llama.cpp's), in the order messages list them.
-constexpr std::array<format_name, 14> k_format_names = {{
+constexpr std::array<format_name, 15> k_format_names = {{
     {chat_format::chatml, "chatml"},
     {chat_format::llama3, "llama3"},
     {chat_format::llama2, "llama2"},
@@ -34,11 +35,17 @@ constexpr std::array<format_name, 14> k_format_names = {{
     {chat_format::phi3, "phi3"},
     {chat_format::zephyr, "zephyr"},
     {chat_format::gemma, "gemma"},
+    {chat_format::deepseek3, "deepseek3"},
 }};
 
 constexpr std::string_view k_im_start = "<|im_start|>";
 constexpr std::string_view k_im_end = "<|im_end|>";
 constexpr std::string_view k_empty_thinking = "<think>\n\n</think>\n\n";  // Qwen3, enable_thinking false
+constexpr std::string_view k_think_close = "</think>";
+constexpr std::string_view k_ds_user = "<｜User｜>";
+constexpr std::string_view k_ds_assistant = "<｜Assistant｜>";
+constexpr std::string_view k_ds_end = "<｜end▁of▁sentence｜>";
+constexpr std::string_view k_ds_open_thinking = "<think>\n";  // DeepSeek-R1's generation prompt ends in it
 
 // ---- Recognition ---------------------------------------------------------------------------------
 
@@ -52,7 +59,7 @@ struct detected {
 detected ours(chat_format f) { return {f, {}}; }
 detected theirs(std::string_view llama_cpp_name) { return {chat_format::unsupported, llama_cpp_name}; }
 
-// llama.cpp's llm_chat_detect_template rules, in its order, as far as its Llama 3 rule: every
+// llama.cpp's llm_chat_detect_template rules, in its order, as far as its DeepSeek-V3 rule: every
 // earlier rule decides which of our formats a source is, including the rules for formats we do
 // not render (a source with <|im_start|> and <|im_sep|> is phi4, not ChatML). The rules after it
 // can only name formats we do not render, so a source none of these match is left unnamed.
@@ -92,6 +99,10 @@ detected detect(std::string_view src) {
   if (has("### Instruction:") && has("<|EOT|>")) return theirs("deepseek");
   if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) return theirs("command-r");
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ours(chat_format::llama3);
+  if (has("[gMASK]sop")) return theirs("chatglm3");
+  if (has("<用户>")) return theirs("minicpm");
+  if (has("'Assistant: ' + message['content'] + eos_token")) return theirs("deepseek2");
+  if (has(k_ds_assistant) && has(k_ds_user) && has(k_ds_end)) return ours(chat_format::deepseek3);
   return theirs("");
 }
 
@@ -182,6 +193,51 @@ void render_chatml(const std::vector<chat_message>& messages, std::string_view d
   }
   for (const chat_message& m : messages) turn(m.role, m.content);
   if (gen) out.append(k_im_start).append("assistant\n");
+}
+
+// A past assistant turn's content without its thinking (chat_template::drops_past_thinking):
+// what follows the last `</think>`, less the newlines right after it when `lstrip_newlines`.
+std::string_view without_thinking(std::string_view content, bool lstrip_newlines) {
+  const size_t at = content.rfind(k_think_close);
+  if (at == std::string_view::npos) return content;
+  std::string_view rest = content.substr(at + k_think_close.size());
+  if (lstrip_newlines) rest.remove_prefix(std::min(rest.size(), rest.find_first_not_of('\n')));
+  return rest;
+}
+
+// The conversation with past thinking dropped, per drops_past_thinking: `all_turns` (deepseek3)
+// or only the assistant turns before the last user message (ChatML, Qwen3's rule; with no user
+// message, every assistant turn, as Qwen3's template has it).
+std::vector<chat_message> drop_past_thinking(const std::vector<chat_message>& messages, bool all_turns) {
+  size_t last_user = messages.empty() ? 0 : messages.size() - 1;
+  for (size_t i = messages.size(); i-- > 0;) {
+    if (messages[i].role == "user") {
+      last_user = i;
+      break;
+    }
+  }
+  std::vector<chat_message> out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].role != "assistant" || (!all_turns && i > last_user)) continue;
+    out[i].content = std::string(without_thinking(out[i].content, !all_turns));
+  }
+  return out;
+}
+
+void render_deepseek3(const std::vector<chat_message>& messages, bool gen, bool opens_thinking, std::string& out) {
+  for (const chat_message& m : messages) {
+    if (m.role == "system") {
+      out.append(m.content).append("\n\n");
+    } else if (m.role == "user") {
+      out.append(k_ds_user).append(m.content);
+    } else if (m.role == "assistant") {
+      out.append(k_ds_assistant).append(m.content).append(k_ds_end);
+    }
+  }
+  if (gen) {
+    out.append(k_ds_assistant);
+    if (opens_thinking) out.append(k_ds_open_thinking);
+  }
 }
 
 void render_llama3(const std::vector<chat_message>& messages, bool gen, std::string& out) {
@@ -316,10 +372,16 @@ chat_template chat_template::parse(std::string_view name_or_jinja) {
   }
   const detected d = detect(name_or_jinja);
   t.format = d.format;
+  auto has = [name_or_jinja](std::string_view s) { return name_or_jinja.find(s) != std::string_view::npos; };
   if (d.format == chat_format::chatml) {
     t.default_system = find_default_system(name_or_jinja);
-    t.thinking_switch = name_or_jinja.find("enable_thinking") != std::string_view::npos;
+    t.thinking_switch = has("enable_thinking");
   }
+  if (d.format == chat_format::chatml || d.format == chat_format::deepseek3) t.drops_past_thinking = has(k_think_close);
+  // The literal as a Jinja source writes it ('\\n'), or with the newline itself.
+  if (d.format == chat_format::deepseek3)
+    t.opens_thinking =
+        has(std::string(k_ds_assistant) + "<think>\\n") || has(std::string(k_ds_assistant) + "<think>\n");
   if (d.format == chat_format::unsupported) {
     t.unsupported_reason = d.other.empty() ? std::string("the template matches none of the formats Switchyard renders")
                                            : "llama.cpp reads the template as its '" + std::string(d.other) +
@@ -359,11 +421,16 @@ std::string chat_template::read_option(const std::string& name_or_path) {
 
 std::string chat_template::apply(const std::vector<chat_message>& given, bool add_generation_prompt,
                                  const std::vector<chat_tool>& tools, bool enable_thinking) const {
+  // Past thinking goes first, while tool results are still role "tool" (not the last user turn).
+  std::vector<chat_message> stripped;
+  if (drops_past_thinking) stripped = drop_past_thinking(given, format == chat_format::deepseek3);
+  const std::vector<chat_message>& conversation = drops_past_thinking ? stripped : given;
   bool tool_turns = !tools.empty();
-  for (const chat_message& m : given) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
+  for (const chat_message& m : conversation) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
   std::vector<chat_message> lowered;
-  if (tool_turns && format != chat_format::unsupported) lowered = with_tools(format, default_system, given, tools);
-  const std::vector<chat_message>& messages = tool_turns ? lowered : given;
+  if (tool_turns && format != chat_format::unsupported)
+    lowered = with_tools(format, default_system, conversation, tools);
+  const std::vector<chat_message>& messages = tool_turns ? lowered : conversation;
   std::string out;
   switch (format) {
     case chat_format::unsupported:
@@ -398,6 +465,9 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
       break;
     case chat_format::gemma:
       render_gemma(messages, add_generation_prompt, out);
+      break;
+    case chat_format::deepseek3:
+      render_deepseek3(messages, add_generation_prompt, opens_thinking, out);
       break;
   }
   return out;
@@ -445,6 +515,17 @@ const std::string k_jinja_trim = "|trim(' \\t\\n\\x0b\\x0c\\r')";
 const std::string k_content = "{{ message['content'] }}";
 const std::string k_content_trimmed = "{{ message['content']" + k_jinja_trim + " }}";
 
+// drops_past_thinking in Jinja: sets `content` to the message's content, less the thinking of a
+// past assistant turn (drop_past_thinking's rule); `past_thinking_prelude` goes before the loop.
+const std::string k_past_thinking_prelude =
+    "{% set ns_past = namespace(last_user=(messages|length) - 1) %}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{% set ns_past.last_user = loop.index0 %}{% endif %}{% endfor %}";
+std::string past_thinking_content(bool all_turns) {
+  return "{% set content = message['content'] %}{% if message['role'] == 'assistant' and '</think>' in content" +
+         std::string(all_turns ? "" : " and loop.index0 <= ns_past.last_user") + " %}" +
+         "{% set content = content.split('</think>')[-1]" + (all_turns ? "" : ".lstrip('\\n')") + " %}{% endif %}";
+}
+
 }  // namespace
 
 std::string chat_template::to_jinja(bool with_bos) const {
@@ -458,7 +539,10 @@ std::string chat_template::to_jinja(bool with_bos) const {
       if (!default_system.empty())
         j += "{% if messages and messages[0]['role'] != 'system' %}" +
              lit(std::string(k_im_start) + "system\n" + default_system + std::string(k_im_end) + "\n") + "{% endif %}";
-      loop(lit(k_im_start) + "{{ message['role'] }}" + lit("\n") + k_content + lit(std::string(k_im_end) + "\n"));
+      if (drops_past_thinking) j += k_past_thinking_prelude;
+      loop(lit(k_im_start) + "{{ message['role'] }}" + lit("\n") +
+           (drops_past_thinking ? past_thinking_content(false) + "{{ content }}" : k_content) +
+           lit(std::string(k_im_end) + "\n"));
       gen(std::string(k_im_start) + "assistant\n");
       if (thinking_switch)
         j += "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}" +
@@ -483,6 +567,13 @@ std::string chat_template::to_jinja(bool with_bos) const {
            lit("\n\n") + "{% set ns.system = '' %}{% endif %}" + k_content_trimmed + lit("<end_of_turn>\n") +
            "{% endif %}");
       gen("<start_of_turn>model\n");
+      break;
+    case chat_format::deepseek3:
+      loop("{% if message['role'] == 'system' %}" + k_content + lit("\n\n") + "{% elif message['role'] == 'user' %}" +
+           lit(k_ds_user) + k_content + "{% elif message['role'] == 'assistant' %}" + lit(k_ds_assistant) +
+           (drops_past_thinking ? past_thinking_content(true) + "{{ content }}" : k_content) + lit(k_ds_end) +
+           "{% endif %}");
+      gen(std::string(k_ds_assistant) + std::string(opens_thinking ? k_ds_open_thinking : ""));
       break;
     case chat_format::mistral_v7:
     case chat_format::mistral_v7_tekken: {

@@ -11,6 +11,11 @@
 //  * A source that llama.cpp reads as a format Switchyard does not render (phi4, glmedge, ...),
 //    or as none, is not an error: the template is `unsupported`, with the reason. A model loads
 //    and serves completions; apply() throws, and callers refuse chat requests for it up front.
+//  * A template that drops the thinking of past turns (its source splits assistant content at
+//    `</think>`: Qwen3, QwQ, the DeepSeek-R1 distills) has it dropped here too
+//    (drops_past_thinking), and a DeepSeek-R1 template whose generation prompt opens the thinking
+//    (`<｜Assistant｜><think>\n`) has it opened here too (opens_thinking). llama.cpp's built-in
+//    formats do neither; given by name, ours do neither either.
 //  * No template at all (an empty source) is ChatML, which is what llama.cpp falls back to when
 //    a model has none — except a Gemma 3 file without one (the common conversions carry none),
 //    which gets Gemma's turns, the format the model was trained on (source_of).
@@ -83,6 +88,8 @@ enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
 //                      closes the turn, the next opens with "[INST] " (-sys-bos: "<s>[INST] ");
 //                      system "S\n" (llama2) or "<<SYS>>\nS\n<</SYS>>\n\n"; -sys-strip trims
 //                      every content; no generation prompt
+//   deepseek3          system "S\n\n", user <｜User｜>U, assistant <｜Assistant｜>A<｜end▁of▁sentence｜>
+//                      (other roles are not written)                  gen <｜Assistant｜>
 enum class chat_format {
   unsupported,  // recognised as none of the formats below (see chat_template::unsupported_reason)
   chatml,
@@ -99,6 +106,7 @@ enum class chat_format {
   phi3,
   zephyr,
   gemma,
+  deepseek3,
 };
 
 // llama.cpp's name of a format ("chatml", "mistral-v3-tekken", ...); "" for unsupported.
@@ -134,6 +142,17 @@ struct chat_template {
   // prompt ends in an empty thinking block, "<think>\n\n</think>\n\n", as Qwen3's template
   // writes it; with it on (the default), nothing is added and the model thinks first.
   bool thinking_switch = false;
+  // ChatML and deepseek3: the source splits assistant content at `</think>` and keeps what
+  // follows (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
+  // to their last `</think>`: in ChatML only the turns before the last user message, and the
+  // newlines right after the tag with them (Qwen3's rule); in deepseek3 every assistant turn,
+  // the rest as it is (R1's `content.split('</think>')[-1]`). Reasoning a client sends in a
+  // separate field (`reasoning_content`) is never rendered.
+  bool drops_past_thinking = false;
+  // deepseek3 only: the source's generation prompt is `<｜Assistant｜><think>\n` (the R1
+  // distills' newer template): the prompt ends in an open thinking block, and the output holds
+  // only its `</think>`.
+  bool opens_thinking = false;
 
   bool supported() const { return format != chat_format::unsupported; }
 

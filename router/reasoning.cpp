@@ -52,8 +52,10 @@ bool prompt_opens_thinking(const tokenizer& tok, std::span<const int32_t> prompt
 std::optional<reasoning_spec> reasoning_of(reasoning_parser p, std::string_view template_source, const tokenizer& tok,
                                            std::span<const int32_t> prompt, bool enable_thinking) {
   if (p == reasoning_parser::none) return std::nullopt;
-  // A format name (--chat-template NAME) mentions no tag: such a model needs the flag.
-  if (p == reasoning_parser::automatic && template_source.find(k_think_open) == std::string_view::npos)
+  // A format name (--chat-template NAME) mentions no tag: such a model needs the flag. A source
+  // that only drops `</think>` from past turns (the DeepSeek-R1 distills' first template) counts.
+  if (p == reasoning_parser::automatic && template_source.find(k_think_open) == std::string_view::npos &&
+      template_source.find(k_think_close) == std::string_view::npos)
     return std::nullopt;
   const bool opened = prompt_opens_thinking(tok, prompt);
   if (!enable_thinking && !opened) return std::nullopt;  // switched off (Qwen3's empty block)

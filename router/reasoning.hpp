@@ -30,9 +30,10 @@ class tokenizer;
 namespace sy::router {
 
 // --reasoning-parser: which models' output is split. `automatic` ("auto"): the models whose chat
-// template mentions `<think>`; `deepseek_r1`: every model, thinking open from the first byte
-// unless the output opens it; `qwen3`: every model, thinking open only where the prompt or the
-// output opens it; `none`: no model.
+// template mentions `<think>` or `</think>` (thinking open where the prompt opens it: the
+// DeepSeek-R1 distills' generation prompt ends in `<think>\n`); `deepseek_r1`: every model, thinking open from the
+// first byte unless the output opens it; `qwen3`: every model, thinking open only where the prompt or the output opens
+// it; `none`: no model.
 enum class reasoning_parser : uint8_t { automatic, deepseek_r1, qwen3, none };
 // The flag's values: "auto", "deepseek_r1", "qwen3", "none"; false for anything else.
 bool parse_reasoning_parser(std::string_view name, reasoning_parser& out);

@@ -11,10 +11,14 @@ generation prompt:
            equal those of the source (null when llama.cpp recognises none); SOURCES below names the
            one expected, and the tool stops if llama.cpp disagrees.
 
-Switchyard differs from llama.cpp in one place on purpose: a ChatML template's fixed default
+Switchyard differs from llama.cpp in two places on purpose: a ChatML template's fixed default
 system prompt (SmolLM2's, Qwen2.5's) is kept. For those sources llama.cpp is given the
 conversation with that system message in front (when it does not start with one), which is
-what the template itself renders; the prompt is stored as `default_system`.
+what the template itself renders; the prompt is stored as `default_system`. And a DeepSeek-R1
+template's generation prompt opens the thinking (`<think>\n` after llama.cpp's `<｜Assistant｜>`):
+GENERATION_SUFFIX appends it to llama.cpp's renderings with the generation prompt, stored as
+`generation_suffix`. (Past turns' thinking, which such templates drop, is not in these
+conversations; tests/unit/test_chat_template.cpp checks it.)
 
 Usage (llama.cpp built by tests/tools/build_llamacpp.sh build/llama.cpp; a Python with numpy and
 typing_extensions, which importing llama_cpp needs; jinja2, when present, syntax-checks the files):
@@ -34,7 +38,7 @@ SOURCE_DIR = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
 
 FORMATS = [
     "chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
-    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "zephyr", "gemma",
+    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "zephyr", "gemma", "deepseek3",
 ]
 
 # file -> (the format llama.cpp is expected to recognise, or None; ChatML default system prompt)
@@ -57,6 +61,13 @@ SOURCES = {
     "gemma-2-it.jinja": ("gemma", ""),
     "phi-4.jinja": ("phi4", ""),
     "role-colon.jinja": (None, ""),
+    "deepseek-r1-distill.jinja": ("deepseek3", ""),
+}
+
+# file -> what the template's generation prompt writes after llama.cpp's (the R1 distills open the
+# thinking); Switchyard renders it too, so it is appended to llama.cpp's renderings with one.
+GENERATION_SUFFIX = {
+    "deepseek-r1-distill.jinja": "<think>\n",
 }
 
 
@@ -117,7 +128,7 @@ def render(tmpl, messages, add_generation_prompt):
     return buf.raw[:n].decode("utf-8")
 
 
-def render_all(tmpl, default_system=""):
+def render_all(tmpl, default_system="", generation_suffix=""):
     """[{conversation, add_generation_prompt, text}] for every conversation, or None."""
     out = []
     for name, messages in CONVERSATIONS:
@@ -127,6 +138,8 @@ def render_all(tmpl, default_system=""):
             text = render(tmpl, messages, gen)
             if text is None:
                 return None
+            if gen:
+                text += generation_suffix
             out.append({"conversation": name, "add_generation_prompt": gen, "text": text})
     return out
 
@@ -183,7 +196,8 @@ def main():
             "file": file,
             "llama_cpp_format": expected,
             "default_system": default_system,
-            "renders": render_all(source, default_system) if expected in FORMATS else [],
+            "generation_suffix": GENERATION_SUFFIX.get(file, ""),
+            "renders": render_all(source, default_system, GENERATION_SUFFIX.get(file, "")) if expected in FORMATS else [],
         })
         print(f"{file:40s} {expected or '(none)':18s} {'also matches ' + str(matches) if len(matches) > 1 else ''}")
 

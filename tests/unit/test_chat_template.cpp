@@ -96,7 +96,7 @@ struct temp_file {
 
 TEST_CASE("chat template: every format, by name, renders what llama.cpp renders") {
   const json& formats = fixture().at("formats");
-  REQUIRE(formats.size() == 14);
+  REQUIRE(formats.size() == 15);
   size_t n = 0;
   for (const json& f : formats) {
     const std::string name = f.at("name");
@@ -106,12 +106,12 @@ TEST_CASE("chat template: every format, by name, renders what llama.cpp renders"
     CHECK(t.default_system.empty());
     n += check_renders(t, f.at("renders"), name);
   }
-  CHECK(n == 14 * 2 * conversations().size());
+  CHECK(n == 15 * 2 * conversations().size());
 }
 
 TEST_CASE("chat template: model templates are recognised as llama.cpp recognises them") {
   const json& sources = fixture().at("sources");
-  REQUIRE(sources.size() >= 18);
+  REQUIRE(sources.size() >= 19);
   size_t n_supported = 0, n_renders = 0;
   for (const json& s : sources) {
     const std::string file = s.at("file");
@@ -131,7 +131,7 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 15);
+  CHECK(n_supported == 16);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 
@@ -166,6 +166,100 @@ TEST_CASE("chat template: a ChatML source that reads enable_thinking can switch 
   CHECK_THAT(t.to_jinja(false), Catch::Contains("enable_thinking is false"));
 }
 
+namespace {
+
+// A reasoning model's conversation given back: a system prompt, a past turn with its thinking
+// in the content (as the model wrote it), a second past turn without, and the new question.
+const std::vector<chat_message> k_thinking_history = {
+    {"system", "Be brief."}, {"user", "2+2?"},    {"assistant", "<think>\nAdd them.\n</think>\n\n4"},
+    {"user", "Times 3?"},    {"assistant", "12"}, {"user", "Minus 1?"},
+};
+
+// Qwen3's template, cut to what Switchyard reads: ChatML, the thinking switch, and the split of
+// past assistant content at </think> (recognised by the tag).
+const std::string k_qwen3 =
+    "{%- for message in messages %}{%- if message.role == 'assistant' and '</think>' in message.content %}"
+    "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and "
+    "enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+
+}  // namespace
+
+TEST_CASE("chat template: DeepSeek-R1 distills render deepseek3, open the thinking and drop past thinking") {
+  const chat_template r1 = chat_template::parse(template_source("deepseek-r1-distill.jinja"));
+  REQUIRE(r1.format == chat_format::deepseek3);
+  CHECK(r1.opens_thinking);
+  CHECK(r1.drops_past_thinking);
+  CHECK_FALSE(r1.thinking_switch);
+  CHECK(r1.default_system.empty());
+  // llama.cpp's deepseek3 ("S\n\n", <｜User｜>, <｜Assistant｜>A<｜end▁of▁sentence｜>), the past
+  // thinking gone up to and with its </think> (the rest as it is, as R1's split('</think>')[-1]
+  // leaves it), and the generation prompt open in thinking.
+  const std::string history =
+      "Be brief.\n\n<｜User｜>2+2?<｜Assistant｜>\n\n4<｜end▁of▁sentence｜><｜User｜>Times 3?<｜Assistant｜>12"
+      "<｜end▁of▁sentence｜><｜User｜>Minus 1?";
+  CHECK(r1.apply(k_thinking_history) == history + "<｜Assistant｜><think>\n");
+  CHECK(r1.apply(k_thinking_history, false) == history);
+  // Every assistant turn loses its thinking, the last one too; tool results are not written.
+  CHECK(r1.apply({{"user", "Hi"}, {"assistant", "<think>a</think>b</think>Hello"}}, false) ==
+        "<｜User｜>Hi<｜Assistant｜>Hello<｜end▁of▁sentence｜>");
+  // enable_thinking is not read: the R1 template has no switch.
+  CHECK(r1.apply({{"user", "Hi"}}, true, {}, false) == "<｜User｜>Hi<｜Assistant｜><think>\n");
+
+  // By name, or from the first R1 template (no <think> in the generation prompt), it does not open.
+  const chat_template named = chat_template::parse("deepseek3");
+  CHECK_FALSE(named.opens_thinking);
+  CHECK_FALSE(named.drops_past_thinking);
+  CHECK(named.apply({{"user", "Hi"}}) == "<｜User｜>Hi<｜Assistant｜>");
+  CHECK(named.apply({{"user", "Hi"}, {"assistant", "<think>x</think>y"}}, false) ==
+        "<｜User｜>Hi<｜Assistant｜><think>x</think>y<｜end▁of▁sentence｜>");
+  std::string first = template_source("deepseek-r1-distill.jinja");
+  const std::string gen = "{{'<｜Assistant｜><think>\\n'}}";
+  REQUIRE(first.find(gen) != std::string::npos);
+  first.replace(first.find(gen), gen.size(), "{{'<｜Assistant｜>'}}");
+  const chat_template old = chat_template::parse(first);
+  CHECK(old.format == chat_format::deepseek3);
+  CHECK_FALSE(old.opens_thinking);
+  CHECK(old.drops_past_thinking);
+  CHECK(old.apply({{"user", "Hi"}}) == "<｜User｜>Hi<｜Assistant｜>");
+
+  // Exported as Jinja with the same pieces.
+  const std::string j = r1.to_jinja(true);
+  CHECK_THAT(j, Contains("{{ bos_token }}") && Contains("split('</think>')[-1] %}") &&
+                    Contains("{{ '<｜Assistant｜><think>\\n' }}"));
+}
+
+TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user message") {
+  const chat_template t = chat_template::parse(k_qwen3);
+  REQUIRE(t.format == chat_format::chatml);
+  CHECK(t.thinking_switch);
+  CHECK(t.drops_past_thinking);
+  CHECK_FALSE(t.opens_thinking);
+  const std::string history =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+      "<|im_start|>user\nTimes 3?<|im_end|>\n<|im_start|>assistant\n12<|im_end|>\n<|im_start|>user\nMinus "
+      "1?<|im_end|>\n";
+  CHECK(t.apply(k_thinking_history) == history + "<|im_start|>assistant\n");
+  CHECK(t.apply(k_thinking_history, true, {}, false) == history + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // Turns after the last user message (a tool-calling step of the current answer) keep theirs,
+  // as Qwen3 keeps it; the newlines after </think> go only with the thinking.
+  const std::vector<chat_message> step = {
+      {"user", "Weather?"},
+      {"assistant", "<think>\nLook it up.\n</think>\n\nChecking.", {{"c1", "weather", "{}"}}},
+      {"tool", "sunny", {}, "c1"},
+  };
+  CHECK_THAT(t.apply(step), Contains("<|im_start|>assistant\n<think>\nLook it up.\n</think>\n\nChecking."));
+  CHECK(t.apply({{"assistant", "<think>x</think>\n\n\nA"}, {"user", "B"}}, false) ==
+        "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nB<|im_end|>\n");
+  // A ChatML template without </think> (Qwen2.5, SmolLM2, or by name) keeps the text as sent.
+  const chat_template plain = chat_template::parse("chatml");
+  CHECK_FALSE(plain.drops_past_thinking);
+  CHECK_THAT(plain.apply(k_thinking_history), Contains("<think>\nAdd them.\n</think>\n\n4"));
+  CHECK_FALSE(chat_template::parse(template_source("qwen2.5-instruct.jinja")).drops_past_thinking);
+  CHECK_THAT(t.to_jinja(false), Contains("loop.index0 <= ns_past.last_user") && Contains(".lstrip('\\n')"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Recognition details (llama.cpp's rules and order)
 
@@ -173,8 +267,8 @@ TEST_CASE("chat template: names and formats map one to one") {
   const std::string names = sy::chat_format_names();
   CHECK(names ==
         "chatml, llama3, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, "
-        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma");
-  for (int i = static_cast<int>(chat_format::chatml); i <= static_cast<int>(chat_format::gemma); ++i) {
+        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma, deepseek3");
+  for (int i = static_cast<int>(chat_format::chatml); i <= static_cast<int>(chat_format::deepseek3); ++i) {
     const auto f = static_cast<chat_format>(i);
     const std::string_view name = sy::chat_format_name(f);
     CHECK_FALSE(name.empty());
@@ -216,6 +310,13 @@ TEST_CASE("chat template: rules apply in llama.cpp's order") {
   CHECK(format_of("<|start_header_id|><|end_header_id|>") == chat_format::llama3);
   CHECK_FALSE(chat_template::parse("<|start_header_id|>").supported());
   CHECK_THAT(chat_template::parse("USER: x ASSISTANT: y").unsupported_reason, Contains("'vicuna'"));
+  // DeepSeek-V3's markers, after Llama 3 and DeepSeek-V2 (whose rule wins when both match).
+  const std::string ds3 = "<｜User｜><｜Assistant｜><｜end▁of▁sentence｜>";
+  CHECK(format_of(ds3) == chat_format::deepseek3);
+  CHECK(format_of(ds3 + "<|start_header_id|><|end_header_id|>") == chat_format::llama3);
+  CHECK_THAT(chat_template::parse(ds3 + "'Assistant: ' + message['content'] + eos_token").unsupported_reason,
+             Contains("'deepseek2'"));
+  CHECK_FALSE(chat_template::parse("<｜User｜><｜Assistant｜>").supported());
   CHECK(chat_template::parse("{{ m }}").unsupported_reason ==
         "the template matches none of the formats Switchyard renders");
 }

@@ -244,6 +244,23 @@ TEST_CASE("reasoning: which chat requests split", "[reasoning]") {
   s = of(reasoning_parser::automatic, thinker, opened, false);
   REQUIRE(s);
   CHECK(s->open);
+  // DeepSeek-R1's template (deepseek3): auto splits, open from the first byte, because the
+  // generation prompt it renders ends in <think>\n. The first R1 template, whose prompt does not
+  // open it and which mentions only </think>, splits too, open where the output opens it.
+  const std::string r1_markers =
+      "{%- if message['role'] == 'user' %}{{'<｜User｜>' + message['content']}}{%- endif %}{% set content = "
+      "message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif "
+      "%}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}";
+  const router::model_entry r1 = entry(r1_markers + "{{'<｜Assistant｜><think>\\n'}}");
+  const router::model_entry r1_first = entry(r1_markers + "{{'<｜Assistant｜>'}}");
+  REQUIRE(r1.tmpl.opens_thinking);
+  REQUIRE_FALSE(r1_first.tmpl.opens_thinking);
+  s = of(reasoning_parser::automatic, r1, prompt(r1, true), true);
+  REQUIRE(s);
+  CHECK(s->open);
+  s = of(reasoning_parser::automatic, r1_first, prompt(r1_first, true), true);
+  REQUIRE(s);
+  CHECK_FALSE(s->open);
 
   // The switch reaches the template from chat_template_kwargs or the top-level simple form.
   const auto parse = [](const std::string& extra) {
