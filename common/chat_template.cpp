@@ -377,7 +377,10 @@ chat_template chat_template::parse(std::string_view name_or_jinja) {
     t.default_system = find_default_system(name_or_jinja);
     t.thinking_switch = has("enable_thinking");
   }
-  if (d.format == chat_format::chatml || d.format == chat_format::deepseek3) t.drops_past_thinking = has(k_think_close);
+  // Qwen3's, QwQ's and R1's `content.split('</think>')[-1]`; a template that only writes the tag
+  // (an empty thinking block) keeps past turns as they are.
+  if (d.format == chat_format::chatml || d.format == chat_format::deepseek3)
+    t.drops_past_thinking = has("split('</think>')") || has("split(\"</think>\")");
   // The literal as a Jinja source writes it ('\\n'), or with the newline itself.
   if (d.format == chat_format::deepseek3)
     t.opens_thinking =

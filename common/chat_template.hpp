@@ -143,7 +143,7 @@ struct chat_template {
   // writes it; with it on (the default), nothing is added and the model thinks first.
   bool thinking_switch = false;
   // ChatML and deepseek3: the source splits assistant content at `</think>` and keeps what
-  // follows (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
+  // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
   // to their last `</think>`: in ChatML only the turns before the last user message, and the
   // newlines right after the tag with them (Qwen3's rule); in deepseek3 every assistant turn,
   // the rest as it is (R1's `content.split('</think>')[-1]`). Reasoning a client sends in a

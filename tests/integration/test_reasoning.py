@@ -8,7 +8,10 @@ Two small clusters:
   * a Qwen3-like model: a ChatML template that mentions <think> and `enable_thinking` (the router's
     default `--reasoning-parser auto` finds it), whose output opens thinking itself;
   * a DeepSeek-R1-like one: `--reasoning-parser deepseek_r1`, thinking open from the first byte,
-    the output holds only `</think>`.
+    the output holds only `</think>`;
+  * one serving the DeepSeek-R1 distills' own template (recognised as deepseek3) under the default
+    `auto`: its generation prompt opens the thinking, so the same output splits the same way, and
+    a past answer given back with its thinking is rendered without it.
 Checked: the split whole and streamed (reasoning deltas before any content), usage's
 reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
 with the same split (whole and streamed), the Anthropic route's thinking block and the Responses
@@ -38,6 +41,8 @@ QWEN3_TEMPLATE = (
     "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     "{%- endif %}")
 QUESTION = [{"role": "user", "content": "What is two and two?"}]
+R1_TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "chat_templates",
+                           "deepseek-r1-distill.jinja")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +57,15 @@ def qwen3():
     w.stop()
     redis.stop()
     os.unlink(f.name)
+
+
+@pytest.fixture(scope="module")
+def r1_template():
+    w = Worker("--fault-inject", "sim:0:" + R1_OUTPUT, "--chat-template", R1_TEMPLATE)
+    r = Router([w.endpoint])
+    yield r
+    r.stop()
+    w.stop()
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +221,27 @@ def test_thinking_opened_by_the_prompt_ends_at_its_close(r1):
     assert cut.choices[0].finish_reason == "length"
     assert cut.choices[0].message.content is None
     assert reasoning_tokens(cut.usage) == cut.usage.completion_tokens == 3
+
+
+def test_the_r1_distill_template_opens_thinking_under_auto(r1_template):
+    resp = ask(r1_template)
+    msg = resp.choices[0].message
+    assert msg.content == ANSWER
+    assert msg.model_extra["reasoning_content"] == R1_REASONING
+    assert 0 < reasoning_tokens(resp.usage) < resp.usage.completion_tokens
+    reasoning, content, finish, _, order = streamed(r1_template)
+    assert (reasoning, content, finish) == (R1_REASONING, ANSWER, "stop")
+    assert "r" not in order[order.index("c"):]
+
+
+def test_past_thinking_given_back_is_not_rendered(r1_template):
+    def prompt_ids(answer, **fields):
+        history = QUESTION + [dict(role="assistant", content=answer, **fields), {"role": "user", "content": "And 3+3?"}]
+        status, _, body = r1_template.post("/tokenize", {"model": MODEL_ID, "messages": history})
+        assert status == 200, body
+        return json.loads(body)["tokens"]
+
+    bare = prompt_ids("\n\n" + ANSWER)
+    assert prompt_ids(R1_OUTPUT) == bare  # the thinking up to </think> is dropped
+    assert prompt_ids("\n\n" + ANSWER, reasoning_content="Adding.") == bare  # the field is never rendered
+    assert prompt_ids(ANSWER) != bare

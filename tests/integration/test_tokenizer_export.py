@@ -75,7 +75,21 @@ def test_exported_chat_templates_render_llama_cpps_text_for_every_format(tmp):
                                           add_generation_prompt=r["add_generation_prompt"])
             assert got == r["text"], (f["name"], r["conversation"], r["add_generation_prompt"])
             checked += 1
-    assert checked >= 14 * 10
+    assert checked >= 15 * 10
+
+
+def test_exported_r1_template_opens_thinking_and_drops_past_thinking(tmp):
+    # The DeepSeek-R1 distills' template, exported as Switchyard renders it (the same strings as
+    # tests/unit/test_chat_template.cpp expects of chat_template::apply).
+    small = CASES["qwen2"][0] if os.path.exists(CASES["qwen2"][0]) else MODEL
+    tok = export(small, os.path.join(tmp, "r1"), "--chat-template",
+                 os.path.join(FIXTURES, "chat_templates", "deepseek-r1-distill.jinja"))
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+               {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n4"},
+               {"role": "user", "content": "Times 3?"}]
+    got = tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    assert got == ("Be brief.\n\n<｜User｜>2+2?<｜Assistant｜>\n\n4<｜end▁of▁sentence｜><｜User｜>Times 3?"
+                   "<｜Assistant｜><think>\n")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -257,6 +257,9 @@ TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user
   CHECK_FALSE(plain.drops_past_thinking);
   CHECK_THAT(plain.apply(k_thinking_history), Contains("<think>\nAdd them.\n</think>\n\n4"));
   CHECK_FALSE(chat_template::parse(template_source("qwen2.5-instruct.jinja")).drops_past_thinking);
+  // Writing the tag (an empty thinking block) is not dropping it.
+  CHECK_FALSE(chat_template::parse("<|im_start|>{{ '<think>\\n\\n</think>\\n\\n' }}").drops_past_thinking);
+  CHECK(chat_template::parse("<|im_start|>{{ c.split(\"</think>\")[-1] }}").drops_past_thinking);
   CHECK_THAT(t.to_jinja(false), Contains("loop.index0 <= ns_past.last_user") && Contains(".lstrip('\\n')"));
 }
 

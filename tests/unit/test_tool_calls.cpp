@@ -297,6 +297,10 @@ TEST_CASE("each family renders tools, past calls and results by its convention",
   const std::string g = sy::chat_template::parse("gemma").apply(round, true, tools);
   CHECK_THAT(g, Contains("<tools>"));
   CHECK_THAT(g, Contains("<start_of_turn>user\n<tool_response>\n12:00\n</tool_response><end_of_turn>"));
+  const std::string d = sy::chat_template::parse("deepseek3").apply(round, true, tools);
+  CHECK_THAT(d, Contains("<tools>"));
+  CHECK_THAT(d, Contains("<｜Assistant｜><tool_call>\n{\"name\": \"get_time\""));
+  CHECK_THAT(d, Contains("<｜User｜><tool_response>\n12:00\n</tool_response><｜Assistant｜>"));
 }
 
 TEST_CASE("tool calls parse out of each family's text", "[tools]") {
