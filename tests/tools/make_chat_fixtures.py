@@ -17,8 +17,14 @@ conversation with that system message in front (when it does not start with one)
 what the template itself renders; the prompt is stored as `default_system`. And a DeepSeek-R1
 template's generation prompt opens the thinking (`<think>\n` after llama.cpp's `<｜Assistant｜>`):
 GENERATION_SUFFIX appends it to llama.cpp's renderings with the generation prompt, stored as
-`generation_suffix`. (Past turns' thinking, which such templates drop, is not in these
-conversations; tests/unit/test_chat_template.cpp checks it.)
+`generation_suffix`.
+
+Past turns' thinking, which Qwen3's and R1's templates drop and llama.cpp keeps, is recorded from
+the templates themselves: jinja2 renders THINKING_CONVERSATIONS with each file of
+THINKING_SOURCES (as Hugging Face's apply_chat_template does: sandboxed, trim_blocks,
+lstrip_blocks; bos_token empty, since Switchyard's text never starts with BOS) into
+`template_renders`. They hold no system message, which R1's template places apart from
+llama.cpp's deepseek3.
 
 Usage (llama.cpp built by tests/tools/build_llamacpp.sh build/llama.cpp; a Python with numpy and
 typing_extensions, which importing llama_cpp needs; jinja2, when present, syntax-checks the files):
@@ -45,6 +51,7 @@ FORMATS = [
 SOURCES = {
     "smollm2-instruct.jinja": ("chatml", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
     "qwen2.5-instruct.jinja": ("chatml", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+    "qwen3.jinja": ("chatml", ""),
     "llama-3.1-instruct.jinja": ("llama3", ""),
     "llama-3.2-instruct.jinja": ("llama3", ""),
     "mistral-7b-instruct-v0.1.jinja": ("mistral-v1", ""),
@@ -73,6 +80,9 @@ GENERATION_SUFFIX = {
 
 def msg(role, content):
     return {"role": role, "content": content}
+
+
+THINKING_SOURCES = ["qwen3.jinja", "deepseek-r1-distill.jinja"]
 
 
 CONVERSATIONS = [
@@ -106,6 +116,18 @@ CONVERSATIONS = [
     ("system_mid", [msg("user", "a"), msg("assistant", "b"), msg("system", "c"), msg("user", "d")]),
     ("unicode", [msg("user", "Gr\u00fc\u00dfe, \u4e16\u754c \U0001f30d")]),
     ("empty", []),
+]
+
+THINKING_CONVERSATIONS = [
+    ("past_thinking", [
+        msg("user", "2+2?"),
+        msg("assistant", "<think>\nAdd them.\n</think>\n\n4"),
+        msg("user", "Times 3?"),
+        msg("assistant", "12"),
+        msg("user", "Minus 1?"),
+    ]),
+    ("several_closes", [msg("user", "Hi"), msg("assistant", "<think>a</think>b</think>\n\nHello"), msg("user", "Bye")]),
+    ("no_thinking", [msg("user", "Hi"), msg("assistant", "Hello"), msg("user", "Bye")]),
 ]
 
 
@@ -142,6 +164,15 @@ def render_all(tmpl, default_system="", generation_suffix=""):
                 text += generation_suffix
             out.append({"conversation": name, "add_generation_prompt": gen, "text": text})
     return out
+
+
+def template_renders(file, source):
+    """[{conversation, add_generation_prompt, text}]: the template's own renderings (jinja2)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    tmpl = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    return [{"conversation": name, "add_generation_prompt": gen,
+             "text": tmpl.render(messages=messages, add_generation_prompt=gen, bos_token="")}
+            for name, messages in THINKING_CONVERSATIONS for gen in (True, False)]
 
 
 def builtin_names():
@@ -199,12 +230,15 @@ def main():
             "generation_suffix": GENERATION_SUFFIX.get(file, ""),
             "renders": render_all(source, default_system, GENERATION_SUFFIX.get(file, "")) if expected in FORMATS else [],
         })
+        if file in THINKING_SOURCES:
+            sources[-1]["template_renders"] = template_renders(file, source)
         print(f"{file:40s} {expected or '(none)':18s} {'also matches ' + str(matches) if len(matches) > 1 else ''}")
 
     doc = {
         "about": "llama.cpp's llama_chat_apply_template output (llama-cpp-python " + llama_cpp.__version__ +
                  "), recorded by tests/tools/make_chat_fixtures.py; checked by tests/unit/test_chat_template.cpp",
         "conversations": [{"name": n, "messages": m} for n, m in CONVERSATIONS],
+        "thinking_conversations": [{"name": n, "messages": m} for n, m in THINKING_CONVERSATIONS],
         "formats": formats,
         "sources": sources,
     }

@@ -53,16 +53,18 @@ std::string template_source(const std::string& file) {
   return read_text(std::string(SY_FIXTURES_DIR) + "/chat_templates/" + file);
 }
 
+std::map<std::string, std::vector<chat_message>> conversations_in(const json& list) {
+  std::map<std::string, std::vector<chat_message>> out;
+  for (const json& c : list) {
+    std::vector<chat_message>& msgs = out[c.at("name").get<std::string>()];
+    for (const json& m : c.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+  }
+  return out;
+}
+
 // The fixture's conversations by name.
 const std::map<std::string, std::vector<chat_message>>& conversations() {
-  static const auto by_name = [] {
-    std::map<std::string, std::vector<chat_message>> out;
-    for (const json& c : fixture().at("conversations")) {
-      std::vector<chat_message>& msgs = out[c.at("name").get<std::string>()];
-      for (const json& m : c.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
-    }
-    return out;
-  }();
+  static const auto by_name = conversations_in(fixture().at("conversations"));
   return by_name;
 }
 
@@ -111,7 +113,7 @@ TEST_CASE("chat template: every format, by name, renders what llama.cpp renders"
 
 TEST_CASE("chat template: model templates are recognised as llama.cpp recognises them") {
   const json& sources = fixture().at("sources");
-  REQUIRE(sources.size() >= 19);
+  REQUIRE(sources.size() >= 20);
   size_t n_supported = 0, n_renders = 0;
   for (const json& s : sources) {
     const std::string file = s.at("file");
@@ -131,7 +133,7 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 16);
+  CHECK(n_supported == 17);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 
@@ -228,6 +230,29 @@ TEST_CASE("chat template: DeepSeek-R1 distills render deepseek3, open the thinki
   const std::string j = r1.to_jinja(true);
   CHECK_THAT(j, Contains("{{ bos_token }}") && Contains("split('</think>')[-1] %}") &&
                     Contains("{{ '<｜Assistant｜><think>\\n' }}"));
+}
+
+TEST_CASE("chat template: past thinking renders as Qwen3's and R1's own templates render it") {
+  // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py).
+  const auto convs = conversations_in(fixture().at("thinking_conversations"));
+  size_t n = 0;
+  for (const json& s : fixture().at("sources")) {
+    if (!s.contains("template_renders")) continue;
+    const std::string file = s.at("file");
+    const chat_template t = chat_template::parse(template_source(file));
+    CHECK(t.drops_past_thinking);
+    for (const json& r : s.at("template_renders")) {
+      const std::string conv = r.at("conversation");
+      const bool gen = r.at("add_generation_prompt");
+      INFO(file << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt");
+      CHECK(t.apply(convs.at(conv), gen) == r.at("text").get<std::string>());
+      ++n;
+    }
+  }
+  CHECK(n == 2 * 2 * convs.size());
+  const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
+  CHECK(qwen3.thinking_switch);
+  CHECK(qwen3.default_system.empty());
 }
 
 TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user message") {
