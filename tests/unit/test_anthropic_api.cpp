@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "router/anthropic_api.hpp"
+#include "tests/unit/sse_events.hpp"
 
 using nlohmann::json;
 using sy::router::api_error;
@@ -33,22 +34,7 @@ api_error parse_err(std::string_view body) {
   return std::get<api_error>(r);
 }
 
-// The SSE events of a formatted piece: (event name, data) pairs.
-std::vector<std::pair<std::string, json>> events(const std::string& text) {
-  std::vector<std::pair<std::string, json>> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find("\n\n", at);
-    if (end == std::string::npos) end = text.size();
-    const std::string ev = text.substr(at, end - at);
-    REQUIRE(ev.rfind("event: ", 0) == 0);
-    const size_t nl = ev.find("\ndata: ");
-    REQUIRE(nl != std::string::npos);
-    out.emplace_back(ev.substr(7, nl - 7), json::parse(ev.substr(nl + 7)));
-    at = end + 2;
-  }
-  return out;
-}
+std::vector<std::pair<std::string, json>> events(const std::string& text) { return sy::test::named_events(text); }
 
 }  // namespace
 
