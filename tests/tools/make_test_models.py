@@ -83,7 +83,16 @@ QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
 
-def train_bpe(pattern, vocab_size, specials, pad_to=0):
+# Extra training text for the `gpt-4o` vocabulary: contractions in both cases, so that its merges
+# join a word and its contraction (n+', '+RE, ...), which llama-bpe's split cuts apart: a tokenizer
+# that ignored gpt-4o's rule gives other ids. Mixed-case words and slashes too (no merge can cross
+# a case change in a vocabulary trained with this split; test_tokenizer.cpp checks those cuts).
+CASE_TEXT = ("HTTPS PSF SPS TPS HTTPServer getHTTPResponse XMLHttpRequest iPhone iPad eBay McDonald's "
+             "I'M I'm they'RE they're we'VE don't DON'T can't it's IT'S you'LL she'D "
+             "a/b//c http://x/y/ path/to/ and/or 1/2 ") * 30
+
+
+def train_bpe(pattern, vocab_size, specials, pad_to=0, extra_text=()):
     """Byte-level BPE (tokenizers), specials appended at the end as in Llama 3 / Qwen2.
     Returns (tokens, token_types, merges, id_of)."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
@@ -94,7 +103,7 @@ def train_bpe(pattern, vocab_size, specials, pad_to=0):
     ])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer)
+    tok.train_from_iterator(corpus() + list(extra_text), trainer)
     model = json.loads(tok.to_str())["model"]
     vocab = model["vocab"]
     tokens = [None] * len(vocab)
@@ -389,7 +398,7 @@ def write_family(family, shape, path, arch=None):
         w.add_rope_scaling_orig_ctx_len(4096)
         specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>",
                     "<|/tool|>", "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>", "<|tag|>"]
-        tokens, types, merges, id_of = train_bpe(GPT4O_PAT, s["vocab"], specials, s["pad_to"])
+        tokens, types, merges, id_of = train_bpe(GPT4O_PAT, s["vocab"], specials, s["pad_to"], [CASE_TEXT])
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("gpt-4o")
         w.add_token_list(tokens)
