@@ -106,6 +106,16 @@ constexpr std::string_view k_re_llama3 =
 constexpr std::string_view k_re_qwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// o200k (GPT-4o), as llama.cpp runs it: its lookahead form of the tokenizer.json regex, where a
+// letter run is "letters that are not a-z" then "letters that are not A-Z" (or one or more of the
+// first then any of the second), so only ASCII letters have a case and every other letter counts
+// as both; combining marks are not letters. Groups made non-capturing (same matches).
+constexpr std::string_view k_re_gpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?=\\p{L})[^a-z])*(?:(?=\\p{L})[^A-Z])+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?=\\p{L})[^a-z])+(?:(?=\\p{L})[^A-Z])*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace
 
@@ -124,6 +134,7 @@ std::optional<pre_tokenizer_spec> find_pre_tokenizer_spec(std::string_view pre) 
     return pre_tokenizer_spec{{k_re_llama3}, true, true};
   }
   if (is({"qwen2", "stablelm2", "deepseek-r1-qwen"})) return pre_tokenizer_spec{{k_re_qwen2}};
+  if (is({"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"})) return pre_tokenizer_spec{{k_re_gpt4o}};
   return std::nullopt;
 }
 

@@ -25,7 +25,7 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 CASES = {
     "smollm2": (MODEL, os.path.join(FIXTURES, "tokenizer.json")),
     **{fam: (os.path.join(MODELS_DIR, fam, f"{fam}-f16.gguf"), os.path.join(MODELS_DIR, fam, f"{fam}-f16.tokens.json"))
-       for fam in ("llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3")},
+       for fam in ("llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "phi4")},
 }
 
 

@@ -95,6 +95,23 @@ SPECIAL_TEXTS = {
         "<|endoftext|>  kept",
         "text<|assistant|>\n\nmore",
     ],
+    # Phi-4-mini (`gpt-4o` pre-tokenizer): case runs, contractions after either case, digit
+    # triples, the slash kept with punctuation, then its chat markers.
+    "phi4": [
+        "HTTPServer iPhone McDonald's XMLHttpRequest getHTTPResponseCode ABCdef aBC",
+        "I'M they'RE We'Ve it'S you'D THEY'LL o'clock 'tis rock'n'roll DON'T don't",
+        "12345678 1,234,567.890 v2.0.1 0x1F3A 1e-10 ２０２４年 ①②③ ٣٤٥",
+        "path/to/file.txt // comment /* c */ https://example.com/a/b?c=d&e=f",
+        "Ünïcödé ÀÉÎÕÜ àéîõü ǅungla ǈ Σίσυφος ΣΊΣΥΦΟΣ İstanbul ß ẞ",
+        "e\u0301 a\u0308b \u0301x 한국어 中文字符 日本語テキスト",
+        "👍🏽 🇫🇷 👨‍👩‍👧‍👦 ✨ a😀b 😀😀😀",
+        "  two  spaces\t\ttabs \n\n\n newlines \r\n crlf   \n  end   ",
+        "\u00a0nbsp\u2003em\u3000ideo\u0085nel",
+        "<|system|>You are brief.<|end|><|user|>Hi there!<|end|><|assistant|>",
+        "<|system|>Tools here.<|tool|>[{\"name\": \"f\"}]<|/tool|><|end|>",
+        "<|tool_call|>{\"a\": 1}<|/tool_call|><|endoftext|>",
+        "<|end|> after <|user|>  spaced",
+    ],
     "gemma3": [
         "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
         "<start_of_turn> spaced",

@@ -63,6 +63,8 @@ SOURCES = {
     "codellama-instruct.jinja": ("llama2-sys-bos", ""),
     "llama-2-sys-single-bos.jinja": ("llama2-sys", ""),
     "phi-3-mini-instruct.jinja": ("phi3", ""),
+    # Phi-4-mini: no newline after the role markers in its own Jinja; llama.cpp renders it as phi3.
+    "phi-4-mini-instruct.jinja": ("phi3", ""),
     "zephyr-7b-beta.jinja": ("glmedge", ""),  # llama.cpp's rules read <|user|> + <|assistant|> as GLM-Edge
     "zephyr-role-tags.jinja": ("zephyr", ""),
     "gemma-2-it.jinja": ("gemma", ""),

@@ -73,13 +73,26 @@ def corpus():
 
 LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k (Phi-4-mini's tokenizer.json, GGUF pre-tokenizer `gpt-4o`): case runs and contractions.
+GPT4O_PAT = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+             r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+             r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
 
-def train_bpe(pattern, vocab_size, specials, pad_to=0):
+# Extra training text for the `gpt-4o` vocabulary: contractions in both cases, so that its merges
+# join a word and its contraction (n+', '+RE, ...), which llama-bpe's split cuts apart: a tokenizer
+# that ignored gpt-4o's rule gives other ids. Mixed-case words and slashes too (no merge can cross
+# a case change in a vocabulary trained with this split; test_tokenizer.cpp checks those cuts).
+CASE_TEXT = ("HTTPS PSF SPS TPS HTTPServer getHTTPResponse XMLHttpRequest iPhone iPad eBay McDonald's "
+             "I'M I'm they'RE they're we'VE don't DON'T can't it's IT'S you'LL she'D "
+             "a/b//c http://x/y/ path/to/ and/or 1/2 ") * 30
+
+
+def train_bpe(pattern, vocab_size, specials, pad_to=0, extra_text=()):
     """Byte-level BPE (tokenizers), specials appended at the end as in Llama 3 / Qwen2.
     Returns (tokens, token_types, merges, id_of)."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
@@ -90,7 +103,7 @@ def train_bpe(pattern, vocab_size, specials, pad_to=0):
     ])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer)
+    tok.train_from_iterator(corpus() + list(extra_text), trainer)
     model = json.loads(tok.to_str())["model"]
     vocab = model["vocab"]
     tokens = [None] * len(vocab)
@@ -201,6 +214,14 @@ PHI3_TEMPLATE = (
     "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
 
+# Phi-4-mini-instruct's template (no newline after the role markers; tools in the system turn).
+PHI4_MINI_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+    "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + "
+    "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+    "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+
 MISTRAL_V3_TEMPLATE = (
     "{%- if messages[0][\"role\"] == \"system\" %}\n"
     "    {%- set system_message = messages[0][\"content\"] %}\n"
@@ -238,11 +259,12 @@ SHAPES = {
     "3b": dict(n_embd=3072, n_ff=8192, n_layer=28, n_head=24, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
 }
 
-FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3"]
+FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "phi4"]
 # Families added later get fewer weight types (each costs CI time): the float, 8-bit and
 # K-quant paths, which is where their new arithmetic could differ.
 FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q4_k_m"],
-                "phi3": ["f16", "q8_0", "q4_k_m"]}
+                "phi3": ["f16", "q8_0", "q4_k_m"],
+                "phi4": ["f16"]}  # Phi-4-mini: phi3 weights again, new here is its tokenizer
 # Per family: heads wider than n_embd / n_head (attention.key_length), layers (Gemma 3 needs six
 # for one global layer after five sliding-window ones), and the sliding window (short, so the
 # test prompts cross it and block boundaries).
@@ -300,10 +322,10 @@ def write_family(family, shape, path, arch=None):
     s.update(FAMILY_SHAPE.get(family, {}) if shape == "tiny" else {})
     E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
     HD = s.get("head_dim", E // H)
-    arch = arch or (family if family in ("qwen2", "qwen3", "gemma3", "phi3") else "llama")
+    arch = arch or ("phi3" if family == "phi4" else family if family in ("qwen2", "qwen3", "gemma3", "phi3") else "llama")
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"switchyard-test-{family}-{shape}")
-    w.add_context_length(s["ctx"] if family not in ("mistral", "phi3") else 32768 if family == "mistral" else 131072)
+    w.add_context_length(s["ctx"] if family not in ("mistral", "phi3", "phi4") else 32768 if family == "mistral" else 131072)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -316,7 +338,7 @@ def write_family(family, shape, path, arch=None):
     w.add_layer_norm_rms_eps(1e-5 if family not in ("qwen2", "qwen3", "gemma3") else 1e-6)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    tied = family in ("llama3", "qwen2", "gemma3")  # phi3: separate output, as Phi-3.5-mini
+    tied = family in ("llama3", "qwen2", "gemma3", "phi4")  # phi3: separate output, as Phi-3.5-mini
     extra = {}
     if family == "llama3":
         w.add_rope_freq_base(500000.0)
@@ -368,6 +390,28 @@ def write_family(family, shape, path, arch=None):
         i = np.arange(HD // 2)
         extra["rope_factors_short.weight"] = (1.0 + 0.05 * i).astype(np.float32)
         extra["rope_factors_long.weight"] = (1.0 + 0.5 * i).astype(np.float32)
+    elif family == "phi4":
+        # Phi-4-mini's layout: phi3 weights and LongRoPE as above, a byte-level BPE vocabulary split
+        # by the `gpt-4o` pre-tokenizer, <|endoftext|> as BOS and EOS, <|end|> ending turns.
+        w.add_rope_freq_base(10000.0)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(32) / math.log(4096)))
+        w.add_rope_scaling_orig_ctx_len(4096)
+        specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>",
+                    "<|/tool|>", "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>", "<|tag|>"]
+        tokens, types, merges, id_of = train_bpe(GPT4O_PAT, s["vocab"], specials, s["pad_to"], [CASE_TEXT])
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-4o")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(id_of["<|endoftext|>"])
+        w.add_eos_token_id(id_of["<|endoftext|>"])
+        w.add_pad_token_id(id_of["<|endoftext|>"])
+        w.add_add_bos_token(False)
+        w.add_chat_template(PHI4_MINI_TEMPLATE)
+        i = np.arange(HD // 2)
+        extra["rope_factors_short.weight"] = (1.0 + 0.05 * i).astype(np.float32)
+        extra["rope_factors_long.weight"] = (1.0 + 0.5 * i).astype(np.float32)
     else:  # mistral: llama architecture, SentencePiece vocabulary, [INST] template (v0.3)
         w.add_rope_freq_base(1000000.0)
         control = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -395,7 +439,7 @@ def write_family(family, shape, path, arch=None):
     for l in range(L):
         p = f"blk.{l}."
         w.add_tensor(p + "attn_norm.weight", norm(E))
-        if family == "phi3":  # one fused matrix: Q rows, then K, then V
+        if family in ("phi3", "phi4"):  # one fused matrix: Q rows, then K, then V
             w.add_tensor(p + "attn_qkv.weight", np.concatenate([mat(Q, E, 2.0), mat(KV, E, 2.0), mat(KV, E)]))
         else:
             w.add_tensor(p + "attn_q.weight", mat(Q, E, 2.0))
@@ -415,7 +459,7 @@ def write_family(family, shape, path, arch=None):
             # with it the sliding window, decides the logits rather than the current token alone.
             w.add_tensor(p + "post_attention_norm.weight", 6.0 * norm(E))
             w.add_tensor(p + "post_ffw_norm.weight", 6.0 * norm(E))
-        if family == "phi3":  # gate rows, then up rows
+        if family in ("phi3", "phi4"):  # gate rows, then up rows
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(F, E), mat(F, E)]))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(F, E))

@@ -133,7 +133,7 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 17);
+  CHECK(n_supported == 18);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 

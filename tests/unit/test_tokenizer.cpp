@@ -16,6 +16,7 @@
 
 #include "common/chat_template.hpp"
 #include "common/gguf.hpp"
+#include "common/pre_tokenizer.hpp"
 #include "common/protocol.hpp"
 #include "common/stream_decoder.hpp"
 #include "common/tokenizer.hpp"
@@ -139,6 +140,34 @@ TEST_CASE("chat template: other formats are recognised, and no template is ChatM
   CHECK(chat_template::parse("{{ bos_token }}[INST] {{ m }} [/INST]").format == sy::chat_format::llama2);
   CHECK(chat_template::parse("").format == sy::chat_format::chatml);
   CHECK_FALSE(chat_template::parse("{{ m }}").supported());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pre-tokenizer
+
+TEST_CASE("pre-tokenizer: gpt-4o splits at case changes, keeps contractions and cuts digit triples") {
+  for (const char* name : {"gpt-4o", "llama4"}) {
+    INFO(name);
+    const auto pre = sy::text::pre_tokenizer::from_name(name);
+    REQUIRE(pre.has_value());
+    CHECK_FALSE(pre->ignore_merges());
+    auto split = [&](const std::string& text) {
+      std::vector<sy::text::pre_tokenizer::piece> pieces;
+      pre->split(text, pieces);
+      std::vector<std::string> out;
+      for (const auto& p : pieces) out.push_back(text.substr(p.begin, p.size));
+      return out;
+    };
+    // Expected pieces: llama.cpp's regex for LLAMA_VOCAB_PRE_TYPE_GPT4O.
+    CHECK(split("HTTPServer iPhone I'M they'RE don't 1234567 a/b//c\n\n  x") ==
+          std::vector<std::string>{"HTTPServer", " i", "Phone", " I'M", " they'RE", " don't", " ", "123", "456", "7",
+                                   " a", "/b", "//", "c", "\n\n", " ", " x"});
+    // Only ASCII letters have a case; a combining mark is not a letter and leads the next run.
+    CHECK(split("\xC3\x9Cn\xC3\xAFc\xC3\xB6d\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC e\xCC\x81x  \n") ==
+          std::vector<std::string>{"\xC3\x9Cn\xC3\xAFc\xC3\xB6d\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC", " e",
+                                   "\xCC\x81x", "  \n"});
+  }
+  CHECK_FALSE(sy::text::pre_tokenizer::from_name("o200k-unheard-of").has_value());
 }
 
 // ---------------------------------------------------------------------------------------------

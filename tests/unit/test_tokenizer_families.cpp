@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gguf.hpp"
@@ -152,7 +153,7 @@ std::string llama_detokenize_like(const tokenizer& tok, const std::vector<token_
 
 TEST_CASE("tokenizer families: every case encodes to llama.cpp's ids and decodes to its text") {
   SY_REQUIRE_TEST_MODELS(m);
-  REQUIRE(m->families.size() == (env_models_dir() ? m->families.size() : 6));  // the generated families
+  REQUIRE(m->families.size() == (env_models_dir() ? m->families.size() : 7));  // the generated families
   for (const family_ref& f : m->families) {
     const json& cases = f.ref.at("cases");
     WARN(f.family << ": " << cases.size() << " cases against llama.cpp (" << f.path.filename().string() << ")");
@@ -233,6 +234,26 @@ TEST_CASE("tokenizer families: what each family is known to do") {
       CHECK(tok.encode("Hi") == tok.encode("Hi", {.add_special = false}));
       for (const char* t : {"<|im_end|>", "<|endoftext|>"}) CHECK(tok.is_eog(tok.find(t)));
       CHECK_FALSE(tok.is_eog(tok.find("<|im_start|>")));
+    } else if (f.family == "phi4") {
+      // Phi-4-mini: the o200k split (`gpt-4o`), no BOS, <|end|> and <|endoftext|> end generation.
+      CHECK(tok.model() == "gpt2");
+      CHECK(tok.pre_tokenizer() == "gpt-4o");
+      CHECK_FALSE(tok.add_bos());
+      for (const char* t : {"<|end|>", "<|endoftext|>"}) CHECK(tok.is_eog(tok.find(t)));
+      CHECK_FALSE(tok.is_eog(tok.find("<|assistant|>")));
+      // A lower-to-upper case change starts a piece (upper-case runs lead the next word:
+      // "HTTPServer" stays one piece), so no token spans it.
+      for (const auto& [word, seam] : std::vector<std::pair<std::string, std::string>>{
+               {"iPhone", "iP"}, {"getHTTPResponse", "tH"}, {"camelCase", "lC"}, {"eBay", "eB"}}) {
+        INFO(word);
+        std::string joined;
+        for (const token_id id : tok.encode(word)) {
+          const std::string piece = tok.decode(std::vector<token_id>{id});
+          CHECK(piece.find(seam) == std::string::npos);
+          joined += piece;
+        }
+        CHECK(joined == word);
+      }
     } else if (f.family == "gemma3") {
       // SentencePiece without the space prefix (Gemma's vocabularies).
       CHECK(tok.model() == "llama");
