@@ -7,14 +7,11 @@
 
 namespace sy::router {
 
-api_error make_error(int status, std::string type, std::string code, std::string message) {
-  api_error e;
-  e.status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  return e;
-}
+namespace {
+
+api_family family_of(const routed_request& r) { return r.meta.anthropic ? api_family::anthropic : api_family::openai; }
+
+}  // namespace
 
 void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view finish,
                 const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s) {
@@ -62,28 +59,19 @@ void answer_error(const listener& l, const api_error& e) {
 }
 
 int reply_error(const routed_request& r, const api_error& e, double retry_after_s) {
-  http_response resp;
-  resp.status = e.status;
-  resp.body = format_error(r.meta, e);
-  resp.headers.emplace_back("X-Request-Id", r.request_id);
-  if (retry_after_s > 0)
-    resp.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(std::max(1.0, retry_after_s))));
-  r.ex->respond(std::move(resp));
+  api_error with = e;
+  if (retry_after_s > 0) with.retry_after_s = retry_after_s;
+  r.ex->respond(error_response(with, family_of(r), r.request_id));
   return e.status;
 }
 
 int answer_internal_error(const routed_request& r, const char* what) {
   const api_error e = make_error(500, "server_error", "internal_error",
                                  std::string("the router failed to handle the request: ") + what);
-  const std::string body = format_error(r.meta, e);
   // The exchange takes whichever call matches its state (a stream already started, or not) and
   // ignores the other.
   try {
-    http_response resp;
-    resp.status = 500;
-    resp.body = body;
-    resp.headers.emplace_back("X-Request-Id", r.request_id);
-    r.ex->respond(std::move(resp));
+    r.ex->respond(error_response(e, family_of(r), r.request_id));
     if (r.req.stream) {
       for (auto& ev : format_stream_error(r.meta, e)) r.ex->send_event(std::move(ev));
       r.ex->end_stream();

@@ -8,11 +8,10 @@
 #include <vector>
 
 #include "router/active_request.hpp"
+#include "router/api_errors.hpp"
 #include "router/openai_api.hpp"
 
 namespace sy::router {
-
-api_error make_error(int status, std::string type, std::string code, std::string message);
 
 // One chunk of choice `c` to a stream listener (the first of its choice carries the role).
 // `t_recv_s`: when its frame reached the router (0: not stamped), for the write-latency metric.
@@ -26,7 +25,8 @@ void answer_success(const listener& l, const active_request& a, const usage_info
 // An error: the response, or a stream's terminal error event and [DONE].
 void answer_error(const listener& l, const api_error& e);
 
-// An error response (with Retry-After when > 0) to a request that never got a stream.
+// An error response to a request that never got a stream (router/api_errors.hpp's responder;
+// `retry_after_s` > 0 sets the error's Retry-After).
 int reply_error(const routed_request& r, const api_error& e, double retry_after_s = 0);
 
 // A 500 for a request the dispatcher could not handle, whichever state its exchange is in

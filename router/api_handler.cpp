@@ -23,14 +23,15 @@ int64_t unix_s_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-api_error error_of(int status, std::string type, std::string code, std::string message, std::string param = "") {
-  api_error e;
-  e.status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
+// 401: no key, or one no tenant has.
+api_error unauthenticated(const std::string& key) {
+  return make_error(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
+                    key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid");
+}
+
+// An HTML page of the dashboard (never cached).
+http_response dashboard_page(int status, std::string html) {
+  return {status, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, std::move(html)};
 }
 
 // A client's X-Request-Id when it is short printable ASCII, else a fresh one.
@@ -49,14 +50,6 @@ std::string request_id_for(const http_request& req) {
 // /tokenize and /detokenize too (they make the router read, template and tokenize a body).
 bool charges_rate(std::string_view method) { return method == "POST"; }
 
-bool is_generation(std::string_view path) {
-  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/messages" ||
-         path == "/v1/embeddings" || path == "/v1/responses";
-}
-
-// The Anthropic Messages routes answer errors in that API's shape (router/anthropic_api.hpp).
-bool is_anthropic(std::string_view path) { return path == "/v1/messages" || path == "/v1/messages/count_tokens"; }
-
 // The most body a route reads before its key is known or its work is admitted: routes that take
 // no body get none, the dashboard's sign-in form a key's worth. Others: the server's limit.
 constexpr size_t k_no_body = 0, k_login_body = 4096;
@@ -67,8 +60,8 @@ std::optional<api_error> body_over(const http_request& head, size_t cap) {
   size_t n = 0;
   if (cl.empty() || std::from_chars(cl.data(), cl.data() + cl.size(), n).ec != std::errc{} || n <= cap)
     return std::nullopt;
-  return error_of(413, "invalid_request_error", "body_too_large",
-                  "this route takes at most " + std::to_string(cap) + " bytes of body");
+  return make_error(413, "invalid_request_error", "body_too_large",
+                    "this route takes at most " + std::to_string(cap) + " bytes of body");
 }
 
 std::string bearer_key(const http_request& req) {
@@ -123,64 +116,107 @@ api_handler::api_handler(api_config cfg, const tenant_registry& tenants, model_r
       cache_(cache),
       responses_(cache ? std::make_unique<responses_store>(*cache, cfg_.responses_ttl) : nullptr) {}
 
-http_response api_handler::error_response(const api_error& e, const std::string& request_id, bool count,
-                                          bool anthropic) {
+http_response api_handler::edge_error(const api_error& e, const std::string& request_id, api_family family,
+                                      bool count) {
   if (count) {
     std::lock_guard<std::mutex> lk(status_->mu);
     status_->edge_errors[std::to_string(e.status) + (e.code.empty() ? "" : ":" + e.code)]++;
   }
-  http_response r;
-  r.status = e.status;
-  r.body = anthropic ? anthropic_error(e) : format_error(e);
-  r.headers.emplace_back("X-Request-Id", request_id);
-  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
-  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-  return r;
+  return error_response(e, family, request_id);
 }
 
-void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic) {
-  ex.respond(error_response(e, request_id, true, anthropic));
+void api_handler::reject(http_exchange& ex, const api_error& e, const std::string& request_id, api_family family) {
+  ex.respond(edge_error(e, request_id, family));
+}
+
+std::span<const route> api_handler::routes() {
+  using h = api_handler;
+  using c = route_call;
+  using enum route_access;
+  constexpr api_family oa = api_family::openai, an = api_family::anthropic;
+  constexpr bool gen = true;
+  // One line per route: method, path pattern, who may call it, API family, handler (then: a
+  // generation, the most body it reads before its key is checked). docs/router.md, "Routes".
+  static constexpr route table[] = {
+      {"GET", "/health", open, oa,
+       [](h&, c& r) {
+         r.ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
+       }},
+      {"GET", "/ready", open, oa, [](h& a, c& r) { a.ready(*r.ex); }},
+      {"GET", "/dashboard/login", open, oa, [](h& a, c& r) { a.dashboard_login(*r.ex, *r.req, r.request_id); }},
+      {"POST", "/dashboard/login", open, oa, [](h& a, c& r) { a.dashboard_login(*r.ex, *r.req, r.request_id); }, false,
+       k_login_body},
+      {"GET", "/metrics", admin, oa,
+       [](h& a, c& r) {
+         r.ex->respond({200, "text/plain; version=0.0.4", {}, a.metrics()});
+       }},
+      {"GET", "/version", key, oa,
+       [](h&, c& r) {
+         r.ex->respond({200, "application/json", {}, format_version()});
+       }},
+      {"GET", "/dashboard", admin_page, oa, [](h&, c& r) { r.ex->respond(dashboard_page(200, dashboard_html())); }},
+      {"GET", "/dashboard/chart.js", key, oa, [](h& a, c& r) { a.chart_js(r); }},
+      {"GET", "/v1/cache/stats", admin, oa, [](h& a, c& r) { a.cache_stats(r.ex, *r.req, r.request_id); }},
+      {"GET", "/v1/models", key, oa, [](h& a, c& r) { a.models_route(*r.ex, *r.req, r.request_id); }},
+      {"GET", "/v1/models/{name*}", key, oa, [](h& a, c& r) { a.models_route(*r.ex, *r.req, r.request_id); }},
+      {"POST", "/tokenize", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.tokenizer_route(*r.ex, *r.req, r.request_id, false); }); }},
+      {"POST", "/detokenize", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.tokenizer_route(*r.ex, *r.req, r.request_id, true); }); }},
+      {"POST", "/v1/completions", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.generation(endpoint::completions, r); }); }, gen},
+      {"POST", "/v1/chat/completions", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.generation(endpoint::chat_completions, r); }); }, gen},
+      {"POST", "/v1/messages", key, an,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.generation(endpoint::chat_completions, r); }); }, gen},
+      {"POST", "/v1/messages/count_tokens", key, an,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.count_tokens(*r.ex, *r.req, r.request_id); }); }},
+      {"POST", "/v1/embeddings", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.embeddings(*r.who, r.ex, *r.req, r.request_id); }); }, gen},
+      {"POST", "/v1/responses", key, oa,
+       [](h& a, c& r) { a.prepare(r, [&a, r] { a.responses(*r.who, r.ex, r.req, r.request_id); }); }, gen},
+      {"GET", "/v1/responses/{id}", key, oa,
+       [](h& a, c& r) { a.stored_response_route(*r.who, r.ex, *r.req, r.request_id); }},
+      {"DELETE", "/v1/responses/{id}", key, oa,
+       [](h& a, c& r) { a.stored_response_route(*r.who, r.ex, *r.req, r.request_id); }},
+      {"GET", "/v1/responses/{id}/input_items", key, oa,
+       [](h& a, c& r) { a.stored_response_route(*r.who, r.ex, *r.req, r.request_id); }},
+  };
+  return table;
 }
 
 std::optional<http_response> api_handler::precheck(const http_request& head) {
-  const std::string& path = head.path;
-  const bool anthropic = is_anthropic(path);
-  // Unauthenticated routes read (next to) nothing: nobody without a key makes the router hold
-  // megabytes for the body timeout.
-  const bool unauthenticated = path == "/health" || path == "/ready" || path == "/dashboard/login";
-  const size_t cap = path == "/dashboard/login" ? k_login_body
-                     : unauthenticated || head.method == "GET" || head.method == "HEAD"
-                         ? k_no_body
-                         : SIZE_MAX;  // the server's own limit
-  if (auto e = body_over(head, cap)) return error_response(*e, request_id_for(head), true, anthropic);
-  if (unauthenticated) return std::nullopt;
+  const route_match m = match_route(routes(), head.method, head.path);
+  // Open routes read (next to) nothing, and nobody reads a body before the key is known: nobody
+  // without a key makes the router hold megabytes for the body timeout.
+  const size_t cap = head.method == "GET" || head.method == "HEAD" ? k_no_body
+                     : m.found                                     ? m.found->max_body
+                                                                   : SIZE_MAX;  // the server's own limit
+  if (auto e = body_over(head, cap)) return edge_error(*e, request_id_for(head), m.family);
+  if (m.found && m.found->access == route_access::open) return std::nullopt;
   std::string key = bearer_key(head);
   if (key.empty() && head.method == "GET") key = dashboard_cookie_key(head.header("cookie"));
   const tenant* who = tenants_.authenticate(key);
   if (!who) {
-    if (path == "/dashboard" && head.method == "GET") return std::nullopt;  // the handler shows the sign-in page
-    return error_response(
-        error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
-                 key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
-        request_id_for(head), true, anthropic);
+    if (m.found && m.found->access == route_access::admin_page) return std::nullopt;  // the handler's sign-in page
+    return edge_error(unauthenticated(key), request_id_for(head), m.family);
   }
   if (!rate_charger_ || !charges_rate(head.method)) return std::nullopt;
-  // A tenant limit's refusal, 429 with Retry-After. Counted by the admission controller
+  // A tenant limit's refusal, 429 with its Retry-After. Counted by the admission controller
   // (switchyard_router_admission_rejections_total), not as an edge error: one metric per limit.
   const auto refuse = [&](const rejection& no) {
-    http_response r = error_response(error_of(429, "rate_limit_error", std::string(name(no.reason)), no.message),
-                                     request_id_for(head), false, anthropic);
-    r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(no.retry_after_s)));
-    return r;
+    api_error e = make_error(429, "rate_limit_error", std::string(name(no.reason)), no.message);
+    e.retry_after_s = no.retry_after_s;
+    return edge_error(e, request_id_for(head), m.family, false);
   };
-  if (is_generation(path)) {
+  if (m.found && m.found->generation) {
     // Cheap checks before the body is read, templated or tokenized: a draining router, or a
     // tenant already at its concurrency limit, refuses now (admit() checks again).
     {
       std::lock_guard<std::mutex> lk(status_->mu);
       if (status_->draining)  // not shutting_down: --shutdown-delay-s still admits
-        return error_response(error_of(503, "overloaded_error", "draining", "the router is shutting down"),
-                              request_id_for(head), false, anthropic);
+        return edge_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"),
+                          request_id_for(head), m.family, false);
     }
     if (auto no = rate_charger_->edge_concurrency(*who)) return refuse(*no);
   }
@@ -189,183 +225,121 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
 }
 
 void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& req) {
-  const std::string request_id = request_id_for(req);
-  const std::string& path = req.path;
-  if (path == "/health") {
-    ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
+  const route_match m = match_route(routes(), req.method, req.path);
+  route_call call{std::move(ex), nullptr, request_id_for(req), nullptr, m.family};
+  call.req = std::make_shared<http_request>(std::move(req));
+  const http_request& r = *call.req;
+  if (m.found && m.found->access == route_access::open) {
+    m.found->handle(*this, call);
     return;
   }
-  if (path == "/ready") {
-    const char* not_ready = nullptr;
-    size_t n_ready = 0, n_ejected = 0;
-    {
-      std::lock_guard<std::mutex> lk(status_->mu);
-      if (status_->shutting_down || status_->draining)
-        not_ready = "not ready: shutting down";
-      else if (!status_->ready)
-        not_ready = "not ready: no worker is ready";
-      n_ready = status_->workers_ready;
-      n_ejected = status_->workers_ejected;
-    }
-    // The worker counts say how much of the cluster serves: ejected workers are alive but failing.
-    ex->respond({not_ready ? 503 : 200,
-                 "application/json",
-                 {},
-                 std::string("{\"status\":\"") + (not_ready ? not_ready : "ready") + "\",\"workers_ready\":" +
-                     std::to_string(n_ready) + ",\"workers_ejected\":" + std::to_string(n_ejected) + "}"});
-    return;
-  }
-  // Everything past /health and /ready needs a tenant's key when tenants are configured
-  // (docs/reliability.md: unauthenticated admin surfaces), unknown paths included: the dashboard's
-  // sign-in form is the one way in without it. The dashboard's session cookie stands for the key on
-  // GETs only (it is SameSite=Strict, and GETs change nothing).
-  if (path == "/dashboard/login") {
-    dashboard_login(*ex, req, request_id);
-    return;
-  }
-  const bool anthropic = is_anthropic(path);
-  std::string key = bearer_key(req);
-  if (key.empty() && req.method == "GET") key = dashboard_cookie_key(req.header("cookie"));
-  const tenant* who = tenants_.authenticate(key);
-  if (!who) {
-    if (path == "/dashboard" && req.method == "GET") {
+  // Every other route needs a tenant's key when tenants are configured (docs/reliability.md:
+  // unauthenticated admin surfaces), unknown paths included: the dashboard's sign-in form is the
+  // one way in without it. The dashboard's session cookie stands for the key on GETs only (it is
+  // SameSite=Strict, and GETs change nothing).
+  std::string key = bearer_key(r);
+  if (key.empty() && r.method == "GET") key = dashboard_cookie_key(r.header("cookie"));
+  call.who = tenants_.authenticate(key);
+  if (!call.who) {
+    if (m.found && m.found->access == route_access::admin_page) {
       {
         std::lock_guard<std::mutex> lk(status_->mu);
         status_->edge_errors["401:dashboard_sign_in"]++;
       }
-      ex->respond({401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+      call.ex->respond(dashboard_page(401, dashboard_login_html()));
       return;
     }
-    reject(*ex,
-           error_of(401, "authentication_error", key.empty() ? "missing_api_key" : "invalid_api_key",
-                    key.empty() ? "no API key: send Authorization: Bearer <key>" : "the API key is not valid"),
-           request_id, anthropic);
+    reject(*call.ex, unauthenticated(key), call.request_id, m.family);
     return;
   }
-  if (path == "/metrics") {
-    if (!who->admin) {  // (with no tenants file everyone is admin: the router runs open)
-      reject(*ex, error_of(403, "permission_error", "admin_only", "/metrics needs an admin API key"), request_id);
+  if (!m.found) {
+    if (m.allow.empty()) {
+      reject(*call.ex, make_error(404, "not_found_error", "unknown_url", "no route for " + r.method + " " + r.path),
+             call.request_id, m.family);
       return;
     }
-    ex->respond({200, "text/plain; version=0.0.4", {}, metrics()});
+    http_response resp = edge_error(make_error(405, "invalid_request_error", "method_not_allowed",
+                                               r.path + " takes " + m.allow + ", not " + r.method),
+                                    call.request_id, m.family);
+    resp.headers.emplace_back("Allow", m.allow);
+    call.ex->respond(std::move(resp));
     return;
   }
-  if (path == "/version") {  // vLLM's shape; any tenant's key (none when the router runs open)
-    ex->respond({200, "application/json", {}, format_version()});
+  const route_access access = m.found->access;
+  if ((access == route_access::admin || access == route_access::admin_page) && !call.who->admin) {
+    // (with no tenants file everyone is admin: the router runs open)
+    reject(*call.ex, make_error(403, "permission_error", "admin_only", r.path + " needs an admin API key"),
+           call.request_id, m.family);
     return;
   }
-  const bool is_completions = path == "/v1/completions", is_chat = path == "/v1/chat/completions",
-             is_models = path == "/v1/models" || path.rfind("/v1/models/", 0) == 0,
-             is_stats = path == "/v1/cache/stats", is_dashboard = path == "/dashboard",
-             is_chart = path == "/dashboard/chart.js", is_tokenize = path == "/tokenize",
-             is_detokenize = path == "/detokenize", is_messages = path == "/v1/messages",
-             is_count = path == "/v1/messages/count_tokens", is_embeddings = path == "/v1/embeddings",
-             is_responses = path == "/v1/responses", is_stored_response = path.rfind("/v1/responses/", 0) == 0;
-  if (is_chart) {  // a static file: the page's script tag sends the dashboard's session cookie
-    const std::string& js = chart_js();
-    if (js.empty()) {
-      reject(*ex, error_of(404, "not_found_error", "chart_js_missing", "Chart.js is not installed (libjs-chart.js)"),
-             request_id);
-      return;
-    }
-    ex->respond({200, "application/javascript", {{"Cache-Control", "max-age=86400"}}, js});
+  m.found->handle(*this, call);
+}
+
+void api_handler::ready(http_exchange& ex) {
+  const char* not_ready = nullptr;
+  size_t n_ready = 0, n_ejected = 0;
+  {
+    std::lock_guard<std::mutex> lk(status_->mu);
+    if (status_->shutting_down || status_->draining)
+      not_ready = "not ready: shutting down";
+    else if (!status_->ready)
+      not_ready = "not ready: no worker is ready";
+    n_ready = status_->workers_ready;
+    n_ejected = status_->workers_ejected;
+  }
+  // The worker counts say how much of the cluster serves: ejected workers are alive but failing.
+  ex.respond({not_ready ? 503 : 200,
+              "application/json",
+              {},
+              std::string("{\"status\":\"") + (not_ready ? not_ready : "ready") + "\",\"workers_ready\":" +
+                  std::to_string(n_ready) + ",\"workers_ejected\":" + std::to_string(n_ejected) + "}"});
+}
+
+void api_handler::chart_js(route_call& c) {  // a static file: the page's script tag sends the session cookie
+  const std::string& js = ::sy::router::chart_js();
+  if (js.empty()) {
+    reject(*c.ex, make_error(404, "not_found_error", "chart_js_missing", "Chart.js is not installed (libjs-chart.js)"),
+           c.request_id);
     return;
   }
-  if (!is_completions && !is_chat && !is_models && !is_stats && !is_dashboard && !is_tokenize && !is_detokenize &&
-      !anthropic && !is_embeddings && !is_responses && !is_stored_response) {
-    reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + path), request_id);
-    return;
-  }
-  if (is_stored_response) {  // GET or DELETE /v1/responses/{id}
-    stored_response_route(*who, ex, req, request_id);
-    return;
-  }
-  const bool want_post =
-      is_completions || is_chat || is_tokenize || is_detokenize || anthropic || is_embeddings || is_responses;
-  if (req.method != (want_post ? "POST" : "GET")) {
-    reject(*ex,
-           error_of(405, "invalid_request_error", "method_not_allowed",
-                    path + " takes " + (want_post ? "POST" : "GET") + ", not " + req.method),
-           request_id, anthropic);
-    return;
-  }
-  if (is_stats || is_dashboard) {
-    if (!who->admin) {
-      reject(*ex, error_of(403, "permission_error", "admin_only", "this endpoint needs an admin API key"), request_id);
-      return;
-    }
-    if (is_dashboard) {
-      ex->respond({200, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_html()});
-      return;
-    }
-    cache_stats(std::move(ex), req, request_id);
-    return;
-  }
-  if (is_models) {
-    models_route(*ex, req, request_id);
-    return;
-  }
-  // The body's CPU work (parse, template, tokenize) off the I/O thread.
-  const size_t bytes = req.body.size();
-  auto body = std::make_shared<http_request>(std::move(req));
-  if (is_tokenize || is_detokenize) {
-    prepare(ex, bytes, request_id,
-            [this, ex, body, request_id, is_detokenize] { tokenizer_route(*ex, *body, request_id, is_detokenize); });
-    return;
-  }
-  if (is_embeddings) {
-    prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { embeddings(*who, ex, *body, request_id); });
-    return;
-  }
-  if (is_responses) {
-    prepare(ex, bytes, request_id, [this, who, ex, body, request_id] { responses(*who, ex, body, request_id); });
-    return;
-  }
-  if (is_count) {
-    prepare(
-        ex, bytes, request_id, [this, ex, body, request_id] { count_tokens(*ex, *body, request_id); }, true);
-    return;
-  }
-  const endpoint kind = is_chat || is_messages ? endpoint::chat_completions : endpoint::completions;
-  prepare(
-      ex, bytes, request_id,
-      [this, kind, who, ex, body, request_id, is_messages] {
-        generation(kind, *who, ex, *body, request_id, is_messages);
-      },
-      is_messages);
+  c.ex->respond({200, "application/javascript", {{"Cache-Control", "max-age=86400"}}, js});
+}
+
+void api_handler::prepare(const route_call& c, std::function<void()> work) {
+  prepare(c.ex, c.req->body.size(), c.request_id, std::move(work), c.family);
 }
 
 void api_handler::prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-                          std::function<void()> work, bool anthropic) {
+                          std::function<void()> work, api_family family) {
   if (!prep_) {
     work();
     return;
   }
   // A job that throws would leave its client without an answer: answer for it.
-  auto guarded = [work = std::move(work), ex, request_id, this, anthropic] {
+  auto guarded = [work = std::move(work), ex, request_id, family, this] {
     if (ex->disconnected()) return;  // the client left while its body waited: nothing to answer
     try {
       work();
     } catch (const std::exception& e) {
-      reject(*ex, error_of(500, "server_error", "internal_error", e.what()), request_id, anthropic);
+      reject(*ex, make_error(500, "server_error", "internal_error", e.what()), request_id, family);
     }
   };
   if (prep_->try_post(bytes, std::move(guarded))) return;
   reject(*ex,
-         error_of(503, "overloaded_error", "router_busy",
-                  "the router is preparing as many requests as it can take; retry shortly"),
-         request_id, anthropic);
+         make_error(503, "overloaded_error", "router_busy",
+                    "the router is preparing as many requests as it can take; retry shortly"),
+         request_id, family);
 }
 
-void api_handler::generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
-                             const std::string& request_id, bool anthropic) {
-  auto parsed = anthropic ? parse_anthropic_request(req.body, cfg_.limits)
-                          : parse_generation_request(kind, req.body, cfg_.limits);
+void api_handler::generation(endpoint kind, const route_call& c) {
+  const bool anthropic = c.family == api_family::anthropic;
+  auto parsed = anthropic ? parse_anthropic_request(c.req->body, cfg_.limits)
+                          : parse_generation_request(kind, c.req->body, cfg_.limits);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(*ex, *e, request_id, anthropic);
+    reject(*c.ex, *e, c.request_id, c.family);
     return;
   }
-  run_generation(kind, who, std::move(ex), req, request_id, std::move(std::get<generation_request>(parsed)),
+  run_generation(kind, *c.who, c.ex, *c.req, c.request_id, std::move(std::get<generation_request>(parsed)),
                  anthropic ? api_shape::anthropic : api_shape::openai);
 }
 
@@ -373,18 +347,20 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
                                  const http_request& req, const std::string& request_id, generation_request parsed,
                                  api_shape shape, const responses_request* rr, const std::string& history) {
   const bool anthropic = shape == api_shape::anthropic;
+  const api_family family = anthropic ? api_family::anthropic : api_family::openai;
   auto r = std::make_shared<routed_request>();
   r->req = std::move(parsed);
   generation_request& g = r->req;
   r->model = models_.find(g.model);
   if (!r->model) {
     if (models_.all().empty()) {
-      reject(*ex, error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly"),
-             request_id, anthropic);
+      reject(*ex, make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly"),
+             request_id, family);
     } else {
-      reject(*ex,
-             error_of(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist", "model"),
-             request_id, anthropic);
+      reject(
+          *ex,
+          make_error(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist", "model"),
+          request_id, family);
     }
     return;
   }
@@ -397,7 +373,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
                            "workers with --chat-template NAME (" +
                            chat_format_names() + ")",
                        "chat_template_unsupported"),
-           request_id, anthropic);
+           request_id, family);
     return;
   }
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
@@ -412,7 +388,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
           reject(*ex,
                  bad_request("prompt", "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                            std::to_string(m.tok.vocab_size())),
-                 request_id, anthropic);
+                 request_id, family);
           return;
         }
       }
@@ -423,12 +399,12 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
       if (g.echo) r->echo_text = g.prompt_text;
     }
   } catch (const std::exception& e) {
-    reject(*ex, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id, anthropic);
+    reject(*ex, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id, family);
     return;
   }
   const size_t ctx = m.context_length, n_prompt = r->prompt.size();
   if (n_prompt == 0) {
-    reject(*ex, bad_request(prompt_param, "the prompt is empty"), request_id, anthropic);
+    reject(*ex, bad_request(prompt_param, "the prompt is empty"), request_id, family);
     return;
   }
   if (n_prompt >= ctx || (g.max_tokens_given && n_prompt + static_cast<size_t>(g.sampling.max_tokens) > ctx)) {
@@ -440,7 +416,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
                    (g.max_tokens_given ? " and asks for " + std::to_string(g.sampling.max_tokens) + " completion tokens"
                                        : ""),
                "context_length_exceeded"),
-           request_id, anthropic);
+           request_id, family);
     return;
   }
   if (!g.max_tokens_given) g.sampling.max_tokens = static_cast<int32_t>(ctx - n_prompt);
@@ -496,9 +472,9 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   if (!r->model) {
     reject(*ex,
            models_.all().empty()
-               ? error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
-               : error_of(404, "not_found_error", "model_not_found", "the model '" + er.model + "' does not exist",
-                          "model"),
+               ? make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
+               : make_error(404, "not_found_error", "model_not_found", "the model '" + er.model + "' does not exist",
+                            "model"),
            request_id);
     return;
   }
@@ -570,7 +546,7 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
 void api_handler::count_tokens(http_exchange& ex, const http_request& req, const std::string& request_id) {
   auto parsed = parse_anthropic_request(req.body, cfg_.limits, /*count_only=*/true);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(ex, *e, request_id, true);
+    reject(ex, *e, request_id, api_family::anthropic);
     return;
   }
   const generation_request& g = std::get<generation_request>(parsed);
@@ -578,10 +554,10 @@ void api_handler::count_tokens(http_exchange& ex, const http_request& req, const
   if (!m) {
     reject(ex,
            models_.all().empty()
-               ? error_of(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
-               : error_of(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist",
-                          "model"),
-           request_id, true);
+               ? make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
+               : make_error(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist",
+                            "model"),
+           request_id, api_family::anthropic);
     return;
   }
   if (!m->tmpl.supported()) {
@@ -590,7 +566,7 @@ void api_handler::count_tokens(http_exchange& ex, const http_request& req, const
                "model",
                "the chat template of the model '" + m->id + "' cannot be applied (" + m->tmpl.unsupported_reason + ")",
                "chat_template_unsupported"),
-           request_id, true);
+           request_id, api_family::anthropic);
     return;
   }
   std::vector<int32_t> prompt;
@@ -598,7 +574,7 @@ void api_handler::count_tokens(http_exchange& ex, const http_request& req, const
     prompt = m->chat_prompt(g.messages, /*add_generation_prompt=*/true,
                             g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.enable_thinking);
   } catch (const std::exception& e) {
-    reject(ex, bad_request("messages", std::string("cannot tokenize: ") + e.what()), request_id, true);
+    reject(ex, bad_request("messages", std::string("cannot tokenize: ") + e.what()), request_id, api_family::anthropic);
     return;
   }
   ex.respond({200, "application/json", {{"X-Request-Id", request_id}}, format_anthropic_count(prompt.size())});
@@ -667,7 +643,7 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
 void api_handler::cache_stats(std::shared_ptr<http_exchange> ex, const http_request& req,
                               const std::string& request_id) {
   if (!cache_) {
-    reject(*ex, error_of(404, "not_found_error", "cache_disabled", "the response cache is off (no --redis)"),
+    reject(*ex, make_error(404, "not_found_error", "cache_disabled", "the response cache is off (no --redis)"),
            request_id);
     return;
   }
@@ -711,7 +687,7 @@ void api_handler::metrics_listener(std::shared_ptr<http_exchange> ex, http_reque
 
 void api_handler::dashboard_login(http_exchange& ex, const http_request& req, const std::string& request_id) {
   if (req.method != "POST") {
-    ex.respond({401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+    ex.respond(dashboard_page(401, dashboard_login_html()));
     return;
   }
   const std::string key = dashboard_form_key(req.body);
@@ -721,7 +697,7 @@ void api_handler::dashboard_login(http_exchange& ex, const http_request& req, co
       std::lock_guard<std::mutex> lk(status_->mu);
       status_->edge_errors[who ? "403:admin_only" : "401:invalid_api_key"]++;
     }
-    ex.respond({who ? 403 : 401, "text/html; charset=utf-8", {{"Cache-Control", "no-store"}}, dashboard_login_html()});
+    ex.respond(dashboard_page(who ? 403 : 401, dashboard_login_html()));
     return;
   }
   ex.respond({303,

@@ -1,24 +1,10 @@
-// The router's HTTP routes (docs/router.md, "A request's path"): authentication, validation into
-// native structs, tokenization and the context check — the stateless part of a request's path, run
-// on an HTTP I/O thread. Stateful steps (admission, queueing, dispatch) are the dispatcher's; a
-// validated request is handed over through `submit`.
-//
-//   GET  /health                liveness (always 200 while the process serves HTTP)
-//   GET  /ready                 200 when some worker is ready and the router is not shutting down
-//   GET  /metrics               Prometheus text
-//   GET  /version               {"version"} (authenticated)
-//   GET  /v1/models             every served name (model ids and aliases; authenticated)
-//   GET  /v1/models/{id}        one of them; 404 for an unknown name (authenticated)
-//   GET  /v1/models/{id}/tokenizer/{file}   tokenizer.json, tokenizer_config.json,
-//                               generation_config.json of the model (authenticated)
-//   POST /tokenize, /detokenize the model's tokenizer, vLLM's shapes (authenticated)
-//   POST /v1/completions        (authenticated)
-//   POST /v1/chat/completions   (authenticated)
-//   POST /v1/messages           the Anthropic Messages API over the same path (authenticated)
-//   POST /v1/messages/count_tokens   its prompt's token count (authenticated)
-//   POST /v1/responses          the OpenAI Responses API over the same path (authenticated)
-//   GET, DELETE /v1/responses/{id}   a stored response (the tenant's own; authenticated)
-//   GET  /v1/responses/{id}/input_items   the conversation that led to it (authenticated)
+// The router's HTTP routes (docs/router.md, "A request's path" and "Routes"): authentication,
+// validation into native structs, tokenization and the context check — the stateless part of a
+// request's path, run on an HTTP I/O thread. Stateful steps (admission, queueing, dispatch) are
+// the dispatcher's; a validated request is handed over through `submit`. The routes are the
+// table in api_handler::routes() (router/api_routes.hpp): health, ready, metrics, version, the
+// dashboard, models and their tokenizer files, tokenize and detokenize, completions, chat, the
+// Anthropic messages and count_tokens, embeddings, and the Responses API with its stored responses.
 #pragma once
 
 #include <atomic>
@@ -28,12 +14,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/hf_tokenizer.hpp"
 #include "common/metrics.hpp"
 #include "router/admission.hpp"
+#include "router/api_routes.hpp"
 #include "router/cache_service.hpp"
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
@@ -103,11 +91,17 @@ class api_handler {
   // the cluster's scraper, kept off the API's network path) and GET /health (liveness that a
   // flood of clients on the API port cannot fail), 404 for anything else.
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
+  // The route table (router/api_routes.hpp): one line per route.
+  static std::span<const route> routes();
 
  private:
-  // `anthropic`: a /v1/messages body (router/anthropic_api.hpp), answered in that API's shapes.
-  void generation(endpoint kind, const tenant& who, std::shared_ptr<http_exchange> ex, http_request& req,
-                  const std::string& request_id, bool anthropic = false);
+  // GET /ready: 200 when some worker is ready and the router is not shutting down.
+  void ready(http_exchange& ex);
+  // GET /dashboard/chart.js: the dashboard's chart library.
+  void chart_js(route_call& c);
+  // POST /v1/completions, /v1/chat/completions, /v1/messages: parsed in the route's API family
+  // (Anthropic's: router/anthropic_api.hpp, answered in that API's shapes), then run_generation.
+  void generation(endpoint kind, const route_call& c);
   // Which API's shapes a generation is answered in.
   enum class api_shape : uint8_t { openai, anthropic, responses };
   // A parsed generation's path from the model lookup on: the chat template, tokenization, the
@@ -137,12 +131,13 @@ class api_handler {
   void attach(routed_request& r, const std::shared_ptr<http_exchange>& ex, const http_request& req);
   // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
   void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-               std::function<void()> work, bool anthropic = false);
-  // `anthropic`: the error in Anthropic's shape (the /v1/messages routes).
-  void reject(http_exchange& ex, const api_error& e, const std::string& request_id, bool anthropic = false);
+               std::function<void()> work, api_family family = api_family::openai);
+  void prepare(const route_call& c, std::function<void()> work);  // c's body, in c's family
+  // The error through router/api_errors.hpp's responder, counted as an edge error.
+  void reject(http_exchange& ex, const api_error& e, const std::string& request_id,
+              api_family family = api_family::openai);
   // `count`: as an edge error (switchyard_router_edge_errors_total).
-  http_response error_response(const api_error& e, const std::string& request_id, bool count = true,
-                               bool anthropic = false);
+  http_response edge_error(const api_error& e, const std::string& request_id, api_family family, bool count = true);
   std::string metrics() const;
   // POST /dashboard/login: an admin key from the form sets the session cookie (303 to
   // /dashboard); anything else gets the sign-in page again (401).

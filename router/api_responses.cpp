@@ -12,19 +12,9 @@ namespace {
 constexpr std::string_view k_responses_prefix = "/v1/responses/";
 constexpr std::string_view k_input_items = "/input_items";
 
-api_error error_of(int status, std::string type, std::string code, std::string message, std::string param = "") {
-  api_error e;
-  e.status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
-}
-
 api_error store_unavailable() {
-  return error_of(503, "overloaded_error", "responses_store_unavailable",
-                  "the response store (Redis) did not answer; retry shortly");
+  return make_error(503, "overloaded_error", "responses_store_unavailable",
+                    "the response store (Redis) did not answer; retry shortly");
 }
 
 }  // namespace
@@ -100,14 +90,7 @@ void api_handler::stored_response_route(const tenant& who, std::shared_ptr<http_
                            id.compare(id.size() - k_input_items.size(), k_input_items.size(), k_input_items) == 0;
   if (input_items) id.resize(id.size() - k_input_items.size());
   if (id.empty() || id.find('/') != std::string::npos) {
-    reject(*ex, error_of(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + req.path),
-           request_id);
-    return;
-  }
-  if (req.method != "GET" && (input_items || req.method != "DELETE")) {
-    reject(*ex,
-           error_of(405, "invalid_request_error", "method_not_allowed",
-                    req.path + (input_items ? " takes GET, not " : " takes GET or DELETE, not ") + req.method),
+    reject(*ex, make_error(404, "not_found_error", "unknown_url", "no route for " + req.method + " " + req.path),
            request_id);
     return;
   }

@@ -399,12 +399,8 @@ std::thread start_discovery(const discovery_source& src, caf::actor disp, std::s
 
 // What a request gets before the API handler exists (the server accepts at once).
 http_response starting_response() {
-  api_error e;
-  e.status = 503;
-  e.type = "overloaded_error";
-  e.code = "starting";
-  e.message = "the router is starting";
-  return {e.status, "application/json", {{"Retry-After", "1"}}, format_error(e)};
+  return error_response(make_error(503, "overloaded_error", "starting", "the router is starting"), api_family::openai,
+                        "");
 }
 
 // --metrics-port: /metrics alone, without a key, for the scraper; null without the flag.

@@ -16,6 +16,7 @@
 #include "common/json_schema.hpp"
 #include "common/utf8.hpp"
 #include "router/anthropic_api.hpp"
+#include "router/api_errors.hpp"
 #include "router/json_fields.hpp"
 #include "router/responses_api.hpp"
 
@@ -987,22 +988,32 @@ std::string format_error(const api_error& e) {
 }
 
 std::string format_error(const response_meta& meta, const api_error& e) {
-  return meta.anthropic ? anthropic_error(e) : format_error(e);
+  return format_error(meta.anthropic ? api_family::anthropic : api_family::openai, e);
 }
+
+namespace {
+
+// `events` and then the SSE data that ends an OpenAI-shaped stream (chat, completions): the one
+// place that writes [DONE].
+std::vector<std::string> then_done(std::vector<std::string> events) {
+  events.emplace_back("[DONE]");
+  return events;
+}
+
+}  // namespace
 
 std::vector<std::string> format_stream_end(const response_meta& meta, const usage_info& usage, bool include_usage) {
   if (meta.anthropic) return {anthropic_stream_end(meta, usage)};
   if (meta.responses) return {responses_stream_end(meta, usage)};
   std::vector<std::string> out;
   if (include_usage) out.push_back(format_usage_chunk(meta, usage));
-  out.emplace_back("[DONE]");
-  return out;
+  return then_done(std::move(out));
 }
 
 std::vector<std::string> format_stream_error(const response_meta& meta, const api_error& e) {
   if (meta.anthropic) return {anthropic_error_event(e)};
   if (meta.responses) return {responses_error_event(meta, e)};
-  return {format_error(e), "[DONE]"};
+  return then_done({format_error(e)});
 }
 
 namespace {

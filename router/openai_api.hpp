@@ -33,6 +33,9 @@ struct api_error {
   std::string code;                            // machine-readable, e.g. "invalid_type", "model_not_found"; may be empty
   std::string param;    // the offending field ("max_tokens", "messages[1].content"); may be empty
   std::string message;  // names the field and what was wrong
+  // When to retry, in seconds (0: the responder's default; router/api_errors.hpp says which
+  // statuses carry Retry-After).
+  double retry_after_s = 0;
 };
 
 api_error bad_request(std::string param, std::string message, std::string code = "invalid_value");

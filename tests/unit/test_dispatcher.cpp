@@ -1165,6 +1165,134 @@ TEST_CASE("api_handler: /ready is 503 without a ready worker, while shutting dow
   CHECK(call("GET", "/health")->responses.at(0).status == 200);  // alive all along
 }
 
+TEST_CASE("api routes: every route resolves to itself, an unknown path to 404 and another method to 405") {
+  const auto table = api_handler::routes();
+  REQUIRE(table.size() > 15);
+  for (const route& r : table) {
+    // A concrete path for the pattern: one segment per {id}, two for a {name*} tail.
+    std::string path;
+    std::string_view rest = r.pattern.substr(1);
+    while (!rest.empty()) {
+      const size_t slash = rest.find('/');
+      const std::string_view seg = rest.substr(0, slash);
+      path += "/" + std::string(seg.front() != '{' ? seg : seg.ends_with("*}") ? "org/name" : "abc");
+      rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    }
+    INFO(r.method << " " << path);
+    const route_match m = match_route(table, r.method, path);
+    CHECK(m.found == &r);
+    CHECK(m.family == r.family);
+    CHECK(m.allow.find(r.method) != std::string::npos);
+  }
+  const route_match unknown = match_route(table, "GET", "/v1/nope");
+  CHECK(unknown.found == nullptr);
+  CHECK(unknown.allow.empty());
+  for (const char* p : {"/health/", "/v1/models/", "/v1/responses/", "/v1/responses//input_items", "", "health"})
+    CHECK(match_route(table, "GET", p).allow.empty());
+  const route_match put = match_route(table, "PUT", "/v1/responses/resp_1");
+  CHECK(put.found == nullptr);
+  CHECK(put.allow == "GET, DELETE");
+  const route_match get_messages = match_route(table, "GET", "/v1/messages");
+  CHECK(get_messages.found == nullptr);
+  CHECK(get_messages.allow == "POST");
+  CHECK(get_messages.family == api_family::anthropic);
+  CHECK(match_route(table, "GET", "/dashboard/login").allow == "GET, POST");
+  CHECK(path_matches("/v1/models/{name*}", "/v1/models/org/m/tokenizer/tokenizer.json"));
+  CHECK_FALSE(path_matches("/v1/models/{name*}", "/v1/models//x"));
+  CHECK_FALSE(path_matches("/v1/responses/{id}", "/v1/responses/a/b"));
+}
+
+TEST_CASE("api_handler: keys are checked from the route table, 404 and 405 are JSON errors, 405 with Allow") {
+  harness h(test_config(), tenant_registry::parse(R"({"tenants": [{"name": "t", "keys": ["k"]},
+                                                    {"name": "ops", "keys": ["adm"], "admin": true}]})"));
+  start_workers(h, 1, 4);
+  std::vector<std::shared_ptr<routed_request>> submitted;
+  api_handler api(
+      api_config{}, h.tenants, h.models, [&](std::shared_ptr<routed_request> r) { submitted.push_back(std::move(r)); },
+      [](uint64_t) {}, std::make_shared<router_status>(), nullptr);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& key,
+                  const std::string& body = "") {
+    http_request req;
+    req.method = method;
+    req.target = req.path = path;
+    req.body = body;
+    if (!key.empty()) req.headers.emplace_back("authorization", "Bearer " + key);
+    auto ex = std::make_shared<fake_exchange>();
+    api(ex, std::move(req));
+    REQUIRE(ex->responses.size() <= 1);
+    return ex;
+  };
+  auto status = [&](const std::string& method, const std::string& path, const std::string& key) {
+    const auto ex = call(method, path, key);
+    return ex->responses.empty() ? 0 : ex->responses[0].status;
+  };
+  // Open routes need no key; every other route does, unknown paths and wrong methods included.
+  CHECK(status("GET", "/health", "") == 200);
+  CHECK(status("GET", "/ready", "") == 503);
+  const auto no_key = call("GET", "/v1/models", "");
+  CHECK(no_key->responses.at(0).status == 401);
+  CHECK(no_key->body()["error"]["code"] == "missing_api_key");
+  CHECK(header(no_key->responses[0].headers, "WWW-Authenticate") == "Bearer");
+  CHECK(call("GET", "/v1/models", "bad")->body()["error"]["code"] == "invalid_api_key");
+  CHECK(status("GET", "/nope", "") == 401);
+  CHECK(status("PUT", "/v1/responses/resp_1", "") == 401);
+  CHECK(status("GET", "/v1/models", "k") == 200);
+  CHECK(status("GET", "/version", "k") == 200);
+  // 404 and 405 in the existing error shape; the 405 names the path's methods.
+  const auto unknown = call("GET", "/nope", "k");
+  CHECK(unknown->responses.at(0).status == 404);
+  CHECK(unknown->body()["error"]["code"] == "unknown_url");
+  const auto put = call("PUT", "/v1/responses/resp_1", "k");
+  CHECK(put->responses.at(0).status == 405);
+  CHECK(header(put->responses[0].headers, "Allow") == "GET, DELETE");
+  CHECK(put->body()["error"]["code"] == "method_not_allowed");
+  const auto get_messages = call("GET", "/v1/messages", "k");  // in Anthropic's shape
+  CHECK(get_messages->responses.at(0).status == 405);
+  CHECK(header(get_messages->responses[0].headers, "Allow") == "POST");
+  CHECK(get_messages->body()["type"] == "error");
+  CHECK(get_messages->body()["error"]["type"] == "invalid_request_error");
+  // Admin routes: 403 for another tenant's key; the dashboard's sign-in page without one.
+  CHECK(status("GET", "/metrics", "k") == 403);
+  CHECK(call("GET", "/metrics", "k")->body()["error"]["code"] == "admin_only");
+  CHECK(status("GET", "/metrics", "adm") == 200);
+  const auto sign_in = call("GET", "/dashboard", "");
+  CHECK(sign_in->responses.at(0).status == 401);
+  CHECK(sign_in->responses[0].content_type == "text/html; charset=utf-8");
+  CHECK(status("GET", "/dashboard", "k") == 403);
+  CHECK(status("GET", "/dashboard", "adm") == 200);
+  // A generation reaches its handler, and on to the dispatcher.
+  CHECK(call("POST", "/v1/completions", "k", R"({"model":"smollm2-135m","prompt":"Hi","max_tokens":2})")
+            ->responses.empty());
+  CHECK(submitted.size() == 1);
+  CHECK(status("POST", "/v1/completions", "") == 401);
+  CHECK(submitted.size() == 1);
+}
+
+TEST_CASE("error_response: one Retry-After rule, the body in the route's family") {
+  const auto retry = [](int status, double s) {
+    api_error e = make_error(status, "x", "y", "z");
+    e.retry_after_s = s;
+    return header(error_response(e, api_family::openai, "req-1").headers, "Retry-After");
+  };
+  CHECK(retry(503, 0) == "1");
+  CHECK(retry(429, 0) == "1");
+  CHECK(retry(429, 2.3) == "3");
+  CHECK(retry(503, 5) == "5");
+  CHECK(retry(503, 0.2) == "1");
+  CHECK(retry(400, 0).empty());
+  CHECK(retry(500, 0).empty());
+  CHECK(retry(403, 2) == "2");  // named: sent
+  const api_error e = make_error(401, "authentication_error", "missing_api_key", "no key");
+  const http_response openai = error_response(e, api_family::openai, "req-1");
+  CHECK(openai.status == 401);
+  CHECK(header(openai.headers, "X-Request-Id") == "req-1");
+  CHECK(header(openai.headers, "WWW-Authenticate") == "Bearer");
+  CHECK(nlohmann::json::parse(openai.body)["error"]["code"] == "missing_api_key");
+  const http_response anthropic = error_response(e, api_family::anthropic, "");
+  CHECK(nlohmann::json::parse(anthropic.body)["type"] == "error");
+  CHECK(header(anthropic.headers, "X-Request-Id").empty());
+}
+
 TEST_CASE("dispatcher: a model's context length is the smallest among its workers' welcomes") {
   harness h;
   const worker_ref a = h.add_worker("tcp://w0:5555", 0.0), b = h.add_worker("tcp://w1:5555", 0.0),
