@@ -153,8 +153,8 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     const uint64_t id = keep->id;
     if (registered(id)) throw;
     coalesce_.leave(id);
-    std::fprintf(stderr, "switchyard-router: request %s failed before it was queued: %s\n", keep->request_id.c_str(),
-                 e.what());
+    std::fprintf(stderr, "switchyard-router: request %s%s failed before it was queued: %s\n", keep->request_id.c_str(),
+                 trace_note(keep->trace).c_str(), e.what());
     internal_errors_++;
     count_status(answer_internal_error(*keep, e.what()));
   }
@@ -284,8 +284,8 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
         // Neither queued nor running, it would wait for nothing: ended here (the worker is told
         // to drop any submit that went out).
         internal_errors_++;
-        std::fprintf(stderr, "switchyard-router: dispatching request %s failed: %s\n", a.r->request_id.c_str(),
-                     e.what());
+        std::fprintf(stderr, "switchyard-router: dispatching request %s%s failed: %s\n", a.r->request_id.c_str(),
+                     trace_note(a.r->trace).c_str(), e.what());
         fail(a, make_error(500, "server_error", "internal_error", std::string("dispatch failed: ") + e.what()), out);
       }
     }
@@ -760,8 +760,8 @@ void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expec
 void dispatcher::resume_lost_try(active_request& a, const std::string& why, std::vector<link_frame>& out) {
   a.gaps++;
   const bool ends = a.gaps > k_max_gaps || !a.resumable();
-  std::fprintf(stderr, "switchyard-router: request %s: %s: %s\n", a.r->request_id.c_str(), why.c_str(),
-               ends ? "ended" : "resumed from what the client has");
+  std::fprintf(stderr, "switchyard-router: request %s%s: %s: %s\n", a.r->request_id.c_str(),
+               trace_note(a.r->trace).c_str(), why.c_str(), ends ? "ended" : "resumed from what the client has");
   if (ends) {
     fail(a,
          make_error(502, "server_error", "frames_lost",
@@ -806,8 +806,9 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
         deadly_until_s_.erase(oldest);
       }
       deadly_until_s_[prompt_fingerprint(*a.r)] = now_s + cfg_.query_of_death_ttl_s;
-      std::fprintf(stderr, "switchyard-router: request %s took down %u workers: its prompt is refused for %.0f s\n",
-                   a.r->request_id.c_str(), static_cast<unsigned>(a.workers_lost), cfg_.query_of_death_ttl_s);
+      std::fprintf(stderr, "switchyard-router: request %s%s took down %u workers: its prompt is refused for %.0f s\n",
+                   a.r->request_id.c_str(), trace_note(a.r->trace).c_str(), static_cast<unsigned>(a.workers_lost),
+                   cfg_.query_of_death_ttl_s);
     }
     fail(a,
          make_error(502, "server_error", "retries_exhausted",

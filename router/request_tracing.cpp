@@ -21,6 +21,8 @@ std::optional<request_trace> trace_for(const http_request& req, const trace_poli
   return t;
 }
 
+std::string trace_note(const std::optional<request_trace>& t) { return t ? " trace " + to_hex(t->trace) : ""; }
+
 std::vector<span_record> request_spans(const request_trace& t, const request_outcome& o, double steady_now_s,
                                        uint64_t unix_now_ns) {
   const auto unix_ns = [&](double s) {

@@ -32,6 +32,9 @@ struct request_trace {
   std::string traceparent() const { return format_traceparent(trace, server, sampled); }
 };
 
+// " trace <32 hex>" for log lines about a traced request, "" for an untraced one.
+std::string trace_note(const std::optional<request_trace>& t);
+
 // Off: nullopt. On: the client's trace when its traceparent parses (sampled as its flags say),
 // else a new one (sampled under the ratio).
 std::optional<request_trace> trace_for(const http_request& req, const trace_policy& policy);

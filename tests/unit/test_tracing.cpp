@@ -18,6 +18,7 @@
 
 #include "router/otlp_exporter.hpp"
 #include "router/otlp_span.hpp"
+#include "router/request_tracing.hpp"
 #include "router/trace_context.hpp"
 
 using namespace std::chrono_literals;
@@ -238,4 +239,78 @@ TEST_CASE("otlp http post: endpoints are checked, a real socket gets the JSON, a
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(http_post_json(url, "{}", 500ms));
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+}
+
+TEST_CASE("request trace: the client's context is continued, a malformed one starts a new trace") {
+  sy::router::http_request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  CHECK_FALSE(trace_for(req, {}));  // tracing off
+  const trace_policy on{.on = true, .sample_ratio = 0.0};
+  req.headers = {{"traceparent", "00-" + kTrace + "-" + kSpan + "-01"}, {"tracestate", "k=v"}};
+  const auto t = trace_for(req, on);
+  REQUIRE(t);
+  CHECK(to_hex(t->trace) == kTrace);
+  CHECK(to_hex(t->parent) == kSpan);
+  CHECK(t->sampled);
+  CHECK(t->tracestate == "k=v");
+  CHECK(t->name == "POST /v1/chat/completions");
+  CHECK(t->traceparent() == "00-" + kTrace + "-" + to_hex(t->server) + "-01");
+  CHECK(trace_note(t) == " trace " + kTrace);
+  req.headers = {{"traceparent", "ff-" + kTrace + "-" + kSpan + "-01"}};
+  const auto fresh = trace_for(req, on);
+  REQUIRE(fresh);
+  CHECK(to_hex(fresh->trace) != kTrace);
+  CHECK(fresh->parent == span_id{});
+  CHECK_FALSE(fresh->sampled);  // ratio 0
+  CHECK(fresh->tracestate.empty());
+  CHECK(trace_for(req, {.on = true, .sample_ratio = 1.0})->sampled);
+}
+
+TEST_CASE("request spans: server span and phase children in time order, errors on the open phase") {
+  request_trace t;
+  t.trace = new_trace_id();
+  t.server = new_span_id();
+  t.parent = new_span_id();
+  t.name = "POST /v1/completions";
+  request_outcome o;
+  o.model = "m";
+  o.tenant = "acme";
+  o.prompt_tokens = 5;
+  o.completion_tokens = 3;
+  o.t_received_s = 100.0;
+  o.t_enqueued_s = 100.1;
+  o.t_dispatched_s = 100.2;
+  o.t_first_token_s = 100.5;
+  o.t_last_token_s = 100.9;
+  o.t_end_s = 101.0;
+  const uint64_t unix_now = 2'000'000'000'000'000'000ULL;  // at steady 101.0
+  auto spans = request_spans(t, o, 101.0, unix_now);
+  REQUIRE(spans.size() == 4);
+  CHECK(spans[0].kind == span_kind::server);
+  CHECK(spans[0].parent == t.parent);
+  CHECK(spans[0].end_ns == unix_now);
+  CHECK(spans[0].start_ns == unix_now - 1'000'000'000ULL);
+  const char* names[] = {"queue", "prefill", "decode"};
+  uint64_t at = spans[0].start_ns;
+  for (int i = 1; i < 4; ++i) {
+    CHECK(spans[i].name == names[i - 1]);
+    CHECK(spans[i].parent == t.server);
+    CHECK(spans[i].trace == t.trace);
+    CHECK(spans[i].start_ns >= at);
+    CHECK(spans[i].end_ns <= spans[0].end_ns);
+    CHECK_FALSE(spans[i].error);
+    at = spans[i].end_ns;
+  }
+  // Failed while queued: the server span and queue carry the error, no prefill or decode.
+  o.status = 503;
+  o.error = "no_workers";
+  o.t_dispatched_s = o.t_first_token_s = o.t_last_token_s = 0;
+  spans = request_spans(t, o, 101.0, unix_now);
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0].error);
+  CHECK(spans[0].status_message == "no_workers");
+  CHECK(spans[1].name == "queue");
+  CHECK(spans[1].error);
+  CHECK(spans[1].end_ns == unix_now);
 }
