@@ -4,16 +4,17 @@
 
 namespace sy::router {
 
-std::optional<request_trace> trace_for(const http_request& req, const trace_policy& policy) {
+std::optional<request_trace> trace_for(std::string name, std::string_view traceparent, std::string_view tracestate,
+                                       const trace_policy& policy) {
   if (!policy.on) return std::nullopt;
   request_trace t;
-  t.name = req.method + " " + req.path;
+  t.name = std::move(name);
   t.server = new_span_id();
-  if (auto c = parse_traceparent(req.header("traceparent"))) {
+  if (auto c = parse_traceparent(traceparent)) {
     t.trace = c->trace;
     t.parent = c->parent;
     t.sampled = c->sampled;
-    t.tracestate = std::string(req.header("tracestate"));
+    t.tracestate = std::string(tracestate);
   } else {  // none, or malformed: a new trace (never an error)
     t.trace = new_trace_id();
     t.sampled = sample_new_trace(policy.sample_ratio);

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "router/http_server.hpp"
 #include "router/otlp_span.hpp"
 #include "router/trace_context.hpp"
 
@@ -35,9 +34,11 @@ struct request_trace {
 // " trace <32 hex>" for log lines about a traced request, "" for an untraced one.
 std::string trace_note(const std::optional<request_trace>& t);
 
-// Off: nullopt. On: the client's trace when its traceparent parses (sampled as its flags say),
-// else a new one (sampled under the ratio).
-std::optional<request_trace> trace_for(const http_request& req, const trace_policy& policy);
+// Off: nullopt. On: the client's trace when its `traceparent` header parses (sampled as its
+// flags say; `tracestate` kept), else a new one (sampled under the ratio). `name`: the server
+// span's, "METHOD PATH".
+std::optional<request_trace> trace_for(std::string name, std::string_view traceparent, std::string_view tracestate,
+                                       const trace_policy& policy);
 
 // What the dispatcher knows when the request ends. Times are seconds on the router's clock
 // (router_clock.hpp); 0: the phase never began.

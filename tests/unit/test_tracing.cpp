@@ -242,13 +242,11 @@ TEST_CASE("otlp http post: endpoints are checked, a real socket gets the JSON, a
 }
 
 TEST_CASE("request trace: the client's context is continued, a malformed one starts a new trace") {
-  sy::router::http_request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  CHECK_FALSE(trace_for(req, {}));  // tracing off
+  const std::string name = "POST /v1/chat/completions";
+  const std::string good = "00-" + kTrace + "-" + kSpan + "-01";
+  CHECK_FALSE(trace_for(name, good, "", {}));  // tracing off
   const trace_policy on{.on = true, .sample_ratio = 0.0};
-  req.headers = {{"traceparent", "00-" + kTrace + "-" + kSpan + "-01"}, {"tracestate", "k=v"}};
-  const auto t = trace_for(req, on);
+  const auto t = trace_for(name, good, "k=v", on);
   REQUIRE(t);
   CHECK(to_hex(t->trace) == kTrace);
   CHECK(to_hex(t->parent) == kSpan);
@@ -257,14 +255,15 @@ TEST_CASE("request trace: the client's context is continued, a malformed one sta
   CHECK(t->name == "POST /v1/chat/completions");
   CHECK(t->traceparent() == "00-" + kTrace + "-" + to_hex(t->server) + "-01");
   CHECK(trace_note(t) == " trace " + kTrace);
-  req.headers = {{"traceparent", "ff-" + kTrace + "-" + kSpan + "-01"}};
-  const auto fresh = trace_for(req, on);
+  const std::string bad = "ff-" + kTrace + "-" + kSpan + "-01";
+  const auto fresh = trace_for(name, bad, "k=v", on);
   REQUIRE(fresh);
   CHECK(to_hex(fresh->trace) != kTrace);
   CHECK(fresh->parent == span_id{});
   CHECK_FALSE(fresh->sampled);  // ratio 0
   CHECK(fresh->tracestate.empty());
-  CHECK(trace_for(req, {.on = true, .sample_ratio = 1.0})->sampled);
+  CHECK(trace_for(name, bad, "", {.on = true, .sample_ratio = 1.0})->sampled);
+  CHECK(trace_for(name, "", "", {.on = true, .sample_ratio = 1.0})->parent == span_id{});
 }
 
 TEST_CASE("request spans: server span and phase children in time order, errors on the open phase") {
