@@ -158,6 +158,7 @@ void fields(V& v, S& m) {
   v("n_generated", m.n_generated);
   v("constraint", m.constraint);
   v("cache_root", m.cache_root);
+  v("traceparent", m.traceparent, {.max_bytes = 64});
 }
 
 template <class V, is<cancel> S>

@@ -213,6 +213,9 @@ struct submit {
   // The prompt's prefix-cache namespace (common/kv_hash.hpp kv_cache_root): its blocks are
   // shared only with requests that carry the same value. 0: the shared namespace.
   uint64_t cache_root = 0;
+  // The request's W3C trace context as the router's server span (docs/router.md, "Tracing"):
+  // `00-<trace id>-<span id>-<flags>`; empty: not traced. The worker logs its trace id.
+  std::string traceparent;
 
   bool operator==(const submit&) const = default;
 };

@@ -451,6 +451,8 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
 void api_handler::attach(routed_request& r, const std::shared_ptr<http_exchange>& ex, const http_request& req) {
   r.t_received_s = steady_seconds(req.received);
   r.t_parsed_s = steady_now_s();
+  // traceparent in, or a new trace (docs/router.md, "Tracing")
+  r.trace = trace_for(req.method + " " + req.path, req.header("traceparent"), req.header("tracestate"), cfg_.tracing);
   {
     std::lock_guard<std::mutex> lk(status_->mu);
     status_->parse_s.observe(r.t_parsed_s - r.t_received_s);

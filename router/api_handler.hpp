@@ -64,6 +64,7 @@ struct api_config {
   double max_timeout_s = 3600;     // a client's "timeout" is clamped to this (the worker slot it holds)
   reasoning_parser reasoning = reasoning_parser::automatic;  // --reasoning-parser
   std::chrono::seconds responses_ttl{86400};                 // --responses-ttl-s: stored responses
+  trace_policy tracing;                                      // --otlp-endpoint, --otlp-sample-ratio
 };
 
 class api_handler {

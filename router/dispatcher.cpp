@@ -4,6 +4,7 @@
 #include "router/answers.hpp"
 #include "router/anthropic_api.hpp"
 #include "router/embeddings_api.hpp"
+#include "router/router_clock.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -152,8 +153,8 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
     const uint64_t id = keep->id;
     if (registered(id)) throw;
     coalesce_.leave(id);
-    std::fprintf(stderr, "switchyard-router: request %s failed before it was queued: %s\n", keep->request_id.c_str(),
-                 e.what());
+    std::fprintf(stderr, "switchyard-router: request %s%s failed before it was queued: %s\n", keep->request_id.c_str(),
+                 trace_note(keep->trace).c_str(), e.what());
     internal_errors_++;
     count_status(answer_internal_error(*keep, e.what()));
   }
@@ -283,8 +284,8 @@ void dispatcher::pump(double now_s, std::vector<link_frame>& out) {
         // Neither queued nor running, it would wait for nothing: ended here (the worker is told
         // to drop any submit that went out).
         internal_errors_++;
-        std::fprintf(stderr, "switchyard-router: dispatching request %s failed: %s\n", a.r->request_id.c_str(),
-                     e.what());
+        std::fprintf(stderr, "switchyard-router: dispatching request %s%s failed: %s\n", a.r->request_id.c_str(),
+                     trace_note(a.r->trace).c_str(), e.what());
         fail(a, make_error(500, "server_error", "internal_error", std::string("dispatch failed: ") + e.what()), out);
       }
     }
@@ -321,6 +322,7 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   if (r.req.want_logprobs) s.sampling.logprobs = std::max(1, s.sampling.logprobs);
   s.priority = r.priority;
   s.cache_root = kv_cache_root(r.who->cache_namespace);  // the tenant's prefix-cache namespace
+  if (r.trace) s.traceparent = r.trace->traceparent();   // the worker logs its trace id
   s.stream = true;  // always: progress is how a dead worker's requests are sorted out
   if (r.timeout_s > 0) {
     const double left_s = r.timeout_s - (now_s - r.t_received_s);
@@ -588,6 +590,7 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
     return;
   }
   e2e_s_.observe(now_s - r.t_received_s);
+  trace_end(*owned, 200, "", usage_info(m.prompt_tokens, 0), now_s);
   const std::string body = format_embeddings(r.meta.model, m.data, r.embed->base64, m.prompt_tokens);
   for (const listener& l : owned->listeners) {
     count_status(200);
@@ -625,16 +628,41 @@ void dispatcher::finish(active_request& a, double now_s) {
     sr.generation_s = a.attempt == 0 ? 0 : now_s - a.t_dispatched_s;
     cache_->store(r.cache_key, std::move(sr));
   }
+  trace_end(a, 200, "", u, now_s);
   for (const listener& l : a.listeners) {
     count_status(200);
     answer_success(l, a, u);
   }
 }
 
+void dispatcher::trace_end(const active_request& a, int status, const std::string& error, const usage_info& u,
+                           double now_s) {
+  const routed_request& r = *a.r;
+  if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
+  request_outcome o;
+  o.status = status;
+  o.error = error;
+  o.model = r.model ? r.model->id : r.meta.model;
+  o.tenant = r.who ? r.who->name : "";
+  o.prompt_tokens = u.prompt_tokens != 0 ? u.prompt_tokens : static_cast<int64_t>(r.prompt.size());
+  o.completion_tokens = u.completion_tokens;
+  o.t_received_s = r.t_received_s;
+  o.t_enqueued_s = a.t_enqueued_s;
+  o.t_dispatched_s = a.attempt == 0 ? 0 : a.t_dispatched_s;
+  o.t_first_token_s = a.t_first_token_s;
+  o.t_last_token_s = a.t_last_token_s;
+  o.t_end_s = now_s;
+  const auto unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (auto& s : request_spans(*r.trace, o, now_s, unix_ns)) cfg_.tracer->submit(std::move(s));
+}
+
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
   cancel_on_worker(a, out);
   const auto owned = detach(a.r->id);  // see on_tokens: removed before the answers go out
   if (!owned) return;
+  trace_end(*owned, e.status, e.code.empty() ? e.message : e.code, owned->usage, steady_now_s());
   for (const listener& l : owned->listeners) {
     count_status(e.status);
     answer_error(l, e);  // after counting, as finish() does: a throwing answer is still counted
@@ -677,6 +705,7 @@ void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_fram
   count_status(499);        // nginx's "client closed request"
   if (!ls.empty()) return;  // the generation goes on for those still listening
   cancel_on_worker(*it->second, out);
+  trace_end(*it->second, 499, "client_gone", it->second->usage, now_s);
   erase(gen);
   pump(now_s, out);  // its slot is free for the next in the queue
 }
@@ -731,8 +760,8 @@ void dispatcher::on_frame_gap(active_request& a, uint32_t choice, uint32_t expec
 void dispatcher::resume_lost_try(active_request& a, const std::string& why, std::vector<link_frame>& out) {
   a.gaps++;
   const bool ends = a.gaps > k_max_gaps || !a.resumable();
-  std::fprintf(stderr, "switchyard-router: request %s: %s: %s\n", a.r->request_id.c_str(), why.c_str(),
-               ends ? "ended" : "resumed from what the client has");
+  std::fprintf(stderr, "switchyard-router: request %s%s: %s: %s\n", a.r->request_id.c_str(),
+               trace_note(a.r->trace).c_str(), why.c_str(), ends ? "ended" : "resumed from what the client has");
   if (ends) {
     fail(a,
          make_error(502, "server_error", "frames_lost",
@@ -777,8 +806,9 @@ void dispatcher::retry_or_fail(active_request& a, const api_error& cause, double
         deadly_until_s_.erase(oldest);
       }
       deadly_until_s_[prompt_fingerprint(*a.r)] = now_s + cfg_.query_of_death_ttl_s;
-      std::fprintf(stderr, "switchyard-router: request %s took down %u workers: its prompt is refused for %.0f s\n",
-                   a.r->request_id.c_str(), static_cast<unsigned>(a.workers_lost), cfg_.query_of_death_ttl_s);
+      std::fprintf(stderr, "switchyard-router: request %s%s took down %u workers: its prompt is refused for %.0f s\n",
+                   a.r->request_id.c_str(), trace_note(a.r->trace).c_str(), static_cast<unsigned>(a.workers_lost),
+                   cfg_.query_of_death_ttl_s);
     }
     fail(a,
          make_error(502, "server_error", "retries_exhausted",
@@ -1045,6 +1075,13 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(completion_tokens_));
   metric(out, "switchyard_router_cached_prompt_tokens_total", "counter",
          "Prompt tokens served from workers' prefix caches.", static_cast<double>(cached_tokens_));
+  if (cfg_.tracer != nullptr) {
+    metric(out, "switchyard_router_trace_spans_exported_total", "counter",
+           "Spans the collector accepted (--otlp-endpoint).", static_cast<double>(cfg_.tracer->exported()));
+    metric(out, "switchyard_router_trace_spans_dropped_total", "counter",
+           "Spans dropped: the export queue was full or the collector failed or was unreachable.",
+           static_cast<double>(cfg_.tracer->dropped()));
+  }
   metric(out, "switchyard_router_redispatched_total", "counter",
          "Requests sent to another worker after theirs died before streaming.", static_cast<double>(redispatched_));
   metric(out, "switchyard_router_worker_lost_total", "counter",

@@ -48,6 +48,7 @@
 #include "router/coalescer.hpp"
 #include "router/model_queues.hpp"
 #include "router/model_registry.hpp"
+#include "router/otlp_exporter.hpp"
 #include "router/priority_queue.hpp"
 #include "router/retry_budget.hpp"
 #include "router/routed_request.hpp"
@@ -99,6 +100,9 @@ struct dispatcher_config {
   // is refused at once for this long (400 query_of_death), so that a client re-sending it does
   // not take down the fleet two workers at a time. 0: never remembered.
   double query_of_death_ttl_s = 600.0;
+  // --otlp-endpoint: where the spans of sampled traced requests go (docs/router.md, "Tracing");
+  // null: none. Outlives the dispatcher.
+  otlp_exporter* tracer = nullptr;
 };
 
 class dispatcher {
@@ -181,6 +185,8 @@ class dispatcher {
   void fail(active_request& a, const api_error& e, std::vector<link_frame>& out);
   // All choices done: the response (or usage chunk + [DONE]) to each listener; stored in the cache.
   void finish(active_request& a, double now_s);
+  // A traced, sampled request ended with `status`: its spans to the exporter (never blocks).
+  void trace_end(const active_request& a, int status, const std::string& error, const usage_info& u, double now_s);
   void cancel_on_worker(const active_request& a, std::vector<link_frame>& out);
   void erase(uint64_t id);
   // Takes a request out of every table and hands it over (null when unknown).

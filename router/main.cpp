@@ -97,7 +97,11 @@ const char* k_usage =
     "                             written or moved by anyone without the key reads as a miss\n"
     "  --curve-server-key FILE    authenticate and encrypt the worker link (CURVE): the workers' public key\n"
     "  --curve-secret-key FILE    this router's secret key (else a new pair each start; needed when workers\n"
-    "                             admit listed routers only). Keys: switchyard-worker keygen --out PREFIX\n";
+    "                             admit listed routers only). Keys: switchyard-worker keygen --out PREFIX\n"
+    "  --otlp-endpoint URL        export request spans over OTLP/HTTP JSON to URL (plain http only, e.g.\n"
+    "                             http://127.0.0.1:4318/v1/traces); takes traceparent in, starts traces\n"
+    "  --otlp-service-name NAME   the spans' service.name (switchyard-router)\n"
+    "  --otlp-sample-ratio R      share of the traces the router starts that are exported (1.0)\n";
 
 // The cache MAC key: the bytes of a secret file (a trailing newline dropped).
 std::string read_cache_mac_key(const std::string& path) {
@@ -169,7 +173,10 @@ void check_flags(const cli_args& a) {
                  "curve-secret-key",
                  "cache-mac-key-file",
                  "metrics-host",
-                 "metrics-port"});
+                 "metrics-port",
+                 "otlp-endpoint",
+                 "otlp-service-name",
+                 "otlp-sample-ratio"});
 }
 
 // Thousands of client connections: raise the descriptor limit to what the system allows.
@@ -242,6 +249,19 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
         "--local-queue, --no-worker-timeout-s, --try-idle-timeout-s, --query-of-death-ttl-s must be >= 0; "
         "--heartbeat-timeout-ms > 0");
   return dc;
+}
+
+// --otlp-endpoint: the span exporter (docs/router.md, "Tracing"); null without the flag.
+std::unique_ptr<otlp_exporter> make_tracer(const cli_args& a) {
+  const double ratio = a.get_float("otlp-sample-ratio", 1.0);
+  if (!(ratio >= 0.0 && ratio <= 1.0)) throw std::invalid_argument("--otlp-sample-ratio must be in [0, 1]");
+  if (!a.has("otlp-endpoint")) return nullptr;
+  otlp_exporter_config c;
+  c.endpoint = a.get("otlp-endpoint");
+  c.service_name = a.get("otlp-service-name", "switchyard-router");
+  check_otlp_endpoint(c.endpoint);
+  std::fprintf(stderr, "switchyard-router: exporting spans to %s as %s\n", c.endpoint.c_str(), c.service_name.c_str());
+  return std::make_unique<otlp_exporter>(c);
 }
 
 api_config api_flags(const cli_args& a) {
@@ -496,8 +516,12 @@ int run(const cli_args& a) {
   raise_fd_limit();
 
   const tenant_registry tenants = load_tenants(a);
-  const dispatcher_config dc = dispatcher_flags(a);
-  const api_config ac = api_flags(a);
+  std::unique_ptr<otlp_exporter> tracer = make_tracer(a);  // outlives the dispatcher
+  dispatcher_config dc = dispatcher_flags(a);
+  dc.tracer = tracer.get();
+  api_config ac = api_flags(a);
+  ac.tracing.on = tracer != nullptr;
+  ac.tracing.sample_ratio = a.get_float("otlp-sample-ratio", 1.0);
   std::unique_ptr<cache_service> cache = make_cache(a, tenants);
   const link_config lc = link_flags(a);
   http_server_config hc = http_flags(a);
@@ -554,6 +578,7 @@ int run(const cli_args& a) {
     stop->store(true);
     sys.await_all_actors_done();
     cache.reset();
+    if (tracer) tracer->stop(std::chrono::seconds(2));  // what is queued, within 2 s
   }};
   auto submit = [disp](std::shared_ptr<routed_request> r) { caf::anon_send(disp, submit_atom::value, std::move(r)); };
   auto gone = [disp](uint64_t id) { caf::anon_send(disp, gone_atom::value, id); };

@@ -11,6 +11,7 @@
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
 #include "router/openai_api.hpp"
+#include "router/request_tracing.hpp"
 #include "router/tenants.hpp"
 
 namespace sy::router {
@@ -52,6 +53,8 @@ struct routed_request {
   // `embeddings`; `prompt` then holds every input's ids (its weight in the queue), `req` n = 1,
   // no stream, max_tokens 0, and it is never cached.
   std::optional<embedding_job> embed;
+  // Its trace (docs/router.md, "Tracing"); nullopt: tracing is off.
+  std::optional<request_trace> trace;
 };
 
 }  // namespace sy::router

@@ -51,6 +51,14 @@ void worker_service::send(const std::string& peer, const T& m, std::vector<out_f
   out.push_back({peer, std::string(proto::name(proto::type_of<T>)), proto::encode(m)});
 }
 
+namespace {
+// " trace <trace id>" for a submit's traceparent (docs/router.md, "Tracing"), "" without one.
+std::string trace_note(const std::string& traceparent) {
+  if (traceparent.size() < 35) return "";
+  return " trace " + traceparent.substr(3, 32);
+}
+}  // namespace
+
 void worker_service::send_error(const std::string& peer, const std::string& request_id, error_code code,
                                 const std::string& message, std::vector<out_frame>& out, uint64_t failure) {
   proto::error e;
@@ -131,6 +139,8 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
                          std::get<std::shared_ptr<grammar_masks>>(std::move(constraint)), m.cache_root);
   if (err) {
     counters_.rejected++;
+    std::fprintf(stderr, "switchyard-worker: request %s%s refused: %s\n", m.request_id.c_str(),
+                 trace_note(m.traceparent).c_str(), err->message.c_str());
     // The engine's message names its internal id; routers know theirs.
     if (err->code == error_code::duplicate_request)
       return send_error(peer, m.request_id, error_code::duplicate_request,
@@ -142,6 +152,7 @@ void worker_service::handle_submit(const std::string& peer, const proto::submit&
   o.peer = peer;
   o.request_id = m.request_id;
   o.stream = m.stream;
+  o.trace = trace_note(m.traceparent);
   if (counters_.requests_muted < config_.mute_first_requests) {  // fault injection (tests)
     counters_.requests_muted++;
     o.muted = true;
@@ -287,6 +298,8 @@ bool worker_service::drop_injected() {
 
 void worker_service::fail_all(const std::string& message, std::vector<out_frame>& out) {
   for (const auto& [id, o] : owners_) {
+    std::fprintf(stderr, "switchyard-worker: request %s%s ended: internal_error\n", o.request_id.c_str(),
+                 o.trace.c_str());
     send_error(o.peer, o.request_id, proto::error_code::internal_error, message, out, counters_.step_failures);
     eng_.cancel(id);
   }

@@ -100,6 +100,7 @@ class worker_service {
     proto::tokens pending;     // non-streaming: accumulated until the end
     uint32_t frames_sent = 0;  // tokens messages sent for it: the next one's seq is one more
     bool muted = false;        // fault injection: nothing is sent after its first tokens frame
+    std::string trace;         // " trace <32 hex>" from the submit's traceparent, or "": for log lines
   };
   // `failure`: the failed step it reports (proto::error::failure), 0 for none.
   void send_error(const std::string& peer, const std::string& request_id, error_code code, const std::string& message,

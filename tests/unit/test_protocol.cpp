@@ -258,6 +258,13 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
     const proto::submit m = make_submit();
     CHECK(round_trip(m) == m);
   }
+  SECTION("submit with a trace context") {
+    proto::submit m = make_submit();
+    m.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    CHECK(round_trip(m) == m);
+    m.traceparent = std::string(65, 'x');  // bounded: 64 bytes
+    CHECK_FALSE(proto::decode("submit", proto::encode(m)).ok());
+  }
   SECTION("submit with empty vectors and extreme numbers") {
     proto::submit m;
     m.request_id = std::string(proto::k_max_id_bytes, 'x');

@@ -1,0 +1,167 @@
+"""Request tracing end to end (docs/router.md, "Tracing"): a tiny OTLP/HTTP receiver in the test
+(http.server collecting POST /v1/traces JSON), a router with --otlp-endpoint pointing at it, and the
+real SmolLM2 worker. A chat request with a traceparent: its spans arrive in the client's trace, the
+server span's parent is the client's span, queue/prefill/decode are its children in time order
+within it, attributes present. Without a traceparent, or with a malformed one: a new trace. The
+receiver down: requests still succeed and switchyard_router_trace_spans_dropped_total rises.
+"""
+import http.server
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from cluster import MODEL_ID, Router
+from worker_client import MODEL, Worker, free_port
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+CHAT = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8,
+        "temperature": 0}
+
+
+class Receiver:
+    """An OTLP/HTTP JSON collector: every span it was sent, by trace id."""
+
+    def __init__(self, port):
+        self.spans = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                ok = self.path == "/v1/traces" and self.headers.get("Content-Type") == "application/json"
+                if ok:
+                    doc = json.loads(body)
+                    with outer.lock:
+                        for rs in doc["resourceSpans"]:
+                            service = rs["resource"]["attributes"][0]["value"]["stringValue"]
+                            for ss in rs["scopeSpans"]:
+                                for s in ss["spans"]:
+                                    outer.spans.append(dict(s, service=service))
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def trace(self, trace_id, n, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with self.lock:
+                got = [s for s in self.spans if s["traceId"] == trace_id]
+            if len(got) >= n:
+                return got
+            time.sleep(0.1)
+        raise AssertionError(f"{len(got)} spans of trace {trace_id} arrived, wanted {n}: {self.spans}")
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    port = free_port()
+    rx = Receiver(port)
+    w = Worker("--max-context", "256")
+    r = Router([w.endpoint], "--otlp-endpoint", f"http://127.0.0.1:{port}/v1/traces", "--otlp-service-name",
+               "sy-test")
+    yield r, rx
+    r.stop()
+    w.stop()
+    rx.stop()
+
+
+def attrs(span):
+    return {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
+
+
+def test_client_trace_is_continued_with_phase_children(cluster):
+    r, rx = cluster
+    status, _, body = r.post("/v1/chat/completions", CHAT, headers={"traceparent": f"00-{TRACE}-{PARENT}-01",
+                                                                     "tracestate": "vendor=x"})
+    assert status == 200, body
+    spans = rx.trace(TRACE, 4)
+    by_name = {s["name"]: s for s in spans}
+    server = by_name["POST /v1/chat/completions"]
+    assert server["kind"] == 2 and server["parentSpanId"] == PARENT and server["service"] == "sy-test"
+    assert re.fullmatch("[0-9a-f]{16}", server["spanId"])
+    a = attrs(server)
+    assert a["gen_ai.request.model"] == MODEL_ID
+    assert a["http.response.status_code"] == "200"  # int64 as a string (OTLP JSON)
+    assert int(a["gen_ai.usage.input_tokens"]) > 0 and int(a["gen_ai.usage.output_tokens"]) > 0
+    assert a["switchyard.cache_hit"] is False and "switchyard.tenant" in a
+    assert a["w3c.tracestate"] == "vendor=x"
+    assert server["status"] == {}
+    start, end = int(server["startTimeUnixNano"]), int(server["endTimeUnixNano"])
+    assert isinstance(server["startTimeUnixNano"], str) and start <= end
+    assert abs(start / 1e9 - time.time()) < 60
+    t = start
+    for name in ("queue", "prefill", "decode"):
+        c = by_name[name]
+        assert c["kind"] == 1 and c["parentSpanId"] == server["spanId"], c
+        cs, ce = int(c["startTimeUnixNano"]), int(c["endTimeUnixNano"])
+        assert t <= cs <= ce <= end, (name, t, cs, ce, end)
+        t = ce
+
+
+def test_without_or_with_malformed_traceparent_a_new_trace_starts(cluster):
+    r, rx = cluster
+    for headers in ({}, {"traceparent": f"ff-{TRACE}-{PARENT}-01"}, {"traceparent": f"00-{'0' * 32}-{PARENT}-01"},
+                    {"traceparent": "garbage"}):
+        with rx.lock:
+            before = {s["traceId"] for s in rx.spans}
+        status, _, body = r.post("/v1/chat/completions", CHAT, headers=headers)
+        assert status == 200, (headers, body)  # never an error
+        deadline = time.time() + 15
+        new = set()
+        while time.time() < deadline and not new:
+            with rx.lock:
+                new = {s["traceId"] for s in rx.spans} - before
+            time.sleep(0.1)
+        assert len(new) == 1, (headers, new)
+        (trace_id,) = new
+        assert re.fullmatch("[0-9a-f]{32}", trace_id) and trace_id not in (TRACE, "0" * 32)
+        server = [s for s in rx.trace(trace_id, 4) if s["kind"] == 2][0]
+        assert "parentSpanId" not in server  # a root span
+
+
+def test_unsampled_client_trace_is_not_exported(cluster):
+    r, rx = cluster
+    trace = "a" * 31 + "1"
+    status, _, _ = r.post("/v1/chat/completions", CHAT, headers={"traceparent": f"00-{trace}-{PARENT}-00"})
+    assert status == 200
+    time.sleep(2.5)  # two export intervals
+    with rx.lock:
+        assert not [s for s in rx.spans if s["traceId"] == trace]
+
+
+def test_collector_down_fails_no_request_and_counts_drops():
+    w = Worker("--max-context", "256")
+    r = Router([w.endpoint], "--otlp-endpoint", f"http://127.0.0.1:{free_port()}/v1/traces")  # nobody listens
+    try:
+        for _ in range(3):
+            status, _, body = r.post("/v1/chat/completions", CHAT)
+            assert status == 200, body
+        deadline = time.time() + 15
+        dropped = 0
+        while time.time() < deadline and dropped < 12:
+            dropped = r.metrics().get("switchyard_router_trace_spans_dropped_total", 0)
+            time.sleep(0.2)
+        assert dropped >= 12  # 3 requests x 4 spans
+    finally:
+        r.stop()
+        w.stop()
