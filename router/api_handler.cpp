@@ -188,9 +188,11 @@ std::span<const route> api_handler::routes() {
 std::optional<http_response> api_handler::precheck(const http_request& head) {
   const route_match m = match_route(routes(), head.method, head.path);
   // Open routes read (next to) nothing, and nobody reads a body before the key is known: nobody
-  // without a key makes the router hold megabytes for the body timeout.
+  // without a key makes the router hold megabytes for the body timeout. A known path asked with
+  // a method it does not take (a 405) reads none either.
   const size_t cap = head.method == "GET" || head.method == "HEAD" ? k_no_body
                      : m.found                                     ? m.found->max_body
+                     : !m.allow.empty()                            ? k_no_body
                                                                    : SIZE_MAX;  // the server's own limit
   if (auto e = body_over(head, cap)) return edge_error(*e, request_id_for(head), m.family);
   if (m.found && m.found->access == route_access::open) return std::nullopt;
