@@ -96,13 +96,10 @@ class amx_tile_model {
     dot_int<C, A, B, int8_t>();
   }
 
-  template <bool Offset>
-  void split_kq(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
-    kq_split_scalar(v, s, hi, lo);  // s.off is zero where there is no offset
-  }
-  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const uint32_t (*mins)[16],
-               const int16_t* sums32, const float* dmw) {
-    kq_fold_scalar(acc, hi, lo, dw, dx, mins, sums32, dmw);
+  void split_kq(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) { kq_split_scalar(v, s, hi, lo); }
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, int hi_shift, const float* dw, float dx,
+               const uint32_t (*mins)[16], const int16_t* sums32, const float* dmw) {
+    kq_fold_scalar(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw);
   }
   void fp16x16(const void* src, float* dst) { fp16x16_scalar(src, dst); }
 

@@ -11,7 +11,7 @@
 //   dot_s8u8<C, A, B>()                           tdpbsud:   C[m][n] += sum_k A[m][4k+j] B[k][4n+j]
 //                                                 (int32; A signed bytes, B unsigned bytes)
 //   dot_s8s8<C, A, B>()                           tdpbssd:   the same with B signed
-//   fold_kq(acc, hi, lo, dw, dx, mins, sums32, dmw)  the K-panel kernel's f32 fold of 16 rows (below):
+//   fold_kq(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw)  the K-panel kernel's f32 fold of 16 rows (below):
 //                                                 zmm instructions on the hardware, scalar on the model
 //   release()                                     tilerelease
 //   scratch(const void* p, size_t bytes)          a kernel-local buffer tiles may load from and
@@ -32,13 +32,14 @@
 //    f32 with the same operations in the same order as there (convert, fma with d_w * d_x, fma
 //    of m_w and s_x), so the results are bitwise those of gemv_int_panels_avx512.
 //  * K panels (kquant_panels.hpp), one super-block per C: the weights times their sub-block
-//    scales (q4_K/q5_K sc q <= 1953; q6_K sc (q - 32), |.| <= 4096) split into 64 hi + lo with lo in
-//    [0, 64), as B tiles of 64 columns (16 lines of 16 rows x 4 bytes), made once per super-block
-//    and pass; A = 16 tokens x 64 activation bytes (row stride one token's q8_K blocks); C = the
-//    super-block's sums of x lo (tdpbsud) and of x hi (tdpbsud, or tdpbssd for q6_K's signed
-//    high parts), so isum = 64 C_hi + C_lo exactly the model's integer sum, then the same f32 fold
-//    as the model: bitwise gemv_kq_panels_model's results. (The scales cannot ride in 8 bits, so
-//    each product is split in two; a super-block is then one C, not one per sub-block.)
+//    scales in two parts, as B tiles of 64 columns (16 lines of 16 rows x 4 bytes), made once per
+//    super-block and pass: q4_K/q5_K split the scale (sc = 2^s sh + sl, so q sl and q sh fit a byte,
+//    isum = 2^s C_hi + C_lo), q6_K the product (sc (q - 32), |.| <= 4096, = 256 hi + lo with lo in
+//    [0, 256), hi signed); A = 16 tokens x 64 activation bytes (row stride one token's q8_K blocks);
+//    C = the super-block's sums of x lo (tdpbsud) and of x hi (tdpbsud, or tdpbssd for q6_K's
+//    signed high parts), so isum is exactly the model's integer sum, then the same f32 fold as the
+//    model: bitwise gemv_kq_panels_model's results. (The scales cannot ride in 8 bits next to their
+//    values, so each weight takes two bytes; a super-block is then one C, not one per sub-block.)
 #pragma once
 
 #include <cmath>
@@ -296,25 +297,46 @@ inline kq_sub_scale kq_make_sub_scale(kq_v32i16 sc16, int16_t offset) {
 
 // One line of 16 rows x 4 values (lane i = row i, values 0..63 in its 4 bytes) times the rows'
 // scales, minus the offset term: p = q sc - off (= (q - offset) sc, exact in 16 bits), written as
-// the high and low parts of each product p = 64 hi + lo (lo in [0, 64); hi signed). The definition;
-// the hardware does the same with vpmaddubsw and byte blends.
+// the bytes of each product p = 256 hi + lo (lo in [0, 256), the 16-bit word's low byte; hi signed,
+// its high byte, |hi| <= 16). The definition; the hardware does the same with vpmaddubsw, a shift
+// of each product by 8 and byte blends.
 inline void kq_split_scalar(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
   const kq_v32i16 w = kq_cast<kq_v32i16>(v);
   const kq_v32i16 pe = (w & 0xff) * s.sc16 - s.off, po = ((w >> 8) & 0xff) * s.sc16 - s.off;
-  kq_store(hi, ((pe >> 6) & 0xff) | ((po >> 6) << 8));
-  kq_store(lo, (pe & 63) | ((po & 63) << 8));
+  kq_store(hi, ((pe >> 8) & 0xff) | (po & static_cast<int16_t>(0xff00)));
+  kq_store(lo, (pe & 0xff) | (po << 8));
+}
+
+// q4_K / q5_K: the scale is split instead of the product. With sc = 2^s sh + sl (s = 4 for q4_K,
+// 3 for q5_K; sl < 2^s), q sl and q sh each fit a byte (q4_K: q <= 15, sl <= 15, sh <= 3; q5_K:
+// q <= 31, sl <= 7, sh <= 7; at most 225), so `lo` = q sl and `hi` = q sh are two unsigned B tiles
+// and isum = 2^s C_hi + C_lo. Because a product fits its byte, one 16-bit multiply of a line's
+// 16-bit word (its even value in the low byte, its odd value in the high one) by the row's sl (or
+// sh) gives both bytes' products in place, with no carry between them: one vpmullw per line and
+// part where kq_split_scalar needs the unpack, two multiplies and the byte blends.
+struct kq_scale_split {
+  kq_v32u16 sl, sh;  // each row's sl / sh in both 16-bit halves of its lane
+};
+inline kq_scale_split kq_make_scale_split(kq_v32u16 sc16, int shift) {
+  return {sc16 & static_cast<uint16_t>((1 << shift) - 1), sc16 >> shift};
+}
+inline void kq_split_scale(kq_v64u v, const kq_scale_split& s, line64* hi, line64* lo) {
+  const kq_v32u16 w = kq_cast<kq_v32u16>(v);
+  kq_store(lo, w * s.sl);
+  kq_store(hi, w * s.sh);
 }
 
 // The K-panel kernel's f32 fold of one token and super-block for 16 rows, as gemv_kq_panels_model's:
-// isum = 64 hi + lo (the two C tiles' sums, exact), acc = fma(float(isum), dw dx, acc); with mins
+// isum = 2^hi_shift hi + lo (the two C tiles' sums, exact: hi_shift 8 for q6_K's product split, 4 or
+// 3 for q4_K's / q5_K's scale split), acc = fma(float(isum), dw dx, acc); with mins
 // (q4_K/q5_K), acc = fma(-float(msum), dmw dx, acc) where msum = sum_j m_j sums32_j exactly in
 // int32 (`mins`: per pair of sub-blocks q, row i's m_2q and m_2q+1 as the two 16-bit halves of
 // mins[q][i]; `sums32` as the activation block stores them). The scalar definition; the tile model
 // calls it, gemm_amx.cpp has the same operations on zmm registers (msum by vpdpwssd).
-inline void kq_fold_scalar(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx,
+inline void kq_fold_scalar(float* acc, const int32_t* hi, const int32_t* lo, int hi_shift, const float* dw, float dx,
                            const uint32_t (*mins)[16], const int16_t* sums32, const float* dmw) {
   for (int i = 0; i < 16; ++i) {
-    const int32_t isum = hi[i] * 64 + lo[i];
+    const int32_t isum = hi[i] * (1 << hi_shift) + lo[i];
     acc[i] = std::fma(static_cast<float>(isum), dw[i] * dx, acc[i]);
     if (!mins) continue;
     int32_t ms = 0;
@@ -339,6 +361,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
   constexpr bool q6 = wt == weight_type::q6_k;
   constexpr int64_t lines = kq_lines(wt);
   constexpr int n_sc = q6 ? 16 : 8;
+  constexpr int hi_shift = q6 ? 8 : wt == weight_type::q4_k ? 4 : 3;
   const int64_t nb = k / qk_k, stride = kq_panel_lines(wt, k);
   alignas(64) line64 bh[4][16], bl[4][16];  // B tiles of the super-block: high and low parts
   // C of two token tiles (high 0, low 0, high 1, low 1), three in flight
@@ -373,8 +396,10 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
       for (int64_t b = 0; b < nb; ++b) {
         const line64* blk = panel + b * lines;
         const line64* scl = blk + (q6 ? 48 : lines - 5);
-        // Each row's scale of each sub-block in both 16-bit halves of its lane, and the mins in pairs.
-        kq_sub_scale ss[16];
+        // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
+        // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
+        kq_sub_scale ss[q6 ? 16 : 1];
+        kq_scale_split sp[q6 ? 1 : 8];
         for (int q = 0; q < n_sc / 2; ++q) {
           const uint8_t* pb = scl[q / 2].b + 32 * (q % 2);
           kq_v16i lanes;  // row i: scale 2q in the low 16 bits, 2q + 1 in the high 16 bits
@@ -383,8 +408,13 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           else
             lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
           const kq_v16i e = lanes & 0xffff, o = (lanes >> 16) & 0xffff;
-          ss[2 * q] = kq_make_sub_scale(kq_cast<kq_v32i16>(e | (e << 16)), q6 ? 32 : 0);
-          ss[2 * q + 1] = kq_make_sub_scale(kq_cast<kq_v32i16>(o | (o << 16)), q6 ? 32 : 0);
+          if constexpr (q6) {
+            ss[2 * q] = kq_make_sub_scale(kq_cast<kq_v32i16>(e | (e << 16)), 32);
+            ss[2 * q + 1] = kq_make_sub_scale(kq_cast<kq_v32i16>(o | (o << 16)), 32);
+          } else {
+            sp[2 * q] = kq_make_scale_split(kq_cast<kq_v32u16>(e | (e << 16)), hi_shift);
+            sp[2 * q + 1] = kq_make_scale_split(kq_cast<kq_v32u16>(o | (o << 16)), hi_shift);
+          }
         }
         if constexpr (!q6)
           for (int q = 0; q < 4; ++q) {
@@ -395,12 +425,18 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         if constexpr (!q6) tl.fp16x16(blk[lines - 1].b + 32, dmw);
         // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
         if constexpr (q6) {
-          for (int L = 0; L < 32; ++L) {
-            const auto v = kq_load<kq_v64u>(blk + L), h = kq_load<kq_v64u>(blk + 32 + L / 2);
-            const int sh = 4 * (L % 2);
-            const kq_v64u lo = (v & 15) | (((h >> sh) & 3) << 4), hi = (v >> 4) | (((h >> (sh + 2)) & 3) << 4);
-            tl.template split_kq<true>(lo, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
-            tl.template split_kq<true>(hi, ss[8 + L / 4], &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
+          // Lines L and L + 1 share their line of top bits: bits 0-3 of a byte are line L's (low
+          // value's, then high value's), bits 4-7 line L + 1's; moved to bits 4-5 by constant shifts
+          // (a shift by a run-time count of bytes has no single instruction).
+          for (int L = 0; L < 32; L += 2) {
+            const auto h = kq_load<kq_v64u>(blk + 32 + L / 2);
+            const auto v0 = kq_load<kq_v64u>(blk + L), v1 = kq_load<kq_v64u>(blk + L + 1);
+            const kq_v64u lo0 = (v0 & 15) | ((h << 4) & 0x30), hi0 = (v0 >> 4) | ((h << 2) & 0x30);
+            const kq_v64u lo1 = (v1 & 15) | (h & 0x30), hi1 = (v1 >> 4) | ((h >> 2) & 0x30);
+            tl.split_kq(lo0, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
+            tl.split_kq(hi0, ss[8 + L / 4], &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
+            tl.split_kq(lo1, ss[L / 4], &bh[L / 16][L % 16 + 1], &bl[L / 16][L % 16 + 1]);
+            tl.split_kq(hi1, ss[8 + L / 4], &bh[2 + L / 16][L % 16 + 1], &bl[2 + L / 16][L % 16 + 1]);
           }
         } else {
           for (int g = 0; g < 4; ++g)
@@ -412,8 +448,8 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
                 lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
                 hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
               }
-              tl.template split_kq<false>(lo, ss[2 * g], &bh[g][cc], &bl[g][cc]);
-              tl.template split_kq<false>(hi, ss[2 * g + 1], &bh[g][8 + cc], &bl[g][8 + cc]);
+              kq_split_scale(lo, sp[2 * g], &bh[g][cc], &bl[g][cc]);
+              kq_split_scale(hi, sp[2 * g + 1], &bh[g][8 + cc], &bl[g][8 + cc]);
             }
         }
         // Two token tiles at a time (the second may be absent): C = sum over the super-block. The
@@ -433,7 +469,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
             for (int64_t t = 0; t < m; ++t) {
               const int64_t tok = pi * 2 * amx_tile_rows + half * amx_tile_rows + t;
               const block_q8_K& x = a[(c0 + tok) * nb + b];
-              tl.fold_kq(acc[tok], ch[t], cl[t], dw, x.d, q6 ? nullptr : mins, x.sums32, dmw);
+              tl.fold_kq(acc[tok], ch[t], cl[t], hi_shift, dw, x.d, q6 ? nullptr : mins, x.sums32, dmw);
             }
           }
         };

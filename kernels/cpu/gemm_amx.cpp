@@ -45,28 +45,23 @@ struct amx_tiles {
   void scratch(const void*, size_t) {}
   // kq_split_scalar on zmm registers: the even and the odd values' products by vpmaddubsw (each
   // 16-bit sum has one non-zero term: |q sc| <= 63 * 128, no saturation), minus q6_K's offset term,
-  // then the low bytes of p >> 6 and of p & 63 interleaved back by byte blends.
-  template <bool Offset>
+  // then the products' low bytes and their high bytes gathered by byte blends.
   void split_kq(kq_v64u v, const kq_sub_scale& s, line64* hi, line64* lo) {
     const __m512i w = kq_cast<__m512i>(v);
-    __m512i pe = _mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_even));
-    __m512i po = _mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_odd));
-    if constexpr (Offset) {
-      const __m512i off = kq_cast<__m512i>(s.off);
-      pe = _mm512_sub_epi16(pe, off);
-      po = _mm512_sub_epi16(po, off);
-    }
+    const __m512i off = kq_cast<__m512i>(s.off);
+    const __m512i pe = _mm512_sub_epi16(_mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_even)), off);
+    const __m512i po = _mm512_sub_epi16(_mm512_maddubs_epi16(w, kq_cast<__m512i>(s.sc_odd)), off);
     constexpr __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
-    _mm512_store_si512(hi, _mm512_mask_blend_epi8(odd, _mm512_srli_epi16(pe, 6), _mm512_slli_epi16(po, 2)));
-    _mm512_store_si512(
-        lo, _mm512_and_si512(_mm512_mask_blend_epi8(odd, pe, _mm512_slli_epi16(po, 8)), _mm512_set1_epi8(63)));
+    _mm512_store_si512(hi, _mm512_mask_blend_epi8(odd, _mm512_srli_epi16(pe, 8), po));
+    _mm512_store_si512(lo, _mm512_mask_blend_epi8(odd, pe, _mm512_slli_epi16(po, 8)));
   }
   // kq_fold_scalar on zmm registers: the same operations per lane, so the same bits; msum by four
   // vpdpwssd of the rows' min pairs against each pair of activation sums, broadcast.
-  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, const float* dw, float dx, const uint32_t (*mins)[16],
-               const int16_t* sums32, const float* dmw) {
+  void fold_kq(float* acc, const int32_t* hi, const int32_t* lo, int hi_shift, const float* dw, float dx,
+               const uint32_t (*mins)[16], const int16_t* sums32, const float* dmw) {
     const __m512 vdx = _mm512_set1_ps(dx);
-    const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi), 6), _mm512_load_si512(lo));
+    const __m512i isum =
+        _mm512_add_epi32(_mm512_sll_epi32(_mm512_load_si512(hi), _mm_cvtsi32_si128(hi_shift)), _mm512_load_si512(lo));
     __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_load_ps(dw), vdx), _mm512_load_ps(acc));
     if (mins) {
       __m512i ms = _mm512_setzero_si512();

@@ -124,7 +124,7 @@ constexpr int64_t amx_int_min_tokens = 16;
 // (more work for q5_K's and q6_K's extra bits), so it overtakes the VNNI kernel later: as measured
 // by bench_kernels (docs/cpu-backend.md, "K panels").
 constexpr int64_t amx_kq_min_tokens(weight_type t) {
-  return t == weight_type::q5_k ? 64 : t == weight_type::q6_k ? 32 : 16;
+  return t == weight_type::q5_k ? 16 : t == weight_type::q6_k ? 16 : 16;
 }
 // Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
 // k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act

@@ -188,3 +188,44 @@ TEST_CASE("AMX K-panel loops on the tile model give the model's results bitwise"
       }
     }
 }
+
+// (-Wpsabi: the 64-byte vector values stay inside this function.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+TEST_CASE("the scale split of q4_K and q5_K weights gives every product exactly, in bytes") {
+  // Every value with every 6-bit scale, in even and odd bytes: lo + 2^s hi = q sc per byte.
+  for (const auto& [q_max, shift] : {std::pair{15, 4}, std::pair{31, 3}}) {
+    for (int sc = 0; sc < 64; ++sc) {
+      alignas(64) line64 v{}, hi{}, lo{};
+      for (int b = 0; b < 64; ++b) v.b[b] = static_cast<uint8_t>((b * 7 + sc) % (q_max + 1));
+      kq_v32u16 sc16;
+      for (int i = 0; i < 32; ++i) sc16[i] = static_cast<uint16_t>(sc);
+      kq_split_scale(kq_load<kq_v64u>(&v), kq_make_scale_split(sc16, shift), &hi, &lo);
+      for (int b = 0; b < 64; ++b) {
+        INFO("q max " << q_max << " scale " << sc << " byte " << b);
+        REQUIRE(lo.b[b] + (hi.b[b] << shift) == v.b[b] * sc);
+      }
+    }
+    // The largest products: the largest value with the largest scale in every byte.
+    alignas(64) line64 v{}, hi{}, lo{};
+    for (auto& x : v.b) x = static_cast<uint8_t>(q_max);
+    kq_v32u16 sc16;
+    for (int i = 0; i < 32; ++i) sc16[i] = 63;
+    kq_split_scale(kq_load<kq_v64u>(&v), kq_make_scale_split(sc16, shift), &hi, &lo);
+    for (int b = 0; b < 64; ++b) REQUIRE(lo.b[b] + (hi.b[b] << shift) == q_max * 63);
+  }
+}
+
+TEST_CASE("the product split of q6_K weights gives every product exactly, in bytes") {
+  // Every 6-bit value with every int8 scale, in even and odd bytes: lo + 256 hi = (q - 32) sc.
+  for (int sc = -128; sc < 128; ++sc) {
+    alignas(64) line64 v{}, hi{}, lo{};
+    for (int b = 0; b < 64; ++b) v.b[b] = static_cast<uint8_t>((b * 5 + sc + 128) % 64);
+    kq_v32i16 sc16;
+    for (int i = 0; i < 32; ++i) sc16[i] = static_cast<int16_t>(sc);
+    kq_split_scalar(kq_load<kq_v64u>(&v), kq_make_sub_scale(sc16, 32), &hi, &lo);
+    for (int b = 0; b < 64; ++b) {
+      INFO("scale " << sc << " byte " << b);
+      REQUIRE(lo.b[b] + 256 * static_cast<int8_t>(hi.b[b]) == (v.b[b] - 32) * sc);
+    }
+  }
+}
