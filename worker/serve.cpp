@@ -1,10 +1,13 @@
 #include "worker/serve.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <caf/all.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <zmq.hpp>
 
@@ -43,11 +46,32 @@ std::vector<std::string> served_model_names(const cli_args& a, const std::string
   return names;
 }
 
+// The model file at --model, checked before anything starts: a pod whose models volume is
+// missing, empty or unreadable exits at once with the path and what to check, rather than with
+// the loader's error after the metrics port came up (docs/worker.md, "Pods").
+void require_model_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw std::invalid_argument(
+        "--model " + path + ": " + std::strerror(err) +
+        (err == ENOENT ? ": the model file is not at this path (on Kubernetes: the models volume is not mounted "
+                         "there, not filled yet, or holds another file; docs/operations.md, \"Model source\")"
+                       : ""));
+  }
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("--model " + path + ": not a regular file");
+  if (::access(path.c_str(), R_OK) != 0)
+    throw std::invalid_argument("--model " + path + ": not readable by uid " + std::to_string(::getuid()) + ": " +
+                                std::strerror(errno));
+}
+
 }  // namespace
 
 int run_serve(const cli_args& a, const char* default_model) {
   a.check_known(serve_options());
   const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
+  const std::string model_path = a.get("model", default_model);
+  require_model_file(model_path);  // so does a missing model file
   // So does a bad --prompt-panels (resident: the prompt GEMM's bf16 panels built once, 2 bytes
   // per weight, instead of in every step with prompt rows; cpu::linear::keep_prompt_panels).
   const std::string panels = a.get("prompt-panels", "per-step");
@@ -114,7 +138,6 @@ int run_serve(const cli_args& a, const char* default_model) {
         });
 
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
-  const std::string model_path = a.get("model", default_model);
   auto model = llama_model::load(model_path, pool);
   if (resident_panels && !dev.cuda)
     std::fprintf(stderr, "switchyard-worker: prompt GEMM panels resident: %.1f MiB\n",

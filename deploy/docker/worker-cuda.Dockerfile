@@ -9,15 +9,25 @@
 # (libcuda.so.1) is not in the image: the NVIDIA container toolkit mounts the node's.
 # tests/deploy/test_images.py reads the runtime stage's package list from this file (ARG defaults
 # substituted) and checks it against `ldd` of a CUDA build: keep one package per line.
-#   CUDA_VERSION / CUDA_PKG   the toolkit the worker is built with and runs on (13.0: drivers >= 580)
-ARG CUDA_VERSION=13.0
-ARG CUDA_PKG=13-0
+#   CUDA_VERSION / CUDA_PKG   the toolkit the worker is built with and runs on: CUDA 12.4 (its
+#                             latest update, 12.4.1: NVIDIA's *-12-4 packages), which node drivers
+#                             >= 550 run; e.g. 13.0 / 13-0 for drivers >= 580
+#   CUDA_ARCHITECTURES        the GPUs the kernels are compiled for (CMAKE_CUDA_ARCHITECTURES,
+#                             each as machine code and PTX): sm_80 (A100, A30), sm_86 (A10, A40),
+#                             sm_89 (L4, L40S), sm_90 (H100, H200). sm_80 code also runs on sm_86
+#                             and sm_89, but compiled for them it is scheduled for them; newer GPUs
+#                             compile the PTX at load. CMakeLists.txt builds only 80 and 90 by
+#                             default, to bound the tests' compile time
+ARG CUDA_VERSION=12.4
+ARG CUDA_PKG=12-4
+ARG CUDA_ARCHITECTURES="80;86;89;90"
 ARG CUDA_KEYRING=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb
 
 FROM debian:12 AS build
 ARG CUDA_VERSION
 ARG CUDA_PKG
 ARG CUDA_KEYRING
+ARG CUDA_ARCHITECTURES
 WORKDIR /src
 COPY deploy/setup.sh deploy/setup.sh
 RUN bash deploy/setup.sh --build-deps
@@ -32,9 +42,8 @@ RUN apt-get update \
       cuda-cccl-${CUDA_PKG} \
       libcublas-dev-${CUDA_PKG}
 COPY . .
-# sm_80 (A100) and sm_90 (H100/H200), as CMakeLists.txt builds by default.
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DSY_CUDA=ON \
-      -DCMAKE_CUDA_COMPILER=/usr/local/cuda-${CUDA_VERSION}/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES="80;90" \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda-${CUDA_VERSION}/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
  && cmake --build /build --target switchyard-worker
 
 FROM debian:12-slim AS runtime

@@ -3,8 +3,8 @@
 #   docker build -f deploy/docker/worker.Dockerfile -t switchyard/worker:0.1.0 .
 # `build` compiles on Debian 12 with the project's own scripts (deploy/setup.sh --build-deps, then
 # CMake, without CUDA); `runtime` is Debian 12 slim with only the libraries the binary loads, run as
-# an unprivileged user. No model is baked in: mount one at /models (the Kubernetes manifests fetch
-# it in an init container, deploy/k8s/base/fetch-model.py). The binaries target x86-64-v3 (AVX2,
+# an unprivileged user. No model is baked in: mount one at /models (the Kubernetes manifests mount
+# a read-only volume there; docs/operations.md, "Model source"). The binaries target x86-64-v3 (AVX2,
 # FMA, F16C), so nodes need a CPU from the last decade. tests/deploy/test_images.py reads the
 # runtime stage's package list from this file and checks it against `ldd` of the built binary:
 # keep one package per line.

@@ -13,9 +13,12 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 K8S = os.path.join(ROOT, "deploy", "k8s")
 # Every kustomization an operator may apply: the overlays, and the examples that add the optional
-# components (ServiceMonitors + PrometheusRule, KEDA ScaledObject) to them or pin its images.
+# components (ServiceMonitors + PrometheusRule, KEDA ScaledObject, another model source) to them or
+# pin its images.
 KUSTOMIZATIONS = ["overlays/cpu", "overlays/gpu", "examples/cpu-autoscaled", "examples/gpu-autoscaled",
-                  "examples/cpu-pinned"]
+                  "examples/cpu-pinned", "examples/cpu-model-pypi", "examples/cpu-model-image"]
+# The default model source's one-time loader (a Job, applied in the overlay's namespace with -n).
+LOADER = "model-loader"
 
 
 def skip(reason):

@@ -1,6 +1,7 @@
 """Image pinning (docs/operations.md, "Pinning images"), in every kustomization an operator may
-apply:
-  * every container image (init containers included) names a tag other than `latest`, or a digest;
+apply (and the model loader):
+  * every container image (init containers included) and image volume names a tag other than
+    `latest`, or a digest;
   * Switchyard's own images are the registry.invalid placeholders (the operator builds and pushes
     them, so their digests exist only in the operator's registry);
   * every third-party image either carries a digest or is listed "to pin" in the docs' table, and
@@ -14,7 +15,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from deploy_common import KUSTOMIZATIONS, ROOT, Report, need_modules, parse_args, render, tool  # noqa: E402
+from deploy_common import KUSTOMIZATIONS, LOADER, ROOT, Report, need_modules, parse_args, render, tool  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "operations.md")
 PINNED = "examples/cpu-pinned"
@@ -23,12 +24,15 @@ OURS = "switchyard/"
 
 
 def images(docs):
-    """(where, image) of every container and init container of the rendered pods."""
+    """(where, image) of every container, init container and image volume of the rendered pods."""
     out = []
     for d in docs:
         spec = (((d.get("spec") or {}).get("template") or {}).get("spec")) or {}
         for c in spec.get("containers", []) + spec.get("initContainers", []):
             out.append((f"{d['metadata']['name']}/{c['name']}", c.get("image", "")))
+        for v in spec.get("volumes", []):
+            if "image" in v:
+                out.append((f"{d['metadata']['name']}/volume {v['name']}", v["image"].get("reference", "")))
     return out
 
 
@@ -54,7 +58,7 @@ def main():
     r.check(listed is not None, "docs/operations.md has the \"### Pinning images\" table")
     listed = listed or set()
     used = set()
-    for k in KUSTOMIZATIONS:
+    for k in KUSTOMIZATIONS + [LOADER]:
         for where, img in images(render(k)):
             name = f"{k}: {where}"
             tag = re.search(r":([\w.-]+)(@sha256:[0-9a-f]{64})?$", img.split("/")[-1])

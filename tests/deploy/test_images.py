@@ -6,8 +6,10 @@ and their dependencies), `dpkg -S` mapping each library to its package; the file
 /usr/share the binary reads (Chart.js for the router's dashboard) likewise. The package list is
 parsed from the Dockerfile itself, so removing a needed package fails here. The CUDA image's CUDA
 libraries (not Debian packages here: the toolkit on this machine is NVIDIA's) are mapped by name
-to NVIDIA's runtime packages, which its runtime stage must name for the same CUDA major version;
-with a build that has no CUDA, that part is reported as skipped. Also: each image builds with the
+to NVIDIA's runtime packages, which its runtime stage must name for the toolkit the image builds
+with (CUDA_PKG; the toolkit here may be another major version: then only the names are compared);
+with a build that has no CUDA, that part is reported as skipped. Its CUDA architectures include
+every one CMakeLists.txt builds by default, and sm_86 and sm_89. Also: each image builds with the
 project's setup script and the right SY_CUDA, copies the binary to its entrypoint, runs as a
 non-root user.
 
@@ -30,6 +32,15 @@ CUDA_PACKAGES = {"libcudart": "cuda-cudart", "libcublas": "libcublas", "libcubla
                  "libnvrtc": "cuda-nvrtc", "libcurand": "libcurand", "libcufft": "libcufft",
                  "libcusparse": "libcusparse", "libcusolver": "libcusolver", "libnvJitLink": "libnvjitlink"}
 SLIM_BASES = ("debian:12-slim", "debian:bookworm-slim")
+# GPUs the CUDA image must be compiled for besides CMakeLists.txt's default (Ampere A10/A40, Ada L4/L40S).
+CUDA_IMAGE_EXTRA_ARCHS = {"86", "89"}
+
+
+def cmake_default_cuda_archs():
+    """The CUDA architectures CMakeLists.txt sets when none is given."""
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        m = re.search(r"set\(CMAKE_CUDA_ARCHITECTURES ([0-9 ]+) CACHE", f.read())
+    return set(m.group(1).split()) if m else set()
 
 
 # --- The Dockerfile ---------------------------------------------------------------------------
@@ -280,6 +291,12 @@ def main():
         ver, pkg = runtime.args.get("CUDA_VERSION", ""), runtime.args.get("CUDA_PKG", "")
         r.check(bool(ver) and pkg == ver.replace(".", "-"),
                 f"{image}: CUDA_VERSION {ver} and CUDA_PKG {pkg} name the same toolkit")
+        m = re.search(r'-DCMAKE_CUDA_ARCHITECTURES="?([0-9;]+)', run_text)
+        archs = set(m.group(1).split(";")) if m else set()
+        want = cmake_default_cuda_archs() | CUDA_IMAGE_EXTRA_ARCHS
+        r.check(len(want) > len(CUDA_IMAGE_EXTRA_ARCHS) and want <= archs,
+                f"{image}: compiled for sm_{', sm_'.join(sorted(archs))}: CMakeLists.txt's default and sm_86, sm_89",
+                f"wants {sorted(want)}")
         if not cuda_libs:
             print(f"SKIP (this part): {image}: {binaries[binary]} links no CUDA library (a build without nvcc), "
                   "so the CUDA runtime packages cannot be checked against it")
@@ -288,8 +305,10 @@ def main():
             stem, major = soname.split(".so")[0], soname.split(".so.")[-1].split(".")[0]
             pkg_stem = CUDA_PACKAGES.get(stem)
             names = [p for p in foreign if pkg_stem and re.fullmatch(rf"{re.escape(pkg_stem)}-(\d+)-(\d+)", p)]
-            ok = any(p.split("-")[-2] == major for p in names)
-            r.check(ok, f"{image}: {soname} ({path}) from NVIDIA's {pkg_stem}-{major}-* package",
+            if major != pkg.split("-")[0]:
+                print(f"note: {image}: {soname} is CUDA {major} here; the image builds with CUDA {ver}, "
+                      f"so its package is checked by name ({pkg_stem}-{pkg})")
+            r.check(f"{pkg_stem}-{pkg}" in names, f"{image}: {soname} ({path}) from NVIDIA's {pkg_stem}-{pkg} package",
                     f"runtime stage installs {names or 'none of them'}")
         r.check(all(re.fullmatch(r"(cuda-[a-z]+|lib[a-z]+)-\d+-\d+", p) for p in foreign),
                 f"{image}: the packages not in Debian are NVIDIA's CUDA packages ({' '.join(foreign)})")

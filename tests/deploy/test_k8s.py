@@ -5,7 +5,10 @@ operator ServiceMonitor and PrometheusRule) validate against the hand-written sc
 schemas/, and what no schema can see holds: selectors match pods, the routers' --workers-dns
 names the workers' headless Service, probes hit declared ports, grace periods outlast the drain,
 processes listen on 0.0.0.0, the NetworkPolicy lets only routers reach the workers' ZeroMQ port,
-resources follow the KV budget, the autoscaler's target follows --max-running.
+resources follow the KV budget, the autoscaler's target follows --max-running, the worker reads
+its model from a volume mounted read-only (by default a ReadOnlyMany claim with no init container,
+so no pod start reaches the network; docs/operations.md, "Model source"), and the model loader Job
+(deploy/k8s/model-loader) renders, validates and writes to that claim.
 
     .venv/bin/python tests/deploy/test_k8s.py      (ctest: deploy/k8s-manifests)"""
 import json
@@ -16,11 +19,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from deploy_common import (KUSTOMIZATIONS, ROOT, Report, args_of, expand, flag_value, need_modules,
+from deploy_common import (KUSTOMIZATIONS, LOADER, ROOT, Report, args_of, expand, flag_value, need_modules,
                            parse_args, render, skip, tool)  # noqa: E402
 
 # The oldest Kubernetes release still commonly run and the newest kubernetes-validate ships.
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
+# Kustomizations that need a newer Kubernetes than the oldest: the image volume source is in the API
+# from 1.31, and on by default from 1.35 (components/model-image).
+MIN_K8S = {"examples/cpu-model-image": "1.35.0"}
 CRD_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 SCHEMAS = os.path.join(os.path.dirname(__file__), "schemas")
 MIB = 1 << 20
@@ -89,13 +95,18 @@ def quantity_cpu(q):
     return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
 
 
+def versions_for(name):
+    low = tuple(int(x) for x in MIN_K8S.get(name, "0").split("."))
+    return [v for v in K8S_VERSIONS if tuple(int(x) for x in v.split(".")) >= low]
+
+
 def validate_core(r, name, docs, kv):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         import yaml
         yaml.safe_dump_all(docs, f)
         path = f.name
     try:
-        for v in K8S_VERSIONS:
+        for v in versions_for(name):
             out = subprocess.run([kv, "--strict", "-k", v, path], capture_output=True, text=True)
             lines = (out.stdout + out.stderr).splitlines()
             bad = [l for l in lines if not l.startswith("INFO")]
@@ -407,6 +418,8 @@ def semantic(r, name, docs):
     r.check(pod_labels(worker).get("switchyard.dev/model") == model_id,
             f"{name}: worker pod label switchyard.dev/model is the served model ({model_id})")
 
+    model_source(r, name, docs, worker)
+
     # Autoscaling (when the KEDA component is in).
     for so in (d for d in docs if d["kind"] == "ScaledObject"):
         ref = so["spec"]["scaleTargetRef"]
@@ -441,6 +454,108 @@ def semantic(r, name, docs):
                             r.check(m.group(1) in have, f"{name}: relabeling source {src} is a pod label")
 
 
+def env_of(container, docs):
+    """A container's environment as literal values: its `env` values and the ConfigMaps it takes
+    with envFrom (from the rendered `docs`)."""
+    env = {}
+    for src in container.get("envFrom") or []:
+        ref = (src.get("configMapRef") or {}).get("name")
+        cm = next((d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref), None)
+        env.update((cm or {}).get("data") or {})
+    env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
+    return env
+
+
+def mount_of(container, path):
+    """The volume mount of `container` that holds `path` (the deepest one)."""
+    mounts = [m for m in container.get("volumeMounts") or []
+              if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")]
+    return max(mounts, key=lambda m: len(m["mountPath"])) if mounts else None
+
+
+def model_source(r, name, docs, worker):
+    """The model the worker's --model names comes from a volume it mounts read-only: the models claim
+    (ReadOnlyMany, no storage class: the operator's choice), an image volume, or an emptyDir an init
+    container fills with that file. With the claim (the default), the worker has no init container
+    at all: nothing reaches the network at a pod start."""
+    ps = pod_spec(worker)
+    wc = ps["containers"][0]
+    model = flag_value(args_of(wc), "--model") or ""
+    m = mount_of(wc, model)
+    r.check(m is not None and m.get("readOnly") is True,
+            f"{name}: the worker mounts the volume that holds --model {model} read-only", str(m))
+    if m is None:
+        return
+    vol = next((v for v in ps.get("volumes", []) if v["name"] == m["name"]), {})
+    inits = ps.get("initContainers", [])
+    if "persistentVolumeClaim" in vol:
+        pvc = vol["persistentVolumeClaim"]
+        claim = next((d for d in docs if d["kind"] == "PersistentVolumeClaim" and ns_of(d) == ns_of(worker)
+                      and d["metadata"]["name"] == pvc["claimName"]), None)
+        r.check(claim is not None, f"{name}: the models claim {pvc['claimName']} is in the worker's namespace")
+        if claim:
+            r.check(claim["spec"].get("accessModes") == ["ReadOnlyMany"],
+                    f"{name}: the models claim is ReadOnlyMany", str(claim["spec"].get("accessModes")))
+            r.check("storageClassName" not in claim["spec"],
+                    f"{name}: the models claim leaves the storage class to the operator (the cluster's default)")
+        r.check(pvc.get("readOnly") is True, f"{name}: the models claim is attached read-only")
+        r.check(not inits, f"{name}: the worker with the models claim has no init container (nothing fetched at a pod start)",
+                str([c["name"] for c in inits]))
+    elif "image" in vol:
+        ref = vol["image"].get("reference", "")
+        r.check(bool(ref) and vol["image"].get("pullPolicy") in ("IfNotPresent", "Never"),
+                f"{name}: the model comes from the image volume {ref}, pulled once per node")
+        r.check(not inits, f"{name}: the worker with the image volume has no init container",
+                str([c["name"] for c in inits]))
+    else:
+        fillers = [c for c in inits if env_of(c, docs).get("MODEL_FILE") == model and
+                   any(x["name"] == m["name"] and not x.get("readOnly") for x in c.get("volumeMounts") or [])]
+        r.check("emptyDir" in vol and len(fillers) == 1,
+                f"{name}: an init container writes --model {model} onto the pod's emptyDir", str(vol))
+    if name.startswith("overlays/"):
+        r.check("persistentVolumeClaim" in vol, f"{name}: the shipped overlay reads the model from the models claim")
+
+
+def loader(r, kv, worker_docs):
+    """deploy/k8s/model-loader: renders; validates; one Job, which mounts the models claim of the
+    overlays writable (the only pod that does), runs as the workers' user and group, and writes the
+    file the workers' --model names."""
+    try:
+        docs = render(LOADER)
+    except RuntimeError as e:
+        r.check(False, f"{LOADER}: renders", str(e))
+        return
+    r.check(True, f"{LOADER}: renders ({len(docs)} resources)")
+    validate_core(r, LOADER, docs, kv)
+    jobs = [d for d in docs if d["kind"] == "Job"]
+    r.check(len(jobs) == 1 and all("namespace" not in d["metadata"] for d in docs),
+            f"{LOADER}: one Job, no namespace (applied with the overlay's, -n)")
+    if not jobs or not worker_docs:
+        return
+    worker = next(d for d in worker_docs if d["kind"] == "Deployment" and role(d) == "worker")
+    claim = next(d for d in worker_docs if d["kind"] == "PersistentVolumeClaim")
+    js = jobs[0]["spec"]["template"]["spec"]
+    c = js["containers"][0]
+    env = env_of(c, docs)
+    model = flag_value(args_of(pod_spec(worker)["containers"][0]), "--model")
+    r.check(env.get("MODEL_FILE") == model, f"{LOADER}: the Job writes the file the workers load ({model})",
+            str(env.get("MODEL_FILE")))
+    m = mount_of(c, model)
+    vol = next((v for v in js.get("volumes", []) if m and v["name"] == m["name"]), {})
+    r.check(m is not None and not m.get("readOnly") and
+            (vol.get("persistentVolumeClaim") or {}).get("claimName") == claim["metadata"]["name"]
+            and not vol["persistentVolumeClaim"].get("readOnly"),
+            f"{LOADER}: the Job mounts the models claim {claim['metadata']['name']} writable", str(vol))
+    wsc, jsc = pod_spec(worker).get("securityContext", {}), js.get("securityContext", {})
+    r.check(jsc.get("runAsNonRoot") is True and all(jsc.get(k) == wsc.get(k) for k in ("runAsUser", "runAsGroup")),
+            f"{LOADER}: the Job runs as the workers' user and group, non-root")
+    r.check(js.get("restartPolicy") in ("Never", "OnFailure") and jobs[0]["spec"].get("backoffLimit", 6) <= 6,
+            f"{LOADER}: the Job gives up after a few failures")
+    req = (c.get("resources") or {}).get("requests", {})
+    r.check("cpu" in req and "memory" in req and (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is False,
+            f"{LOADER}: the Job's container requests cpu and memory and cannot escalate privileges")
+
+
 def main():
     parse_args()
     need_modules("yaml", "jsonschema", "referencing", "kubernetes_validate")
@@ -453,9 +568,10 @@ def main():
         skip(f"kubernetes-validate {kvu.__dict__.get('__version__', '')} lacks Kubernetes {missing}")
     validators = crd_validators()
     r = Report()
+    rendered = {}
     for k in KUSTOMIZATIONS:
         try:
-            docs = render(k)
+            docs = rendered[k] = render(k)
         except RuntimeError as e:
             r.check(False, f"{k}: renders", str(e))
             continue
@@ -464,6 +580,7 @@ def main():
         validate_core(r, k, core, kv)
         validate_crds(r, k, [d for d in docs if d["apiVersion"].startswith(CRD_GROUPS)], validators)
         semantic(r, k, docs)
+    loader(r, kv, rendered.get("overlays/cpu"))
     r.close()
 
 

@@ -4,7 +4,9 @@ path, the pod name, the tenants, link-key and cache-MAC-key paths replaced by lo
 the manifests name answer as they expect (/health, then /ready once serving; the router ready once
 it found the worker through the --workers-dns name), a request is answered, and SIGTERM follows
 the order the grace period is sized for: the router's /ready turns 503 at once while it still
-admits requests for --shutdown-delay-s, and each process exits within its grace period.
+admits requests for --shutdown-delay-s, and each process exits within its grace period. With the
+model file missing at the manifest's --model path (an unfilled models volume), the worker exits
+at once with an error that names the path and the docs' "Model source".
 
     .venv/bin/python tests/deploy/test_manifest_smoke.py --router R --worker W   (ctest: deploy/manifest-smoke)"""
 import json
@@ -108,6 +110,16 @@ def main():
     with open(os.path.join(secrets_dir(), "tenants.json")) as f:
         key = json.load(f)["tenants"][0]["keys"][0]
     r = Report()
+    # The models volume not filled yet: the manifest's own --model path, with nothing there.
+    missing = os.path.join(tempfile.mkdtemp(prefix="switchyard-smoke-models-"), os.path.basename(model))
+    try:
+        out = subprocess.run([a.worker] + replace_value(wargv, "--model", missing), capture_output=True, text=True,
+                             timeout=10)
+        r.check(out.returncode == 1 and missing in out.stderr and "Model source" in out.stderr,
+                "a worker without its model file exits at once, naming the path and docs/operations.md's \"Model source\"",
+                f"exit {out.returncode}: {out.stderr.strip()}")
+    except subprocess.TimeoutExpired:
+        r.check(False, "a worker without its model file exits at once", "still running after 10 s")
     logs = tempfile.mkdtemp(prefix="switchyard-smoke-")
     wlog, rlog = open(os.path.join(logs, "worker.log"), "w"), open(os.path.join(logs, "router.log"), "w")
     print("worker: " + " ".join(wargv))
