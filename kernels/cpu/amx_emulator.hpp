@@ -102,6 +102,7 @@ class amx_tile_model {
     kq_fold_scalar(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw);
   }
   void fp16x16(const void* src, float* dst) { fp16x16_scalar(src, dst); }
+  void prefetch(const void*) {}
 
   // Counts, for tests: configurations loaded and dot-product instructions run.
   int64_t n_configs() const { return n_configs_; }

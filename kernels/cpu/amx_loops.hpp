@@ -14,6 +14,7 @@
 //   fold_kq(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw)  the K-panel kernel's f32 fold of 16 rows (below):
 //                                                 zmm instructions on the hardware, scalar on the model
 //   release()                                     tilerelease
+//   prefetch(const void* p)                       prefetcht1 (a hint: never faults; nothing on the model)
 //   scratch(const void* p, size_t bytes)          a kernel-local buffer tiles may load from and
 //                                                 store to (the model checks every access)
 //
@@ -251,6 +252,8 @@ inline tile_config amx_kq_config() {
 
 // Tokens per pass over a panel: their f32 sums stay on the stack (8 KiB).
 constexpr int64_t amx_kq_tokens = 128;
+// Super-blocks of weights prefetched ahead (8 are 19-27 KiB: docs/cpu-backend.md, K panels).
+constexpr int64_t amx_kq_prefetch_blocks = 8;
 
 // 64 bytes as one value (GCC's vector extension): zmm instructions where this is compiled for
 // AVX-512 (gemm_amx.cpp), plain code on the tile model, the same (exact, integer) results.
@@ -396,6 +399,12 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
       for (int64_t b = 0; b < nb; ++b) {
         const line64* blk = panel + b * lines;
         const line64* scl = blk + (q6 ? 48 : lines - 5);
+        // The weights stream from memory once per step (the first pass): keep the super-blocks
+        // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
+        // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
+        // read at a fraction of the memory bandwidth, one super-block's lines at a time.
+        if (c0 == 0)
+          for (int64_t l = 0; l < lines; ++l) tl.prefetch(blk + amx_kq_prefetch_blocks * lines + l);
         // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
         // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
         kq_sub_scale ss[q6 ? 16 : 1];

@@ -82,6 +82,7 @@ struct amx_tiles {
     _tile_loadconfig(&c);
   }
   void release() { _tile_release(); }
+  void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
   template <int T>
   void zero() {
     static_assert(T >= 0 && T < 8);
