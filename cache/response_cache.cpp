@@ -195,7 +195,7 @@ bool response_cache::store(const std::string& key, const stored_response& respon
   if (!policy_.enabled) return false;
   bool finished = !response.choices.empty() &&
                   std::none_of(response.choices.begin(), response.choices.end(),
-                               [](const stored_response::choice& c) { return c.finish_reason.empty(); });
+                               [](const stored_response::choice& c) { return c.finish_reason == finish_reason::none; });
   if (!finished) {
     ++counters_.store_refused_incomplete;
     return false;

@@ -522,7 +522,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     cs.echoed = true;
   }
   const bool done = fr == finish_reason::stop || fr == finish_reason::length;
-  const std::string_view ends = done ? name(fr) : "";  // the chunk's finish_reason
+  const finish_reason ends = done ? fr : finish_reason::none;  // the chunk's finish_reason
   if (!r.req.stream) {
     cs.text += text;
     for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
@@ -620,7 +620,7 @@ void dispatcher::finish(active_request& a, double now_s) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
     sr.model = r.model->id;
-    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, std::string(name(cs.finish_reason)), {}});
+    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}});
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
