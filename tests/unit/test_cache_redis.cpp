@@ -550,6 +550,11 @@ TEST_CASE("analytics: a known mix of events reads back exactly", "[cache_redis]"
   CHECK(cache.counters().records == 10);
   CHECK(cache.counters().records_dropped == 0);
 
+  // The hash fields spell escaped names as they always have (cache/percent_escape.hpp).
+  auto field = cache.client().command({"HGET", "sy:v1:stats:" + std::to_string(t0 / 60), "hit|glo%7Cbex%25|m2"});
+  REQUIRE(field);
+  CHECK(field->str == "1");
+
   // Stats keys expire.
   auto ttl = cache.client().command({"TTL", "sy:v1:stats:" + std::to_string(t0 / 60)});
   REQUIRE(ttl);
