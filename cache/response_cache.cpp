@@ -1,6 +1,7 @@
 #include "cache/response_cache.hpp"
 
 #include "cache/entry_mac.hpp"
+#include "cache/percent_escape.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -21,39 +22,6 @@ constexpr size_t k_query_batch = 512;  // HGETALLs per pipeline round trip in qu
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 int64_t system_unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
-
-// Tenant and model names go into '|'-separated hash fields.
-std::string escape_field(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '%')
-      out += "%25";
-    else if (c == '|')
-      out += "%7C";
-    else
-      out.push_back(c);
-  }
-  return out;
-}
-
-std::string unescape_field(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      unsigned v = 0;
-      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
-      if (ec == std::errc() && p == s.data() + i + 3) {
-        out.push_back(static_cast<char>(v));
-        i += 2;
-        continue;
-      }
-    }
-    out.push_back(s[i]);
-  }
-  return out;
-}
 
 // Longest prefix of at most max_bytes that does not split a UTF-8 sequence.
 std::string_view utf8_prefix(std::string_view s, size_t max_bytes) {
@@ -99,8 +67,8 @@ void accumulate(cache_stats& s, minute_stats& m, std::string_view field, std::st
     return;  // a field from a newer version: ignore
   m.counts.add(delta);
   s.total.add(delta);
-  s.by_tenant[unescape_field(rest.substr(0, bar2))].add(delta);
-  s.by_model[unescape_field(rest.substr(bar2 + 1))].add(delta);
+  s.by_tenant[percent_unescape(rest.substr(0, bar2))].add(delta);
+  s.by_model[percent_unescape(rest.substr(bar2 + 1))].add(delta);
 }
 
 std::string random_instance_id() {
@@ -195,7 +163,7 @@ bool response_cache::store(const std::string& key, const stored_response& respon
   if (!policy_.enabled) return false;
   bool finished = !response.choices.empty() &&
                   std::none_of(response.choices.begin(), response.choices.end(),
-                               [](const stored_response::choice& c) { return c.finish_reason.empty(); });
+                               [](const stored_response::choice& c) { return c.finish_reason == finish_reason::none; });
   if (!finished) {
     ++counters_.store_refused_incomplete;
     return false;
@@ -229,7 +197,8 @@ void response_cache::record(event_kind kind, std::string_view tenant, std::strin
   if (!analytics_.enabled) return;
   int64_t now = now_unix_s();
   std::string stats_key = std::string(k_stats_prefix) + std::to_string(floor_div(now, 60));
-  std::string suffix = "|" + escape_field(tenant) + "|" + escape_field(model);
+  // Tenant and model names go into '|'-separated hash fields.
+  std::string suffix = "|" + percent_escape(tenant, '|') + "|" + percent_escape(model, '|');
   std::string ttl = std::to_string(analytics_.stats_ttl.count());
 
   std::vector<std::vector<std::string>> cmds;

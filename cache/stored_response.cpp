@@ -4,11 +4,15 @@
 #include <cassert>
 #include <cstring>
 
+#include "common/enum_names.hpp"
+
 namespace sy::cache {
 namespace {
 
 constexpr char k_magic[4] = {'S', 'Y', 'R', 'C'};
 constexpr uint8_t k_version = 2;  // 1: before reasoning_tokens (still read)
+
+constexpr std::string_view k_decode_errors[k_n_decode_errors] = {"malformed", "unknown_finish_reason"};
 
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -85,6 +89,8 @@ class reader {
 
 }  // namespace
 
+std::string_view name(decode_error e) { return enum_name(k_decode_errors, e, "?"); }
+
 std::string stored_response::text(size_t choice_index) const {
   std::string out;
   for (const std::string& d : choices.at(choice_index).deltas) out += d;
@@ -94,7 +100,7 @@ std::string stored_response::text(size_t choice_index) const {
 std::string encode(const stored_response& r) {
   size_t size = 64 + r.model.size();
   for (const auto& c : r.choices) {
-    size += 16 + c.finish_reason.size() + c.logprobs_json.size();
+    size += 16 + name(c.finish_reason).size() + c.logprobs_json.size();
     for (const auto& d : c.deltas) size += 4 + d.size();
   }
   std::string out;
@@ -114,20 +120,24 @@ std::string encode(const stored_response& r) {
   for (const auto& c : r.choices) {
     w.u32(static_cast<uint32_t>(c.deltas.size()));
     for (const auto& d : c.deltas) w.str(d);
-    w.str(c.finish_reason);
+    w.str(name(c.finish_reason));
     w.str(c.logprobs_json);
   }
   w.u64(fnv1a64(out));
   return out;
 }
 
-std::optional<stored_response> decode(std::string_view bytes) {
+std::optional<stored_response> decode(std::string_view bytes, decode_error* why) {
+  const auto fail = [why](decode_error e) -> std::optional<stored_response> {
+    if (why) *why = e;
+    return std::nullopt;
+  };
   // Checksum first: garbage and bit flips stop here, before any allocation.
-  if (bytes.size() < sizeof k_magic + 8) return std::nullopt;
+  if (bytes.size() < sizeof k_magic + 8) return fail(decode_error::malformed);
   std::string_view body = bytes.substr(0, bytes.size() - 8);
   reader tail(bytes.substr(body.size()));
   uint64_t checksum = 0;
-  if (!tail.u64(&checksum) || checksum != fnv1a64(body)) return std::nullopt;
+  if (!tail.u64(&checksum) || checksum != fnv1a64(body)) return fail(decode_error::malformed);
 
   reader in(body);
   stored_response r;
@@ -135,25 +145,32 @@ std::optional<stored_response> decode(std::string_view bytes) {
   uint64_t gen_bits = 0, created = 0;
   uint32_t n_choices = 0;
   if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || (version != k_version && version != 1))
-    return std::nullopt;
+    return fail(decode_error::malformed);
   if (!in.u8(&r.endpoint) || !in.str(&r.model) || !in.u32(&r.prompt_tokens) || !in.u32(&r.completion_tokens) ||
       !in.u32(&r.cached_tokens) || (version >= 2 && !in.u32(&r.reasoning_tokens)) || !in.u64(&gen_bits) ||
       !in.u64(&created) || !in.u32(&n_choices))
-    return std::nullopt;
+    return fail(decode_error::malformed);
   r.generation_s = std::bit_cast<double>(gen_bits);
   r.created_unix_s = static_cast<int64_t>(created);
   // Each choice takes at least 12 bytes and each delta 4: counts beyond that are lies.
-  if (n_choices > in.remaining() / 12) return std::nullopt;
+  if (n_choices > in.remaining() / 12) return fail(decode_error::malformed);
   r.choices.resize(n_choices);
+  bool unknown_finish = false;
   for (auto& c : r.choices) {
     uint32_t n_deltas = 0;
-    if (!in.u32(&n_deltas) || n_deltas > in.remaining() / 4) return std::nullopt;
+    if (!in.u32(&n_deltas) || n_deltas > in.remaining() / 4) return fail(decode_error::malformed);
     c.deltas.resize(n_deltas);
     for (auto& d : c.deltas)
-      if (!in.str(&d)) return std::nullopt;
-    if (!in.str(&c.finish_reason) || !in.str(&c.logprobs_json)) return std::nullopt;
+      if (!in.str(&d)) return fail(decode_error::malformed);
+    std::string finish;
+    if (!in.str(&finish) || !in.str(&c.logprobs_json)) return fail(decode_error::malformed);
+    const std::optional<finish_reason> fr = parse_finish_reason(finish);
+    unknown_finish = unknown_finish || !fr;
+    c.finish_reason = fr.value_or(finish_reason::none);
   }
-  if (in.remaining() != 0) return std::nullopt;
+  if (in.remaining() != 0) return fail(decode_error::malformed);
+  // Only a record that is whole otherwise is one with an unknown reason (a newer router's).
+  if (unknown_finish) return fail(decode_error::unknown_finish_reason);
   return r;
 }
 

@@ -8,9 +8,11 @@
 //   u32 cached_tokens | u32 reasoning_tokens | f64 generation_s (IEEE bits) | i64 created_unix_s |
 //   u32 n_choices { u32 n_deltas { str delta }* | str finish_reason | str logprobs_json }* |
 //   u64 FNV-1a-64 of every preceding byte
-// where str = u32 length + bytes. decode() accepts exactly this (no trailing bytes) and returns
-// nullopt for anything else — truncated, garbage, bit-flipped, another version — never throws
-// and never allocates more than the input could describe. Version 1 (the same without
+// where str = u32 length + bytes, and a finish_reason is stored as its name (common/finish_reason:
+// "stop", "length", ...; "" for none). decode() accepts exactly this (no trailing bytes) and
+// returns nullopt for anything else — truncated, garbage, bit-flipped, another version, a finish
+// reason this build does not know — never throws and never allocates more than the input could
+// describe. Version 1 (the same without
 // reasoning_tokens, written before reasoning was split) is still read, with reasoning_tokens 0.
 #pragma once
 
@@ -20,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finish_reason.hpp"
+
 namespace sy::cache {
 
 struct stored_response {
@@ -27,8 +31,8 @@ struct stored_response {
   std::string model;
   struct choice {
     std::vector<std::string> deltas;  // text pieces as streamed, in order; concatenation = full text
-    std::string finish_reason;        // "stop", "length", ...; empty means unfinished (not storable)
-    std::string logprobs_json;        // opaque to the cache; may be empty
+    sy::finish_reason finish_reason = sy::finish_reason::none;  // none: unfinished (not storable)
+    std::string logprobs_json;                                  // opaque to the cache; may be empty
     bool operator==(const choice&) const = default;
   };
   std::vector<choice> choices;
@@ -43,7 +47,16 @@ struct stored_response {
   std::string text(size_t choice_index) const;  // the concatenated deltas of one choice
 };
 
+// Why decode() refused its input.
+enum class decode_error : uint8_t {
+  malformed,              // truncated, garbage, bit-flipped, another version, trailing bytes
+  unknown_finish_reason,  // well-formed, but a choice's finish reason is no name this build knows
+};
+inline constexpr size_t k_n_decode_errors = 2;
+std::string_view name(decode_error e);
+
 std::string encode(const stored_response& r);
-std::optional<stored_response> decode(std::string_view bytes);
+// nullopt, with the reason in *why when given, for anything but an encoding as above.
+std::optional<stored_response> decode(std::string_view bytes, decode_error* why = nullptr);
 
 }  // namespace sy::cache

@@ -13,7 +13,7 @@ api_family family_of(const routed_request& r) { return r.meta.anthropic ? api_fa
 
 }  // namespace
 
-void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view finish,
+void send_chunk(listener& l, uint32_t c, std::string_view text, finish_reason finish,
                 const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s) {
   const routed_request& to = *l.r;
   to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !l.started[c], finish, logprobs, usage),
@@ -39,7 +39,7 @@ void answer_success(const listener& l, const active_request& a, const usage_info
     } else {
       for (const auto& d : cs.deltas) cr.text += d;
     }
-    cr.finish_reason = name(cs.finish_reason);
+    cr.finish_reason = cs.finish_reason;
     choices.push_back(std::move(cr));
   }
   http_response resp;

@@ -15,7 +15,7 @@ namespace sy::router {
 
 // One chunk of choice `c` to a stream listener (the first of its choice carries the role).
 // `t_recv_s`: when its frame reached the router (0: not stamped), for the write-latency metric.
-void send_chunk(listener& l, uint32_t c, std::string_view text, std::string_view finish,
+void send_chunk(listener& l, uint32_t c, std::string_view text, sy::finish_reason finish,
                 const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s);
 
 // Every choice of `a` finished: a stream's usage chunk and [DONE], or the whole response (the

@@ -303,10 +303,10 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
   meta.anthropic = std::move(st);
 }
 
-std::string anthropic_stop_reason(const anthropic_state& st, std::string_view finish, bool called) {
-  if (finish == "length") return "max_tokens";
+std::string anthropic_stop_reason(const anthropic_state& st, finish_reason finish, bool called) {
+  if (finish == finish_reason::length) return "max_tokens";
   if (called) return "tool_use";
-  if (finish == "stop" && !st.stop_sequences.empty() && !st.constrained && st.ended_on_eog != true)
+  if (finish == finish_reason::stop && !st.stop_sequences.empty() && !st.constrained && st.ended_on_eog != true)
     return "stop_sequence";
   return "end_turn";
 }
@@ -350,7 +350,7 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   return dump(j);
 }
 
-std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+std::string anthropic_chunk(const response_meta& meta, std::string_view text, finish_reason finish,
                             std::string_view thinking) {
   anthropic_state& st = *meta.anthropic;
   std::string out;
@@ -365,7 +365,7 @@ std::string anthropic_chunk(const response_meta& meta, std::string_view text, st
   }
   tool_stream_delta d;
   if (st.tools) {
-    d = st.tools->feed(text, !finish_reason.empty());
+    d = st.tools->feed(text, finish != finish_reason::none);
   } else {
     d.content = std::string(text);
   }
@@ -392,9 +392,9 @@ std::string anthropic_chunk(const response_meta& meta, std::string_view text, st
                         {"index", st.open_block},
                         {"delta", {{"type", "input_json_delta"}, {"partial_json", c.arguments}}}});
   }
-  if (!finish_reason.empty()) {
+  if (finish != finish_reason::none) {
     close_block(st, out);
-    st.stop_reason = anthropic_stop_reason(st, finish_reason, st.called);
+    st.stop_reason = anthropic_stop_reason(st, finish, st.called);
   }
   if (out.empty()) emit(out, "ping", ordered_json{{"type", "ping"}});  // nothing new: a keep-alive
   return out;

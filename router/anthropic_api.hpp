@@ -59,7 +59,7 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
 // gave stop_sequences and stopped on a token that does not end the turn (ended_on_eog false, or
 // unknown) is reported as stop_sequence, naming its first sequence, unless it was decoded under
 // a grammar (docs/router.md, "Anthropic Messages API").
-std::string anthropic_stop_reason(const anthropic_state& st, std::string_view finish, bool called);
+std::string anthropic_stop_reason(const anthropic_state& st, sy::finish_reason finish, bool called);
 
 // The formatting openai_api.cpp's functions hand over to when meta.anthropic is set. Each
 // stream function returns SSE events with their own `event:` lines (http_exchange::send_event
@@ -68,7 +68,7 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
                                const usage_info& usage);
 // `thinking`: the piece's reasoning (meta.reasoning), streamed as a `thinking` block's
 // thinking_delta before the text.
-std::string anthropic_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+std::string anthropic_chunk(const response_meta& meta, std::string_view text, sy::finish_reason finish,
                             std::string_view thinking = {});
 std::string anthropic_stream_end(const response_meta& meta, const usage_info& usage);
 // {"type":"error","error":{"type","message"}}: the body of an error response.

@@ -719,10 +719,9 @@ std::string api_handler::metrics() const {
                                      "Router time from a token frame received to its bytes written to the client.");
     status_->parse_s.render(out, "switchyard_router_parse_seconds",
                             "Request read to validated and tokenized (HTTP thread).");
-    out += "# HELP switchyard_router_edge_errors_total Requests refused by validation or auth, by status:code.\n";
-    out += "# TYPE switchyard_router_edge_errors_total counter\n";
-    for (const auto& [k, n] : status_->edge_errors)
-      out += "switchyard_router_edge_errors_total{error=\"" + k + "\"} " + std::to_string(n) + "\n";
+    metric_family edge(out, "switchyard_router_edge_errors_total", "counter",
+                       "Requests refused by validation or auth, by status:code.");
+    for (const auto& [k, n] : status_->edge_errors) edge.sample({{"error", k}}, n);
   }
   if (cache_) out += cache_->render_metrics();
   if (responses_) out += responses_->render_metrics();

@@ -37,7 +37,8 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
     }
     for (size_t k = 0; k < ch.deltas.size(); ++k) {
       const bool last = k + 1 == ch.deltas.size();
-      events.push_back(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : "", {}));
+      events.push_back(
+          format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : finish_reason::none, {}));
     }
   }
   for (auto& e : format_stream_end(r.meta, u, r.req.include_usage)) events.push_back(std::move(e));

@@ -140,12 +140,9 @@ void cache_service::query(int64_t from_unix_s, int64_t to_unix_s, size_t top_k,
 
 std::string cache_service::render_metrics() const {
   std::string out;
-  out += "# HELP switchyard_router_cache_lookups_total Response-cache lookups, by outcome.\n";
-  out += "# TYPE switchyard_router_cache_lookups_total counter\n";
+  metric_family lookups(out, "switchyard_router_cache_lookups_total", "counter", "Response-cache lookups, by outcome.");
   for (size_t i = 0; i < cache::k_n_lookup_statuses; ++i)
-    out += "switchyard_router_cache_lookups_total{status=\"" +
-           std::string(cache::name(static_cast<cache::lookup_status>(i))) + "\"} " +
-           std::to_string(by_status_[i].load()) + "\n";
+    lookups.sample({{"status", cache::name(static_cast<cache::lookup_status>(i))}}, by_status_[i].load());
   metric(out, "switchyard_router_cache_queue_full_total", "counter",
          "Lookups not attempted because the cache threads were backed up (served uncached).",
          static_cast<double>(queue_full_.load()));

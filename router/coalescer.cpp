@@ -25,12 +25,13 @@ void coalescer::join(active_request& a, std::shared_ptr<routed_request> r) {
     std::vector<std::string> so_far;
     for (uint32_t c = 0; c < a.choices.size(); ++c) {
       const choice_state& cs = a.choices[c];
-      const std::string_view finish = cs.finished() ? name(cs.finish_reason) : "";
-      const auto chunk = [&](std::string_view text, std::string_view fin) {
+      const finish_reason finish = cs.finish_reason;  // none while unfinished
+      const auto chunk = [&](std::string_view text, finish_reason fin) {
         so_far.push_back(format_chunk(l.r->meta, static_cast<int32_t>(c), text, !l.started[c], fin, {}));
         l.started[c] = true;
       };
-      for (size_t i = 0; i < cs.deltas.size(); ++i) chunk(cs.deltas[i], i + 1 == cs.deltas.size() ? finish : "");
+      for (size_t i = 0; i < cs.deltas.size(); ++i)
+        chunk(cs.deltas[i], i + 1 == cs.deltas.size() ? finish : finish_reason::none);
       if (cs.finished() && cs.deltas.empty()) chunk("", finish);
     }
     l.r->ex->send_events(std::move(so_far));

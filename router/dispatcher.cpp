@@ -522,7 +522,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     cs.echoed = true;
   }
   const bool done = fr == finish_reason::stop || fr == finish_reason::length;
-  const std::string_view ends = done ? name(fr) : "";  // the chunk's finish_reason
+  const finish_reason ends = done ? fr : finish_reason::none;  // the chunk's finish_reason
   if (!r.req.stream) {
     cs.text += text;
     for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
@@ -620,7 +620,7 @@ void dispatcher::finish(active_request& a, double now_s) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
     sr.model = r.model->id;
-    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, std::string(name(cs.finish_reason)), {}});
+    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}});
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
@@ -1021,53 +1021,38 @@ std::string dispatcher::render_metrics(double now_s) const {
     if (a->phase == request_phase::queued) pm.oldest_wait_s = std::max(pm.oldest_wait_s, now_s - a->t_enqueued_s);
   }
   std::string out;
-  out += "# HELP switchyard_router_requests_total Requests answered, by HTTP status (499: client went away).\n";
-  out += "# TYPE switchyard_router_requests_total counter\n";
-  for (const auto& [status, n] : status_counts_)
-    out += "switchyard_router_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
-  out += "# HELP switchyard_router_admission_rejections_total Requests refused at admission, by reason.\n";
-  out += "# TYPE switchyard_router_admission_rejections_total counter\n";
+  metric_family requests(out, "switchyard_router_requests_total", "counter",
+                         "Requests answered, by HTTP status (499: client went away).");
+  for (const auto& [status, n] : status_counts_) requests.sample({{"status", std::to_string(status)}}, n);
+  metric_family rejections(out, "switchyard_router_admission_rejections_total", "counter",
+                           "Requests refused at admission, by reason.");
   for (size_t i = 0; i < k_n_reject_reasons; ++i) {
     const auto r = static_cast<reject_reason>(i);
-    out += "switchyard_router_admission_rejections_total{reason=\"" + std::string(name(r)) + "\"} " +
-           std::to_string(admission_.rejected(r)) + "\n";
+    rejections.sample({{"reason", name(r)}}, admission_.rejected(r));
   }
-  out += "# HELP switchyard_router_queue_depth Requests waiting in the cluster queue, by model and class.\n";
-  out += "# TYPE switchyard_router_queue_depth gauge\n";
+  metric_family depth(out, "switchyard_router_queue_depth", "gauge",
+                      "Requests waiting in the cluster queue, by model and class.");
   for (const auto& [model, pm] : models) {
     const auto q = queue_.by_model().find(model);
     for (size_t i = 0; i < k_n_priority_classes; ++i) {
       const auto c = static_cast<priority_class>(i);
       const size_t n = q == queue_.by_model().end() ? 0 : q->second.size(c);
-      out += "switchyard_router_queue_depth{model=\"" + label_value(model) + "\",class=\"" + std::string(name(c)) +
-             "\"} " + std::to_string(n) + "\n";
+      depth.sample({{"model", model}, {"class", name(c)}}, n);
     }
   }
-  out +=
-      "# HELP switchyard_router_queue_oldest_wait_seconds How long the longest-waiting queued request of each "
-      "model has waited (0: none queued).\n";
-  out += "# TYPE switchyard_router_queue_oldest_wait_seconds gauge\n";
-  for (const auto& [model, pm] : models)
-    out += "switchyard_router_queue_oldest_wait_seconds{model=\"" + label_value(model) + "\"} " +
-           histogram::fmt(pm.oldest_wait_s) + "\n";
+  metric_family oldest(out, "switchyard_router_queue_oldest_wait_seconds", "gauge",
+                       "How long the longest-waiting queued request of each model has waited (0: none queued).");
+  for (const auto& [model, pm] : models) oldest.sample({{"model", model}}, pm.oldest_wait_s);
   metric(out, "switchyard_router_queued_tokens", "gauge", "Prompt + max_tokens of queued requests.",
          static_cast<double>(queue_.tokens()));
-  out +=
-      "# HELP switchyard_router_active_requests Requests admitted and not yet answered (queued or running), by "
-      "model.\n";
-  out += "# TYPE switchyard_router_active_requests gauge\n";
-  for (const auto& [model, pm] : models)
-    out +=
-        "switchyard_router_active_requests{model=\"" + label_value(model) + "\"} " + std::to_string(pm.active) + "\n";
-  out += "# HELP switchyard_router_workers Workers by state (each in exactly one).\n";
-  out += "# TYPE switchyard_router_workers gauge\n";
-  for (const auto s : k_worker_states)
-    out += "switchyard_router_workers{state=\"" + std::string(name(s)) + "\"} " + std::to_string(pool_.count(s)) + "\n";
-  out += "# HELP switchyard_router_worker_in_flight Requests this router has running or queued on each worker.\n";
-  out += "# TYPE switchyard_router_worker_in_flight gauge\n";
-  for (const auto& [w, v] : pool_.all())
-    out += "switchyard_router_worker_in_flight{worker=\"" + label_value(v.endpoint) + "\"} " +
-           std::to_string(v.in_flight) + "\n";
+  metric_family active(out, "switchyard_router_active_requests", "gauge",
+                       "Requests admitted and not yet answered (queued or running), by model.");
+  for (const auto& [model, pm] : models) active.sample({{"model", model}}, pm.active);
+  metric_family workers(out, "switchyard_router_workers", "gauge", "Workers by state (each in exactly one).");
+  for (const auto s : k_worker_states) workers.sample({{"state", name(s)}}, pool_.count(s));
+  metric_family in_flight(out, "switchyard_router_worker_in_flight", "gauge",
+                          "Requests this router has running or queued on each worker.");
+  for (const auto& [w, v] : pool_.all()) in_flight.sample({{"worker", v.endpoint}}, v.in_flight);
   render_kv_metrics(pool_, out);
   metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(prompt_tokens_));

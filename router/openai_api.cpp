@@ -679,8 +679,9 @@ void add_reasoning(ordered_json& delta, const std::string& reasoning) {
   delta["reasoning"] = reasoning;
 }
 
-ordered_json finish_json(std::string_view finish_reason) {
-  return finish_reason.empty() ? ordered_json(nullptr) : ordered_json(std::string(finish_reason));
+// The one place a finish reason becomes JSON: null while none, else its name.
+ordered_json finish_json(finish_reason r) {
+  return r == finish_reason::none ? ordered_json(nullptr) : ordered_json(std::string(name(r)));
 }
 
 // Legacy completions shape; text_offset counts bytes from the start of these tokens' text.
@@ -863,7 +864,7 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
   for (const auto& c : choices) {
     ordered_json choice = ordered_json::object();
     choice["index"] = c.index;
-    std::string_view finish = c.finish_reason;
+    finish_reason finish = c.finish_reason;
     // Reasoning first: tool calls are parsed out of the content alone.
     std::optional<reasoning_split> thought;
     if (chat && meta.reasoning) thought = split_reasoning(*meta.reasoning, c.text);
@@ -881,7 +882,7 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
         for (size_t i = 0; i < parsed.calls.size(); ++i)
           calls.push_back(tool_call_json(tool_call_id(meta.id, c.index, i), parsed.calls[i]));
         message["tool_calls"] = std::move(calls);
-        if (finish == "stop") finish = "tool_calls";
+        if (finish == finish_reason::stop) finish = finish_reason::tool_calls;
       }
       choice["message"] = std::move(message);
     } else if (chat) {
@@ -902,24 +903,23 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 }
 
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
-                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
-                         const usage_info* usage) {
+                         finish_reason finish, const std::vector<token_logprobs>& logprobs, const usage_info* usage) {
   const bool chat = meta.kind == endpoint::chat_completions;
   // Reasoning first: what follows (content, tool calls) reads only the content part.
   reasoning_delta thought;
   if (chat && meta.reasoning && meta.reasoning_streams) {
     reasoning_splitter& sp = meta.reasoning_streams->try_emplace(index, *meta.reasoning).first->second;
-    thought = sp.feed(text, !finish_reason.empty());
+    thought = sp.feed(text, finish != finish_reason::none);
     text = thought.content;
   }
-  if (meta.anthropic) return anthropic_chunk(meta, text, finish_reason, thought.reasoning);  // one choice: n is 1
-  if (meta.responses) return responses_chunk(meta, text, finish_reason, thought.reasoning);  // n is 1 too
+  if (meta.anthropic) return anthropic_chunk(meta, text, finish, thought.reasoning);  // one choice: n is 1
+  if (meta.responses) return responses_chunk(meta, text, finish, thought.reasoning);  // n is 1 too
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
   choice["index"] = index;
   if (chat && meta.tools && meta.tool_streams) {
     tool_call_stream& st = meta.tool_streams->try_emplace(index, *meta.tools).first->second;
-    const tool_stream_delta d = st.feed(text, !finish_reason.empty());
+    const tool_stream_delta d = st.feed(text, finish != finish_reason::none);
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
     add_reasoning(delta, thought.reasoning);
@@ -942,7 +942,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
       delta["tool_calls"] = std::move(calls);
     }
     choice["delta"] = std::move(delta);
-    if (finish_reason == "stop" && st.called()) finish_reason = "tool_calls";
+    if (finish == finish_reason::stop && st.called()) finish = finish_reason::tool_calls;
   } else if (chat) {
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
@@ -953,7 +953,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
     choice["text"] = std::string(text);
   }
   choice["logprobs"] = logprobs_json(meta, logprobs);
-  choice["finish_reason"] = finish_json(finish_reason);
+  choice["finish_reason"] = finish_json(finish);
   j["choices"] = ordered_json::array({std::move(choice)});
   if (usage) j["usage"] = usage_json(*usage);
   return dump(j);

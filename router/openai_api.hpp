@@ -134,7 +134,8 @@ struct token_logprobs {
 struct choice_result {
   int32_t index = 0;
   std::string text;
-  std::string finish_reason;             // "stop", "length" ("tool_calls" is derived here from meta.tools)
+  // stop, length (tool_calls is derived here from meta.tools); written as name() in the JSON.
+  sy::finish_reason finish_reason = sy::finish_reason::none;
   std::vector<token_logprobs> logprobs;  // when requested
 };
 
@@ -193,11 +194,11 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 // or "chat.completion.chunk" (chat: "delta" holds {"role":"assistant"} when `first`, "content"
 // when text is non-empty; with meta.tools, the content and delta.tool_calls of
 // tool_call_stream, and finish_reason "tool_calls" for "stop" once a call went out).
-// finish_reason is null while empty. `usage`, when given, is the usage so far
+// finish_reason is null while none. `usage`, when given, is the usage so far
 // (stream_options.continuous_usage_stats). usage_chunk: "choices": [] and "usage" set
 // (stream_options.include_usage).
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
-                         std::string_view finish_reason, const std::vector<token_logprobs>& logprobs,
+                         sy::finish_reason finish, const std::vector<token_logprobs>& logprobs,
                          const usage_info* usage = nullptr);
 std::string format_usage_chunk(const response_meta& meta, const usage_info& usage);
 

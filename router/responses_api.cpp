@@ -438,7 +438,9 @@ ordered_json response_json(const response_meta& meta, const responses_state& st,
   return j;
 }
 
-const char* final_status(const responses_state& st) { return st.finish == "length" ? "incomplete" : "completed"; }
+const char* final_status(const responses_state& st) {
+  return st.finish == finish_reason::length ? "incomplete" : "completed";
+}
 
 // Appends one SSE event ("event: NAME\ndata: JSON"), numbered, a blank line apart from the one before.
 void emit(std::string& out, responses_state& st, const char* event, ordered_json data) {
@@ -493,7 +495,7 @@ void close_item(responses_state& st, std::string& out) {
       break;
   }
   emit(out, st, "response.output_item.done",
-       ordered_json{{"output_index", idx}, {"item", item_json(it, st.finish == "length")}});
+       ordered_json{{"output_index", idx}, {"item", item_json(it, st.finish == finish_reason::length)}});
 }
 
 responses_item& open_item(const response_meta& meta, responses_state& st, std::string& out, responses_item::kind k,
@@ -650,12 +652,12 @@ std::string responses_response(const response_meta& meta, const std::vector<choi
   return st.final_response;
 }
 
-std::string responses_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+std::string responses_chunk(const response_meta& meta, std::string_view text, finish_reason finish,
                             std::string_view thinking) {
   responses_state& st = *meta.responses;
   std::string out;
   start(meta, st, out);
-  const bool done = !finish_reason.empty();
+  const bool done = finish != finish_reason::none;
   if (!thinking.empty()) {
     if (!open_is(st, responses_item::kind::reasoning)) open_item(meta, st, out, responses_item::kind::reasoning);
     responses_item& it = st.items[static_cast<size_t>(st.open)];
@@ -691,7 +693,7 @@ std::string responses_chunk(const response_meta& meta, std::string_view text, st
          ordered_json{{"item_id", it.id}, {"output_index", st.open}, {"delta", c.arguments}});
   }
   if (done) {
-    st.finish = std::string(finish_reason);
+    st.finish = finish;
     const bool called = std::any_of(st.items.begin(), st.items.end(), [](const responses_item& i) {
       return i.type == responses_item::kind::function_call;
     });
@@ -708,7 +710,7 @@ std::string responses_stream_end(const response_meta& meta, const usage_info& us
   responses_state& st = *meta.responses;
   std::string out;
   start(meta, st, out);
-  if (st.finish.empty()) st.finish = "stop";
+  if (st.finish == finish_reason::none) st.finish = finish_reason::stop;
   close_item(st, out);
   const char* status = final_status(st);
   ordered_json resp = response_json(meta, st, status, &usage);

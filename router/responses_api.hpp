@@ -86,8 +86,8 @@ struct responses_state {
   uint32_t sequence = 0;  // the next event's sequence_number
   bool started = false;   // response.created and response.in_progress sent
   std::vector<responses_item> items;
-  int32_t open = -1;   // index of the item open, -1: none
-  std::string finish;  // the choice's finish reason, set by its last chunk
+  int32_t open = -1;                                   // index of the item open, -1: none
+  sy::finish_reason finish = sy::finish_reason::none;  // the choice's, set by its last chunk
   // The finished response object, set when the whole response or its last stream event is
   // formatted: what the store keeps (responses_record).
   std::string final_response;
@@ -101,7 +101,7 @@ void enable_responses(response_meta& meta, const responses_request& r, std::stri
 // functions return SSE events with their own `event:` lines, a blank line apart.
 std::string responses_response(const response_meta& meta, const std::vector<choice_result>& choices,
                                const usage_info& usage);
-std::string responses_chunk(const response_meta& meta, std::string_view text, std::string_view finish_reason,
+std::string responses_chunk(const response_meta& meta, std::string_view text, sy::finish_reason finish,
                             std::string_view thinking = {});
 std::string responses_stream_end(const response_meta& meta, const usage_info& usage);
 // A stream's terminal error: an `error` event, then response.failed.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cache/entry_mac.hpp"
+#include "cache/percent_escape.hpp"
 #include "common/metrics.hpp"
 #include "router/responses_api.hpp"
 
@@ -12,23 +13,10 @@ namespace {
 
 using cache::redis_reply;
 
-std::string escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '%')
-      out += "%25";
-    else if (c == ':')
-      out += "%3A";
-    else
-      out.push_back(c);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string responses_store::key(std::string_view tenant, std::string_view id) {
-  return "sy:v1:resp:" + escape(tenant) + ":" + std::string(id);
+  return "sy:v1:resp:" + cache::percent_escape(tenant, ':') + ":" + std::string(id);
 }
 
 void responses_store::get(std::string_view tenant, const std::string& id,

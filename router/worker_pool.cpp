@@ -335,13 +335,12 @@ void worker_pool::on_finished(worker_ref w) {
 
 void render_kv_metrics(const worker_pool& pool, std::string& out) {
   const kv_view_counters& c = pool.kv_counters();
-  out +=
-      "# HELP switchyard_router_kv_events_total Workers' KV block events applied to this router's prefix views, "
-      "by kind (stored/evicted: block hashes; snapshot: full snapshots).\n";
-  out += "# TYPE switchyard_router_kv_events_total counter\n";
-  out += "switchyard_router_kv_events_total{kind=\"stored\"} " + std::to_string(c.stored) + "\n";
-  out += "switchyard_router_kv_events_total{kind=\"evicted\"} " + std::to_string(c.evicted) + "\n";
-  out += "switchyard_router_kv_events_total{kind=\"snapshot\"} " + std::to_string(c.snapshots) + "\n";
+  metric_family events(out, "switchyard_router_kv_events_total", "counter",
+                       "Workers' KV block events applied to this router's prefix views, by kind (stored/evicted: "
+                       "block hashes; snapshot: full snapshots).");
+  events.sample({{"kind", "stored"}}, c.stored);
+  events.sample({{"kind", "evicted"}}, c.evicted);
+  events.sample({{"kind", "snapshot"}}, c.snapshots);
   metric(out, "switchyard_router_kv_event_gaps_total", "counter",
          "KV event messages that followed a lost one (sequence gap) or came before any snapshot.",
          static_cast<double>(c.gaps));
@@ -353,20 +352,15 @@ void render_kv_metrics(const worker_pool& pool, std::string& out) {
   metric(out, "switchyard_router_kv_resyncs_total", "counter",
          "Snapshots asked of workers (kv_resync) because a prefix view went stale.",
          static_cast<double>(pool.kv_resyncs()));
-  out += "# HELP switchyard_router_kv_view_blocks KV blocks each worker holds, as this router's view has them.\n";
-  out += "# TYPE switchyard_router_kv_view_blocks gauge\n";
+  metric_family blocks(out, "switchyard_router_kv_view_blocks", "gauge",
+                       "KV blocks each worker holds, as this router's view has them.");
   for (const auto& [w, v] : pool.all())
-    if (const kv_view* k = pool.kv_view_of(w))
-      out += "switchyard_router_kv_view_blocks{worker=\"" + label_value(v.endpoint) + "\"} " +
-             std::to_string(k->size()) + "\n";
-  out +=
-      "# HELP switchyard_router_kv_view_exact 1 when this router's view of the worker's prefix cache is exact "
-      "(a snapshot and every event since).\n";
-  out += "# TYPE switchyard_router_kv_view_exact gauge\n";
+    if (const kv_view* k = pool.kv_view_of(w)) blocks.sample({{"worker", v.endpoint}}, k->size());
+  metric_family exact(out, "switchyard_router_kv_view_exact", "gauge",
+                      "1 when this router's view of the worker's prefix cache is exact (a snapshot and every event "
+                      "since).");
   for (const auto& [w, v] : pool.all())
-    if (const kv_view* k = pool.kv_view_of(w))
-      out += "switchyard_router_kv_view_exact{worker=\"" + label_value(v.endpoint) + "\"} " +
-             std::string(k->exact() ? "1" : "0") + "\n";
+    if (const kv_view* k = pool.kv_view_of(w)) exact.sample({{"worker", v.endpoint}}, k->exact() ? 1 : 0);
 }
 
 }  // namespace sy::router

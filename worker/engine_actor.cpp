@@ -123,13 +123,11 @@ std::string render_metrics(const metrics_snapshot& m) {
          static_cast<double>(e.prompt_tokens));
   metric(o, "switchyard_worker_generation_tokens_total", "counter", "Tokens sampled.",
          static_cast<double>(e.decode_tokens));
-  o += "# HELP switchyard_worker_requests_finished_total Requests finished, by reason.\n"
-       "# TYPE switchyard_worker_requests_finished_total counter\n";
+  metric_family finished(o, "switchyard_worker_requests_finished_total", "counter", "Requests finished, by reason.");
   for (size_t i = 0; i < k_n_finish_reasons; ++i) {
     const auto r = static_cast<finish_reason>(i);
     if (r == finish_reason::none || r == finish_reason::tool_calls) continue;  // not an engine's ending
-    o += "switchyard_worker_requests_finished_total{reason=\"" + std::string(name(r)) + "\"} " +
-         std::to_string(c.finished[i]) + "\n";
+    finished.sample({{"reason", name(r)}}, c.finished[i]);
   }
   metric(o, "switchyard_worker_requests_rejected_total", "counter", "Submits answered with an error.",
          static_cast<double>(c.rejected));
@@ -147,11 +145,11 @@ std::string render_metrics(const metrics_snapshot& m) {
   if (c.frames_dropped > 0)  // only under fault injection (tests)
     metric(o, "switchyard_worker_fault_frames_dropped_total", "counter",
            "Tokens frames not sent on purpose (--fault-inject drop-frames:N).", static_cast<double>(c.frames_dropped));
-  o += "# HELP switchyard_worker_kv_events_total Block hashes published to routers' prefix views, by kind (once "
-       "per step, whatever the number of routers).\n"
-       "# TYPE switchyard_worker_kv_events_total counter\n";
-  o += "switchyard_worker_kv_events_total{kind=\"stored\"} " + std::to_string(c.kv.stored) + "\n";
-  o += "switchyard_worker_kv_events_total{kind=\"evicted\"} " + std::to_string(c.kv.evicted) + "\n";
+  metric_family kv_events(o, "switchyard_worker_kv_events_total", "counter",
+                          "Block hashes published to routers' prefix views, by kind (once per step, whatever the "
+                          "number of routers).");
+  kv_events.sample({{"kind", "stored"}}, c.kv.stored);
+  kv_events.sample({{"kind", "evicted"}}, c.kv.evicted);
   metric(o, "switchyard_worker_kv_snapshots_total", "counter",
          "Full prefix-cache snapshots sent to routers (on hello, on a router's resync request, after lost events).",
          static_cast<double>(c.kv.snapshots));

@@ -166,7 +166,7 @@ TEST_CASE("anthropic: a response is an Anthropic message") {
   router::enable_anthropic(meta, g, 7);
   router::choice_result c;
   c.text = "Hello";
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(meta, {c}, {7, 3, 0}));
   CHECK(j["type"] == "message");
   CHECK(j["role"] == "assistant");
@@ -174,19 +174,19 @@ TEST_CASE("anthropic: a response is an Anthropic message") {
   CHECK(j["stop_reason"] == "stop_sequence");
   CHECK(j["stop_sequence"] == "END");
   CHECK(j["usage"] == json::parse(R"({"input_tokens": 7, "output_tokens": 3})"));
-  c.finish_reason = "length";
+  c.finish_reason = sy::finish_reason::length;
   CHECK(json::parse(router::format_response(meta, {c}, {7, 3, 0}))["stop_reason"] == "max_tokens");
   router::anthropic_state st;
-  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "end_turn");
   st.stop_sequences = {"END"};
-  CHECK(router::anthropic_stop_reason(st, "stop", true) == "tool_use");
-  CHECK(router::anthropic_stop_reason(st, "stop", false) == "stop_sequence");  // unknown: the sequence
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, true) == "tool_use");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "stop_sequence");  // unknown: the sequence
   st.ended_on_eog = true;  // the dispatcher saw the end-of-generation token
-  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "end_turn");
   st.ended_on_eog = false;
-  CHECK(router::anthropic_stop_reason(st, "stop", false) == "stop_sequence");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "stop_sequence");
   st.constrained = true;  // a grammar's end, not a stop string
-  CHECK(router::anthropic_stop_reason(st, "stop", false) == "end_turn");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "end_turn");
 }
 
 TEST_CASE("anthropic: a stream is message_start, blocks, message_delta, message_stop") {
@@ -196,9 +196,9 @@ TEST_CASE("anthropic: a stream is message_start, blocks, message_delta, message_
   const auto g = parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]})");
   router::enable_anthropic(meta, g, 5);
   std::vector<std::pair<std::string, json>> all;
-  for (const auto& piece :
-       {router::format_chunk(meta, 0, "Hel", true, "", {}), router::format_chunk(meta, 0, "lo", false, "", {}),
-        router::format_chunk(meta, 0, "", false, "stop", {})})
+  for (const auto& piece : {router::format_chunk(meta, 0, "Hel", true, sy::finish_reason::none, {}),
+                            router::format_chunk(meta, 0, "lo", false, sy::finish_reason::none, {}),
+                            router::format_chunk(meta, 0, "", false, sy::finish_reason::stop, {})})
     for (auto& e : events(piece)) all.push_back(e);
   for (const auto& piece : router::format_stream_end(meta, {5, 2, 0}, false))
     for (auto& e : events(piece)) all.push_back(e);
@@ -235,7 +235,7 @@ TEST_CASE("anthropic: a streamed tool_use's input adds up to the non-streamed in
   router::response_meta whole = meta_for();
   router::choice_result c;
   c.text = text;
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(whole, {c}, {9, 12, 0}));
   REQUIRE(j["content"].size() == 1);
   CHECK(j["content"][0]["type"] == "tool_use");
@@ -247,8 +247,8 @@ TEST_CASE("anthropic: a streamed tool_use's input adds up to the non-streamed in
   std::string partial, tool_id, stop_reason;
   for (size_t i = 0; i < text.size(); i += 3) {
     const bool last = i + 3 >= text.size();
-    for (const auto& [name, data] :
-         events(router::format_chunk(streamed, 0, text.substr(i, 3), i == 0, last ? "stop" : "", {}))) {
+    for (const auto& [name, data] : events(router::format_chunk(
+             streamed, 0, text.substr(i, 3), i == 0, last ? sy::finish_reason::stop : sy::finish_reason::none, {}))) {
       if (name == "content_block_start") tool_id = data["content_block"]["id"];
       if (name == "content_block_delta") {
         REQUIRE(data["delta"]["type"] == "input_json_delta");

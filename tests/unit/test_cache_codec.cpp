@@ -20,14 +20,26 @@ stored_response sample_response() {
   stored_response r;
   r.endpoint = 1;
   r.model = "smollm2-135m";
-  r.choices.push_back({{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, "stop", R"({"content":[]})"});
-  r.choices.push_back({{"Hi"}, "length", ""});
+  r.choices.push_back(
+      {{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, sy::finish_reason::stop, R"({"content":[]})"});
+  r.choices.push_back({{"Hi"}, sy::finish_reason::length, ""});
   r.prompt_tokens = 31;
   r.completion_tokens = 7;
   r.cached_tokens = 16;
   r.generation_s = 0.125;
   r.created_unix_s = 1'700'000'123;
   return r;
+}
+
+// The encoding's trailing checksum (cache/stored_response.hpp), to forge well-formed records.
+std::string with_checksum(std::string body) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : body) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  return body;
 }
 
 }  // namespace
@@ -39,12 +51,38 @@ TEST_CASE("stored_response round-trips through encode and decode", "[cache_codec
   REQUIRE(back);
   CHECK(*back == r);
   CHECK(back->text(0) == std::string("Hello, world!\0\xff", 15));
-  CHECK(back->choices[1].finish_reason == "length");
+  CHECK(back->choices[1].finish_reason == sy::finish_reason::length);
 
   stored_response empty;
   auto back_empty = decode(encode(empty));
   REQUIRE(back_empty);
   CHECK(*back_empty == empty);
+}
+
+TEST_CASE("stored_response keeps finish reasons as their names", "[cache_codec]") {
+  // The stored format predates the enum: each reason is the str of its name, so records written
+  // before and after read the same.
+  const std::string bytes = encode(sample_response());
+  CHECK(bytes.find(std::string("\x04\0\0\0stop", 8)) != std::string::npos);
+  CHECK(bytes.find(std::string("\x06\0\0\0length", 10)) != std::string::npos);
+
+  // A name this build does not know (a newer router's) is a named refusal, not a guess.
+  std::string body = bytes.substr(0, bytes.size() - 8);
+  const size_t at = body.find("stop");
+  REQUIRE(at != std::string::npos);
+  body.replace(at, 4, "halt");
+  decode_error why = decode_error::malformed;
+  CHECK_FALSE(decode(with_checksum(body), &why));
+  CHECK(why == decode_error::unknown_finish_reason);
+  CHECK(name(why) == "unknown_finish_reason");
+  // The forged checksum is right: the same body with a known name decodes.
+  body.replace(at, 4, "stop");
+  CHECK(decode(with_checksum(body)) == sample_response());
+
+  why = decode_error::unknown_finish_reason;
+  CHECK_FALSE(decode(std::string_view(bytes).substr(0, 20), &why));
+  CHECK(why == decode_error::malformed);
+  CHECK(name(why) == "malformed");
 }
 
 TEST_CASE("decode rejects every truncation, extension and single-bit flip", "[cache_codec]") {

@@ -145,7 +145,7 @@ stored_response make_response(std::string text, std::string model = "smollm2-135
   r.model = std::move(model);
   stored_response::choice c;
   for (size_t i = 0; i < text.size(); i += 4) c.deltas.push_back(text.substr(i, 4));
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   r.choices.push_back(std::move(c));
   r.prompt_tokens = 12;
   r.completion_tokens = 5;
@@ -285,7 +285,7 @@ TEST_CASE("entries over max_entry_bytes and unfinished responses are not stored"
   CHECK(st == lookup_status::miss);
 
   stored_response unfinished = make_response("cut off");
-  unfinished.choices[0].finish_reason.clear();
+  unfinished.choices[0].finish_reason = sy::finish_reason::none;
   CHECK_FALSE(cache.store(key_for("acme", 2), unfinished));
   stored_response no_choices = make_response("x");
   no_choices.choices.clear();
@@ -549,6 +549,11 @@ TEST_CASE("analytics: a known mix of events reads back exactly", "[cache_redis]"
   cache.record(event_kind::miss, "acme", "m2", 0, 0, 0, p3, nullptr);
   CHECK(cache.counters().records == 10);
   CHECK(cache.counters().records_dropped == 0);
+
+  // The hash fields spell escaped names as they always have (cache/percent_escape.hpp).
+  auto field = cache.client().command({"HGET", "sy:v1:stats:" + std::to_string(t0 / 60), "hit|glo%7Cbex%25|m2"});
+  REQUIRE(field);
+  CHECK(field->str == "1");
 
   // Stats keys expire.
   auto ttl = cache.client().command({"TTL", "sy:v1:stats:" + std::to_string(t0 / 60)});

@@ -553,8 +553,8 @@ void check_usage(const json& u, uint32_t prompt, uint32_t completion, uint32_t c
 
 TEST_CASE("completions response has the text_completion shape", "[openai_api]") {
   const auto m = meta_for(endpoint::completions, false);
-  router::choice_result c0{0, "Hello", "stop", {}};
-  router::choice_result c1{1, "Bye", "length", {}};
+  router::choice_result c0{0, "Hello", sy::finish_reason::stop, {}};
+  router::choice_result c1{1, "Bye", sy::finish_reason::length, {}};
   router::usage_info usage{12, 5, 4};
   const std::string body = router::format_response(m, {c0, c1}, usage);
   CHECK(body.rfind(R"({"id":"cmpl-abc","object":"text_completion",)", 0) == 0);  // OpenAI's key order
@@ -575,7 +575,7 @@ TEST_CASE("completions response has the text_completion shape", "[openai_api]") 
 
 TEST_CASE("completions logprobs have tokens, token_logprobs, top_logprobs and text_offset", "[openai_api]") {
   const auto m = meta_for(endpoint::completions, true);
-  router::choice_result c{0, "Hello", "stop", sample_logprobs()};
+  router::choice_result c{0, "Hello", sy::finish_reason::stop, sample_logprobs()};
   const json j = parsed(router::format_response(m, {c}, {}));
   const json& lp = j.at("choices").at(0).at("logprobs");
   CHECK(keys(lp) == std::set<std::string>{"tokens", "token_logprobs", "top_logprobs", "text_offset"});
@@ -585,7 +585,7 @@ TEST_CASE("completions logprobs have tokens, token_logprobs, top_logprobs and te
   CHECK(lp.at("text_offset") == json::array({0, 3}));
 
   // No alternatives requested: one empty object per token.
-  router::choice_result bare{0, "Hi", "stop", {{"Hi", -0.1f, {}}}};
+  router::choice_result bare{0, "Hi", sy::finish_reason::stop, {{"Hi", -0.1f, {}}}};
   const json b = parsed(router::format_response(m, {bare}, {}));
   CHECK(b["choices"][0]["logprobs"]["top_logprobs"] == json::parse("[{}]"));
   // Floats come out in their shortest form, not widened to double noise.
@@ -594,7 +594,7 @@ TEST_CASE("completions logprobs have tokens, token_logprobs, top_logprobs and te
 
 TEST_CASE("chat response has the chat.completion shape with logprobs content", "[openai_api]") {
   const auto m = meta_for(endpoint::chat_completions, true);
-  router::choice_result c{0, "Hello", "stop", sample_logprobs()};
+  router::choice_result c{0, "Hello", sy::finish_reason::stop, sample_logprobs()};
   const json j = parsed(router::format_response(m, {c}, {3, 2, 0}));
   CHECK(keys(j) == std::set<std::string>{"id", "object", "created", "model", "choices", "usage"});
   check_envelope(j, m, "chat.completion");
@@ -622,7 +622,7 @@ TEST_CASE("chat response has the chat.completion shape with logprobs content", "
 
 TEST_CASE("chat chunks carry the role first and content only when non-empty", "[openai_api]") {
   const auto m = meta_for(endpoint::chat_completions, false);
-  const json first = parsed(router::format_chunk(m, 0, "", true, "", {}));
+  const json first = parsed(router::format_chunk(m, 0, "", true, sy::finish_reason::none, {}));
   CHECK(keys(first) == std::set<std::string>{"id", "object", "created", "model", "choices"});
   check_envelope(first, m, "chat.completion.chunk");
   REQUIRE(first.at("choices").size() == 1);
@@ -632,16 +632,16 @@ TEST_CASE("chat chunks carry the role first and content only when non-empty", "[
   CHECK(c0.at("logprobs").is_null());
   CHECK(c0.at("finish_reason").is_null());
 
-  const json mid = parsed(router::format_chunk(m, 1, "lo", false, "", {}));
+  const json mid = parsed(router::format_chunk(m, 1, "lo", false, sy::finish_reason::none, {}));
   CHECK(mid["choices"][0].at("index") == 1);
   CHECK(mid["choices"][0].at("delta") == json{{"content", "lo"}});
 
-  const json last = parsed(router::format_chunk(m, 0, "", false, "length", {}));
+  const json last = parsed(router::format_chunk(m, 0, "", false, sy::finish_reason::length, {}));
   CHECK(last["choices"][0].at("delta") == json::object());
   CHECK(last["choices"][0].at("finish_reason") == "length");
 
   const auto ml = meta_for(endpoint::chat_completions, true);
-  const json with_lp = parsed(router::format_chunk(ml, 0, "Hello", true, "stop", sample_logprobs()));
+  const json with_lp = parsed(router::format_chunk(ml, 0, "Hello", true, sy::finish_reason::stop, sample_logprobs()));
   CHECK(with_lp["choices"][0].at("delta") == json{{"role", "assistant"}, {"content", "Hello"}});
   CHECK(with_lp["choices"][0]["logprobs"]["content"].size() == 2);
   CHECK(with_lp["choices"][0]["logprobs"]["content"][1]["token"] == "lo");
@@ -649,7 +649,7 @@ TEST_CASE("chat chunks carry the role first and content only when non-empty", "[
 
 TEST_CASE("completions chunks have the text_completion shape", "[openai_api]") {
   const auto m = meta_for(endpoint::completions, true);
-  const json j = parsed(router::format_chunk(m, 2, "Hello", true, "", sample_logprobs()));
+  const json j = parsed(router::format_chunk(m, 2, "Hello", true, sy::finish_reason::none, sample_logprobs()));
   CHECK(keys(j) == std::set<std::string>{"id", "object", "created", "model", "choices"});
   check_envelope(j, m, "text_completion");
   REQUIRE(j.at("choices").size() == 1);
@@ -660,7 +660,8 @@ TEST_CASE("completions chunks have the text_completion shape", "[openai_api]") {
   CHECK(c.at("finish_reason").is_null());
   CHECK(c.at("logprobs").at("tokens") == json::array({"Hel", "lo"}));
 
-  const json end = parsed(router::format_chunk(meta_for(endpoint::completions, false), 0, "", false, "stop", {}));
+  const json end =
+      parsed(router::format_chunk(meta_for(endpoint::completions, false), 0, "", false, sy::finish_reason::stop, {}));
   CHECK(end["choices"][0].at("text") == "");
   CHECK(end["choices"][0].at("logprobs").is_null());
   CHECK(end["choices"][0].at("finish_reason") == "stop");
@@ -686,8 +687,8 @@ TEST_CASE("a token text with half a UTF-8 char formats without throwing", "[open
   for (const endpoint kind : {endpoint::completions, endpoint::chat_completions}) {
     const auto m = meta_for(kind, true);
     std::string body, chunk;
-    REQUIRE_NOTHROW(body = router::format_response(m, {{0, "a\xE6\x97", "length", {half}}}, {}));
-    REQUIRE_NOTHROW(chunk = router::format_chunk(m, 0, "\xE6\x97", true, "", {half}));
+    REQUIRE_NOTHROW(body = router::format_response(m, {{0, "a\xE6\x97", sy::finish_reason::length, {half}}}, {}));
+    REQUIRE_NOTHROW(chunk = router::format_chunk(m, 0, "\xE6\x97", true, sy::finish_reason::none, {half}));
     const json j = parsed(body);
     parsed(chunk);
     if (kind == endpoint::completions) {
@@ -711,11 +712,11 @@ TEST_CASE("a token text with half a UTF-8 char formats without throwing", "[open
   m.model = junk;
   junk += "\xED\xA0\x80\xF4\x90\x80\x80\xF0\x9F\x9A";  // a surrogate, > U+10FFFF, a cut 4-byte char
   std::string out;
-  REQUIRE_NOTHROW(out = router::format_chunk(m, 0, junk, true, "", {}));
+  REQUIRE_NOTHROW(out = router::format_chunk(m, 0, junk, true, sy::finish_reason::none, {}));
   parsed(out);
   // Token texts and choice texts are repaired the same way.
   m.want_logprobs = true;
-  const json j = parsed(router::format_response(m, {{0, junk, "stop", {{junk, -1.f, {}}}}}, {}));
+  const json j = parsed(router::format_response(m, {{0, junk, sy::finish_reason::stop, {{junk, -1.f, {}}}}}, {}));
   const json& content = j["choices"][0]["message"]["content"];
   CHECK(content == j["choices"][0]["logprobs"]["content"][0]["token"]);
   CHECK(content.get<std::string>().find(k_replacement) != std::string::npos);
@@ -727,7 +728,7 @@ TEST_CASE("non-finite logprobs are clamped to -9999", "[openai_api]") {
   t.token = "x";
   t.logprob = -std::numeric_limits<float>::infinity();
   t.top = {{"x", std::numeric_limits<float>::quiet_NaN()}, {"y", -1e30f}};
-  const json j = parsed(router::format_response(m, {{0, "x", "stop", {t}}}, {}));
+  const json j = parsed(router::format_response(m, {{0, "x", sy::finish_reason::stop, {t}}}, {}));
   const json& e = j["choices"][0]["logprobs"]["content"][0];
   CHECK(e["logprob"] == -9999.0);
   CHECK(e["top_logprobs"][0]["logprob"] == -9999.0);
@@ -807,11 +808,11 @@ TEST_CASE("stream_options.continuous_usage_stats is read, with or without includ
 TEST_CASE("a chunk carries the usage so far only when asked", "[openai_api]") {
   const auto m = meta_for(endpoint::chat_completions, false);
   const router::usage_info u{40, 3, 0};
-  const json j = parsed(router::format_chunk(m, 0, "lo", false, "", {}, &u));
+  const json j = parsed(router::format_chunk(m, 0, "lo", false, sy::finish_reason::none, {}, &u));
   CHECK(keys(j) == std::set<std::string>{"id", "object", "created", "model", "choices", "usage"});
   check_usage(j.at("usage"), 40, 3, 0);
   CHECK(j["choices"][0].at("delta") == json{{"content", "lo"}});
-  CHECK_FALSE(parsed(router::format_chunk(m, 0, "lo", false, "", {})).contains("usage"));
+  CHECK_FALSE(parsed(router::format_chunk(m, 0, "lo", false, sy::finish_reason::none, {})).contains("usage"));
 }
 
 namespace {

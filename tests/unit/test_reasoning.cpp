@@ -293,7 +293,8 @@ TEST_CASE("reasoning: responses carry reasoning_content and reasoning, never in 
   const router::response_meta meta = chat_meta(k_closed);
   router::usage_info u{10, 12, 0};
   u.reasoning_tokens = 7;
-  const json j = json::parse(router::format_response(meta, {{0, "<think>\nhmm\n</think>\n\nFour.", "stop", {}}}, u));
+  const json j = json::parse(
+      router::format_response(meta, {{0, "<think>\nhmm\n</think>\n\nFour.", sy::finish_reason::stop, {}}}, u));
   const json& msg = j["choices"][0]["message"];
   CHECK(msg["content"] == "Four.");
   CHECK(msg["reasoning_content"] == "\nhmm\n");
@@ -301,20 +302,22 @@ TEST_CASE("reasoning: responses carry reasoning_content and reasoning, never in 
   CHECK(j["usage"]["completion_tokens_details"]["reasoning_tokens"] == 7);
 
   // Cut while thinking: all reasoning, content null, finish_reason length.
-  const json cut = json::parse(router::format_response(meta, {{0, "<think>still going", "length", {}}}, u));
+  const json cut =
+      json::parse(router::format_response(meta, {{0, "<think>still going", sy::finish_reason::length, {}}}, u));
   CHECK(cut["choices"][0]["message"]["content"].is_null());
   CHECK(cut["choices"][0]["message"]["reasoning_content"] == "still going");
   CHECK(cut["choices"][0]["finish_reason"] == "length");
 
   // No tags: content as written, reasoning null.
-  const json none = json::parse(router::format_response(meta, {{0, "Just four.", "stop", {}}}, u));
+  const json none = json::parse(router::format_response(meta, {{0, "Just four.", sy::finish_reason::stop, {}}}, u));
   CHECK(none["choices"][0]["message"]["content"] == "Just four.");
   CHECK(none["choices"][0]["message"]["reasoning_content"].is_null());
 
   // Without the parser nothing changes: no reasoning fields, no details.
   router::response_meta off = meta;
   off.reasoning.reset();
-  const json raw = json::parse(router::format_response(off, {{0, "<think>x</think>y", "stop", {}}}, {10, 12, 0}));
+  const json raw =
+      json::parse(router::format_response(off, {{0, "<think>x</think>y", sy::finish_reason::stop, {}}}, {10, 12, 0}));
   CHECK(raw["choices"][0]["message"]["content"] == "<think>x</think>y");
   CHECK_FALSE(raw["choices"][0]["message"].contains("reasoning_content"));
   CHECK_FALSE(raw["usage"].contains("completion_tokens_details"));
@@ -329,7 +332,8 @@ TEST_CASE("reasoning: streamed chunks put reasoning deltas first, content only a
     const std::vector<std::string> pieces = {text.substr(0, cut), text.substr(cut), ""};
     for (size_t i = 0; i < pieces.size(); ++i) {
       const bool last = i + 1 == pieces.size();
-      const json c = json::parse(router::format_chunk(meta, 0, pieces[i], i == 0, last ? "stop" : "", {}));
+      const json c = json::parse(router::format_chunk(meta, 0, pieces[i], i == 0,
+                                                      last ? sy::finish_reason::stop : sy::finish_reason::none, {}));
       const json& d = c["choices"][0]["delta"];
       if (d.contains("reasoning_content")) {
         reasoning += d["reasoning_content"].get<std::string>();
@@ -365,7 +369,7 @@ TEST_CASE("reasoning: tool calls after the thinking still parse, whole and strea
     router::enable_tool_calls(meta, g, sy::chat_format::chatml);
     return meta;
   };
-  const json j = json::parse(router::format_response(meta_for(), {{0, text, "stop", {}}}, {}));
+  const json j = json::parse(router::format_response(meta_for(), {{0, text, sy::finish_reason::stop, {}}}, {}));
   const json& msg = j["choices"][0]["message"];
   CHECK(j["choices"][0]["finish_reason"] == "tool_calls");
   CHECK(msg["reasoning_content"] == "The user wants <tool_call> the time.");
@@ -378,7 +382,8 @@ TEST_CASE("reasoning: tool calls after the thinking still parse, whole and strea
   std::string finish;
   for (size_t at = 0; at < text.size(); at += 5) {
     const bool last = at + 5 >= text.size();
-    const json c = json::parse(router::format_chunk(meta, 0, text.substr(at, 5), at == 0, last ? "stop" : "", {}));
+    const json c = json::parse(router::format_chunk(meta, 0, text.substr(at, 5), at == 0,
+                                                    last ? sy::finish_reason::stop : sy::finish_reason::none, {}));
     const json& d = c["choices"][0]["delta"];
     if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
     if (d.contains("tool_calls")) {
@@ -406,7 +411,7 @@ TEST_CASE("reasoning: the Anthropic route answers with a thinking block before t
   };
   router::choice_result c;
   c.text = "hmm</think>\n\nHello";
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(meta_for(), {c}, {3, 5, 0}));
   REQUIRE(j["content"].size() == 2);
   CHECK(j["content"][0]["type"] == "thinking");
@@ -416,7 +421,10 @@ TEST_CASE("reasoning: the Anthropic route answers with a thinking block before t
   const router::response_meta meta = meta_for();
   std::string out;
   for (const auto& [piece, finish] :
-       std::vector<std::pair<std::string, std::string>>{{"hm", ""}, {"m</th", ""}, {"ink>\n\nHel", ""}, {"lo", "stop"}})
+       std::vector<std::pair<std::string, sy::finish_reason>>{{"hm", sy::finish_reason::none},
+                                                              {"m</th", sy::finish_reason::none},
+                                                              {"ink>\n\nHel", sy::finish_reason::none},
+                                                              {"lo", sy::finish_reason::stop}})
     out += router::format_chunk(meta, 0, piece, false, finish, {}) + "\n\n";
   CHECK(out.find(R"("content_block":{"type":"thinking")") != std::string::npos);
   CHECK(out.find(R"({"type":"thinking_delta","thinking":"hm"})") != std::string::npos);
@@ -434,7 +442,7 @@ TEST_CASE("reasoning: a cache entry keeps the reasoning token count", "[reasonin
   sy::cache::stored_response r;
   r.endpoint = 1;
   r.model = "m";
-  r.choices.push_back({{"<think>a", "b</think>c"}, "stop", ""});
+  r.choices.push_back({{"<think>a", "b</think>c"}, sy::finish_reason::stop, ""});
   r.prompt_tokens = 4;
   r.completion_tokens = 6;
   r.reasoning_tokens = 3;

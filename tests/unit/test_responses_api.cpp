@@ -224,7 +224,7 @@ TEST_CASE("responses: a response object with its message, usage and echo") {
   auto meta = meta_for(r, g);
   router::choice_result c;
   c.text = "Hello";
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(meta, {c}, {7, 3, 2}));
   CHECK(j["id"] == "resp_0123456789abcdef");
   CHECK(j["object"] == "response");
@@ -269,7 +269,7 @@ TEST_CASE("responses: a response object with its message, usage and echo") {
   CHECK_FALSE(router::responses_history(R"({"response": {}})").has_value());
   // Cut by max_output_tokens: incomplete. Without a store, `store` says false.
   auto unstored = meta_for(r, g, "", false);
-  c.finish_reason = "length";
+  c.finish_reason = sy::finish_reason::length;
   const json cut = json::parse(router::format_response(unstored, {c}, {7, 8, 0}));
   CHECK(cut["status"] == "incomplete");
   CHECK(cut["incomplete_details"] == json::parse(R"({"reason": "max_output_tokens"})"));
@@ -300,9 +300,10 @@ TEST_CASE("responses: a text stream is the documented event sequence and adds up
   const auto g = chat_of(r);
   auto meta = meta_for(r, g);
   std::vector<std::pair<std::string, json>> all;
-  for (const auto& piece :
-       {router::format_chunk(meta, 0, "", true, "", {}), router::format_chunk(meta, 0, "Hel", false, "", {}),
-        router::format_chunk(meta, 0, "lo", false, "", {}), router::format_chunk(meta, 0, "", false, "stop", {})})
+  for (const auto& piece : {router::format_chunk(meta, 0, "", true, sy::finish_reason::none, {}),
+                            router::format_chunk(meta, 0, "Hel", false, sy::finish_reason::none, {}),
+                            router::format_chunk(meta, 0, "lo", false, sy::finish_reason::none, {}),
+                            router::format_chunk(meta, 0, "", false, sy::finish_reason::stop, {})})
     for (auto& e : events(piece)) all.push_back(e);
   for (const auto& piece : router::format_stream_end(meta, {5, 2, 0}, false))
     for (auto& e : events(piece)) all.push_back(e);
@@ -336,7 +337,7 @@ TEST_CASE("responses: a text stream is the documented event sequence and adds up
   auto whole = meta_for(r, g);
   router::choice_result c;
   c.text = "Hello";
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   CHECK(json::parse(router::format_response(whole, {c}, {5, 2, 0}))["output"] == done["output"]);
 }
 
@@ -349,7 +350,7 @@ TEST_CASE("responses: a streamed function call's arguments add up to the non-str
   auto whole = meta_for(r, g);
   router::choice_result c;
   c.text = text;
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(whole, {c}, {9, 12, 0}));
   REQUIRE(j["output"].size() == 1);
   const json& call = j["output"][0];
@@ -366,8 +367,8 @@ TEST_CASE("responses: a streamed function call's arguments add up to the non-str
   std::vector<std::string> names;
   for (size_t i = 0; i < text.size(); i += 3) {
     const bool last = i + 3 >= text.size();
-    for (const auto& [name, data] :
-         events(router::format_chunk(streamed, 0, text.substr(i, 3), i == 0, last ? "stop" : "", {}))) {
+    for (const auto& [name, data] : events(router::format_chunk(
+             streamed, 0, text.substr(i, 3), i == 0, last ? sy::finish_reason::stop : sy::finish_reason::none, {}))) {
       names.push_back(name);
       if (name == "response.output_item.added") CHECK(data["item"]["call_id"] == call["call_id"]);
       if (name == "response.function_call_arguments.delta") args += data["delta"].get<std::string>();
@@ -390,7 +391,7 @@ TEST_CASE("responses: reasoning is an output item before the message") {
   router::enable_reasoning(whole, {});
   router::choice_result c;
   c.text = "<think>hmm</think>Yes.";
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   router::usage_info u{4, 6, 0};
   u.reasoning_tokens = 1;
   const json j = json::parse(router::format_response(whole, {c}, u));
@@ -405,8 +406,8 @@ TEST_CASE("responses: reasoning is an output item before the message") {
   router::enable_reasoning(streamed, {});
   std::vector<std::string> names;
   std::string thinking;
-  for (const auto& piece : {router::format_chunk(streamed, 0, "<think>hm", true, "", {}),
-                            router::format_chunk(streamed, 0, "m</think>Yes.", false, "stop", {})})
+  for (const auto& piece : {router::format_chunk(streamed, 0, "<think>hm", true, sy::finish_reason::none, {}),
+                            router::format_chunk(streamed, 0, "m</think>Yes.", false, sy::finish_reason::stop, {})})
     for (const auto& [name, data] : events(piece)) {
       names.push_back(name);
       if (name == "response.reasoning_text.delta") thinking += data["delta"].get<std::string>();
@@ -425,12 +426,12 @@ TEST_CASE("responses: an empty answer is an empty message, and an error ends the
   const auto g = chat_of(r);
   auto whole = meta_for(r, g);
   router::choice_result c;
-  c.finish_reason = "stop";
+  c.finish_reason = sy::finish_reason::stop;
   const json j = json::parse(router::format_response(whole, {c}, {3, 1, 0}));
   REQUIRE(j["output"].size() == 1);
   CHECK(j["output"][0]["content"][0]["text"] == "");
   auto streamed = meta_for(r, g);
-  const std::string first = router::format_chunk(streamed, 0, "", true, "stop", {});  // in this order
+  const std::string first = router::format_chunk(streamed, 0, "", true, sy::finish_reason::stop, {});  // in this order
   const auto end = events(first + "\n\n" + router::format_stream_end(streamed, {3, 1, 0}, false)[0]);
   CHECK(end.back().second["response"]["output"] == j["output"]);
 
@@ -472,9 +473,9 @@ TEST_CASE("responses: a finished response waits for its store write, streamed or
     auto inner = std::make_shared<sy::test::fake_exchange>();
     auto ex = router::responses_exchange(inner, meta.responses, save);
     ex->start_stream(200, {});
-    ex->send_event(router::format_chunk(meta, 0, "Hi", true, "", {}));
+    ex->send_event(router::format_chunk(meta, 0, "Hi", true, sy::finish_reason::none, {}));
     ex->send_event("");  // a chunk with nothing to say
-    ex->send_event(router::format_chunk(meta, 0, "", false, "stop", {}));
+    ex->send_event(router::format_chunk(meta, 0, "", false, sy::finish_reason::stop, {}));
     const size_t before_end = inner->events.size();
     CHECK(before_end == 2);
     for (auto& e : router::format_stream_end(meta, {3, 1, 0}, false)) ex->send_event(std::move(e));
@@ -499,7 +500,7 @@ TEST_CASE("responses: a finished response waits for its store write, streamed or
     auto ex = router::responses_exchange(inner, meta.responses, save);
     router::choice_result c;
     c.text = "Yo";
-    c.finish_reason = "stop";
+    c.finish_reason = sy::finish_reason::stop;
     ex->respond({200, "application/json", {}, router::format_response(meta, {c}, {3, 1, 0})});
     CHECK(inner->responses.empty());
     REQUIRE(pending.size() == 2);
@@ -520,7 +521,7 @@ TEST_CASE("responses: a finished response waits for its store write, streamed or
     auto inner = std::make_shared<sy::test::fake_exchange>();
     auto ex = router::responses_exchange(inner, meta.responses, {});
     router::choice_result c;
-    c.finish_reason = "stop";
+    c.finish_reason = sy::finish_reason::stop;
     ex->respond({200, "application/json", {}, router::format_response(meta, {c}, {3, 1, 0})});
     CHECK(inner->responses.size() == 1);
     CHECK(records.size() == 2);

@@ -434,7 +434,7 @@ TEST_CASE("responses and chunks carry tool_calls in OpenAI's shapes", "[tools]")
   REQUIRE(meta.tools);
   const std::string text = R"([{"name": "get_time", "arguments": {"zone": "UTC"}}])";
 
-  const json body = json::parse(router::format_response(meta, {{0, text, "stop", {}}}, {}));
+  const json body = json::parse(router::format_response(meta, {{0, text, sy::finish_reason::stop, {}}}, {}));
   const json& choice = body["choices"][0];
   CHECK(choice["finish_reason"] == "tool_calls");
   CHECK(choice["message"]["content"].is_null());
@@ -445,13 +445,13 @@ TEST_CASE("responses and chunks carry tool_calls in OpenAI's shapes", "[tools]")
   CHECK(json::parse(call["function"]["arguments"].get<std::string>()) == json{{"zone", "UTC"}});
 
   // Streamed in two pieces: the first chunk names the call, the last finishes with tool_calls.
-  const json c1 = json::parse(router::format_chunk(meta, 0, text.substr(0, 40), true, "", {}));
+  const json c1 = json::parse(router::format_chunk(meta, 0, text.substr(0, 40), true, sy::finish_reason::none, {}));
   const json& d1 = c1["choices"][0]["delta"];
   CHECK(d1["role"] == "assistant");
   CHECK(d1["tool_calls"][0]["index"] == 0);
   CHECK(d1["tool_calls"][0]["id"] == call["id"]);
   CHECK(d1["tool_calls"][0]["function"]["name"] == "get_time");
-  const json c2 = json::parse(router::format_chunk(meta, 0, text.substr(40), false, "stop", {}));
+  const json c2 = json::parse(router::format_chunk(meta, 0, text.substr(40), false, sy::finish_reason::stop, {}));
   CHECK(c2["choices"][0]["finish_reason"] == "tool_calls");
   const std::string args = d1["tool_calls"][0]["function"]["arguments"].get<std::string>() +
                            c2["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].get<std::string>();
@@ -461,7 +461,7 @@ TEST_CASE("responses and chunks carry tool_calls in OpenAI's shapes", "[tools]")
   // Without tools offered the message is plain content.
   router::response_meta plain = meta;
   plain.tools.reset();
-  const json p = json::parse(router::format_response(plain, {{0, "hi", "stop", {}}}, {}));
+  const json p = json::parse(router::format_response(plain, {{0, "hi", sy::finish_reason::stop, {}}}, {}));
   CHECK(p["choices"][0]["message"]["content"] == "hi");
   CHECK_FALSE(p["choices"][0]["message"].contains("tool_calls"));
 }
