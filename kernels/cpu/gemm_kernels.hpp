@@ -120,12 +120,9 @@ void gemv_int_panels_amx(weight_type t, const line64* panels, int64_t rows, int6
 // Token count from which forward_gemv runs the integer panels on AMX rather than AVX-512 VNNI
 // (one full tile of A; the results are the same either way).
 constexpr int64_t amx_int_min_tokens = 16;
-// The same for K panels, where the AMX kernel rebuilds its B tiles per step from the stored bits
-// (more work for q5_K's and q6_K's extra bits), so it overtakes the VNNI kernel later: as measured
-// by bench_kernels (docs/cpu-backend.md, "K panels").
-constexpr int64_t amx_kq_min_tokens(weight_type t) {
-  return t == weight_type::q5_k ? 16 : t == weight_type::q6_k ? 16 : 16;
-}
+// The same for K panels (the AMX kernel rebuilds its B tiles per step from the stored bits, so
+// below a full tile of tokens the VNNI kernel is as fast): docs/cpu-backend.md, "K panels".
+constexpr int64_t amx_kq_min_tokens(weight_type) { return 16; }
 // Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
 // k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act
 // blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; q8_K blocks (k / 256 per
