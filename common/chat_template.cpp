@@ -20,7 +20,7 @@ struct format_name {
 };
 
 // The one table of names (llama.cpp's), in the order messages list them.
-constexpr std::array<format_name, 15> k_format_names = {{
+constexpr std::array<format_name, 16> k_format_names = {{
     {chat_format::chatml, "chatml"},
     {chat_format::llama3, "llama3"},
     {chat_format::llama2, "llama2"},
@@ -33,6 +33,7 @@ constexpr std::array<format_name, 15> k_format_names = {{
     {chat_format::mistral_v7, "mistral-v7"},
     {chat_format::mistral_v7_tekken, "mistral-v7-tekken"},
     {chat_format::phi3, "phi3"},
+    {chat_format::phi4, "phi4"},
     {chat_format::zephyr, "zephyr"},
     {chat_format::gemma, "gemma"},
     {chat_format::deepseek3, "deepseek3"},
@@ -40,6 +41,7 @@ constexpr std::array<format_name, 15> k_format_names = {{
 
 constexpr std::string_view k_im_start = "<|im_start|>";
 constexpr std::string_view k_im_end = "<|im_end|>";
+constexpr std::string_view k_im_sep = "<|im_sep|>";                       // Phi-4: between the role and the content
 constexpr std::string_view k_empty_thinking = "<think>\n\n</think>\n\n";  // Qwen3, enable_thinking false
 constexpr std::string_view k_think_close = "</think>";
 constexpr std::string_view k_ds_user = "<｜User｜>";
@@ -61,12 +63,12 @@ detected theirs(std::string_view llama_cpp_name) { return {chat_format::unsuppor
 
 // llama.cpp's llm_chat_detect_template rules, in its order, as far as its DeepSeek-V3 rule: every
 // earlier rule decides which of our formats a source is, including the rules for formats we do
-// not render (a source with <|im_start|> and <|im_sep|> is phi4, not ChatML). The rules after it
+// not render (a source with <|im_start|> and <end_of_utterance> is smolvlm, not ChatML). The rules after it
 // can only name formats we do not render, so a source none of these match is left unnamed.
 detected detect(std::string_view src) {
   auto has = [src](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<|im_start|>")) {
-    if (has("<|im_sep|>")) return theirs("phi4");
+    if (has(k_im_sep)) return ours(chat_format::phi4);
     if (has("<end_of_utterance>")) return theirs("smolvlm");
     return ours(chat_format::chatml);
   }
@@ -193,6 +195,13 @@ void render_chatml(const std::vector<chat_message>& messages, std::string_view d
   }
   for (const chat_message& m : messages) turn(m.role, m.content);
   if (gen) out.append(k_im_start).append("assistant\n");
+}
+
+// Phi-4: ChatML's markers with <|im_sep|> after the role and no newlines.
+void render_phi4(const std::vector<chat_message>& messages, bool gen, std::string& out) {
+  for (const chat_message& m : messages)
+    out.append(k_im_start).append(m.role).append(k_im_sep).append(m.content).append(k_im_end);
+  if (gen) out.append(k_im_start).append("assistant").append(k_im_sep);
 }
 
 // A past assistant turn's content without its thinking (chat_template::drops_past_thinking):
@@ -442,6 +451,9 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
       render_chatml(messages, default_system, add_generation_prompt, out);
       if (add_generation_prompt && thinking_switch && !enable_thinking) out += k_empty_thinking;
       break;
+    case chat_format::phi4:
+      render_phi4(messages, add_generation_prompt, out);
+      break;
     case chat_format::llama3:
       render_llama3(messages, add_generation_prompt, out);
       break;
@@ -550,6 +562,10 @@ std::string chat_template::to_jinja(bool with_bos) const {
       if (thinking_switch)
         j += "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}" +
              lit(k_empty_thinking) + "{% endif %}";
+      break;
+    case chat_format::phi4:
+      loop(lit(k_im_start) + "{{ message['role'] }}" + lit(k_im_sep) + k_content + lit(k_im_end));
+      gen(std::string(k_im_start) + "assistant" + std::string(k_im_sep));
       break;
     case chat_format::llama3:
       loop(lit("<|start_header_id|>") + "{{ message['role'] }}" + lit("<|end_header_id|>\n\n") + k_content_trimmed +

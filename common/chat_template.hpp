@@ -8,7 +8,7 @@
 //  * ChatML keeps the template's default system prompt: a fixed system message the source writes
 //    as one string literal when the conversation has none (SmolLM2, Qwen2.5) goes in front of the
 //    conversation. llama.cpp's ChatML ignores it.
-//  * A source that llama.cpp reads as a format Switchyard does not render (phi4, glmedge, ...),
+//  * A source that llama.cpp reads as a format Switchyard does not render (glmedge, smolvlm, ...),
 //    or as none, is not an error: the template is `unsupported`, with the reason. A model loads
 //    and serves completions; apply() throws, and callers refuse chat requests for it up front.
 //  * A template that drops the thinking of past turns (its source splits assistant content at
@@ -75,6 +75,8 @@ enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
 //   llama3             <|start_header_id|>ROLE<|end_header_id|>\n\ntrim(CONTENT)<|eot_id|>
 //                                                      gen <|start_header_id|>assistant<|end_header_id|>\n\n
 //   phi3               <|ROLE|>\nCONTENT<|end|>\n                      gen <|assistant|>\n
+//   phi4               <|im_start|>ROLE<|im_sep|>CONTENT<|im_end|> (no newlines; Phi-4 14B)
+//                                                                    gen <|im_start|>assistant<|im_sep|>
 //   zephyr             <|ROLE|>\nCONTENT<|endoftext|>\n                gen <|assistant|>\n
 //   gemma              <start_of_turn>ROLE\ntrim(CONTENT)<end_of_turn>\n, ROLE "model" for the
 //                      assistant; system messages are trimmed, joined and put in front of the next
@@ -104,6 +106,7 @@ enum class chat_format {
   mistral_v7,
   mistral_v7_tekken,
   phi3,
+  phi4,
   zephyr,
   gemma,
   deepseek3,

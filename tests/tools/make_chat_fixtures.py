@@ -44,7 +44,8 @@ SOURCE_DIR = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
 
 FORMATS = [
     "chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
-    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "zephyr", "gemma", "deepseek3",
+    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "phi4", "zephyr", "gemma",
+    "deepseek3",
 ]
 
 # file -> (the format llama.cpp is expected to recognise, or None; ChatML default system prompt)

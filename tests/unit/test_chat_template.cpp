@@ -98,7 +98,7 @@ struct temp_file {
 
 TEST_CASE("chat template: every format, by name, renders what llama.cpp renders") {
   const json& formats = fixture().at("formats");
-  REQUIRE(formats.size() == 15);
+  REQUIRE(formats.size() == 16);
   size_t n = 0;
   for (const json& f : formats) {
     const std::string name = f.at("name");
@@ -108,7 +108,7 @@ TEST_CASE("chat template: every format, by name, renders what llama.cpp renders"
     CHECK(t.default_system.empty());
     n += check_renders(t, f.at("renders"), name);
   }
-  CHECK(n == 15 * 2 * conversations().size());
+  CHECK(n == 16 * 2 * conversations().size());
 }
 
 TEST_CASE("chat template: model templates are recognised as llama.cpp recognises them") {
@@ -126,14 +126,14 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       n_renders += check_renders(t, s.at("renders"), file);
       ++n_supported;
     } else {
-      // llama.cpp renders these as a format Switchyard does not (phi4, glmedge), or refuses them.
+      // llama.cpp renders these as a format Switchyard does not (glmedge), or refuses them.
       CHECK_FALSE(t.supported());
       CHECK_THAT(t.unsupported_reason,
                  Contains(expected.empty() ? "matches none of the formats" : "'" + expected + "' format"));
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 18);
+  CHECK(n_supported == 19);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 
@@ -147,6 +147,26 @@ TEST_CASE("chat template: ChatML keeps the default system prompt that llama.cpp 
         "<|im_start|>user\nHi<|im_end|>\n");
   // Given by name, ChatML has no default.
   CHECK(chat_template::parse("chatml").apply({{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST_CASE("chat template: Phi-4's template is phi4, not ChatML, and renders as llama.cpp's phi4") {
+  const chat_template t = chat_template::parse(template_source("phi-4.jinja"));
+  REQUIRE(t.format == chat_format::phi4);
+  CHECK(t.default_system.empty());
+  CHECK_FALSE(t.thinking_switch);
+  CHECK(t.apply({{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}) ==
+        "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U<|im_end|><|im_start|>assistant<|im_sep|>A"
+        "<|im_end|><|im_start|>user<|im_sep|>V<|im_end|><|im_start|>assistant<|im_sep|>");
+  CHECK(t.apply({{"user", " U\n"}}, false) == "<|im_start|>user<|im_sep|> U\n<|im_end|>");
+  // Tools go the hermes way, the list in a system turn of phi4's own markers.
+  CHECK(sy::tool_style(t.format) == sy::tool_call_style::hermes);
+  CHECK_THAT(
+      t.apply({{"user", "Weather?"}}, true, {{"weather", R"({"type":"function","function":{"name":"weather"}})", ""}}),
+      Contains("<|im_start|>system<|im_sep|>") && Contains("<tool_call>"));
+  CHECK(t.to_jinja(false) ==
+        "{% for message in messages %}{{ '<|im_start|>' }}{{ message['role'] }}{{ '<|im_sep|>' }}"
+        "{{ message['content'] }}{{ '<|im_end|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}");
 }
 
 TEST_CASE("chat template: a ChatML source that reads enable_thinking can switch thinking off (Qwen3)") {
@@ -295,7 +315,7 @@ TEST_CASE("chat template: names and formats map one to one") {
   const std::string names = sy::chat_format_names();
   CHECK(names ==
         "chatml, llama3, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, "
-        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma, deepseek3");
+        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, phi4, zephyr, gemma, deepseek3");
   for (int i = static_cast<int>(chat_format::chatml); i <= static_cast<int>(chat_format::deepseek3); ++i) {
     const auto f = static_cast<chat_format>(i);
     const std::string_view name = sy::chat_format_name(f);
@@ -303,7 +323,7 @@ TEST_CASE("chat template: names and formats map one to one") {
     CHECK(sy::chat_format_from_name(name) == f);
   }
   CHECK(sy::chat_format_name(chat_format::unsupported).empty());
-  CHECK_FALSE(sy::chat_format_from_name("phi4"));
+  CHECK_FALSE(sy::chat_format_from_name("glmedge"));
   CHECK_FALSE(sy::chat_format_from_name("Llama3"));
   CHECK_FALSE(sy::chat_format_from_name(""));
 }
@@ -315,7 +335,7 @@ TEST_CASE("chat template: rules apply in llama.cpp's order") {
   CHECK(chat_template::parse("").supported());
   // <|im_start|> wins over everything after it, unless <|im_sep|> (phi4) or <end_of_utterance>.
   CHECK(format_of("<|im_start|>[INST]<|start_header_id|><|end_header_id|>") == chat_format::chatml);
-  CHECK_THAT(chat_template::parse("<|im_start|><|im_sep|>").unsupported_reason, Contains("'phi4'"));
+  CHECK(format_of("<|im_start|><|im_sep|><end_of_utterance>") == chat_format::phi4);
   CHECK_THAT(chat_template::parse("<|im_start|><end_of_utterance>").unsupported_reason, Contains("'smolvlm'"));
   // A source that starts with "mistral" is in the [INST] family.
   CHECK(format_of("mistral whatever") == chat_format::llama2);
@@ -372,9 +392,9 @@ TEST_CASE("chat template option: a name, a Jinja file, or a clear error") {
                         Contains("chatml, llama3, llama2, llama2-sys") && Contains("gemma"));
   temp_file empty("empty.jinja");
   CHECK_THROWS_WITH(chat_template::read_option(empty.path.string()), Contains("the file is empty"));
-  temp_file phi4("phi4.jinja", template_source("phi-4.jinja"));
-  CHECK_THROWS_WITH(chat_template::read_option(phi4.path.string()),
-                    Contains("'phi4' format") && Contains("pass one of the names instead") && Contains("chatml"));
+  temp_file glmedge("zephyr.jinja", template_source("zephyr-7b-beta.jinja"));
+  CHECK_THROWS_WITH(chat_template::read_option(glmedge.path.string()),
+                    Contains("'glmedge' format") && Contains("pass one of the names instead") && Contains("chatml"));
 }
 
 TEST_CASE("chat template: an unsupported template is a state, and apply says why") {
