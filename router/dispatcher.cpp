@@ -1068,6 +1068,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   for (const auto& [w, v] : pool_.all())
     out += "switchyard_router_worker_in_flight{worker=\"" + label_value(v.endpoint) + "\"} " +
            std::to_string(v.in_flight) + "\n";
+  render_worker_kv_metrics(pool_, out);
   render_kv_metrics(pool_, out);
   metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(prompt_tokens_));
