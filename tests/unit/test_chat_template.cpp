@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -133,7 +134,7 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 19);
+  CHECK(n_supported == 20);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 
@@ -252,24 +253,33 @@ TEST_CASE("chat template: DeepSeek-R1 distills render deepseek3, open the thinki
                     Contains("{{ '<｜Assistant｜><think>\\n' }}"));
 }
 
-TEST_CASE("chat template: past thinking renders as Qwen3's and R1's own templates render it") {
-  // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py).
+TEST_CASE("chat template: past thinking renders as Qwen3's, R1's and V3.1's own templates render it") {
+  // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py), some
+  // with template variables set (`kwargs`: DeepSeek-V3.1's `thinking`).
   const auto convs = conversations_in(fixture().at("thinking_conversations"));
-  size_t n = 0;
+  size_t n = 0, n_kwargs = 0;
   for (const json& s : fixture().at("sources")) {
     if (!s.contains("template_renders")) continue;
     const std::string file = s.at("file");
     const chat_template t = chat_template::parse(template_source(file));
-    CHECK(t.drops_past_thinking);
+    CHECK((t.drops_past_thinking || t.closes_past_thinking));
     for (const json& r : s.at("template_renders")) {
       const std::string conv = r.at("conversation");
       const bool gen = r.at("add_generation_prompt");
-      INFO(file << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt");
-      CHECK(t.apply(convs.at(conv), gen) == r.at("text").get<std::string>());
+      std::optional<bool> thinking;
+      if (r.contains("kwargs")) {
+        const json& kw = r.at("kwargs");
+        thinking = kw.contains("thinking") ? kw.at("thinking").get<bool>() : kw.at("enable_thinking").get<bool>();
+        ++n_kwargs;
+      }
+      INFO(file << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt"
+                << (r.contains("kwargs") ? ", " + r.at("kwargs").dump() : ""));
+      CHECK(t.apply(convs.at(conv), gen, {}, thinking) == r.at("text").get<std::string>());
       ++n;
     }
   }
-  CHECK(n == 2 * 2 * convs.size());
+  CHECK(n == (3 + 2) * 2 * convs.size());
+  CHECK(n_kwargs == 2 * 2 * convs.size());
   const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
   CHECK(qwen3.thinking_switch);
   CHECK(qwen3.default_system.empty());
@@ -306,6 +316,54 @@ TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user
   CHECK_FALSE(chat_template::parse("<|im_start|>{{ '<think>\\n\\n</think>\\n\\n' }}").drops_past_thinking);
   CHECK(chat_template::parse("<|im_start|>{{ c.split(\"</think>\")[-1] }}").drops_past_thinking);
   CHECK_THAT(t.to_jinja(false), Contains("loop.index0 <= ns_past.last_user") && Contains(".lstrip('\\n')"));
+}
+
+TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and closes past thinking") {
+  const chat_template v31 = chat_template::parse(template_source("deepseek-v3.1.jinja"));
+  REQUIRE(v31.format == chat_format::deepseek3);
+  CHECK(v31.thinking_switch);
+  CHECK(v31.closes_past_thinking);
+  CHECK_FALSE(v31.opens_thinking);
+  CHECK_FALSE(v31.drops_past_thinking);
+  // The template's default is off: the generation prompt closes the thinking; on, it opens it.
+  const std::vector<chat_message> chat = {{"system", "You are a helpful assistant"},
+                                          {"user", "Hello"},
+                                          {"assistant", "<think>\nGreet.\n</think>Hi there"},
+                                          {"user", "How are you?"}};
+  const std::string history =
+      "You are a helpful assistant\n\n<｜User｜>Hello<｜Assistant｜></think>Hi there<｜end▁of▁sentence｜><｜User｜>How "
+      "are "
+      "you?";
+  CHECK(v31.apply(chat) == history + "<｜Assistant｜></think>");
+  CHECK(v31.apply(chat, true, {}, false) == history + "<｜Assistant｜></think>");
+  CHECK(v31.apply(chat, true, {}, true) == history + "<｜Assistant｜><think>");
+  CHECK(v31.apply(chat, false, {}, true) == history);
+  // Only the first </think> ends the dropped part, as the template's split('</think>', 1)[1].
+  CHECK(v31.apply({{"user", "a"}, {"assistant", "x</think>y</think>z"}}, false) ==
+        "<｜User｜>a<｜Assistant｜></think>y</think>z<｜end▁of▁sentence｜>");
+  // Tool turns go the Hermes way (as for every deepseek3 template), past calls closed the same.
+  const std::string with_call =
+      v31.apply({{"user", "Weather?"}, {"assistant", "", {{"c1", "weather", "{}"}}}, {"tool", "sunny", {}, "c1"}}, true,
+                {}, true);
+  CHECK_THAT(with_call, Contains("<｜Assistant｜></think><tool_call>") && Contains("sunny"));
+  CHECK(with_call.ends_with("<｜Assistant｜><think>"));
+
+  // Qwen3's switch and R1's templates are untouched: their defaults stay on and open.
+  const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
+  CHECK_FALSE(qwen3.closes_past_thinking);
+  CHECK(qwen3.apply({{"user", "Hi"}}) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(qwen3.apply({{"user", "Hi"}}, true, {}, false) ==
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const chat_template r1 = chat_template::parse(template_source("deepseek-r1-distill.jinja"));
+  CHECK_FALSE(r1.thinking_switch);
+  CHECK(r1.apply({{"user", "Hi"}}, true, {}, false) == "<｜User｜>Hi<｜Assistant｜><think>\n");
+  // By name, deepseek3 is llama.cpp's: no switch.
+  CHECK(chat_template::parse("deepseek3").apply({{"user", "Hi"}}, true, {}, true) == "<｜User｜>Hi<｜Assistant｜>");
+
+  // Exported as Jinja that reads the same variable.
+  const std::string j = v31.to_jinja(false);
+  CHECK_THAT(j, Contains("{% if thinking is defined and thinking %}{{ '<think>' }}{% else %}{{ '</think>' }}") &&
+                    Contains("split('</think>', 1)[1]"));
 }
 
 // ---------------------------------------------------------------------------------------------
