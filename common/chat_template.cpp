@@ -20,7 +20,7 @@ struct format_name {
 };
 
 // The one table of names (llama.cpp's), in the order messages list them.
-constexpr std::array<format_name, 15> k_format_names = {{
+constexpr std::array<format_name, 16> k_format_names = {{
     {chat_format::chatml, "chatml"},
     {chat_format::llama3, "llama3"},
     {chat_format::llama2, "llama2"},
@@ -33,6 +33,7 @@ constexpr std::array<format_name, 15> k_format_names = {{
     {chat_format::mistral_v7, "mistral-v7"},
     {chat_format::mistral_v7_tekken, "mistral-v7-tekken"},
     {chat_format::phi3, "phi3"},
+    {chat_format::phi4, "phi4"},
     {chat_format::zephyr, "zephyr"},
     {chat_format::gemma, "gemma"},
     {chat_format::deepseek3, "deepseek3"},
@@ -40,12 +41,16 @@ constexpr std::array<format_name, 15> k_format_names = {{
 
 constexpr std::string_view k_im_start = "<|im_start|>";
 constexpr std::string_view k_im_end = "<|im_end|>";
+constexpr std::string_view k_im_sep = "<|im_sep|>";                       // Phi-4: between the role and the content
 constexpr std::string_view k_empty_thinking = "<think>\n\n</think>\n\n";  // Qwen3, enable_thinking false
 constexpr std::string_view k_think_close = "</think>";
 constexpr std::string_view k_ds_user = "<｜User｜>";
 constexpr std::string_view k_ds_assistant = "<｜Assistant｜>";
 constexpr std::string_view k_ds_end = "<｜end▁of▁sentence｜>";
 constexpr std::string_view k_ds_open_thinking = "<think>\n";  // DeepSeek-R1's generation prompt ends in it
+constexpr std::string_view k_think_open = "<think>";          // DeepSeek-V3.1's, thinking
+// What marks DeepSeek-V3.1's template, as llama.cpp's chat handlers (common/chat.cpp) find it.
+constexpr std::string_view k_ds_v31_marker = "message['prefix'] is defined and message['prefix'] and thinking";
 
 // ---- Recognition ---------------------------------------------------------------------------------
 
@@ -61,12 +66,12 @@ detected theirs(std::string_view llama_cpp_name) { return {chat_format::unsuppor
 
 // llama.cpp's llm_chat_detect_template rules, in its order, as far as its DeepSeek-V3 rule: every
 // earlier rule decides which of our formats a source is, including the rules for formats we do
-// not render (a source with <|im_start|> and <|im_sep|> is phi4, not ChatML). The rules after it
+// not render (a source with <|im_start|> and <end_of_utterance> is smolvlm, not ChatML). The rules after it
 // can only name formats we do not render, so a source none of these match is left unnamed.
 detected detect(std::string_view src) {
   auto has = [src](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<|im_start|>")) {
-    if (has("<|im_sep|>")) return theirs("phi4");
+    if (has(k_im_sep)) return ours(chat_format::phi4);
     if (has("<end_of_utterance>")) return theirs("smolvlm");
     return ours(chat_format::chatml);
   }
@@ -195,6 +200,13 @@ void render_chatml(const std::vector<chat_message>& messages, std::string_view d
   if (gen) out.append(k_im_start).append("assistant\n");
 }
 
+// Phi-4: ChatML's markers with <|im_sep|> after the role and no newlines.
+void render_phi4(const std::vector<chat_message>& messages, bool gen, std::string& out) {
+  for (const chat_message& m : messages)
+    out.append(k_im_start).append(m.role).append(k_im_sep).append(m.content).append(k_im_end);
+  if (gen) out.append(k_im_start).append("assistant").append(k_im_sep);
+}
+
 // A past assistant turn's content without its thinking (chat_template::drops_past_thinking):
 // what follows the last `</think>`, less the newlines right after it when `lstrip_newlines`.
 std::string_view without_thinking(std::string_view content, bool lstrip_newlines) {
@@ -203,6 +215,17 @@ std::string_view without_thinking(std::string_view content, bool lstrip_newlines
   std::string_view rest = content.substr(at + k_think_close.size());
   if (lstrip_newlines) rest.remove_prefix(std::min(rest.size(), rest.find_first_not_of('\n')));
   return rest;
+}
+
+// DeepSeek-V3.1's past assistant turns (closes_past_thinking): the content after its first
+// `</think>` (render_deepseek3 writes the tag in front).
+std::vector<chat_message> close_past_thinking(const std::vector<chat_message>& messages) {
+  std::vector<chat_message> out = messages;
+  for (chat_message& m : out) {
+    const size_t at = m.content.find(k_think_close);
+    if (m.role == "assistant" && at != std::string::npos) m.content.erase(0, at + k_think_close.size());
+  }
+  return out;
 }
 
 // The conversation with past thinking dropped, per drops_past_thinking: `all_turns` (deepseek3)
@@ -224,20 +247,21 @@ std::vector<chat_message> drop_past_thinking(const std::vector<chat_message>& me
   return out;
 }
 
-void render_deepseek3(const std::vector<chat_message>& messages, bool gen, bool opens_thinking, std::string& out) {
+// `turn_open`: what every assistant turn writes after <｜Assistant｜> (V3.1's `</think>`);
+// `gen_suffix`: what the generation prompt writes there (R1's `<think>\n`, V3.1's `<think>` or
+// `</think>`).
+void render_deepseek3(const std::vector<chat_message>& messages, bool gen, std::string_view turn_open,
+                      std::string_view gen_suffix, std::string& out) {
   for (const chat_message& m : messages) {
     if (m.role == "system") {
       out.append(m.content).append("\n\n");
     } else if (m.role == "user") {
       out.append(k_ds_user).append(m.content);
     } else if (m.role == "assistant") {
-      out.append(k_ds_assistant).append(m.content).append(k_ds_end);
+      out.append(k_ds_assistant).append(turn_open).append(m.content).append(k_ds_end);
     }
   }
-  if (gen) {
-    out.append(k_ds_assistant);
-    if (opens_thinking) out.append(k_ds_open_thinking);
-  }
+  if (gen) out.append(k_ds_assistant).append(gen_suffix);
 }
 
 void render_llama3(const std::vector<chat_message>& messages, bool gen, std::string& out) {
@@ -377,6 +401,10 @@ chat_template chat_template::parse(std::string_view name_or_jinja) {
     t.default_system = find_default_system(name_or_jinja);
     t.thinking_switch = has("enable_thinking");
   }
+  if (d.format == chat_format::deepseek3 && has(k_ds_v31_marker)) {
+    t.thinking_switch = true;
+    t.closes_past_thinking = true;
+  }
   // Qwen3's, QwQ's and R1's `content.split('</think>')[-1]`; a template that only writes the tag
   // (an empty thinking block) keeps past turns as they are.
   if (d.format == chat_format::chatml || d.format == chat_format::deepseek3)
@@ -423,11 +451,12 @@ std::string chat_template::read_option(const std::string& name_or_path) {
 }
 
 std::string chat_template::apply(const std::vector<chat_message>& given, bool add_generation_prompt,
-                                 const std::vector<chat_tool>& tools, bool enable_thinking) const {
+                                 const std::vector<chat_tool>& tools, std::optional<bool> thinking) const {
   // Past thinking goes first, while tool results are still role "tool" (not the last user turn).
   std::vector<chat_message> stripped;
   if (drops_past_thinking) stripped = drop_past_thinking(given, format == chat_format::deepseek3);
-  const std::vector<chat_message>& conversation = drops_past_thinking ? stripped : given;
+  if (closes_past_thinking) stripped = close_past_thinking(drops_past_thinking ? stripped : given);
+  const std::vector<chat_message>& conversation = drops_past_thinking || closes_past_thinking ? stripped : given;
   bool tool_turns = !tools.empty();
   for (const chat_message& m : conversation) tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
   std::vector<chat_message> lowered;
@@ -440,7 +469,10 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
       throw std::runtime_error("the chat template cannot be applied: " + unsupported_reason);
     case chat_format::chatml:
       render_chatml(messages, default_system, add_generation_prompt, out);
-      if (add_generation_prompt && thinking_switch && !enable_thinking) out += k_empty_thinking;
+      if (add_generation_prompt && thinking_switch && !thinking.value_or(true)) out += k_empty_thinking;
+      break;
+    case chat_format::phi4:
+      render_phi4(messages, add_generation_prompt, out);
       break;
     case chat_format::llama3:
       render_llama3(messages, add_generation_prompt, out);
@@ -470,7 +502,11 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
       render_gemma(messages, add_generation_prompt, out);
       break;
     case chat_format::deepseek3:
-      render_deepseek3(messages, add_generation_prompt, opens_thinking, out);
+      render_deepseek3(messages, add_generation_prompt, closes_past_thinking ? k_think_close : std::string_view(),
+                       thinking_switch  ? (thinking.value_or(false) ? k_think_open : k_think_close)
+                       : opens_thinking ? k_ds_open_thinking
+                                        : std::string_view(),
+                       out);
       break;
   }
   return out;
@@ -523,6 +559,10 @@ const std::string k_content_trimmed = "{{ message['content']" + k_jinja_trim + "
 const std::string k_past_thinking_prelude =
     "{% set ns_past = namespace(last_user=(messages|length) - 1) %}{% for message in messages %}"
     "{% if message['role'] == 'user' %}{% set ns_past.last_user = loop.index0 %}{% endif %}{% endfor %}";
+// closes_past_thinking in Jinja: `</think>`, then the content after its first `</think>`.
+const std::string k_closed_past_thinking =
+    "{{ '</think>' }}{% if '</think>' in message['content'] %}{{ message['content'].split('</think>', 1)[1] }}"
+    "{% else %}{{ message['content'] }}{% endif %}";
 std::string past_thinking_content(bool all_turns) {
   return "{% set content = message['content'] %}{% if message['role'] == 'assistant' and '</think>' in content" +
          std::string(all_turns ? "" : " and loop.index0 <= ns_past.last_user") + " %}" +
@@ -551,6 +591,10 @@ std::string chat_template::to_jinja(bool with_bos) const {
         j += "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}" +
              lit(k_empty_thinking) + "{% endif %}";
       break;
+    case chat_format::phi4:
+      loop(lit(k_im_start) + "{{ message['role'] }}" + lit(k_im_sep) + k_content + lit(k_im_end));
+      gen(std::string(k_im_start) + "assistant" + std::string(k_im_sep));
+      break;
     case chat_format::llama3:
       loop(lit("<|start_header_id|>") + "{{ message['role'] }}" + lit("<|end_header_id|>\n\n") + k_content_trimmed +
            lit("<|eot_id|>"));
@@ -574,9 +618,16 @@ std::string chat_template::to_jinja(bool with_bos) const {
     case chat_format::deepseek3:
       loop("{% if message['role'] == 'system' %}" + k_content + lit("\n\n") + "{% elif message['role'] == 'user' %}" +
            lit(k_ds_user) + k_content + "{% elif message['role'] == 'assistant' %}" + lit(k_ds_assistant) +
-           (drops_past_thinking ? past_thinking_content(true) + "{{ content }}" : k_content) + lit(k_ds_end) +
-           "{% endif %}");
-      gen(std::string(k_ds_assistant) + std::string(opens_thinking ? k_ds_open_thinking : ""));
+           (drops_past_thinking    ? past_thinking_content(true) + "{{ content }}"
+            : closes_past_thinking ? k_closed_past_thinking
+                                   : k_content) +
+           lit(k_ds_end) + "{% endif %}");
+      if (thinking_switch) {
+        j += "{% if add_generation_prompt %}" + lit(k_ds_assistant) + "{% if thinking is defined and thinking %}" +
+             lit(k_think_open) + "{% else %}" + lit(k_think_close) + "{% endif %}{% endif %}";
+      } else {
+        gen(std::string(k_ds_assistant) + std::string(opens_thinking ? k_ds_open_thinking : ""));
+      }
       break;
     case chat_format::mistral_v7:
     case chat_format::mistral_v7_tekken: {

@@ -8,14 +8,17 @@
 //  * ChatML keeps the template's default system prompt: a fixed system message the source writes
 //    as one string literal when the conversation has none (SmolLM2, Qwen2.5) goes in front of the
 //    conversation. llama.cpp's ChatML ignores it.
-//  * A source that llama.cpp reads as a format Switchyard does not render (phi4, glmedge, ...),
+//  * A source that llama.cpp reads as a format Switchyard does not render (glmedge, smolvlm, ...),
 //    or as none, is not an error: the template is `unsupported`, with the reason. A model loads
 //    and serves completions; apply() throws, and callers refuse chat requests for it up front.
 //  * A template that drops the thinking of past turns (its source splits assistant content at
 //    `</think>`: Qwen3, QwQ, the DeepSeek-R1 distills) has it dropped here too
 //    (drops_past_thinking), and a DeepSeek-R1 template whose generation prompt opens the thinking
-//    (`<｜Assistant｜><think>\n`) has it opened here too (opens_thinking). llama.cpp's built-in
-//    formats do neither; given by name, ours do neither either.
+//    (`<｜Assistant｜><think>\n`) has it opened here too (opens_thinking). DeepSeek-V3.1's template
+//    (a deepseek3 source that reads `thinking`) closes the thinking of past turns and, by its
+//    switch, opens or closes it after the generation prompt (thinking_switch,
+//    closes_past_thinking). llama.cpp's built-in formats do none of these; given by name, ours do
+//    none either.
 //  * No template at all (an empty source) is ChatML, which is what llama.cpp falls back to when
 //    a model has none — except a Gemma 3 file without one (the common conversions carry none),
 //    which gets Gemma's turns, the format the model was trained on (source_of).
@@ -75,6 +78,8 @@ enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
 //   llama3             <|start_header_id|>ROLE<|end_header_id|>\n\ntrim(CONTENT)<|eot_id|>
 //                                                      gen <|start_header_id|>assistant<|end_header_id|>\n\n
 //   phi3               <|ROLE|>\nCONTENT<|end|>\n                      gen <|assistant|>\n
+//   phi4               <|im_start|>ROLE<|im_sep|>CONTENT<|im_end|> (no newlines; Phi-4 14B)
+//                                                                    gen <|im_start|>assistant<|im_sep|>
 //   zephyr             <|ROLE|>\nCONTENT<|endoftext|>\n                gen <|assistant|>\n
 //   gemma              <start_of_turn>ROLE\ntrim(CONTENT)<end_of_turn>\n, ROLE "model" for the
 //                      assistant; system messages are trimmed, joined and put in front of the next
@@ -90,6 +95,8 @@ enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
 //                      every content; no generation prompt
 //   deepseek3          system "S\n\n", user <｜User｜>U, assistant <｜Assistant｜>A<｜end▁of▁sentence｜>
 //                      (other roles are not written)                  gen <｜Assistant｜>
+//                      (DeepSeek-V3.1: assistant <｜Assistant｜></think>A..., gen <｜Assistant｜></think>
+//                      or, thinking, <｜Assistant｜><think>; see closes_past_thinking)
 enum class chat_format {
   unsupported,  // recognised as none of the formats below (see chat_template::unsupported_reason)
   chatml,
@@ -104,6 +111,7 @@ enum class chat_format {
   mistral_v7,
   mistral_v7_tekken,
   phi3,
+  phi4,
   zephyr,
   gemma,
   deepseek3,
@@ -138,9 +146,14 @@ struct chat_template {
   std::string default_system;
   // Why the template cannot be applied, when format is unsupported; else empty.
   std::string unsupported_reason;
-  // ChatML only: the source reads `enable_thinking` (Qwen3). With the switch off, the generation
-  // prompt ends in an empty thinking block, "<think>\n\n</think>\n\n", as Qwen3's template
-  // writes it; with it on (the default), nothing is added and the model thinks first.
+  // The source switches thinking by a template variable (apply's `thinking`):
+  //  * ChatML: it reads `enable_thinking` (Qwen3). With the switch off, the generation prompt
+  //    ends in an empty thinking block, "<think>\n\n</think>\n\n", as Qwen3's template writes it;
+  //    on (its default), nothing is added and the model thinks first.
+  //  * deepseek3: it reads `thinking` (DeepSeek-V3.1, recognised by the line llama.cpp's chat
+  //    handlers pick it by: `message['prefix'] is defined and message['prefix'] and thinking`).
+  //    The generation prompt is `<｜Assistant｜><think>` with the switch on and
+  //    `<｜Assistant｜></think>` with it off (its default).
   bool thinking_switch = false;
   // ChatML and deepseek3: the source splits assistant content at `</think>` and keeps what
   // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
@@ -153,6 +166,10 @@ struct chat_template {
   // distills' newer template): the prompt ends in an open thinking block, and the output holds
   // only its `</think>`.
   bool opens_thinking = false;
+  // deepseek3 only (DeepSeek-V3.1, with thinking_switch): every past assistant turn is written
+  // `<｜Assistant｜></think>` + its content after the first `</think>` (the whole content where
+  // it has none; the template's `content.split('</think>', 1)[1]`) + `<｜end▁of▁sentence｜>`.
+  bool closes_past_thinking = false;
 
   bool supported() const { return format != chat_format::unsupported; }
 
@@ -177,10 +194,11 @@ struct chat_template {
   // one. Throws std::runtime_error (with the reason) when the template is unsupported.
   // `tools`: the functions the model may call, rendered per with_tools (also used whenever a
   // message carries tool calls or is a tool result).
-  // `enable_thinking`: the template variable (chat_template_kwargs), honoured where
-  // thinking_switch.
+  // `thinking`: the request's thinking switch (chat_template_kwargs `thinking` or
+  // `enable_thinking`), honoured where thinking_switch; nullopt: not given, the template's own
+  // default (Qwen3 on, DeepSeek-V3.1 off).
   std::string apply(const std::vector<chat_message>& messages, bool add_generation_prompt = true,
-                    const std::vector<chat_tool>& tools = {}, bool enable_thinking = true) const;
+                    const std::vector<chat_tool>& tools = {}, std::optional<bool> thinking = std::nullopt) const;
 
   // A Jinja template that renders exactly what apply() renders (for a Hugging Face tokenizer
   // folder: switchyard-worker export-tokenizer), starting with `{{ bos_token }}` when `with_bos`

@@ -131,6 +131,8 @@ void fields(V& v, S& m) {
   v("draining", m.draining);
   v("unix_ms", m.unix_ms);
   v("kv_seq", m.kv_seq);
+  v("free_window_kv_blocks", m.free_window_kv_blocks);
+  v("total_window_kv_blocks", m.total_window_kv_blocks);
 }
 
 // The list is sampling_params' own (common/sampling_params.hpp), shared with the cache key.
@@ -532,6 +534,8 @@ void check(const welcome& m) {
 
 void check(const heartbeat& m) {
   if (m.free_kv_blocks > m.total_kv_blocks) bad("free_kv_blocks", "greater than total_kv_blocks");
+  if (m.free_window_kv_blocks > m.total_window_kv_blocks)
+    bad("free_window_kv_blocks", "greater than total_window_kv_blocks");
   if (!std::isfinite(m.step_time_ms) || m.step_time_ms < 0) bad("step_time_ms", "not a finite value >= 0");
 }
 

@@ -17,6 +17,7 @@
 // implementation detail of protocol.cpp; this header stays free of it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -173,9 +174,21 @@ struct heartbeat {
   uint64_t unix_ms = 0;       // worker wall clock when sent, ms since the Unix epoch
   uint64_t kv_seq = 0;        // seq of the last kv_events sent to this router (0: none), so a
                               // router notices a lost last message within a heartbeat
+  // The sliding-window layers' own pool (worker/kv_window.hpp), like the two above; 0 and 0 for a
+  // worker without one, and from a worker older than these keys (missing keys keep the defaults;
+  // an older router ignores them). Every sequence takes blocks of both pools.
+  uint32_t free_window_kv_blocks = 0;  // <= total_window_kv_blocks
+  uint32_t total_window_kv_blocks = 0;
 
   bool operator==(const heartbeat&) const = default;
 };
+
+// The KV blocks a worker can still give a new sequence, as its heartbeat tells: the free blocks
+// of its binding pool, the smaller of the main pool's and (where it has one) the window pool's.
+// Both pools have the same block size.
+inline uint32_t free_kv_blocks_binding(const heartbeat& hb) {
+  return hb.total_window_kv_blocks > 0 ? std::min(hb.free_kv_blocks, hb.free_window_kv_blocks) : hb.free_kv_blocks;
+}
 
 // The request's sampling parameters, as the router parsed them and the engine samples with them:
 // the one struct of common/sampling_params.hpp, encoded through its visit_fields() list and

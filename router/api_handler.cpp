@@ -383,7 +383,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     if (kind == endpoint::chat_completions) {
       // Tools are rendered only when offered: with tool_choice "none" the model does not see them.
       r->prompt = m.chat_prompt(g.messages, /*add_generation_prompt=*/true,
-                                g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.enable_thinking);
+                                g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.thinking);
     } else if (g.prompt_is_tokens) {
       for (const int32_t t : g.prompt_tokens) {
         if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
@@ -437,7 +437,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
   r->meta.want_logprobs = g.want_logprobs;
   enable_tool_calls(r->meta, g, m.tmpl.format);
   if (kind == endpoint::chat_completions) {
-    if (const auto spec = reasoning_of(cfg_.reasoning, m.spec.chat_template, m.tok, r->prompt, g.enable_thinking))
+    if (const auto spec = reasoning_of(cfg_.reasoning, m.spec.chat_template, m.tok, r->prompt, g.thinking))
       enable_reasoning(r->meta, *spec);
   }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
@@ -576,7 +576,7 @@ void api_handler::count_tokens(http_exchange& ex, const http_request& req, const
   std::vector<int32_t> prompt;
   try {  // the prompt generation() makes of the same body
     prompt = m->chat_prompt(g.messages, /*add_generation_prompt=*/true,
-                            g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.enable_thinking);
+                            g.tools.active() ? g.tools.tools : std::vector<chat_tool>{}, g.thinking);
   } catch (const std::exception& e) {
     reject(ex, bad_request("messages", std::string("cannot tokenize: ") + e.what()), request_id, api_family::anthropic);
     return;

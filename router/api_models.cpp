@@ -159,7 +159,7 @@ void api_handler::tokenizer_route(http_exchange& ex, const http_request& req, co
   try {
     // Chats: exactly the ids /v1/chat/completions would send (add_special_tokens does not apply:
     // the template and the model decide BOS).
-    ids = t.is_chat ? m->chat_prompt(t.messages, t.add_generation_prompt, {}, t.enable_thinking)
+    ids = t.is_chat ? m->chat_prompt(t.messages, t.add_generation_prompt, {}, t.thinking)
                     : m->tok.encode(t.prompt, {.add_special = t.add_special_tokens});
   } catch (const std::exception& e) {
     reject(ex, bad_request(t.is_chat ? "messages" : "prompt", std::string("cannot tokenize: ") + e.what()), request_id);

@@ -1053,6 +1053,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   metric_family in_flight(out, "switchyard_router_worker_in_flight", "gauge",
                           "Requests this router has running or queued on each worker.");
   for (const auto& [w, v] : pool_.all()) in_flight.sample({{"worker", v.endpoint}}, v.in_flight);
+  render_worker_kv_metrics(pool_, out);
   render_kv_metrics(pool_, out);
   metric(out, "switchyard_router_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(prompt_tokens_));

@@ -54,11 +54,12 @@ struct model_entry {
 
   // The token ids of a chat as the model sees it (its template, then its tokenizer with BOS as
   // it adds it): what /v1/chat/completions sends and /tokenize reports. `tools`: the functions
-  // offered, `enable_thinking` the template switch (chat_template::apply). Throws on text the
+  // offered, `thinking` the template switch (chat_template::apply; nullopt: its default). Throws on text the
   // tokenizer cannot take.
   std::vector<int32_t> chat_prompt(const std::vector<chat_message>& messages, bool add_generation_prompt,
-                                   const std::vector<chat_tool>& tools = {}, bool enable_thinking = true) const {
-    return tok.encode(tmpl.apply(messages, add_generation_prompt, tools, enable_thinking));
+                                   const std::vector<chat_tool>& tools = {},
+                                   std::optional<bool> thinking = std::nullopt) const {
+    return tok.encode(tmpl.apply(messages, add_generation_prompt, tools, thinking));
   }
 };
 

@@ -317,11 +317,18 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
     r.messages.push_back(std::move(msg));
   }
   if (total_bytes == 0) reject("messages", "'messages' must not all be empty");
-  if (const json* v = field(doc, "enable_thinking")) r.enable_thinking = as_bool(*v, "enable_thinking");
+  if (const json* v = field(doc, "enable_thinking")) r.thinking = as_bool(*v, "enable_thinking");
   if (const json* kw = field(doc, "chat_template_kwargs")) {
     if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+    std::optional<bool> qwen3, deepseek;  // the two names of the one switch
     if (const auto it = kw->find("enable_thinking"); it != kw->end())
-      r.enable_thinking = as_bool(*it, "chat_template_kwargs.enable_thinking");
+      qwen3 = as_bool(*it, "chat_template_kwargs.enable_thinking");
+    if (const auto it = kw->find("thinking"); it != kw->end()) deepseek = as_bool(*it, "chat_template_kwargs.thinking");
+    if (qwen3 && deepseek && *qwen3 != *deepseek)
+      reject("chat_template_kwargs.thinking",
+             "'chat_template_kwargs.thinking' and 'chat_template_kwargs.enable_thinking' disagree");
+    if (qwen3) r.thinking = qwen3;
+    if (deepseek) r.thinking = deepseek;
   }
 }
 
@@ -806,7 +813,7 @@ tokenize_request parse_tokenize_checked(std::string_view body, const api_limits&
     generation_request g;  // the messages exactly as /v1/chat/completions reads them
     parse_messages(doc, limits, g);
     r.messages = std::move(g.messages);
-    r.enable_thinking = g.enable_thinking;
+    r.thinking = g.thinking;
     r.is_chat = true;
   } else {
     reject("prompt", "'prompt' (or 'messages') is required", "missing_required_parameter");

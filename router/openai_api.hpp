@@ -67,11 +67,13 @@ struct generation_request {
   std::vector<chat_message> messages;  // content given as a string or as an array of
                                        // {"type":"text","text":...} parts (joined)
   // chat_template_kwargs (vLLM, SGLang): an object of template variables. `enable_thinking`
-  // (a bool) is honoured by templates that switch thinking (Qwen3; chat_template::apply); other
-  // keys are accepted and have no effect, as in a Jinja template that does not read them. A
-  // top-level `enable_thinking` (the simple form some clients send) is read the same way; the
-  // kwargs' value wins. Off, the response has no reasoning unless the prompt still opens it.
-  bool enable_thinking = true;
+  // (Qwen3's name) and `thinking` (DeepSeek-V3.1's), bools, are one switch, as llama.cpp has one:
+  // honoured by templates that switch thinking (chat_template::apply), whichever name they read;
+  // given both, they must agree. Other keys are accepted and have no effect, as in a Jinja
+  // template that does not read them. A top-level `enable_thinking` (the simple form some
+  // clients send) is read the same way; the kwargs' value wins. Not given (nullopt): each
+  // template's default. Off, the response has no reasoning unless the prompt still opens it.
+  std::optional<bool> thinking;
 
   int32_t n = 1;
   bool stream = false;
@@ -236,7 +238,7 @@ struct tokenize_request {
   bool is_chat = false;
   std::string prompt;                  // !is_chat
   std::vector<chat_message> messages;  // is_chat: as /v1/chat/completions reads them
-  bool enable_thinking = true;         // is_chat: chat_template_kwargs, as there
+  std::optional<bool> thinking;        // is_chat: chat_template_kwargs, as there
   bool add_special_tokens = true;      // prompt: BOS (and EOS) as the model adds them
   bool add_generation_prompt = true;   // messages
   bool return_token_strs = false;

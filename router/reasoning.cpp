@@ -41,24 +41,39 @@ bool prompt_opens_thinking(std::string_view prompt_tail) {
   return at != std::string_view::npos && all_space(prompt_tail.substr(at + k_think_open.size()));
 }
 
-bool prompt_opens_thinking(const tokenizer& tok, std::span<const int32_t> prompt) {
-  // `<think>\n` is one to a few tokens; a tokenizer without it as a token spells it in at most
-  // one token per byte.
+bool prompt_closes_thinking(std::string_view prompt_tail) {
+  const size_t at = prompt_tail.rfind(k_think_close);
+  return at != std::string_view::npos && all_space(prompt_tail.substr(at + k_think_close.size()));
+}
+
+namespace {
+
+// The prompt's last tokens as text, special tokens rendered: `<think>\n` or `</think>\n\n` is one
+// to a few tokens; a tokenizer without them as tokens spells them in at most one token per byte.
+std::string prompt_tail(const tokenizer& tok, std::span<const int32_t> prompt) {
   constexpr size_t k_tail_tokens = 16;
   const auto tail = prompt.subspan(prompt.size() - std::min(prompt.size(), k_tail_tokens));
-  return prompt_opens_thinking(tok.decode(tail, /*render_special=*/true));
+  return tok.decode(tail, /*render_special=*/true);
+}
+
+}  // namespace
+
+bool prompt_opens_thinking(const tokenizer& tok, std::span<const int32_t> prompt) {
+  return prompt_opens_thinking(prompt_tail(tok, prompt));
 }
 
 std::optional<reasoning_spec> reasoning_of(reasoning_parser p, std::string_view template_source, const tokenizer& tok,
-                                           std::span<const int32_t> prompt, bool enable_thinking) {
+                                           std::span<const int32_t> prompt, std::optional<bool> thinking) {
   if (p == reasoning_parser::none) return std::nullopt;
   // A format name (--chat-template NAME) mentions no tag: such a model needs the flag. A source
   // that only drops `</think>` from past turns (the DeepSeek-R1 distills' first template) counts.
   if (p == reasoning_parser::automatic && template_source.find(k_think_open) == std::string_view::npos &&
       template_source.find(k_think_close) == std::string_view::npos)
     return std::nullopt;
-  const bool opened = prompt_opens_thinking(tok, prompt);
-  if (!enable_thinking && !opened) return std::nullopt;  // switched off (Qwen3's empty block)
+  const std::string tail = prompt_tail(tok, prompt);
+  if (prompt_closes_thinking(tail)) return std::nullopt;  // Qwen3's empty block, DeepSeek-V3.1's </think>
+  const bool opened = prompt_opens_thinking(tail);
+  if (thinking == false && !opened) return std::nullopt;  // switched off
   return reasoning_spec{opened || p == reasoning_parser::deepseek_r1};
 }
 

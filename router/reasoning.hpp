@@ -8,7 +8,9 @@
 //    already opened it (a template whose generation prompt ends in `<think>\n`, as the
 //    DeepSeek-R1 distills' does: the output holds only `</think>`), or when the model's first
 //    non-whitespace text is `<think>` (Qwen3 opens it itself; the tag and the whitespace before it
-//    are dropped). Otherwise there is no reasoning and the text is all content, as written.
+//    are dropped). Otherwise there is no reasoning and the text is all content, as written; and
+//    none at all where the prompt ends just after a closed block (Qwen3's empty one with thinking
+//    off, DeepSeek-V3.1's `</think>`: reasoning_of).
 //  * `</think>` ends it; the whitespace right after the tag is dropped, the rest is content. A
 //    later `<think>` or `</think>` is content.
 //  * Thinking never closed (cut by max_tokens) is all reasoning; the content is empty.
@@ -46,6 +48,10 @@ inline constexpr std::string_view k_think_close = "</think>";
 bool prompt_opens_thinking(std::string_view prompt_tail);
 // The same for token ids: the last few tokens of the prompt, special tokens rendered.
 bool prompt_opens_thinking(const tokenizer& tok, std::span<const int32_t> prompt);
+// Whether the prompt's text ends just after a closed thinking block: its last `</think>` is
+// followed by nothing but whitespace (Qwen3's empty block with thinking off, DeepSeek-V3.1's
+// `<｜Assistant｜></think>`): the answer has no thinking.
+bool prompt_closes_thinking(std::string_view prompt_tail);
 
 // How one response's text is split.
 struct reasoning_spec {
@@ -53,10 +59,11 @@ struct reasoning_spec {
 };
 
 // How a chat answer splits, for a model whose chat template's source (as its workers sent it) is
-// `template_source`, to a request whose prompt is `prompt`: nullopt when it does not (the parser
-// is off for the model, or thinking was switched off and the prompt does not open it).
+// `template_source`, to a request whose prompt is `prompt` and whose thinking switch is
+// `thinking` (nullopt: not given): nullopt when it does not (the parser is off for the model, the
+// prompt closed the thinking, or thinking was switched off and the prompt does not open it).
 std::optional<reasoning_spec> reasoning_of(reasoning_parser p, std::string_view template_source, const tokenizer& tok,
-                                           std::span<const int32_t> prompt, bool enable_thinking);
+                                           std::span<const int32_t> prompt, std::optional<bool> thinking);
 
 struct reasoning_delta {
   std::string reasoning;

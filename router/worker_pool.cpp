@@ -285,6 +285,17 @@ bool worker_pool::turn_before(worker_ref a, worker_ref b) const {
   return a_next != b_next ? a_next : a < b;
 }
 
+namespace {
+
+// Whether the worker's last heartbeat gives fewer free blocks in its binding pool (main or window,
+// proto::free_kv_blocks_binding) than a new sequence needs. A worker that has not sent one yet
+// (no totals) is not short.
+bool kv_short(const worker_view& v, size_t blocks_needed) {
+  return v.load.total_kv_blocks > 0 && proto::free_kv_blocks_binding(v.load) < blocks_needed;
+}
+
+}  // namespace
+
 std::optional<worker_ref> worker_pool::choose(const std::string& model, std::span<const uint64_t> block_hashes,
                                               std::optional<worker_ref> avoid) const {
   const worker_ref avoided = avoid.value_or(0);
@@ -292,10 +303,21 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
       avoid.has_value() && std::any_of(workers_.begin(), workers_.end(), [&](const auto& kv) {
         return kv.first != avoided && kv.second.state == worker_state::ready && kv.second.info.model_id == model;
       });
+  // The prompt's full blocks and the one its last tokens and first output go in. Workers short of
+  // them in their binding pool are passed over while another candidate has them.
+  const size_t blocks_needed = block_hashes.size() + 1;
+  bool some_roomy = false;
+  for (const auto& [ref, v] : workers_)
+    some_roomy = some_roomy ||
+                 (has_slot(v) && v.info.model_id == model && !(skip && ref == avoided) && !kv_short(v, blocks_needed));
+  auto candidate = [&](worker_ref ref, const worker_view& v) {
+    return has_slot(v) && v.info.model_id == model && !(skip && ref == avoided) &&
+           !(some_roomy && kv_short(v, blocks_needed));
+  };
   int32_t min_load = std::numeric_limits<int32_t>::max(), max_load = -1;
   std::optional<worker_ref> least;
   for (const auto& [ref, v] : workers_) {
-    if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
+    if (!candidate(ref, v)) continue;
     if (v.in_flight < min_load || (v.in_flight == min_load && turn_before(ref, *least))) {
       min_load = v.in_flight;
       least = ref;
@@ -307,7 +329,7 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   size_t best_blocks = 0;
   int32_t best_load = 0;
   for (const auto& [ref, v] : workers_) {
-    if (!has_slot(v) || v.info.model_id != model || (skip && ref == avoided)) continue;
+    if (!candidate(ref, v)) continue;
     const size_t blocks = cached_blocks(ref, block_hashes);
     if (!best || blocks > best_blocks ||
         (blocks == best_blocks && (v.in_flight < best_load || (v.in_flight == best_load && turn_before(ref, *best))))) {
@@ -361,6 +383,35 @@ void render_kv_metrics(const worker_pool& pool, std::string& out) {
                       "since).");
   for (const auto& [w, v] : pool.all())
     if (const kv_view* k = pool.kv_view_of(w)) exact.sample({{"worker", v.endpoint}}, k->exact() ? 1 : 0);
+}
+
+void render_worker_kv_metrics(const worker_pool& pool, std::string& out) {
+  metric_family binding(out, "switchyard_router_worker_kv_free_blocks", "gauge",
+                        "KV blocks each worker can still give a new sequence: the free blocks of its binding pool (the "
+                        "smaller of the main and the sliding-window pool's), from its last heartbeat.");
+  for (const auto& [w, v] : pool.all()) binding.sample({{"worker", v.endpoint}}, proto::free_kv_blocks_binding(v.load));
+  struct pool_field {
+    std::string_view pool;
+    uint32_t proto::heartbeat::*free, proto::heartbeat::*total;
+  };
+  constexpr pool_field k_pools[] = {
+      {"main", &proto::heartbeat::free_kv_blocks, &proto::heartbeat::total_kv_blocks},
+      {"window", &proto::heartbeat::free_window_kv_blocks, &proto::heartbeat::total_window_kv_blocks},
+  };
+  for (const bool total : {false, true}) {
+    metric_family f(
+        out, total ? "switchyard_router_worker_kv_pool_total_blocks" : "switchyard_router_worker_kv_pool_free_blocks",
+        "gauge",
+        total ? "KV blocks of each worker's pools (main; window: its sliding-window layers' own), from "
+                "its last heartbeat."
+              : "Free or evictable KV blocks of each worker's pools (main; window: its sliding-window "
+                "layers' own), from its last heartbeat.");
+    for (const auto& [w, v] : pool.all())
+      for (const pool_field& p : k_pools) {
+        if (p.pool == "window" && v.load.total_window_kv_blocks == 0) continue;  // none
+        f.sample({{"worker", v.endpoint}, {"pool", p.pool}}, v.load.*(total ? p.total : p.free));
+      }
+  }
 }
 
 }  // namespace sy::router

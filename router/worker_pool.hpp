@@ -25,7 +25,9 @@
 // log (`take_changes`).
 //
 // Choice (prefix-aware, without hot spots): among ready workers of the model with a free slot
-// (in flight < max_running + local_queue), if their loads differ by more than
+// (in flight < max_running + local_queue) — less those whose last heartbeat gives fewer free KV
+// blocks in their binding pool (the smaller of the main and the sliding-window pool's) than the
+// prompt's blocks + 1, while some other such worker has them — if their loads differ by more than
 // `balance_threshold` requests the least loaded wins; otherwise the one whose prefix index
 // holds the longest run of the prompt's leading blocks wins, ties to the least loaded. Workers
 // still tied are taken in turn (the first after the last one dispatched to, in ref order), so
@@ -201,5 +203,9 @@ class worker_pool {
 
 // The prefix views' metrics (switchyard_router_kv_*), appended to `out` in Prometheus text.
 void render_kv_metrics(const worker_pool& pool, std::string& out);
+// Each worker's KV blocks as its last heartbeat gives them (switchyard_router_worker_kv_*): free
+// and total per pool ("main"; "window" where it has one) and the binding pool's free blocks the
+// choice goes by; appended to `out` in Prometheus text.
+void render_worker_kv_metrics(const worker_pool& pool, std::string& out);
 
 }  // namespace sy::router

@@ -313,6 +313,8 @@ void worker_service::heartbeat(int64_t now_ms, std::vector<out_frame>& out) {
   hb.waiting = static_cast<uint32_t>(s.waiting);
   hb.free_kv_blocks = static_cast<uint32_t>(s.free_blocks);
   hb.total_kv_blocks = static_cast<uint32_t>(s.total_blocks);
+  hb.free_window_kv_blocks = static_cast<uint32_t>(s.window_free_blocks);
+  hb.total_window_kv_blocks = static_cast<uint32_t>(s.window_total_blocks);
   hb.step_time_ms = s.mean_step_ms;
   hb.steps = s.steps;
   hb.draining = draining_;

@@ -1,9 +1,11 @@
 """Several models behind one router, one worker each: SmolLM2 and the generated Llama 3, Qwen2,
 Mistral, Qwen3 and Gemma 3 files (tests/tools/make_test_models.py). The router learns each model's tokenizer, chat
 template and context length from its worker, routes every request by its `model` field, and
-counts prompt tokens exactly as llama.cpp tokenizes the same chat (tests/tools/llamacpp_ref_logits.py)."""
+counts prompt tokens exactly as llama.cpp tokenizes the same chat (tests/tools/llamacpp_ref_logits.py).
+It also sees each worker's KV pools from its heartbeats (Gemma 3's sliding-window pool too)."""
 import json
 import os
+import time
 
 import openai
 import pytest
@@ -151,3 +153,30 @@ def test_qwen3_thinking_switch_through_chat_template_kwargs(cluster):
     off = tokens(chat_template_kwargs={"enable_thinking": False})
     assert off[: len(on)] == on
     assert "".join(off[len(on):]).replace("Ċ", "\n") == "<think>\n\n</think>\n\n"
+
+
+def test_the_router_sees_both_kv_pools_of_a_gemma3_worker(cluster):
+    # Gemma 3's sliding-window layers have a KV pool of their own (docs/worker.md); its heartbeats
+    # carry that pool too, and the router's per-worker gauges show both pools and the binding one.
+    router, workers = cluster
+    gemma, smol = workers["gemma3"], workers["smollm2"]
+    own = gemma.metrics()
+    assert own["switchyard_worker_kv_window_blocks_total"] > 0
+
+    def seen(w, name, pool=None):
+        label = f'worker="{w.endpoint}"' + (f',pool="{pool}"' if pool else "")
+        return router.metrics().get(f"switchyard_router_worker_kv_{name}{{{label}}}")
+
+    end = time.time() + 10
+    while seen(gemma, "pool_total_blocks", "window") != own["switchyard_worker_kv_window_blocks_total"]:
+        assert time.time() < end, "the router never saw the window pool"
+        time.sleep(0.2)
+    own = gemma.metrics()  # idle: the counts hold still
+    assert seen(gemma, "pool_total_blocks", "main") == own["switchyard_worker_kv_blocks_total"]
+    assert seen(gemma, "pool_free_blocks", "main") == own["switchyard_worker_kv_blocks_free"]
+    assert seen(gemma, "pool_free_blocks", "window") == own["switchyard_worker_kv_window_blocks_free"]
+    assert seen(gemma, "free_blocks") == min(own["switchyard_worker_kv_blocks_free"],
+                                             own["switchyard_worker_kv_window_blocks_free"])
+    # SmolLM2 has no window layers: no window series, its main pool binds.
+    assert seen(smol, "pool_total_blocks", "window") is None
+    assert seen(smol, "free_blocks") == smol.metrics()["switchyard_worker_kv_blocks_free"]

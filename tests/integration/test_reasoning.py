@@ -11,7 +11,10 @@ Two small clusters:
     the output holds only `</think>`;
   * one serving the DeepSeek-R1 distills' own template (recognised as deepseek3) under the default
     `auto`: its generation prompt opens the thinking, so the same output splits the same way, and
-    a past answer given back with its thinking is rendered without it.
+    a past answer given back with its thinking is rendered without it;
+  * one serving DeepSeek-V3.1's own template under `auto`: its `thinking` switch (either name in
+    chat_template_kwargs) opens the thinking in the prompt, and the same output splits; off, its
+    default, the prompt closes it and nothing splits.
 Checked: the split whole and streamed (reasoning deltas before any content), usage's
 reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
 with the same split (whole and streamed), the Anthropic route's thinking block and the Responses
@@ -43,6 +46,7 @@ QWEN3_TEMPLATE = (
 QUESTION = [{"role": "user", "content": "What is two and two?"}]
 R1_TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "chat_templates",
                            "deepseek-r1-distill.jinja")
+V31_TEMPLATE = os.path.join(os.path.dirname(R1_TEMPLATE), "deepseek-v3.1.jinja")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +66,15 @@ def qwen3():
 @pytest.fixture(scope="module")
 def r1_template():
     w = Worker("--fault-inject", "sim:0:" + R1_OUTPUT, "--chat-template", R1_TEMPLATE)
+    r = Router([w.endpoint])
+    yield r
+    r.stop()
+    w.stop()
+
+
+@pytest.fixture(scope="module")
+def v31():
+    w = Worker("--fault-inject", "sim:0:" + R1_OUTPUT, "--chat-template", V31_TEMPLATE)
     r = Router([w.endpoint])
     yield r
     r.stop()
@@ -90,7 +103,9 @@ def ask(router, live=True, **kw):
 
 def streamed(router, live=True, **kw):
     """(reasoning, content, finish_reason, usage, order) of a stream; order: "r" and "c" per delta."""
-    extra = {"cache": False} if live else {}
+    extra = kw.pop("extra_body", {})
+    if live:
+        extra["cache"] = False
     chunks = client_of(router).chat.completions.create(
         model=MODEL_ID, messages=QUESTION, stream=True, stream_options={"include_usage": True}, extra_body=extra, **kw)
     reasoning = reasoning2 = content = ""
@@ -245,3 +260,32 @@ def test_past_thinking_given_back_is_not_rendered(r1_template):
     assert prompt_ids(R1_OUTPUT) == bare  # the thinking up to </think> is dropped
     assert prompt_ids("\n\n" + ANSWER, reasoning_content="Adding.") == bare  # the field is never rendered
     assert prompt_ids(ANSWER) != bare
+
+
+def test_deepseek_v31_thinks_when_its_switch_is_on(v31):
+    def prompt_ids(**kwargs):
+        body = {"model": MODEL_ID, "messages": QUESTION}
+        if kwargs:
+            body["chat_template_kwargs"] = kwargs
+        status, _, raw = v31.post("/tokenize", body)
+        assert status == 200, raw
+        return json.loads(raw)["tokens"]
+
+    # On (under either name): the prompt opens the thinking and the output splits at its </think>.
+    for kwargs in ({"thinking": True}, {"enable_thinking": True}):
+        msg = ask(v31, extra_body={"chat_template_kwargs": kwargs}).choices[0].message
+        assert msg.content == ANSWER
+        assert msg.model_extra["reasoning_content"] == R1_REASONING
+    reasoning, content, finish, _, order = streamed(v31, extra_body={"chat_template_kwargs": {"thinking": True}})
+    assert (reasoning, content, finish) == (R1_REASONING, ANSWER, "stop")
+    assert "r" not in order[order.index("c"):]
+    # Off, the template's default: the prompt closes the thinking, nothing splits.
+    for extra in ({}, {"chat_template_kwargs": {"thinking": False}}):
+        msg = ask(v31, extra_body=dict(extra)).choices[0].message
+        assert msg.content == R1_OUTPUT
+        assert "reasoning_content" not in (msg.model_extra or {})
+    assert prompt_ids() == prompt_ids(thinking=False) != prompt_ids(thinking=True) == prompt_ids(enable_thinking=True)
+    status, _, raw = v31.post("/v1/chat/completions", {"model": MODEL_ID, "messages": QUESTION,
+                                                       "chat_template_kwargs": {"thinking": True,
+                                                                                "enable_thinking": False}})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "chat_template_kwargs.thinking"

@@ -92,6 +92,22 @@ def test_exported_r1_template_opens_thinking_and_drops_past_thinking(tmp):
                    "<｜Assistant｜><think>\n")
 
 
+def test_exported_v31_template_reads_its_thinking_switch(tmp):
+    # DeepSeek-V3.1's template, exported as Switchyard renders it: past turns closed, and the
+    # generation prompt opened or closed by `thinking` (unset: closed, the template's default).
+    small = CASES["qwen2"][0] if os.path.exists(CASES["qwen2"][0]) else MODEL
+    tok = export(small, os.path.join(tmp, "v31"), "--chat-template",
+                 os.path.join(FIXTURES, "chat_templates", "deepseek-v3.1.jinja"))
+    history = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nAdd.\n</think>4"},
+               {"role": "user", "content": "Times 3?"}]
+    base = "<｜User｜>2+2?<｜Assistant｜></think>4<｜end▁of▁sentence｜><｜User｜>Times 3?<｜Assistant｜>"
+    assert tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True) == base + "</think>"
+    assert tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True, thinking=False) == \
+        base + "</think>"
+    assert tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True, thinking=True) == \
+        base + "<think>"
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_exported_chat_prompt_tokenizes_to_the_workers_ids(tmp, name):
     model, _ = CASES[name]

@@ -17,14 +17,18 @@ conversation with that system message in front (when it does not start with one)
 what the template itself renders; the prompt is stored as `default_system`. And a DeepSeek-R1
 template's generation prompt opens the thinking (`<think>\n` after llama.cpp's `<｜Assistant｜>`):
 GENERATION_SUFFIX appends it to llama.cpp's renderings with the generation prompt, stored as
-`generation_suffix`.
+`generation_suffix`. DeepSeek-V3.1's template closes the thinking instead (`</think>`, its
+default: `thinking` off) there and writes `</think>` at the start of every past assistant turn:
+ASSISTANT_PREFIX puts that in front of each assistant message's content given to llama.cpp (as
+for the default system prompt, what the template itself renders), stored as `assistant_prefix`.
 
 Past turns' thinking, which Qwen3's and R1's templates drop and llama.cpp keeps, is recorded from
 the templates themselves: jinja2 renders THINKING_CONVERSATIONS with each file of
 THINKING_SOURCES (as Hugging Face's apply_chat_template does: sandboxed, trim_blocks,
 lstrip_blocks; bos_token empty, since Switchyard's text never starts with BOS) into
-`template_renders`. They hold no system message, which R1's template places apart from
-llama.cpp's deepseek3.
+`template_renders`. They hold no system message, which R1's and V3.1's templates place apart
+from llama.cpp's deepseek3. TEMPLATE_KWARGS adds renderings with template variables set (V3.1's
+`thinking` switch), each entry with its `kwargs`.
 
 Usage (llama.cpp built by tests/tools/build_llamacpp.sh build/llama.cpp; a Python with numpy and
 typing_extensions, which importing llama_cpp needs; jinja2, when present, syntax-checks the files):
@@ -44,7 +48,8 @@ SOURCE_DIR = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
 
 FORMATS = [
     "chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
-    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "zephyr", "gemma", "deepseek3",
+    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "phi4", "zephyr", "gemma",
+    "deepseek3",
 ]
 
 # file -> (the format llama.cpp is expected to recognise, or None; ChatML default system prompt)
@@ -71,12 +76,21 @@ SOURCES = {
     "phi-4.jinja": ("phi4", ""),
     "role-colon.jinja": (None, ""),
     "deepseek-r1-distill.jinja": ("deepseek3", ""),
+    "deepseek-v3.1.jinja": ("deepseek3", ""),
 }
 
 # file -> what the template's generation prompt writes after llama.cpp's (the R1 distills open the
 # thinking); Switchyard renders it too, so it is appended to llama.cpp's renderings with one.
 GENERATION_SUFFIX = {
     "deepseek-r1-distill.jinja": "<think>\n",
+    "deepseek-v3.1.jinja": "</think>",
+}
+
+# file -> what the template writes in front of every assistant message's content (DeepSeek-V3.1
+# closes the thinking of past turns); Switchyard renders it too, so llama.cpp is given the
+# conversation with it.
+ASSISTANT_PREFIX = {
+    "deepseek-v3.1.jinja": "</think>",
 }
 
 
@@ -84,7 +98,12 @@ def msg(role, content):
     return {"role": role, "content": content}
 
 
-THINKING_SOURCES = ["qwen3.jinja", "deepseek-r1-distill.jinja"]
+THINKING_SOURCES = ["qwen3.jinja", "deepseek-r1-distill.jinja", "deepseek-v3.1.jinja"]
+
+# file -> template variables to render THINKING_CONVERSATIONS with too (beyond none at all).
+TEMPLATE_KWARGS = {
+    "deepseek-v3.1.jinja": [{"thinking": True}, {"thinking": False}],
+}
 
 
 CONVERSATIONS = [
@@ -152,12 +171,15 @@ def render(tmpl, messages, add_generation_prompt):
     return buf.raw[:n].decode("utf-8")
 
 
-def render_all(tmpl, default_system="", generation_suffix=""):
+def render_all(tmpl, default_system="", generation_suffix="", assistant_prefix=""):
     """[{conversation, add_generation_prompt, text}] for every conversation, or None."""
     out = []
     for name, messages in CONVERSATIONS:
         if default_system and messages and messages[0]["role"] != "system":
             messages = [msg("system", default_system)] + messages
+        if assistant_prefix:
+            messages = [msg(m["role"], assistant_prefix + m["content"]) if m["role"] == "assistant" else m
+                        for m in messages]
         for gen in (True, False):
             text = render(tmpl, messages, gen)
             if text is None:
@@ -172,9 +194,16 @@ def template_renders(file, source):
     """[{conversation, add_generation_prompt, text}]: the template's own renderings (jinja2)."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     tmpl = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
-    return [{"conversation": name, "add_generation_prompt": gen,
-             "text": tmpl.render(messages=messages, add_generation_prompt=gen, bos_token="")}
-            for name, messages in THINKING_CONVERSATIONS for gen in (True, False)]
+    out = []
+    for kwargs in [{}] + TEMPLATE_KWARGS.get(file, []):
+        for name, messages in THINKING_CONVERSATIONS:
+            for gen in (True, False):
+                r = {"conversation": name, "add_generation_prompt": gen}
+                if kwargs:
+                    r["kwargs"] = kwargs
+                r["text"] = tmpl.render(messages=messages, add_generation_prompt=gen, bos_token="", **kwargs)
+                out.append(r)
+    return out
 
 
 def builtin_names():
@@ -225,13 +254,17 @@ def main():
                 sys.exit(f"{file}: llama.cpp renders it (as {matches}), expected no format")
         elif expected not in matches:
             sys.exit(f"{file}: llama.cpp's renderings match {matches or 'no built-in format'}, expected {expected}")
-        sources.append({
+        entry = {
             "file": file,
             "llama_cpp_format": expected,
             "default_system": default_system,
             "generation_suffix": GENERATION_SUFFIX.get(file, ""),
-            "renders": render_all(source, default_system, GENERATION_SUFFIX.get(file, "")) if expected in FORMATS else [],
-        })
+        }
+        if file in ASSISTANT_PREFIX:
+            entry["assistant_prefix"] = ASSISTANT_PREFIX[file]
+        entry["renders"] = render_all(source, default_system, GENERATION_SUFFIX.get(file, ""),
+                                      ASSISTANT_PREFIX.get(file, "")) if expected in FORMATS else []
+        sources.append(entry)
         if file in THINKING_SOURCES:
             sources[-1]["template_renders"] = template_renders(file, source)
         print(f"{file:40s} {expected or '(none)':18s} {'also matches ' + str(matches) if len(matches) > 1 else ''}")

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -98,7 +99,7 @@ struct temp_file {
 
 TEST_CASE("chat template: every format, by name, renders what llama.cpp renders") {
   const json& formats = fixture().at("formats");
-  REQUIRE(formats.size() == 15);
+  REQUIRE(formats.size() == 16);
   size_t n = 0;
   for (const json& f : formats) {
     const std::string name = f.at("name");
@@ -108,7 +109,7 @@ TEST_CASE("chat template: every format, by name, renders what llama.cpp renders"
     CHECK(t.default_system.empty());
     n += check_renders(t, f.at("renders"), name);
   }
-  CHECK(n == 15 * 2 * conversations().size());
+  CHECK(n == 16 * 2 * conversations().size());
 }
 
 TEST_CASE("chat template: model templates are recognised as llama.cpp recognises them") {
@@ -126,14 +127,14 @@ TEST_CASE("chat template: model templates are recognised as llama.cpp recognises
       n_renders += check_renders(t, s.at("renders"), file);
       ++n_supported;
     } else {
-      // llama.cpp renders these as a format Switchyard does not (phi4, glmedge), or refuses them.
+      // llama.cpp renders these as a format Switchyard does not (glmedge), or refuses them.
       CHECK_FALSE(t.supported());
       CHECK_THAT(t.unsupported_reason,
                  Contains(expected.empty() ? "matches none of the formats" : "'" + expected + "' format"));
       CHECK_THROWS_WITH(t.apply({{"user", "hi"}}), Contains(t.unsupported_reason));
     }
   }
-  CHECK(n_supported == 18);
+  CHECK(n_supported == 20);
   CHECK(n_renders == n_supported * 2 * conversations().size());
 }
 
@@ -147,6 +148,26 @@ TEST_CASE("chat template: ChatML keeps the default system prompt that llama.cpp 
         "<|im_start|>user\nHi<|im_end|>\n");
   // Given by name, ChatML has no default.
   CHECK(chat_template::parse("chatml").apply({{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST_CASE("chat template: Phi-4's template is phi4, not ChatML, and renders as llama.cpp's phi4") {
+  const chat_template t = chat_template::parse(template_source("phi-4.jinja"));
+  REQUIRE(t.format == chat_format::phi4);
+  CHECK(t.default_system.empty());
+  CHECK_FALSE(t.thinking_switch);
+  CHECK(t.apply({{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}) ==
+        "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U<|im_end|><|im_start|>assistant<|im_sep|>A"
+        "<|im_end|><|im_start|>user<|im_sep|>V<|im_end|><|im_start|>assistant<|im_sep|>");
+  CHECK(t.apply({{"user", " U\n"}}, false) == "<|im_start|>user<|im_sep|> U\n<|im_end|>");
+  // Tools go the hermes way, the list in a system turn of phi4's own markers.
+  CHECK(sy::tool_style(t.format) == sy::tool_call_style::hermes);
+  CHECK_THAT(
+      t.apply({{"user", "Weather?"}}, true, {{"weather", R"({"type":"function","function":{"name":"weather"}})", ""}}),
+      Contains("<|im_start|>system<|im_sep|>") && Contains("<tool_call>"));
+  CHECK(t.to_jinja(false) ==
+        "{% for message in messages %}{{ '<|im_start|>' }}{{ message['role'] }}{{ '<|im_sep|>' }}"
+        "{{ message['content'] }}{{ '<|im_end|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}");
 }
 
 TEST_CASE("chat template: a ChatML source that reads enable_thinking can switch thinking off (Qwen3)") {
@@ -232,24 +253,33 @@ TEST_CASE("chat template: DeepSeek-R1 distills render deepseek3, open the thinki
                     Contains("{{ '<｜Assistant｜><think>\\n' }}"));
 }
 
-TEST_CASE("chat template: past thinking renders as Qwen3's and R1's own templates render it") {
-  // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py).
+TEST_CASE("chat template: past thinking renders as Qwen3's, R1's and V3.1's own templates render it") {
+  // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py), some
+  // with template variables set (`kwargs`: DeepSeek-V3.1's `thinking`).
   const auto convs = conversations_in(fixture().at("thinking_conversations"));
-  size_t n = 0;
+  size_t n = 0, n_kwargs = 0;
   for (const json& s : fixture().at("sources")) {
     if (!s.contains("template_renders")) continue;
     const std::string file = s.at("file");
     const chat_template t = chat_template::parse(template_source(file));
-    CHECK(t.drops_past_thinking);
+    CHECK((t.drops_past_thinking || t.closes_past_thinking));
     for (const json& r : s.at("template_renders")) {
       const std::string conv = r.at("conversation");
       const bool gen = r.at("add_generation_prompt");
-      INFO(file << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt");
-      CHECK(t.apply(convs.at(conv), gen) == r.at("text").get<std::string>());
+      std::optional<bool> thinking;
+      if (r.contains("kwargs")) {
+        const json& kw = r.at("kwargs");
+        thinking = kw.contains("thinking") ? kw.at("thinking").get<bool>() : kw.at("enable_thinking").get<bool>();
+        ++n_kwargs;
+      }
+      INFO(file << ", conversation " << conv << (gen ? ", with" : ", without") << " the generation prompt"
+                << (r.contains("kwargs") ? ", " + r.at("kwargs").dump() : ""));
+      CHECK(t.apply(convs.at(conv), gen, {}, thinking) == r.at("text").get<std::string>());
       ++n;
     }
   }
-  CHECK(n == 2 * 2 * convs.size());
+  CHECK(n == (3 + 2) * 2 * convs.size());
+  CHECK(n_kwargs == 2 * 2 * convs.size());
   const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
   CHECK(qwen3.thinking_switch);
   CHECK(qwen3.default_system.empty());
@@ -288,6 +318,54 @@ TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user
   CHECK_THAT(t.to_jinja(false), Contains("loop.index0 <= ns_past.last_user") && Contains(".lstrip('\\n')"));
 }
 
+TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and closes past thinking") {
+  const chat_template v31 = chat_template::parse(template_source("deepseek-v3.1.jinja"));
+  REQUIRE(v31.format == chat_format::deepseek3);
+  CHECK(v31.thinking_switch);
+  CHECK(v31.closes_past_thinking);
+  CHECK_FALSE(v31.opens_thinking);
+  CHECK_FALSE(v31.drops_past_thinking);
+  // The template's default is off: the generation prompt closes the thinking; on, it opens it.
+  const std::vector<chat_message> chat = {{"system", "You are a helpful assistant"},
+                                          {"user", "Hello"},
+                                          {"assistant", "<think>\nGreet.\n</think>Hi there"},
+                                          {"user", "How are you?"}};
+  const std::string history =
+      "You are a helpful assistant\n\n<｜User｜>Hello<｜Assistant｜></think>Hi there<｜end▁of▁sentence｜><｜User｜>How "
+      "are "
+      "you?";
+  CHECK(v31.apply(chat) == history + "<｜Assistant｜></think>");
+  CHECK(v31.apply(chat, true, {}, false) == history + "<｜Assistant｜></think>");
+  CHECK(v31.apply(chat, true, {}, true) == history + "<｜Assistant｜><think>");
+  CHECK(v31.apply(chat, false, {}, true) == history);
+  // Only the first </think> ends the dropped part, as the template's split('</think>', 1)[1].
+  CHECK(v31.apply({{"user", "a"}, {"assistant", "x</think>y</think>z"}}, false) ==
+        "<｜User｜>a<｜Assistant｜></think>y</think>z<｜end▁of▁sentence｜>");
+  // Tool turns go the Hermes way (as for every deepseek3 template), past calls closed the same.
+  const std::string with_call =
+      v31.apply({{"user", "Weather?"}, {"assistant", "", {{"c1", "weather", "{}"}}}, {"tool", "sunny", {}, "c1"}}, true,
+                {}, true);
+  CHECK_THAT(with_call, Contains("<｜Assistant｜></think><tool_call>") && Contains("sunny"));
+  CHECK(with_call.ends_with("<｜Assistant｜><think>"));
+
+  // Qwen3's switch and R1's templates are untouched: their defaults stay on and open.
+  const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
+  CHECK_FALSE(qwen3.closes_past_thinking);
+  CHECK(qwen3.apply({{"user", "Hi"}}) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(qwen3.apply({{"user", "Hi"}}, true, {}, false) ==
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const chat_template r1 = chat_template::parse(template_source("deepseek-r1-distill.jinja"));
+  CHECK_FALSE(r1.thinking_switch);
+  CHECK(r1.apply({{"user", "Hi"}}, true, {}, false) == "<｜User｜>Hi<｜Assistant｜><think>\n");
+  // By name, deepseek3 is llama.cpp's: no switch.
+  CHECK(chat_template::parse("deepseek3").apply({{"user", "Hi"}}, true, {}, true) == "<｜User｜>Hi<｜Assistant｜>");
+
+  // Exported as Jinja that reads the same variable.
+  const std::string j = v31.to_jinja(false);
+  CHECK_THAT(j, Contains("{% if thinking is defined and thinking %}{{ '<think>' }}{% else %}{{ '</think>' }}") &&
+                    Contains("split('</think>', 1)[1]"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Recognition details (llama.cpp's rules and order)
 
@@ -295,7 +373,7 @@ TEST_CASE("chat template: names and formats map one to one") {
   const std::string names = sy::chat_format_names();
   CHECK(names ==
         "chatml, llama3, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, "
-        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, zephyr, gemma, deepseek3");
+        "mistral-v3-tekken, mistral-v7, mistral-v7-tekken, phi3, phi4, zephyr, gemma, deepseek3");
   for (int i = static_cast<int>(chat_format::chatml); i <= static_cast<int>(chat_format::deepseek3); ++i) {
     const auto f = static_cast<chat_format>(i);
     const std::string_view name = sy::chat_format_name(f);
@@ -303,7 +381,7 @@ TEST_CASE("chat template: names and formats map one to one") {
     CHECK(sy::chat_format_from_name(name) == f);
   }
   CHECK(sy::chat_format_name(chat_format::unsupported).empty());
-  CHECK_FALSE(sy::chat_format_from_name("phi4"));
+  CHECK_FALSE(sy::chat_format_from_name("glmedge"));
   CHECK_FALSE(sy::chat_format_from_name("Llama3"));
   CHECK_FALSE(sy::chat_format_from_name(""));
 }
@@ -315,7 +393,7 @@ TEST_CASE("chat template: rules apply in llama.cpp's order") {
   CHECK(chat_template::parse("").supported());
   // <|im_start|> wins over everything after it, unless <|im_sep|> (phi4) or <end_of_utterance>.
   CHECK(format_of("<|im_start|>[INST]<|start_header_id|><|end_header_id|>") == chat_format::chatml);
-  CHECK_THAT(chat_template::parse("<|im_start|><|im_sep|>").unsupported_reason, Contains("'phi4'"));
+  CHECK(format_of("<|im_start|><|im_sep|><end_of_utterance>") == chat_format::phi4);
   CHECK_THAT(chat_template::parse("<|im_start|><end_of_utterance>").unsupported_reason, Contains("'smolvlm'"));
   // A source that starts with "mistral" is in the [INST] family.
   CHECK(format_of("mistral whatever") == chat_format::llama2);
@@ -372,9 +450,9 @@ TEST_CASE("chat template option: a name, a Jinja file, or a clear error") {
                         Contains("chatml, llama3, llama2, llama2-sys") && Contains("gemma"));
   temp_file empty("empty.jinja");
   CHECK_THROWS_WITH(chat_template::read_option(empty.path.string()), Contains("the file is empty"));
-  temp_file phi4("phi4.jinja", template_source("phi-4.jinja"));
-  CHECK_THROWS_WITH(chat_template::read_option(phi4.path.string()),
-                    Contains("'phi4' format") && Contains("pass one of the names instead") && Contains("chatml"));
+  temp_file glmedge("zephyr.jinja", template_source("zephyr-7b-beta.jinja"));
+  CHECK_THROWS_WITH(chat_template::read_option(glmedge.path.string()),
+                    Contains("'glmedge' format") && Contains("pass one of the names instead") && Contains("chatml"));
 }
 
 TEST_CASE("chat template: an unsupported template is a state, and apply says why") {

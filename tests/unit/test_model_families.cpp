@@ -17,6 +17,7 @@
 #include "worker/engine.hpp"
 #include "worker/generator.hpp"
 #include "worker/llama_model.hpp"
+#include "worker/worker_service.hpp"
 
 using namespace sy;
 
@@ -407,6 +408,32 @@ TEST_CASE("Gemma 3 generates the same tokens with the sliding-window KV release 
     CHECK(x.tokens == off["x"].tokens);
     CHECK(x.n_cached < off["x"].n_cached);
     CHECK(e.stats().prefix_hit_tokens >= static_cast<uint64_t>(off["x"].n_cached));  // the main pool had it
+    // What the worker's heartbeats tell routers while a request runs: both pools, as the engine
+    // counts them (the router's choice goes by the one with fewer free blocks).
+    {
+      worker_service w(e, {});
+      std::vector<out_frame> out;
+      proto::hello h;
+      h.router_id = "r";
+      w.on_frame("peer", std::string(proto::name(proto::msg_type::hello)), proto::encode(h), 0, out);
+      REQUIRE_FALSE(e.submit("hb", prompts[1], p, 0));
+      std::vector<request_event> ev;
+      e.step(0, ev);
+      out.clear();
+      w.heartbeat(0, out);
+      REQUIRE(out.size() == 1);
+      const proto::decode_result r = proto::decode(out[0].type, out[0].body);
+      REQUIRE(r.ok());
+      const proto::heartbeat& hb = *r.get_if<proto::heartbeat>();
+      CHECK(hb.total_kv_blocks == static_cast<uint32_t>(e.pool().n_blocks()));
+      CHECK(hb.total_window_kv_blocks == static_cast<uint32_t>(wp.n_blocks()));
+      CHECK(hb.free_window_kv_blocks == static_cast<uint32_t>(e.stats().window_free_blocks));
+      CHECK(hb.free_window_kv_blocks < hb.total_window_kv_blocks);
+      CHECK(proto::free_kv_blocks_binding(hb) == std::min(hb.free_kv_blocks, hb.free_window_kv_blocks));
+      e.cancel("hb");
+      for (int i = 0; i < 10 && e.has_work(); ++i) e.step(0, ev);
+      REQUIRE_FALSE(e.has_work());
+    }
     // Baseline: nothing in use in either pool, every block available again.
     CHECK(e.pool().stats().in_use == 0);
     CHECK(wp.stats().in_use == 0);

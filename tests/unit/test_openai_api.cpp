@@ -906,13 +906,25 @@ TEST_CASE("tokenize responses have vLLM's keys", "[openai_api]") {
   CHECK(parsed(router::format_version()).at("version").is_string());
 }
 
-TEST_CASE("chat_template_kwargs: enable_thinking is read, other keys are accepted", "[openai_api]") {
+TEST_CASE("chat_template_kwargs: enable_thinking and thinking are read, other keys are accepted", "[openai_api]") {
   const std::string msgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
-  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + "}").enable_thinking);
-  CHECK_FALSE(parse_ok(endpoint::chat_completions,
-                       "{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false,"custom":1}})")
-                  .enable_thinking);
-  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{}})").enable_thinking);
+  CHECK_FALSE(parse_ok(endpoint::chat_completions, "{" + msgs + "}").thinking.has_value());  // the template's default
+  CHECK(parse_ok(endpoint::chat_completions,
+                 "{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false,"custom":1}})")
+            .thinking == false);
+  CHECK_FALSE(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{}})").thinking.has_value());
+  // DeepSeek-V3.1's name for the same switch; both given, they must agree.
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{"thinking":true}})").thinking ==
+        true);
+  CHECK(parse_ok(endpoint::chat_completions,
+                 "{" + msgs + R"(,"chat_template_kwargs":{"thinking":false,"enable_thinking":false}})")
+            .thinking == false);
+  const api_error d = parse_err(endpoint::chat_completions,
+                                "{" + msgs + R"(,"chat_template_kwargs":{"thinking":true,"enable_thinking":false}})");
+  CHECK((d.code == "invalid_value" && d.param == "chat_template_kwargs.thinking"));
+  CHECK_THAT(d.message, Catch::Contains("disagree"));
+  const api_error n = parse_err(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":{"thinking":1}})");
+  CHECK(n.param == "chat_template_kwargs.thinking");
   const api_error e = parse_err(endpoint::chat_completions, "{" + msgs + R"(,"chat_template_kwargs":[1]})");
   CHECK((e.code == "invalid_type" && e.param == "chat_template_kwargs"));
   const api_error b =
@@ -921,5 +933,5 @@ TEST_CASE("chat_template_kwargs: enable_thinking is read, other keys are accepte
   const auto t =
       router::parse_tokenize_request("{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false}})", {});
   REQUIRE(std::holds_alternative<router::tokenize_request>(t));
-  CHECK_FALSE(std::get<router::tokenize_request>(t).enable_thinking);
+  CHECK(std::get<router::tokenize_request>(t).thinking == false);
 }

@@ -243,7 +243,9 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
                              .steps = 0xffffffffffffffffull,
                              .draining = true,
                              .unix_ms = 1'700'000'000'000ull,
-                             .kv_seq = 0xfffffffffffffffeull};
+                             .kv_seq = 0xfffffffffffffffeull,
+                             .free_window_kv_blocks = 4000000001u,
+                             .total_window_kv_blocks = 4294967295u};
     CHECK(round_trip(m) == m);
     // Integral and huge floating values stay floats on the wire (msgpack-c's own pack_double
     // would turn 2^64 into an integer, with undefined behaviour).
@@ -610,6 +612,9 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
   {
     proto::heartbeat hb{.free_kv_blocks = 11, .total_kv_blocks = 10};
     expect_error(msg_type::heartbeat, proto::encode(hb), decode_errc::invalid_field, "free_kv_blocks");
+    proto::heartbeat w{
+        .free_kv_blocks = 1, .total_kv_blocks = 10, .free_window_kv_blocks = 3, .total_window_kv_blocks = 2};
+    expect_error(msg_type::heartbeat, proto::encode(w), decode_errc::invalid_field, "free_window_kv_blocks");
   }
   {
     proto::welcome w;
@@ -738,6 +743,52 @@ TEST_CASE("protocol: forward compatibility", "[protocol]") {
     CHECK(t.fim_pad_id == -1);
     CHECK_FALSE(t.add_eos);
     CHECK_FALSE(t.add_space_prefix);  // byte-level BPE never adds one
+  }
+  SECTION("a heartbeat with and without the window pool's blocks") {
+    // What a worker from before the window pool sends: only the main pool. Its binding pool is
+    // the main one.
+    const std::string old = map_body()
+                                .add("running", 1)
+                                .add("waiting", 0)
+                                .add("free_kv_blocks", 7)
+                                .add("total_kv_blocks", 64)
+                                .add("step_time_ms", 2.5)
+                                .add("steps", 9)
+                                .add("draining", false)
+                                .add("unix_ms", 5)
+                                .add("kv_seq", 3)
+                                .str();
+    const proto::decode_result r = decode("heartbeat", old);
+    REQUIRE(r.ok());
+    const proto::heartbeat& hb = *r.get_if<proto::heartbeat>();
+    CHECK(hb.free_kv_blocks == 7);
+    CHECK(hb.free_window_kv_blocks == 0);
+    CHECK(hb.total_window_kv_blocks == 0);
+    CHECK(proto::free_kv_blocks_binding(hb) == 7);
+
+    // What a worker with the window pool sends: the old keys with their old values and types,
+    // which is all an older router reads (it ignores keys it does not know, as above), and the
+    // window pool's pair after them.
+    const proto::heartbeat now{.running = 1,
+                               .free_kv_blocks = 500,
+                               .total_kv_blocks = 2081,
+                               .kv_seq = 3,
+                               .free_window_kv_blocks = 0,
+                               .total_window_kv_blocks = 659};
+    const std::string body = proto::encode(now);
+    const msgpack::object_handle oh = msgpack::unpack(body.data(), body.size());
+    const auto fields = oh.get().as<std::map<std::string, msgpack::object>>();
+    CHECK(fields.size() == 11);
+    CHECK(fields.at("free_kv_blocks").as<uint32_t>() == 500);
+    CHECK(fields.at("total_kv_blocks").as<uint32_t>() == 2081);
+    CHECK(fields.at("free_window_kv_blocks").as<uint32_t>() == 0);
+    CHECK(fields.at("total_window_kv_blocks").as<uint32_t>() == 659);
+    CHECK(round_trip(now) == now);
+    // Out of window blocks with main blocks free: the window pool binds.
+    CHECK(proto::free_kv_blocks_binding(now) == 0);
+    proto::heartbeat roomy = now;
+    roomy.free_window_kv_blocks = 659;
+    CHECK(proto::free_kv_blocks_binding(roomy) == 500);
   }
   SECTION("nil counts as missing") {
     const proto::decode_result r =

@@ -165,6 +165,11 @@ TEST_CASE("reasoning: the prompt opens thinking when its last <think> is still o
   CHECK(router::prompt_opens_thinking("<|im_start|>assistant\n<think>\n"));
   CHECK(router::prompt_opens_thinking("<｜Assistant｜><think>"));
   CHECK_FALSE(router::prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // enable_thinking off
+  CHECK(router::prompt_closes_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  CHECK(router::prompt_closes_thinking("<｜Assistant｜></think>"));  // DeepSeek-V3.1, thinking off
+  CHECK_FALSE(router::prompt_closes_thinking("<｜Assistant｜><think>"));
+  CHECK_FALSE(router::prompt_closes_thinking("</think> answer"));
+  CHECK_FALSE(router::prompt_closes_thinking("no tags"));
   CHECK_FALSE(router::prompt_opens_thinking("<|im_start|>assistant\n"));
   CHECK_FALSE(router::prompt_opens_thinking("<think>\nx"));
   const sy::tokenizer tok = sy::tokenizer::from_spec(sy::test::tiny_vocab());
@@ -261,6 +266,31 @@ TEST_CASE("reasoning: which chat requests split", "[reasoning]") {
   s = of(reasoning_parser::automatic, r1_first, prompt(r1_first, true), true);
   REQUIRE(s);
   CHECK_FALSE(s->open);
+  // DeepSeek-V3.1's template: `thinking` on, the prompt ends in <think> and the answer splits
+  // open from the first byte; off or not given (its default), the prompt ends in </think> and
+  // nothing splits, under deepseek_r1 too (the prompt closed the thinking).
+  const std::string v31_src =
+      "{% if not thinking is defined %}{% set thinking = false %}{% endif %}{%- for message in messages "
+      "%}{{'<｜User｜>' "
+      "+ message['content']}}{%- if message['prefix'] is defined and message['prefix'] and thinking %}{{'<think>'}}"
+      "{%- endif %}{{'<｜end▁of▁sentence｜>'}}{%- endfor %}{{'<｜Assistant｜>'}}{%- if not thinking %}{{'</think>'}}"
+      "{%- else %}{{'<think>'}}{%- endif %}";
+  const router::model_entry v31 = entry(v31_src);
+  REQUIRE(v31.tmpl.thinking_switch);
+  const auto v31_prompt = [&](std::optional<bool> think) { return v31.chat_prompt(msgs, true, {}, think); };
+  const auto v31_of = [&](reasoning_parser p, std::optional<bool> think) {
+    return router::reasoning_of(p, v31.spec.chat_template, v31.tok, v31_prompt(think), think);
+  };
+  s = v31_of(reasoning_parser::automatic, true);
+  REQUIRE(s);
+  CHECK(s->open);
+  CHECK_FALSE(v31_of(reasoning_parser::automatic, false));
+  CHECK_FALSE(v31_of(reasoning_parser::automatic, std::nullopt));
+  CHECK_FALSE(v31_of(reasoning_parser::deepseek_r1, std::nullopt));
+  CHECK_FALSE(v31_of(reasoning_parser::qwen3, false));
+  s = v31_of(reasoning_parser::deepseek_r1, true);
+  REQUIRE(s);
+  CHECK(s->open);
 
   // The switch reaches the template from chat_template_kwargs or the top-level simple form.
   const auto parse = [](const std::string& extra) {
@@ -268,12 +298,13 @@ TEST_CASE("reasoning: which chat requests split", "[reasoning]") {
         router::endpoint::chat_completions, R"({"model":"m","messages":[{"role":"user","content":"hi"}])" + extra + "}",
         {});
     REQUIRE(std::holds_alternative<router::generation_request>(v));
-    return std::get<router::generation_request>(v).enable_thinking;
+    return std::get<router::generation_request>(v).thinking;
   };
-  CHECK(parse(""));
-  CHECK_FALSE(parse(R"(,"chat_template_kwargs":{"enable_thinking":false})"));
-  CHECK_FALSE(parse(R"(,"enable_thinking":false)"));
-  CHECK(parse(R"(,"enable_thinking":false,"chat_template_kwargs":{"enable_thinking":true})"));
+  CHECK_FALSE(parse("").has_value());
+  CHECK(parse(R"(,"chat_template_kwargs":{"enable_thinking":false})") == false);
+  CHECK(parse(R"(,"enable_thinking":false)") == false);
+  CHECK(parse(R"(,"enable_thinking":false,"chat_template_kwargs":{"enable_thinking":true})") == true);
+  CHECK(parse(R"(,"enable_thinking":false,"chat_template_kwargs":{"thinking":true})") == true);
 }
 
 namespace {
@@ -435,7 +466,7 @@ TEST_CASE("reasoning: the Anthropic route answers with a thinking block before t
   const auto off = router::parse_anthropic_request(
       R"({"model":"m","max_tokens":16,"thinking":{"type":"disabled"},"messages":[{"role":"user","content":"x"}]})", {});
   REQUIRE(std::holds_alternative<router::generation_request>(off));
-  CHECK_FALSE(std::get<router::generation_request>(off).enable_thinking);
+  CHECK(std::get<router::generation_request>(off).thinking == false);
 }
 
 TEST_CASE("reasoning: a cache entry keeps the reasoning token count", "[reasoning]") {

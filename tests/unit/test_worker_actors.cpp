@@ -177,6 +177,7 @@ TEST_CASE("engine actor: hello gets a welcome and a heartbeat, then heartbeats f
   CHECK(hb.running == 0);
   CHECK(hb.total_kv_blocks == 64);
   CHECK(hb.free_kv_blocks == 64);
+  CHECK(hb.total_window_kv_blocks == 0);  // SmolLM2 has no sliding-window layers
   CHECK_FALSE(hb.draining);
 
   // The actor's first tick ran at spawn (t = 0); the next is due at 500 ms.

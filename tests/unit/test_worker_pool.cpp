@@ -154,6 +154,61 @@ TEST_CASE("worker_pool: the worker holding the prompt's prefix wins unless it is
   CHECK(pool.choose("m", sys1) == other);
 }
 
+TEST_CASE("worker_pool: a worker short of KV blocks in its binding pool is passed over while another has them") {
+  worker_pool pool({.heartbeat_timeout_s = 2.0, .local_queue = 16, .balance_threshold = 4});
+  const worker_ref a = pool.add("tcp://a:1").ref;
+  const worker_ref b = pool.add("tcp://b:1").ref;
+  pool.on_welcome(a, welcome_of("a", 8), 0);
+  pool.on_welcome(b, welcome_of("b", 8), 0);
+  const auto sys = prefix_block_hashes(prompt_of(0, 64), 16);  // 4 full blocks: 5 needed
+  pool.on_dispatched(a, sys, 0);
+  pool.on_finished(a);
+  REQUIRE(pool.choose("m", sys) == a);  // a holds the prefix
+  // A Gemma 3 worker: main blocks free, its sliding-window pool out of blocks. The window pool
+  // binds, so b, with room in both, takes the prompt despite a's prefix.
+  const sy::proto::heartbeat window_full{
+      .free_kv_blocks = 1500, .total_kv_blocks = 2081, .free_window_kv_blocks = 0, .total_window_kv_blocks = 659};
+  const sy::proto::heartbeat roomy{
+      .free_kv_blocks = 2000, .total_kv_blocks = 2081, .free_window_kv_blocks = 600, .total_window_kv_blocks = 659};
+  pool.on_heartbeat(a, window_full, 0.5);
+  pool.on_heartbeat(b, roomy, 0.5);
+  CHECK(pool.choose("m", sys) == b);
+  // 4 free window blocks are short of the prompt's 5; 5 are enough.
+  sy::proto::heartbeat almost = window_full;
+  almost.free_window_kv_blocks = 4;
+  pool.on_heartbeat(a, almost, 1.0);
+  CHECK(pool.choose("m", sys) == b);
+  almost.free_window_kv_blocks = 5;
+  pool.on_heartbeat(a, almost, 1.0);
+  CHECK(pool.choose("m", sys) == a);
+  // The main pool binds just the same.
+  pool.on_heartbeat(a, {.free_kv_blocks = 2, .total_kv_blocks = 2081}, 1.0);
+  CHECK(pool.choose("m", sys) == b);
+  // Short everywhere: the choice is as without the check (the worker queues the request).
+  pool.on_heartbeat(b, window_full, 1.0);
+  CHECK(pool.choose("m", sys) == a);
+  // A worker without a window pool (or older than its fields) reports only the main pool.
+  pool.on_heartbeat(a, {.free_kv_blocks = 100, .total_kv_blocks = 2081}, 1.5);
+  CHECK(pool.choose("m", sys) == a);
+  // A worker not heard from since its welcome is not short: nothing is known.
+  const worker_ref c = pool.add("tcp://c:1").ref;
+  pool.on_welcome(c, welcome_of("c", 8), 1.5);
+  pool.on_heartbeat(a, window_full, 1.5);
+  CHECK(pool.choose("m", prefix_block_hashes(prompt_of(9000, 64), 16)) == c);
+
+  std::string metrics;
+  render_worker_kv_metrics(pool, metrics);
+  CHECK(metrics.find("switchyard_router_worker_kv_free_blocks{worker=\"tcp://a:1\"} 0\n") != std::string::npos);
+  CHECK(metrics.find("switchyard_router_worker_kv_pool_free_blocks{worker=\"tcp://a:1\",pool=\"main\"} 1500\n") !=
+        std::string::npos);
+  CHECK(metrics.find("switchyard_router_worker_kv_pool_free_blocks{worker=\"tcp://a:1\",pool=\"window\"} 0\n") !=
+        std::string::npos);
+  CHECK(metrics.find("switchyard_router_worker_kv_pool_total_blocks{worker=\"tcp://a:1\",pool=\"window\"} 659\n") !=
+        std::string::npos);
+  CHECK(metrics.find("switchyard_router_worker_kv_free_blocks{worker=\"tcp://c:1\"} 0\n") != std::string::npos);
+  CHECK(metrics.find("{worker=\"tcp://c:1\",pool=\"window\"}") == std::string::npos);  // it has none
+}
+
 TEST_CASE("worker_pool: the prefix index is bounded by what the worker's KV cache holds") {
   worker_pool pool;
   const worker_ref a = pool.add("tcp://a:1").ref;
