@@ -120,9 +120,10 @@ void gemv_int_panels_amx(weight_type t, const line64* panels, int64_t rows, int6
 // Token count from which forward_gemv runs the integer panels on AMX rather than AVX-512 VNNI
 // (one full tile of A; the results are the same either way).
 constexpr int64_t amx_int_min_tokens = 16;
-// The same for K panels (the AMX kernel rebuilds its B tiles per step from the stored bits, so
-// below a full tile of tokens the VNNI kernel is as fast): docs/cpu-backend.md, "K panels".
-constexpr int64_t amx_kq_min_tokens(weight_type) { return 16; }
+// The same for K panels, whose AMX kernel also runs on a part-filled tile: it rebuilds its B tiles
+// per step from the stored bits, which pays from 12 tokens (q4_K, q5_K) or 8 (q6_K), as measured
+// in the engine: docs/cpu-backend.md, "K panels".
+constexpr int64_t amx_kq_min_tokens(weight_type t) { return t == weight_type::q6_k ? 8 : 12; }
 // Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
 // k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act
 // blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; q8_K blocks (k / 256 per

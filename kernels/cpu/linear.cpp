@@ -210,10 +210,10 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
         quantize_row_q8_K(x + t * ldx, sc.q8k.data() + t * nbk, cols);
     });
   }
-  // AMX from a full tile of tokens on: bitwise the VNNI kernel's results, so no token's result
-  // depends on which of the two ran.
-  const bool amx = n_tok >= amx_int_min_tokens && use_amx_kernels();
-  auto kq_amx = [&](const linear& w) { return amx && w.kq_ready() && n_tok >= amx_kq_min_tokens(w.type_); };
+  // AMX from a full tile of tokens on (K panels: amx_kq_min_tokens): bitwise the VNNI kernels'
+  // results, so no token's result depends on which of the two ran.
+  const bool amx_cpu = use_amx_kernels(), amx = n_tok >= amx_int_min_tokens && amx_cpu;
+  auto kq_amx = [&](const linear& w) { return amx_cpu && w.kq_ready() && n_tok >= amx_kq_min_tokens(w.type_); };
   if (std::any_of(outs.begin(), outs.end(), [&](const linear_out& o) { return kq_amx(*o.w); })) {
     sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
     kq_qs_by_block(sc.q8k.data(), n_tok, cols, sc.q8k_by_block.data());
