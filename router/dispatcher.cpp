@@ -205,7 +205,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
     const char* type = no->status == 429   ? "rate_limit_error"
                        : no->status == 403 ? "permission_error"
                                            : "overloaded_error";
-    // A priority outside the tenant's range is permanent: no Retry-After.
+    // A priority outside a strict tenant's range is permanent: no Retry-After.
     count_status(reply_error(req, make_error(no->status, type, std::string(name(no->reason)), no->message),
                              no->status == 403 ? 0 : no->retry_after_s));
     return;
@@ -215,7 +215,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   a->choices.resize(static_cast<size_t>(req.req.n));
   a->t_enqueued_s = now_s;
   a->queue_tokens = tokens;
-  if (req.req.stream) req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
+  if (req.req.stream) req.ex->start_stream(200, answer_headers(req));
   prompt_tokens_ += req.prompt.size();
   queue_entry e;
   e.id = req.id;
@@ -596,7 +596,7 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
     count_status(200);
     http_response resp;
     resp.body = body;
-    resp.headers.emplace_back("X-Request-Id", l.r->request_id);
+    resp.headers = answer_headers(*l.r);
     l.r->ex->respond(std::move(resp));
   }
 }

@@ -122,12 +122,16 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
     const json& p = j["priority"];
     std::string pwhere = where + " 'priority'";
     if (!p.is_object()) fail(where, "'priority' must be an object");
-    check_fields(p, {"default", "min", "max"}, pwhere);
+    check_fields(p, {"default", "min", "max", "strict"}, pwhere);
     constexpr int64_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
     if (p.contains("default")) l.default_priority = static_cast<int32_t>(get_integer(p, "default", lo, hi, pwhere));
     if (p.contains("min")) l.min_priority = static_cast<int32_t>(get_integer(p, "min", lo, hi, pwhere));
     if (p.contains("max")) l.max_priority = static_cast<int32_t>(get_integer(p, "max", lo, hi, pwhere));
     if (l.min_priority > l.max_priority) fail(pwhere, "'min' must be <= 'max'");
+    if (p.contains("strict")) {
+      if (!p["strict"].is_boolean()) fail(pwhere, "'strict' must be true or false");
+      l.priority_strict = p["strict"].get<bool>();
+    }
   }
   if (!l.priority_allowed(l.default_priority)) {
     fail(where, "default priority " + std::to_string(l.default_priority) + " is outside [" +

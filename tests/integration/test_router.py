@@ -283,6 +283,43 @@ def test_tenant_keys_and_rate_limit(tmp_path):
         w.stop()
 
 
+def test_priority_outside_the_tenants_range_is_clamped_or_refused_when_strict(tmp_path):
+    cfg = {"tenants": [{"name": "capped", "keys": ["sk-capped"], "priority": {"default": 2, "min": 0, "max": 5}},
+                       {"name": "strict", "keys": ["sk-strict"],
+                        "priority": {"default": 2, "min": 0, "max": 5, "strict": True}},
+                       {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    w = Worker("--kv-blocks", "128")
+    r = Router([w.endpoint], "--tenants", str(path), admin_key="sk-ops")
+    try:
+        capped = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-capped", max_retries=0, timeout=60)
+        body = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        raw = capped.chat.completions.with_raw_response.create(**body, extra_body={"priority": -1})
+        assert raw.http_response.status_code == 200
+        assert raw.headers["x-switchyard-priority"] == "0"  # the tenant's most urgent allowed
+        assert raw.parse().choices[0].message.content is not None
+        raw = capped.chat.completions.with_raw_response.create(**body, extra_body={"priority": 3})
+        assert "x-switchyard-priority" not in raw.headers  # inside the range: as asked
+        with capped.chat.completions.with_streaming_response.create(**body, stream=True,
+                                                                    extra_body={"priority": 50}) as s:
+            assert s.headers["x-switchyard-priority"] == "5"
+            assert any(line.startswith("data: [DONE]") for line in s.iter_lines())
+        status, headers, raw = r.post("/v1/chat/completions", dict(body, priority=-1),
+                                      headers={"Authorization": "Bearer sk-strict"})
+        assert status == 403 and "Retry-After" not in headers
+        assert json.loads(raw)["error"]["code"] == "priority_not_allowed"
+        assert r.post("/v1/chat/completions", dict(body, priority=1),
+                      headers={"Authorization": "Bearer sk-strict"})[0] == 200
+        deadline = time.time() + 10
+        while r.metrics().get('switchyard_router_admission_rejections_total{reason="priority_not_allowed"}', 0) < 1:
+            assert time.time() < deadline, "the refusal was never counted"
+            time.sleep(0.05)
+    finally:
+        r.stop()
+        w.stop()
+
+
 def stream_in_thread(router, body, results, key):
     def run():
         status, _, raw = router.post("/v1/completions", body, timeout=300)

@@ -156,7 +156,7 @@ struct harness {
     r->ex = ex;
     r->who = tenants.authenticate(o.api_key);
     REQUIRE(r->who != nullptr);
-    r->priority = o.priority;
+    r->set_priority(o.priority);
     r->req.kind = o.chat ? endpoint::chat_completions : endpoint::completions;
     r->req.model = o.model;
     r->req.n = o.n;
@@ -424,6 +424,42 @@ TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After"
   CHECK(submits(h.take(), 0).size() == 2);
   CHECK(h.d.render_metrics(10.0).find("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1\n") !=
         std::string::npos);
+}
+
+TEST_CASE("dispatcher: a priority outside the tenant's range runs clamped and says so, a strict tenant's is a 403") {
+  auto tenants = tenant_registry::parse(R"({"tenants": [
+      {"name": "low", "keys": ["sk-low"], "priority": {"default": 2, "min": 0, "max": 5}},
+      {"name": "strict", "keys": ["sk-strict"], "priority": {"default": 2, "min": 0, "max": 5, "strict": true}}]})");
+  harness h(test_config(), std::move(tenants));
+  start_workers(h, 1, 4);
+  const auto clamped = h.request({.priority = -3, .api_key = "sk-low"}, 0.1);
+  const auto inside = h.request({.priority = 4, .api_key = "sk-low", .prompt = "Another prompt"}, 0.1);
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].priority == 0);
+  CHECK(s[1].priority == 4);
+  const uint64_t ids[] = {clamped.id, inside.id};
+  for (const uint64_t id : ids) {
+    h.tokens(0, wire(id, 1), 1, " jumps", 1, 0.2, "stop", 4, 0);
+  }
+  REQUIRE(clamped.ex->responses.size() == 1);
+  CHECK(clamped.ex->responses[0].status == 200);
+  CHECK(header(clamped.ex->responses[0].headers, "X-Switchyard-Priority") == "0");
+  REQUIRE(inside.ex->responses.size() == 1);
+  CHECK(header(inside.ex->responses[0].headers, "X-Switchyard-Priority").empty());  // nothing changed
+
+  // A stream says it in its head.
+  const auto streamed = h.request({.priority = 9, .stream = true, .api_key = "sk-low", .prompt = "A third"}, 0.3);
+  CHECK(header(streamed.ex->stream_headers, "X-Switchyard-Priority") == "5");
+  CHECK(submits(h.take(), 0)[0].priority == 5);
+
+  const auto refused = h.request({.priority = -3, .api_key = "sk-strict"}, 0.4);
+  REQUIRE(refused.ex->log == std::vector<std::string>{"respond"});
+  CHECK(refused.ex->responses[0].status == 403);
+  CHECK(header(refused.ex->responses[0].headers, "Retry-After").empty());
+  CHECK(refused.ex->body()["error"]["code"] == "priority_not_allowed");
+  CHECK(h.d.render_metrics(1.0).find(
+            "switchyard_router_admission_rejections_total{reason=\"priority_not_allowed\"} 1\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
