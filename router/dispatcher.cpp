@@ -224,6 +224,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   e.enqueued_s = now_s;
   e.deadline_s = deadline_s;
   e.tokens = tokens;
+  if (const double qt = queue_timeout_of(*req.who); qt > 0) e.queue_deadline_s = now_s + qt;
   queue_.push(req.model->id, e);
   if (!req.cache_key.empty() && cache_)
     cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
@@ -885,6 +886,29 @@ void dispatcher::check_stall(double now_s) {
     if (a->t_last_frame_s > 0) a->t_last_frame_s = std::min(now_s, a->t_last_frame_s + gap);
 }
 
+void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out) {
+  for (const uint64_t id : queue_.waited_too_long(now_s)) {
+    auto it = active_.find(id);
+    if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
+      for (auto& [model, q] : queue_.by_model()) q.remove(id);
+      continue;
+    }
+    active_request& a = *it->second;
+    queue_timeouts_++;
+    const double qt = queue_timeout_of(*a.r->who);
+    char waited[96];
+    std::snprintf(waited, sizeof waited, "%.1f s (its queue timeout is %g s)", now_s - a.t_enqueued_s, qt);
+    api_error e = make_error(503, "overloaded_error", "queue_timeout",
+                             "the request waited in the router's queue for a free worker of '" + a.r->model->id +
+                                 "' for " + waited + "; retry later");
+    // When to come back: the queue's estimated wait (what is queued over the recent output
+    // rate), within [1 s, the timeout].
+    const double est = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 1.0;
+    e.retry_after_s = std::clamp(est, 1.0, std::max(1.0, qt));
+    fail(a, e, out);
+  }
+}
+
 void dispatcher::check_idle_tries(double now_s, std::vector<link_frame>& out) {
   if (cfg_.try_idle_timeout_s <= 0) return;
   std::vector<uint64_t> idle;
@@ -960,6 +984,7 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     fail(*active_.at(id),
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
+  check_queue_timeouts(now_s, out);
   check_served(now_s, out);
   check_idle_tries(now_s, out);
   // After the requests this tick ended: a retired worker whose last one just ended goes now.
@@ -1111,6 +1136,10 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(coalesce_.coalesced()));
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
+  metric(out, "switchyard_router_queue_timeouts_total", "counter",
+         "Requests answered 503 queue_timeout: still in the router's queue, never dispatched, past their queue "
+         "timeout.",
+         static_cast<double>(queue_timeouts_));
   metric(out, "switchyard_router_no_workers_total", "counter",
          "Requests answered 503 no_workers: their model had no ready worker for the no-worker timeout.",
          static_cast<double>(no_workers_));

@@ -84,7 +84,7 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
   where = "tenant '" + t.name + "'";
   check_fields(j,
                {"name", "keys", "admin", "requests_per_s", "burst", "tokens_per_min", "max_concurrent", "priority",
-                "cache_group", "cache_previews"},
+                "cache_group", "cache_previews", "queue_timeout_s"},
                where);
 
   if (!j.contains("keys") || !j["keys"].is_array() || j["keys"].empty()) {
@@ -118,6 +118,7 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
     l.max_concurrent =
         static_cast<int32_t>(get_integer(j, "max_concurrent", 0, std::numeric_limits<int32_t>::max(), where));
   }
+  if (j.contains("queue_timeout_s")) l.queue_timeout_s = get_non_negative_number(j, "queue_timeout_s", where);
   if (j.contains("priority")) {
     const json& p = j["priority"];
     std::string pwhere = where + " 'priority'";

@@ -6,7 +6,7 @@
 //
 //   { "tenants": [ { "name": "acme", "keys": ["sk-acme-1", "sk-acme-2"], "admin": false,
 //       "requests_per_s": 5, "burst": 10, "tokens_per_min": 100000, "max_concurrent": 8,
-//       "priority": {"default": 0, "min": -1, "max": 5, "strict": false} } ] }
+//       "priority": {"default": 0, "min": -1, "max": 5, "strict": false}, "queue_timeout_s": 30 } ] }
 //
 // Only "name" and "keys" are required; every other field defaults to the tenant_limits default
 // (0 = unlimited, any priority allowed, default priority 0). A request's priority outside
@@ -49,6 +49,9 @@ struct tenant_limits {
   int32_t default_priority = 0;  // used when a request gives none
   int32_t min_priority = INT32_MIN, max_priority = INT32_MAX;  // allowed range for a request's priority
   bool priority_strict = false;  // a priority outside the range is refused (403), not clamped
+  // Seconds a request may wait in the router's queue before it ends with 503 queue_timeout
+  // (docs/router.md, "Queue timeout"); 0: never; < 0: the router's --queue-timeout-s.
+  double queue_timeout_s = -1;
 
   bool priority_allowed(int32_t p) const { return p >= min_priority && p <= max_priority; }
   // The priority a request asking `p` runs at: `p` clamped into [min, max], or `p` itself for a

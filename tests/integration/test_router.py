@@ -384,6 +384,64 @@ def test_queue_cap_gives_503_with_retry_after():
         w.stop()
 
 
+def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
+    """One slow request holds the only worker slot for longer than the queue timeout: requests
+    queued behind it end with 503 queue_timeout and Retry-After (a stream with its error event),
+    a tenant without a queue timeout waits its turn, and the slow one is never cut."""
+    cfg = {"tenants": [{"name": "std", "keys": ["sk-std"]},
+                       {"name": "patient", "keys": ["sk-patient"], "queue_timeout_s": 0},
+                       {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    w = Worker("--kv-blocks", "128", "--max-running", "1")
+    r = Router([w.endpoint], "--local-queue", "0", "--queue-timeout-s", "1", "--tenants", str(path),
+               admin_key="sk-ops")
+    try:
+        std = {"Authorization": "Bearer sk-std"}
+        slow = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 400, "ignore_eos": True,
+                "temperature": 0}
+        results = {}
+
+        def post(key, body, headers):
+            t0 = time.time()
+            results[key] = (*r.post("/v1/completions", body, headers=headers, timeout=300), time.time() - t0)
+        slow_t = threading.Thread(target=post, args=("slow", slow, std))
+        slow_t.start()
+        deadline = time.time() + 60
+        while r.metrics().get(f'switchyard_router_active_requests{{model="{MODEL_ID}"}}', 0) < 1:
+            assert time.time() < deadline, "the slow request never arrived"
+            time.sleep(0.05)
+        patient_t = threading.Thread(target=post, args=("patient", dict(slow, max_tokens=4),
+                                                        {"Authorization": "Bearer sk-patient"}))
+        patient_t.start()
+        client = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-std", max_retries=0, timeout=60)
+        t0 = time.time()
+        with pytest.raises(openai.APIStatusError) as err:
+            client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=4)
+        waited = time.time() - t0
+        assert err.value.status_code == 503
+        assert err.value.body["code"] == "queue_timeout" and err.value.body["type"] == "overloaded_error"
+        assert int(err.value.response.headers["retry-after"]) >= 1
+        assert 0.9 <= waited < 10, waited
+        # A stream's head went out when it was admitted: it ends with the error event and [DONE].
+        status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 4,
+                                                    "stream": True}, headers=std)
+        events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+        assert status == 200 and events[-1] == "[DONE]"
+        assert json.loads(events[-2])["error"]["code"] == "queue_timeout"
+        slow_t.join(300)
+        patient_t.join(300)
+        status, _, raw, took = results["slow"]
+        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 400
+        assert took > 1.5, "the slow request must outlast the queue timeout for this test to mean anything"
+        assert results["patient"][0] == 200  # waited longer than 1 s behind the slow one
+        assert results["patient"][3] > 1.0
+        assert r.metrics()["switchyard_router_queue_timeouts_total"] == 2
+    finally:
+        r.stop()
+        w.stop()
+
+
 def test_worker_killed_mid_stream_every_request_ends():
     workers = [Worker("--kv-blocks", "256", "--max-running", "8") for _ in range(2)]
     # 3 s: the survivor, recomputing the resumed streams on a loaded machine, must not look dead.

@@ -195,6 +195,19 @@ TEST_CASE("priority: a request's priority outside the range is clamped, or kept 
              Catch::Contains("tenant 'a' 'priority'") && Catch::Contains("'strict' must be true or false"));
 }
 
+TEST_CASE("parse: queue_timeout_s is a tenant's own queue timeout, unset the router's", "[tenants]") {
+  tenant_registry r = tenant_registry::parse(R"({"tenants": [
+      {"name": "a", "keys": ["ka"], "queue_timeout_s": 2.5}, {"name": "b", "keys": ["kb"], "queue_timeout_s": 0},
+      {"name": "c", "keys": ["kc"]}]})");
+  CHECK(r.tenants()[0].limits.queue_timeout_s == 2.5);
+  CHECK(r.tenants()[1].limits.queue_timeout_s == 0);  // never
+  CHECK(r.tenants()[2].limits.queue_timeout_s < 0);   // the router's --queue-timeout-s
+  CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "queue_timeout_s": -1)")),
+             Catch::Contains("tenant 'a'") && Catch::Contains("'queue_timeout_s' must be >= 0"));
+  CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "queue_timeout_s": "5")")),
+             Catch::Contains("'queue_timeout_s' must be a number"));
+}
+
 TEST_CASE("parse: unknown fields are errors naming the field", "[tenants]") {
   CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "request_per_s": 5)")),
              Catch::Contains("tenant 'a'") && Catch::Contains("unknown field 'request_per_s'"));
