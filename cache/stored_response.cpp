@@ -8,7 +8,8 @@ namespace sy::cache {
 namespace {
 
 constexpr char k_magic[4] = {'S', 'Y', 'R', 'C'};
-constexpr uint8_t k_version = 2;  // 1: before reasoning_tokens (still read)
+// 1: before reasoning_tokens, 2: before each choice's stop string (both still read).
+constexpr uint8_t k_version = 3;
 
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -94,7 +95,7 @@ std::string stored_response::text(size_t choice_index) const {
 std::string encode(const stored_response& r) {
   size_t size = 64 + r.model.size();
   for (const auto& c : r.choices) {
-    size += 16 + c.finish_reason.size() + c.logprobs_json.size();
+    size += 20 + c.finish_reason.size() + c.logprobs_json.size() + c.stop.size();
     for (const auto& d : c.deltas) size += 4 + d.size();
   }
   std::string out;
@@ -116,6 +117,7 @@ std::string encode(const stored_response& r) {
     for (const auto& d : c.deltas) w.str(d);
     w.str(c.finish_reason);
     w.str(c.logprobs_json);
+    w.str(c.stop);
   }
   w.u64(fnv1a64(out));
   return out;
@@ -134,8 +136,7 @@ std::optional<stored_response> decode(std::string_view bytes) {
   uint8_t version = 0;
   uint64_t gen_bits = 0, created = 0;
   uint32_t n_choices = 0;
-  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || (version != k_version && version != 1))
-    return std::nullopt;
+  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || version < 1 || version > k_version) return std::nullopt;
   if (!in.u8(&r.endpoint) || !in.str(&r.model) || !in.u32(&r.prompt_tokens) || !in.u32(&r.completion_tokens) ||
       !in.u32(&r.cached_tokens) || (version >= 2 && !in.u32(&r.reasoning_tokens)) || !in.u64(&gen_bits) ||
       !in.u64(&created) || !in.u32(&n_choices))
@@ -151,7 +152,8 @@ std::optional<stored_response> decode(std::string_view bytes) {
     c.deltas.resize(n_deltas);
     for (auto& d : c.deltas)
       if (!in.str(&d)) return std::nullopt;
-    if (!in.str(&c.finish_reason) || !in.str(&c.logprobs_json)) return std::nullopt;
+    if (!in.str(&c.finish_reason) || !in.str(&c.logprobs_json) || (version >= 3 && !in.str(&c.stop)))
+      return std::nullopt;
   }
   if (in.remaining() != 0) return std::nullopt;
   return r;

@@ -532,8 +532,12 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     // The Anthropic API tells a stop string from the end of the turn, which the worker both ends
     // with "stop": only the end of the turn's last token is an end-of-generation token.
     const bool eog = r.model->tok.is_eog(cs.tokens.back());
+    cs.stop = m.stop;  // and the worker names the stop string it found
     for (listener& l : a.listeners)
-      if (l.r->meta.anthropic) l.r->meta.anthropic->ended_on_eog = eog;
+      if (l.r->meta.anthropic) {
+        l.r->meta.anthropic->ended_on_eog = eog;
+        l.r->meta.anthropic->stop_matched = m.stop;
+      }
   }
   // A stream's first chunk goes out with the choice's first tokens even when they make no text
   // yet (a partial UTF-8 character, a special token): the client sees its first token when it is
@@ -621,7 +625,8 @@ void dispatcher::finish(active_request& a, double now_s) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
     sr.model = r.model->id;
-    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, std::string(name(cs.finish_reason)), {}});
+    for (const auto& cs : a.choices)
+      sr.choices.push_back({cs.deltas, std::string(name(cs.finish_reason)), {}, cs.stop});
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;

@@ -20,8 +20,9 @@ stored_response sample_response() {
   stored_response r;
   r.endpoint = 1;
   r.model = "smollm2-135m";
-  r.choices.push_back({{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, "stop", R"({"content":[]})"});
-  r.choices.push_back({{"Hi"}, "length", ""});
+  r.choices.push_back({{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, "stop", R"({"content":[]})", ""});
+  r.choices.push_back({{"Hi"}, "length", "", ""});
+  r.choices.push_back({{"Hey"}, "stop", "", "\n\nHuman:"});
   r.prompt_tokens = 31;
   r.completion_tokens = 7;
   r.cached_tokens = 16;
