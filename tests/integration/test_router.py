@@ -393,12 +393,13 @@ def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
                        {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
     path = tmp_path / "tenants.json"
     path.write_text(json.dumps(cfg))
-    w = Worker("--kv-blocks", "128", "--max-running", "1")
+    # Every step 25 ms slower: the slow request runs for 3 s or more however fast the machine is.
+    w = Worker("--kv-blocks", "128", "--max-running", "1", "--fault-inject", "slow-step:25")
     r = Router([w.endpoint], "--local-queue", "0", "--queue-timeout-s", "1", "--tenants", str(path),
                admin_key="sk-ops")
     try:
         std = {"Authorization": "Bearer sk-std"}
-        slow = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 400, "ignore_eos": True,
+        slow = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 120, "ignore_eos": True,
                 "temperature": 0}
         results = {}
 
@@ -432,7 +433,7 @@ def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
         slow_t.join(300)
         patient_t.join(300)
         status, _, raw, took = results["slow"]
-        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 400
+        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 120
         assert took > 1.5, "the slow request must outlast the queue timeout for this test to mean anything"
         assert results["patient"][0] == 200  # waited longer than 1 s behind the slow one
         assert results["patient"][3] > 1.0
