@@ -10,7 +10,8 @@ namespace sy::cache {
 namespace {
 
 constexpr char k_magic[4] = {'S', 'Y', 'R', 'C'};
-constexpr uint8_t k_version = 2;  // 1: before reasoning_tokens (still read)
+// 1: before reasoning_tokens, 2: before each choice's stop string (both still read).
+constexpr uint8_t k_version = 3;
 
 constexpr std::string_view k_decode_errors[k_n_decode_errors] = {"malformed", "unknown_finish_reason"};
 
@@ -100,7 +101,7 @@ std::string stored_response::text(size_t choice_index) const {
 std::string encode(const stored_response& r) {
   size_t size = 64 + r.model.size();
   for (const auto& c : r.choices) {
-    size += 16 + name(c.finish_reason).size() + c.logprobs_json.size();
+    size += 20 + name(c.finish_reason).size() + c.logprobs_json.size() + c.stop.size();
     for (const auto& d : c.deltas) size += 4 + d.size();
   }
   std::string out;
@@ -122,6 +123,7 @@ std::string encode(const stored_response& r) {
     for (const auto& d : c.deltas) w.str(d);
     w.str(name(c.finish_reason));
     w.str(c.logprobs_json);
+    w.str(c.stop);
   }
   w.u64(fnv1a64(out));
   return out;
@@ -144,7 +146,7 @@ std::optional<stored_response> decode(std::string_view bytes, decode_error* why)
   uint8_t version = 0;
   uint64_t gen_bits = 0, created = 0;
   uint32_t n_choices = 0;
-  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || (version != k_version && version != 1))
+  if (!in.bytes(k_magic, sizeof k_magic) || !in.u8(&version) || version < 1 || version > k_version)
     return fail(decode_error::malformed);
   if (!in.u8(&r.endpoint) || !in.str(&r.model) || !in.u32(&r.prompt_tokens) || !in.u32(&r.completion_tokens) ||
       !in.u32(&r.cached_tokens) || (version >= 2 && !in.u32(&r.reasoning_tokens)) || !in.u64(&gen_bits) ||
@@ -163,7 +165,8 @@ std::optional<stored_response> decode(std::string_view bytes, decode_error* why)
     for (auto& d : c.deltas)
       if (!in.str(&d)) return fail(decode_error::malformed);
     std::string finish;
-    if (!in.str(&finish) || !in.str(&c.logprobs_json)) return fail(decode_error::malformed);
+    if (!in.str(&finish) || !in.str(&c.logprobs_json) || (version >= 3 && !in.str(&c.stop)))
+      return fail(decode_error::malformed);
     const std::optional<finish_reason> fr = parse_finish_reason(finish);
     unknown_finish = unknown_finish || !fr;
     c.finish_reason = fr.value_or(finish_reason::none);

@@ -33,6 +33,7 @@ struct stored_response {
     std::vector<std::string> deltas;  // text pieces as streamed, in order; concatenation = full text
     sy::finish_reason finish_reason = sy::finish_reason::none;  // none: unfinished (not storable)
     std::string logprobs_json;                                  // opaque to the cache; may be empty
+    std::string stop;  // finish stop on a stop string: that string (empty: none named)
     bool operator==(const choice&) const = default;
   };
   std::vector<choice> choices;

@@ -197,6 +197,7 @@ void fields(V& v, S& m) {
   v("usage", m.usage);
   v("logprobs", m.logprobs, {.max_n = k_max_tokens_per_message});
   v("seq", m.seq);
+  v("stop", m.stop, {.max_bytes = k_max_stop_bytes});
 }
 
 template <class V, is<error> S>
@@ -557,6 +558,7 @@ void check(const tokens& m) {
   check_token_ids(m.token_ids, "token_ids");
   if (m.usage.cached_prompt_tokens > m.usage.prompt_tokens)
     bad("usage.cached_prompt_tokens", "greater than usage.prompt_tokens");
+  if (!m.stop.empty() && m.finish_reason != sy::finish_reason::stop) bad("stop", "given without finish_reason stop");
   if (!m.logprobs.empty() && m.logprobs.size() != m.token_ids.size())
     bad("logprobs", "neither empty nor one per token");
   for (size_t i = 0; i < m.logprobs.size(); ++i) {

@@ -280,6 +280,10 @@ struct tokens {
   // one more for each after. A receiver that sees a number skipped knows a frame was lost on
   // the link (a backlog overflowed) and that the text has a hole. 0: not numbered (an older peer).
   uint32_t seq = 0;
+  // A request's last frame, finish_reason "stop" on a stop string: that string, exactly as the
+  // submit's sampling.stop gave it (the Anthropic API names it). Empty: it ended otherwise (the
+  // end of the turn, a grammar's end), or an older worker that does not say.
+  std::string stop;
 
   bool operator==(const tokens&) const = default;
 };

@@ -50,6 +50,7 @@ struct choice_state {
   std::vector<std::string> deltas;  // cacheable requests: the text pieces as streamed
   std::vector<int32_t> tokens;      // the token ids received: a lost stream resumes from them
   uint32_t frames = 0;              // tokens frames of the current attempt received in order (their seq)
+  std::string stop;                 // the stop string that ended it, as its worker named it ("": none)
 
   bool finished() const { return finish_reason != sy::finish_reason::none; }
 };

@@ -37,7 +37,7 @@ enum class reject_reason : uint8_t {
   tenant_rate,           // 429: requests/s token bucket empty
   tenant_tokens,         // 429: tokens/min bucket lacks prompt + max_tokens
   tenant_concurrency,    // 429: max_concurrent requests already in flight
-  priority_not_allowed,  // 403: priority outside the tenant's [min, max]
+  priority_not_allowed,  // 403: priority outside a strict tenant's [min, max] (others clamp it)
   queue_full,            // 503: cluster queue at its request cap (scaled by the class's shed fraction)
   queue_tokens,          // 503: cluster queue at its token cap (scaled likewise)
   deadline,              // 503: the estimated queue wait already passes the request's deadline

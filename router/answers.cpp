@@ -44,7 +44,7 @@ void answer_success(const listener& l, const active_request& a, const usage_info
   }
   http_response resp;
   resp.body = format_response(to.meta, choices, u);
-  resp.headers.emplace_back("X-Request-Id", to.request_id);
+  resp.headers = answer_headers(to);
   if (!l.own) resp.headers.emplace_back("X-Cache", "coalesced");
   to.ex->respond(std::move(resp));
 }

@@ -6,6 +6,8 @@
 // in parse_anthropic_request only.
 #include "router/anthropic_api.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "router/json_fields.hpp"
@@ -233,7 +235,19 @@ ordered_json tool_input(const std::string& arguments) {
 
 ordered_json stop_sequence_json(const anthropic_state& st, std::string_view stop_reason) {
   if (stop_reason != "stop_sequence" || st.stop_sequences.empty()) return nullptr;
+  if (!st.stop_matched.empty()) return st.stop_matched;
   return st.stop_sequences.front();
+}
+
+// Anthropic's usage: input_tokens are the prompt tokens computed for this request, apart from
+// those read from the prefix cache (cache_read_input_tokens); nothing is written to a cache at a
+// client's request (cache_creation_input_tokens 0): docs/router.md, "Anthropic Messages API".
+ordered_json usage_json(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_t output_tokens) {
+  cached_tokens = std::min(cached_tokens, prompt_tokens);
+  return ordered_json{{"input_tokens", prompt_tokens - cached_tokens},
+                      {"cache_creation_input_tokens", 0},
+                      {"cache_read_input_tokens", cached_tokens},
+                      {"output_tokens", output_tokens}};
 }
 
 // Appends one SSE event ("event: NAME\ndata: JSON"), a blank line apart from the one before.
@@ -256,7 +270,7 @@ void message_start(const response_meta& meta, anthropic_state& st, std::string& 
   msg["content"] = ordered_json::array();
   msg["stop_reason"] = nullptr;
   msg["stop_sequence"] = nullptr;
-  msg["usage"] = ordered_json{{"input_tokens", st.input_tokens}, {"output_tokens", 0}};
+  msg["usage"] = usage_json(st.input_tokens, st.cached_tokens.value_or(0), 0);
   emit(out, "message_start", ordered_json{{"type", "message_start"}, {"message", std::move(msg)}});
 }
 
@@ -306,6 +320,10 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
 std::string anthropic_stop_reason(const anthropic_state& st, finish_reason finish, bool called) {
   if (finish == finish_reason::length) return "max_tokens";
   if (called) return "tool_use";
+  if (finish == finish_reason::stop && !st.stop_matched.empty())
+    return std::find(st.stop_sequences.begin(), st.stop_sequences.end(), st.stop_matched) != st.stop_sequences.end()
+               ? "stop_sequence"
+               : "end_turn";
   if (finish == finish_reason::stop && !st.stop_sequences.empty() && !st.constrained && st.ended_on_eog != true)
     return "stop_sequence";
   return "end_turn";
@@ -346,7 +364,7 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   j["content"] = std::move(content);
   j["stop_reason"] = stop_reason;
   j["stop_sequence"] = stop_sequence_json(st, stop_reason);
-  j["usage"] = ordered_json{{"input_tokens", usage.prompt_tokens}, {"output_tokens", usage.completion_tokens}};
+  j["usage"] = usage_json(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens);
   return dump(j);
 }
 
@@ -409,7 +427,8 @@ std::string anthropic_stream_end(const response_meta& meta, const usage_info& us
   emit(out, "message_delta",
        ordered_json{{"type", "message_delta"},
                     {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence_json(st, stop_reason)}}},
-                    {"usage", {{"output_tokens", usage.completion_tokens}}}});
+                    {"usage", usage_json(std::max(usage.prompt_tokens, st.input_tokens), usage.cached_tokens,
+                                         usage.completion_tokens)}});
   emit(out, "message_stop", ordered_json{{"type", "message_stop"}});
   return out;
 }

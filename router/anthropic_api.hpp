@@ -39,6 +39,13 @@ struct anthropic_state {
   // end-of-generation token (the end of the turn) or not (a stop string, or a grammar's end).
   // Unknown for an answer replayed from the cache or joined after it ended.
   std::optional<bool> ended_on_eog;
+  // Set by the dispatcher (or a cache replay) when the choice ends with "stop": the stop string
+  // the worker found, as the request gave it. Empty: none named (the end of the turn, a grammar's
+  // end, an older worker or cache entry that does not say).
+  std::string stop_matched;
+  // The prompt tokens the worker's prefix cache served, when known before the stream starts (a
+  // cache replay: all of them); a live stream learns them with its last frame, in message_delta.
+  std::optional<uint32_t> cached_tokens;
   // Stream position.
   bool started = false;           // message_start sent
   int32_t open_block = -1;        // index of the content block open, -1: none
@@ -55,10 +62,11 @@ struct anthropic_state {
 void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t input_tokens);
 
 // "end_turn", "max_tokens", "stop_sequence" or "tool_use" for a choice's finish reason. The
-// worker reports one reason, "stop", for the end of turn and for a stop string: a request that
-// gave stop_sequences and stopped on a token that does not end the turn (ended_on_eog false, or
-// unknown) is reported as stop_sequence, naming its first sequence, unless it was decoded under
-// a grammar (docs/router.md, "Anthropic Messages API").
+// worker reports one reason, "stop", for the end of turn and for a stop string, and names the
+// stop string it found (stop_matched): stop_sequence, naming it. Where none is named (a cache
+// entry or worker from before), a request that gave stop_sequences and stopped on a token that
+// does not end the turn (ended_on_eog false, or unknown) is reported as stop_sequence, naming its
+// first sequence, unless it was decoded under a grammar (docs/router.md, "Anthropic Messages API").
 std::string anthropic_stop_reason(const anthropic_state& st, sy::finish_reason finish, bool called);
 
 // The formatting openai_api.cpp's functions hand over to when meta.anthropic is set. Each

@@ -422,8 +422,8 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     return;
   }
   if (!g.max_tokens_given) g.sampling.max_tokens = static_cast<int32_t>(ctx - n_prompt);
-  r->priority = g.priority.value_or(who.limits.default_priority);
   r->who = &who;
+  r->set_priority(g.priority);
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;  // precheck() took it from the bucket
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;
@@ -534,8 +534,8 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   r->req.stream = false;
   r->req.sampling.max_tokens = 0;  // nothing is generated: the queue weighs the inputs alone
   r->req.max_tokens_given = true;
-  r->priority = er.priority.value_or(who.limits.default_priority);
   r->who = &who;
+  r->set_priority(er.priority);
   r->rate_charged = req.header_checked && rate_charger_ != nullptr;
   r->id = next_id_.fetch_add(1);
   r->request_id = request_id;

@@ -1,5 +1,7 @@
 #include "router/cache_replay.hpp"
 
+#include "router/anthropic_api.hpp"
+
 namespace sy::router {
 
 void replay_response(const routed_request& r, const cache::stored_response& s) {
@@ -9,7 +11,12 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
   u.cached_tokens = s.prompt_tokens;  // nothing was computed for this answer
   // The text splits as it did live (format_*, meta.reasoning); the count was stored with it.
   if (r.meta.reasoning) u.reasoning_tokens = s.reasoning_tokens;
-  std::vector<std::pair<std::string, std::string>> headers = {{"X-Request-Id", r.request_id}, {"X-Cache", "hit"}};
+  if (r.meta.anthropic) {  // what the stream's message_start and the stop reason say
+    r.meta.anthropic->cached_tokens = u.cached_tokens;
+    if (!s.choices.empty()) r.meta.anthropic->stop_matched = s.choices[0].stop;
+  }
+  std::vector<std::pair<std::string, std::string>> headers = answer_headers(r);
+  headers.emplace_back("X-Cache", "hit");
   if (!r.req.stream) {
     std::vector<choice_result> choices;
     for (size_t c = 0; c < s.choices.size(); ++c) {

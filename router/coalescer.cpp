@@ -19,7 +19,9 @@ void coalescer::join(active_request& a, std::shared_ptr<routed_request> r) {
   l.r = std::move(r);
   l.started.assign(a.choices.size(), false);
   if (l.stream()) {
-    l.r->ex->start_stream(200, {{"X-Request-Id", l.r->request_id}, {"X-Cache", "coalesced"}});
+    auto headers = answer_headers(*l.r);
+    headers.emplace_back("X-Cache", "coalesced");
+    l.r->ex->start_stream(200, std::move(headers));
     // Join the live stream: first what the generation has produced so far, written as the
     // client reads it (http_exchange::send_events), then the rest as it comes.
     std::vector<std::string> so_far;

@@ -205,7 +205,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
     const char* type = no->status == 429   ? "rate_limit_error"
                        : no->status == 403 ? "permission_error"
                                            : "overloaded_error";
-    // A priority outside the tenant's range is permanent: no Retry-After.
+    // A priority outside a strict tenant's range is permanent: no Retry-After.
     count_status(reply_error(req, make_error(no->status, type, std::string(name(no->reason)), no->message),
                              no->status == 403 ? 0 : no->retry_after_s));
     return;
@@ -215,7 +215,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   a->choices.resize(static_cast<size_t>(req.req.n));
   a->t_enqueued_s = now_s;
   a->queue_tokens = tokens;
-  if (req.req.stream) req.ex->start_stream(200, {{"X-Request-Id", req.request_id}});
+  if (req.req.stream) req.ex->start_stream(200, answer_headers(req));
   prompt_tokens_ += req.prompt.size();
   queue_entry e;
   e.id = req.id;
@@ -224,6 +224,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   e.enqueued_s = now_s;
   e.deadline_s = deadline_s;
   e.tokens = tokens;
+  if (const double qt = queue_timeout_of(*req.who); qt > 0) e.queue_deadline_s = now_s + qt;
   queue_.push(req.model->id, e);
   if (!req.cache_key.empty() && cache_)
     cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
@@ -531,8 +532,12 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     // The Anthropic API tells a stop string from the end of the turn, which the worker both ends
     // with "stop": only the end of the turn's last token is an end-of-generation token.
     const bool eog = r.model->tok.is_eog(cs.tokens.back());
+    cs.stop = m.stop;  // and the worker names the stop string it found
     for (listener& l : a.listeners)
-      if (l.r->meta.anthropic) l.r->meta.anthropic->ended_on_eog = eog;
+      if (l.r->meta.anthropic) {
+        l.r->meta.anthropic->ended_on_eog = eog;
+        l.r->meta.anthropic->stop_matched = m.stop;
+      }
   }
   // A stream's first chunk goes out with the choice's first tokens even when they make no text
   // yet (a partial UTF-8 character, a special token): the client sees its first token when it is
@@ -596,7 +601,7 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
     count_status(200);
     http_response resp;
     resp.body = body;
-    resp.headers.emplace_back("X-Request-Id", l.r->request_id);
+    resp.headers = answer_headers(*l.r);
     l.r->ex->respond(std::move(resp));
   }
 }
@@ -620,7 +625,7 @@ void dispatcher::finish(active_request& a, double now_s) {
     cache::stored_response sr;
     sr.endpoint = r.req.kind == endpoint::chat_completions ? 1 : 0;
     sr.model = r.model->id;
-    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}});
+    for (const auto& cs : a.choices) sr.choices.push_back({cs.deltas, cs.finish_reason, {}, cs.stop});
     sr.prompt_tokens = u.prompt_tokens;
     sr.completion_tokens = u.completion_tokens;
     sr.cached_tokens = u.cached_tokens;
@@ -885,6 +890,29 @@ void dispatcher::check_stall(double now_s) {
     if (a->t_last_frame_s > 0) a->t_last_frame_s = std::min(now_s, a->t_last_frame_s + gap);
 }
 
+void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out) {
+  for (const uint64_t id : queue_.waited_too_long(now_s)) {
+    auto it = active_.find(id);
+    if (it == active_.end()) {  // cannot happen: entries leave the queue with their request
+      for (auto& [model, q] : queue_.by_model()) q.remove(id);
+      continue;
+    }
+    active_request& a = *it->second;
+    queue_timeouts_++;
+    const double qt = queue_timeout_of(*a.r->who);
+    char waited[96];
+    std::snprintf(waited, sizeof waited, "%.1f s (its queue timeout is %g s)", now_s - a.t_enqueued_s, qt);
+    api_error e = make_error(503, "overloaded_error", "queue_timeout",
+                             "the request waited in the router's queue for a free worker of '" + a.r->model->id +
+                                 "' for " + waited + "; retry later");
+    // When to come back: the queue's estimated wait (what is queued over the recent output
+    // rate), within [1 s, the timeout].
+    const double est = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 1.0;
+    e.retry_after_s = std::clamp(est, 1.0, std::max(1.0, qt));
+    fail(a, e, out);
+  }
+}
+
 void dispatcher::check_idle_tries(double now_s, std::vector<link_frame>& out) {
   if (cfg_.try_idle_timeout_s <= 0) return;
   std::vector<uint64_t> idle;
@@ -960,6 +988,7 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     fail(*active_.at(id),
          make_error(504, "timeout_error", "deadline_exceeded", "the request's deadline passed without an answer"), out);
   }
+  check_queue_timeouts(now_s, out);
   check_served(now_s, out);
   check_idle_tries(now_s, out);
   // After the requests this tick ended: a retired worker whose last one just ended goes now.
@@ -1097,6 +1126,10 @@ std::string dispatcher::render_metrics(double now_s) const {
          static_cast<double>(coalesce_.coalesced()));
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
+  metric(out, "switchyard_router_queue_timeouts_total", "counter",
+         "Requests answered 503 queue_timeout: still in the router's queue, never dispatched, past their queue "
+         "timeout.",
+         static_cast<double>(queue_timeouts_));
   metric(out, "switchyard_router_no_workers_total", "counter",
          "Requests answered 503 no_workers: their model had no ready worker for the no-worker timeout.",
          static_cast<double>(no_workers_));

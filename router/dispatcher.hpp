@@ -100,6 +100,11 @@ struct dispatcher_config {
   // is refused at once for this long (400 query_of_death), so that a client re-sending it does
   // not take down the fleet two workers at a time. 0: never remembered.
   double query_of_death_ttl_s = 600.0;
+  // A request still in its model's queue this long after it was admitted, never dispatched,
+  // ends with 503 queue_timeout and Retry-After (docs/router.md, "Queue timeout"); a tenant's
+  // queue_timeout_s overrides it. Once dispatched it is never cut by this (a request that comes
+  // back to the queue has only its deadline). 0: off.
+  double queue_timeout_s = 0;
   // --otlp-endpoint: where the spans of sampled traced requests go (docs/router.md, "Tracing");
   // null: none. Outlives the dispatcher.
   otlp_exporter* tracer = nullptr;
@@ -208,6 +213,12 @@ class dispatcher {
   void check_served(double now_s, std::vector<link_frame>& out);
   // A long gap since the last tick: this router stalled; its workers' silence is forgiven.
   void check_stall(double now_s);
+  // Queued requests past their queue timeout end with 503 queue_timeout.
+  void check_queue_timeouts(double now_s, std::vector<link_frame>& out);
+  // The queue timeout of `t`'s requests: its own, else queue_timeout_s (0: none).
+  double queue_timeout_of(const tenant& t) const {
+    return t.limits.queue_timeout_s >= 0 ? t.limits.queue_timeout_s : cfg_.queue_timeout_s;
+  }
   // Started attempts silent past try_idle_timeout_s resume from what the router has.
   void check_idle_tries(double now_s, std::vector<link_frame>& out);
   // The identity of a prompt for the query-of-death memory: model and token ids.
@@ -239,6 +250,7 @@ class dispatcher {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   uint64_t redispatched_ = 0, worker_lost_ = 0, client_cancels_ = 0, late_frames_ = 0, bad_frames_ = 0;
   uint64_t expired_ = 0;
+  uint64_t queue_timeouts_ = 0;  // requests ended by check_queue_timeouts
   uint64_t no_workers_ = 0, stalls_ = 0, frame_gaps_ = 0, idle_tries_ = 0, deadly_refused_ = 0;
   uint64_t uncharged_retries_ = 0;  // retries of a failed step's bystanders (not from the budget)
   double stalled_s_ = 0;

@@ -63,6 +63,8 @@ const char* k_usage =
     "                             ones are refused at once with 503 no_workers (10)\n"
     "  --try-idle-timeout-s S     a started stream silent this long while its worker heartbeats resumes from\n"
     "                             what the router has (60; 0: off)\n"
+    "  --queue-timeout-s S        a request still in the router's queue after S s ends with 503 queue_timeout\n"
+    "                             (0: off; a tenant's \"queue_timeout_s\" overrides it)\n"
     "  --query-of-death-ttl-s S   a prompt that took down --max-attempts workers is refused (400) this long (600)\n"
     "  --retry-budget-percent P   retries allowed per 100 requests, over 10 s (20)   --retry-budget-min N (10)\n"
     "  --eject-after-failures K   eject a worker after K worker errors in a row (5; 0: never)\n"
@@ -138,6 +140,7 @@ void check_flags(const cli_args& a) {
                  "max-attempts",
                  "no-worker-timeout-s",
                  "try-idle-timeout-s",
+                 "queue-timeout-s",
                  "query-of-death-ttl-s",
                  "retry-budget-percent",
                  "retry-budget-min",
@@ -227,6 +230,7 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
   dc.no_worker_timeout_s = a.get_float("no-worker-timeout-s", 10.0);
   dc.try_idle_timeout_s = a.get_float("try-idle-timeout-s", 60.0);
   dc.query_of_death_ttl_s = a.get_float("query-of-death-ttl-s", 600.0);
+  dc.queue_timeout_s = a.get_float("queue-timeout-s", 0.0);
   dc.kv_events = !a.has("no-kv-events");
   // Bad workers (docs/reliability.md): bounded retries, the retry budget, outlier ejection.
   dc.max_attempts = static_cast<uint32_t>(std::max<int64_t>(1, a.get_int("max-attempts", 2)));
@@ -244,9 +248,10 @@ dispatcher_config dispatcher_flags(const cli_args& a) {
         "0 < --eject-base-s <= --eject-max-s; --max-ejected-percent in [0, 100]");
   dc.queue.aging_s = a.get_float("aging-s", 10.0);
   if (dc.pool.local_queue < 0 || dc.pool.heartbeat_timeout_s <= 0 || dc.no_worker_timeout_s < 0 ||
-      dc.try_idle_timeout_s < 0 || dc.query_of_death_ttl_s < 0)
+      dc.try_idle_timeout_s < 0 || dc.query_of_death_ttl_s < 0 || !(dc.queue_timeout_s >= 0))
     throw std::invalid_argument(
-        "--local-queue, --no-worker-timeout-s, --try-idle-timeout-s, --query-of-death-ttl-s must be >= 0; "
+        "--local-queue, --no-worker-timeout-s, --try-idle-timeout-s, --query-of-death-ttl-s, --queue-timeout-s must "
+        "be >= 0; "
         "--heartbeat-timeout-ms > 0");
   return dc;
 }

@@ -47,6 +47,13 @@ class model_queues {
       for (const uint64_t id : q.expired(now_s)) ids.push_back(id);
     return ids;
   }
+  // Ids whose queue deadline has passed, every model's.
+  std::vector<uint64_t> waited_too_long(double now_s) const {
+    std::vector<uint64_t> ids;
+    for (const auto& [m, q] : queues_)
+      for (const uint64_t id : q.waited_too_long(now_s)) ids.push_back(id);
+    return ids;
+  }
   // Model id -> its queue (queues stay once created: a model's set is small).
   std::map<std::string, priority_queue>& by_model() { return queues_; }
   const std::map<std::string, priority_queue>& by_model() const { return queues_; }

@@ -36,7 +36,10 @@ priority_class priority_queue::effective_class(priority_class c, double enqueued
 
 void priority_queue::push(queue_entry e) { insert(e, false); }
 
-void priority_queue::push_front(queue_entry e) { insert(e, true); }
+void priority_queue::push_front(queue_entry e) {
+  e.queue_deadline_s = 0;  // it was dispatched before: its wait in the queue is over
+  insert(e, true);
+}
 
 void priority_queue::insert(queue_entry e, bool front) {
   assert(!entries_.contains(e.id) && "id already queued");
@@ -59,6 +62,7 @@ void priority_queue::insert(queue_entry e, bool front) {
   l.by_order.insert(n.key);
   l.by_age.insert(age_key{e.enqueued_s, n.key.seq, e.id});
   if (e.deadline_s > 0) deadlines_.emplace(e.deadline_s, e.id);
+  if (e.queue_deadline_s > 0) queue_deadlines_.emplace(e.queue_deadline_s, e.id);
   size_by_class_[n.cls]++;
   tokens_ += e.tokens;
   entries_.emplace(e.id, n);
@@ -73,6 +77,7 @@ void priority_queue::erase(std::unordered_map<uint64_t, node>::iterator it) {
   l.by_age.erase(age_key{n.entry.enqueued_s, n.key.seq, n.entry.id});
   if (l.by_order.empty()) lanes_[n.cls].erase(lane_it);
   if (n.entry.deadline_s > 0) deadlines_.erase({n.entry.deadline_s, n.entry.id});
+  if (n.entry.queue_deadline_s > 0) queue_deadlines_.erase({n.entry.queue_deadline_s, n.entry.id});
   size_by_class_[n.cls]--;
   tokens_ -= n.entry.tokens;
   entries_.erase(it);
@@ -198,6 +203,15 @@ const queue_entry* priority_queue::find(uint64_t id) const {
 std::vector<uint64_t> priority_queue::expired(double now_s) const {
   std::vector<uint64_t> ids;
   for (const auto& [deadline, id] : deadlines_) {
+    if (!(deadline < now_s)) break;
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<uint64_t> priority_queue::waited_too_long(double now_s) const {
+  std::vector<uint64_t> ids;
+  for (const auto& [deadline, id] : queue_deadlines_) {
     if (!(deadline < now_s)) break;
     ids.push_back(id);
   }

@@ -43,6 +43,9 @@ struct queue_entry {
   double enqueued_s = 0;  // when it first entered the queue (kept on requeue)
   double deadline_s = 0;  // absolute, steady clock; 0: none
   int64_t tokens = 0;     // prompt + max_tokens (for caps and fair share)
+  // Absolute: past it the entry has waited too long to be dispatched (the queue timeout; it does
+  // not change the order). 0: none. push_front entries (requests coming back) carry none.
+  double queue_deadline_s = 0;
 };
 
 struct queue_config {
@@ -77,6 +80,9 @@ class priority_queue {
   // Ids whose deadline has passed (deadline_s > 0 and now_s > deadline_s), earliest deadline
   // first. The caller removes them and answers their clients.
   std::vector<uint64_t> expired(double now_s) const;
+  // Ids whose queue deadline has passed (queue_deadline_s > 0 and now_s > queue_deadline_s),
+  // earliest first. The caller removes them and answers their clients.
+  std::vector<uint64_t> waited_too_long(double now_s) const;
 
   // Effective class of an entry of original class `c` enqueued at `enqueued_s`, at `now_s`.
   priority_class effective_class(priority_class c, double enqueued_s, double now_s) const;
@@ -126,6 +132,7 @@ class priority_queue {
   std::unordered_map<uint64_t, node> entries_;                      // id -> entry and its position
   std::array<std::map<size_t, lane>, k_n_priority_classes> lanes_;  // [class][tenant]; no empty lanes
   std::set<std::pair<double, uint64_t>> deadlines_;                 // (deadline_s, id) of entries with one
+  std::set<std::pair<double, uint64_t>> queue_deadlines_;           // (queue_deadline_s, id) likewise
   std::array<size_t, k_n_priority_classes> size_by_class_{};
   int64_t tokens_ = 0;
   uint64_t next_seq_ = 0;

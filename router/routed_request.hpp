@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "router/http_server.hpp"
@@ -28,8 +29,9 @@ struct routed_request {
   std::string request_id;  // X-Request-Id (echoed or generated)
   std::shared_ptr<http_exchange> ex;
   const tenant* who = nullptr;
-  int32_t priority = 0;    // the request's, or the tenant's default
-  generation_request req;  // validated; req.sampling.max_tokens is the effective limit
+  int32_t priority = 0;           // the request's (clamped into the tenant's range), or the tenant's default
+  bool priority_clamped = false;  // the request asked for a priority outside its tenant's range
+  generation_request req;         // validated; req.sampling.max_tokens is the effective limit
   std::vector<int32_t> prompt;
   std::string echo_text;  // completions with echo: the prompt text
   std::shared_ptr<const model_entry> model;
@@ -55,6 +57,21 @@ struct routed_request {
   std::optional<embedding_job> embed;
   // Its trace (docs/router.md, "Tracing"); nullopt: tracing is off.
   std::optional<request_trace> trace;
+  // Sets `priority` from the one the request asked for (nullopt: the tenant's default), clamped
+  // into the tenant's range unless the tenant is strict (docs/router.md, "Priorities").
+  void set_priority(std::optional<int32_t> asked) {
+    priority = who->limits.effective_priority(asked.value_or(who->limits.default_priority));
+    priority_clamped = asked && priority != *asked;
+  }
 };
+
+// The headers every successful answer to `r` starts with (a response or a stream's head):
+// X-Request-Id, and X-Switchyard-Priority with the priority it ran at when its asked one was
+// clamped into its tenant's range.
+inline std::vector<std::pair<std::string, std::string>> answer_headers(const routed_request& r) {
+  std::vector<std::pair<std::string, std::string>> h = {{"X-Request-Id", r.request_id}};
+  if (r.priority_clamped) h.emplace_back("X-Switchyard-Priority", std::to_string(r.priority));
+  return h;
+}
 
 }  // namespace sy::router

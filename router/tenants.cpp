@@ -84,7 +84,7 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
   where = "tenant '" + t.name + "'";
   check_fields(j,
                {"name", "keys", "admin", "requests_per_s", "burst", "tokens_per_min", "max_concurrent", "priority",
-                "cache_group", "cache_previews"},
+                "cache_group", "cache_previews", "queue_timeout_s"},
                where);
 
   if (!j.contains("keys") || !j["keys"].is_array() || j["keys"].empty()) {
@@ -118,16 +118,21 @@ tenant parse_tenant(const json& j, size_t index, std::vector<std::string>& keys_
     l.max_concurrent =
         static_cast<int32_t>(get_integer(j, "max_concurrent", 0, std::numeric_limits<int32_t>::max(), where));
   }
+  if (j.contains("queue_timeout_s")) l.queue_timeout_s = get_non_negative_number(j, "queue_timeout_s", where);
   if (j.contains("priority")) {
     const json& p = j["priority"];
     std::string pwhere = where + " 'priority'";
     if (!p.is_object()) fail(where, "'priority' must be an object");
-    check_fields(p, {"default", "min", "max"}, pwhere);
+    check_fields(p, {"default", "min", "max", "strict"}, pwhere);
     constexpr int64_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
     if (p.contains("default")) l.default_priority = static_cast<int32_t>(get_integer(p, "default", lo, hi, pwhere));
     if (p.contains("min")) l.min_priority = static_cast<int32_t>(get_integer(p, "min", lo, hi, pwhere));
     if (p.contains("max")) l.max_priority = static_cast<int32_t>(get_integer(p, "max", lo, hi, pwhere));
     if (l.min_priority > l.max_priority) fail(pwhere, "'min' must be <= 'max'");
+    if (p.contains("strict")) {
+      if (!p["strict"].is_boolean()) fail(pwhere, "'strict' must be true or false");
+      l.priority_strict = p["strict"].get<bool>();
+    }
   }
   if (!l.priority_allowed(l.default_priority)) {
     fail(where, "default priority " + std::to_string(l.default_priority) + " is outside [" +

@@ -6,10 +6,12 @@
 //
 //   { "tenants": [ { "name": "acme", "keys": ["sk-acme-1", "sk-acme-2"], "admin": false,
 //       "requests_per_s": 5, "burst": 10, "tokens_per_min": 100000, "max_concurrent": 8,
-//       "priority": {"default": 0, "min": -1, "max": 5} } ] }
+//       "priority": {"default": 0, "min": -1, "max": 5, "strict": false}, "queue_timeout_s": 30 } ] }
 //
 // Only "name" and "keys" are required; every other field defaults to the tenant_limits default
-// (0 = unlimited, any priority allowed, default priority 0). Validation: at least one tenant;
+// (0 = unlimited, any priority allowed, default priority 0). A request's priority outside
+// [min, max] is clamped into it (docs/router.md, "Priorities"); "strict": true refuses it (403)
+// instead. Validation: at least one tenant;
 // names non-empty and unique; keys non-empty strings, at least one per tenant, unique across all
 // tenants; numeric limits >= 0; priority.min <= priority.default <= priority.max. Unknown fields
 // at any level are errors naming the field (they are usually typos). Every error message names
@@ -46,8 +48,18 @@ struct tenant_limits {
   int32_t max_concurrent = 0;    // requests in flight (queued or running); 0: unlimited
   int32_t default_priority = 0;  // used when a request gives none
   int32_t min_priority = INT32_MIN, max_priority = INT32_MAX;  // allowed range for a request's priority
+  bool priority_strict = false;  // a priority outside the range is refused (403), not clamped
+  // Seconds a request may wait in the router's queue before it ends with 503 queue_timeout
+  // (docs/router.md, "Queue timeout"); 0: never; < 0: the router's --queue-timeout-s.
+  double queue_timeout_s = -1;
 
   bool priority_allowed(int32_t p) const { return p >= min_priority && p <= max_priority; }
+  // The priority a request asking `p` runs at: `p` clamped into [min, max], or `p` itself for a
+  // strict tenant (admission then refuses it when it is outside).
+  int32_t effective_priority(int32_t p) const {
+    if (priority_strict) return p;
+    return p < min_priority ? min_priority : p > max_priority ? max_priority : p;
+  }
 };
 
 struct tenant {

@@ -338,6 +338,7 @@ void engine::finish_event(request_id id, finish_reason reason, const request_usa
   }
   ev.finish = reason;
   ev.usage = usage;
+  if (reason == finish_reason::stop && lr.stops.stopped()) ev.stop = lr.stops.matched();
   by_name_.erase(lr.name);
   live_.erase(it);
 }

@@ -70,6 +70,7 @@ struct request_event {
   std::vector<token_logprobs_info> logprobs;  // one per token when the request asked for them
   finish_reason finish = finish_reason::none;
   request_usage usage;  // filled on finish
+  std::string stop;     // finish stop on a stop string: that string (empty: any other end)
 
   // The one place a sampled token joins the event (the rule above); returns nothing, adds no text.
   void add_completion_token(token_id t, token_logprobs_info&& lp, bool want_logprobs) {

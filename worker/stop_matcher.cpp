@@ -12,9 +12,17 @@ std::string stop_matcher::push(std::string_view delta) {
   if (stopped_) return {};
   held_ += delta;
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
-  if (first != std::string::npos) {
+  const std::string* seen = nullptr;
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first) {
+      first = at;
+      seen = &s;
+    }
+  }
+  if (seen) {
     stopped_ = true;
+    matched_ = *seen;
     std::string out = held_.substr(0, first);
     held_.clear();
     return out;

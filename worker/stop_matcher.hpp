@@ -17,11 +17,15 @@ class stop_matcher {
   // The held-back tail, when generation ends for another reason.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string seen (empty before): of those the text completed in the same push, the one
+  // that starts first; at the same place, the first listed.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace sy

@@ -245,6 +245,7 @@ bool worker_service::step(int64_t now_ms, std::vector<out_frame>& out) {
       t.usage.prompt_tokens = static_cast<uint32_t>(ev.usage.n_prompt);
       t.usage.cached_prompt_tokens = static_cast<uint32_t>(std::max(0, ev.usage.n_cached_prompt));
       t.usage.completion_tokens = static_cast<uint32_t>(ev.usage.n_completion);
+      t.stop = ev.stop;
       counters_.prompt_tokens += t.usage.prompt_tokens;
       counters_.cached_prompt_tokens += t.usage.cached_prompt_tokens;
     }

@@ -1,10 +1,13 @@
 """The Anthropic Messages API end to end with the official anthropic SDK: /v1/messages through the
 router to the real SmolLM2 worker (docs/router.md, "Anthropic Messages API"). A message with a
 system prompt; a stream that adds up to the same text at temperature 0 (live, and replayed from
-the response cache); stop reasons max_tokens and stop_sequence; a tool forced by tool_choice
+the response cache); stop reasons max_tokens and stop_sequence, the sequence that matched named
+exactly among several (whole, streamed, replayed from the cache); usage's cache_read_input_tokens
+for a repeated prompt (whole and streamed); a tool forced by tool_choice
 {"type": "tool"} whose input validates against its input_schema, streamed or not; a tool_result
 turn taken back; output_config.format decoded under its JSON Schema; the raw stream's event
-lines, and a deadline mid-stream ending in an `error` event; count_tokens equal to the message's usage.input_tokens; the key by x-api-key
+lines, and a deadline mid-stream ending in an `error` event; count_tokens equal to the message's
+usage.input_tokens + cache_read_input_tokens; the key by x-api-key
 or Authorization: Bearer; errors in Anthropic's shape (missing max_tokens, unsupported blocks,
 a bad key).
 """
@@ -47,6 +50,11 @@ def client(cluster):
     return anthropic.Anthropic(base_url=cluster.url, api_key=KEY, max_retries=0, timeout=120)
 
 
+def prompt_of(usage):
+    """The whole prompt: Anthropic's input_tokens leave out what the prefix cache served."""
+    return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+
+
 def text_of(message):
     return "".join(b.text for b in message.content if b.type == "text")
 
@@ -60,14 +68,14 @@ def test_message_with_a_system_prompt(client):
     assert m.usage.input_tokens > 0 and 0 < m.usage.output_tokens <= 24
     # The system prompt reaches the template (in place of the default one SmolLM2's template adds).
     bare = client.messages.create(model=MODEL_ID, max_tokens=1, messages=HELLO, extra_body=LIVE)
-    assert bare.usage.input_tokens != m.usage.input_tokens
+    assert prompt_of(bare.usage) != prompt_of(m.usage)
 
 
 def test_system_as_text_blocks_is_the_same_prompt(client):
     kw = dict(model=MODEL_ID, max_tokens=8, messages=HELLO, extra_body=LIVE)
     a = client.messages.create(system=SYSTEM, **kw)
     b = client.messages.create(system=[{"type": "text", "text": SYSTEM}], **kw)
-    assert a.usage.input_tokens == b.usage.input_tokens and text_of(a) == text_of(b)
+    assert prompt_of(a.usage) == prompt_of(b.usage) and text_of(a) == text_of(b)
 
 
 def stream_message(client, **kw):
@@ -95,7 +103,7 @@ def test_stream_adds_up_to_the_message(client):
     assert "text" in types  # the SDK's event for each text_delta
     assert text_of(live) == text_of(whole)
     assert live.stop_reason == whole.stop_reason and live.usage.output_tokens == whole.usage.output_tokens
-    assert live.usage.input_tokens == whole.usage.input_tokens
+    assert prompt_of(live.usage) == prompt_of(whole.usage)
     # Twice more through the cache (stored by the first, replayed as a stream): the same text.
     client.messages.create(**kw, extra_body=GREEDY)
     cached, types = stream_message(client, **kw, extra_body=GREEDY)
@@ -121,6 +129,50 @@ def test_stop_sequence_stop_reason(client):
     s, _ = stream_message(client, model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=[seq],
                           extra_body=LIVE)
     assert s.stop_reason == "stop_sequence" and s.stop_sequence == seq and text_of(s) == text_of(m)
+
+
+def test_the_stop_sequence_that_matched_is_named_exactly(client):
+    """Several sequences, the first never matching: the answer names the one complete first in the
+    text, the text stops before it; streamed, and replayed from the response cache, alike."""
+    full = text_of(client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, extra_body=LIVE))
+    words = full.split()
+    assert len(words) >= 6, full
+    stops = ["zzqqxx", words[5], words[2]]
+    found = {s: full.index(s) for s in stops if s in full}
+    want = min(found, key=lambda s: (found[s] + len(s), found[s], stops.index(s)))
+    first = found[want]
+    assert want != stops[0]
+    m = client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=stops, extra_body=LIVE)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == want, (full, stops)
+    assert text_of(m) == full[:first] and want not in text_of(m)
+    s, _ = stream_message(client, model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=stops,
+                          extra_body=LIVE)
+    assert s.stop_reason == "stop_sequence" and s.stop_sequence == want and text_of(s) == text_of(m)
+    # Stored by the first, replayed by the second (whole, then streamed): the same sequence.
+    client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=stops, extra_body=GREEDY)
+    c = client.messages.create(model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=stops,
+                               extra_body=GREEDY)
+    assert c.stop_reason == "stop_sequence" and c.stop_sequence == want and text_of(c) == text_of(m)
+    cs, _ = stream_message(client, model=MODEL_ID, max_tokens=40, messages=HELLO, stop_sequences=stops,
+                           extra_body=GREEDY)
+    assert cs.stop_sequence == want and text_of(cs) == text_of(m)
+
+
+def test_a_repeated_prompt_reads_from_the_prefix_cache(client):
+    """The second time a long prompt is sent, the worker's prefix cache serves most of it:
+    cache_read_input_tokens, as the OpenAI routes' cached_tokens; streamed the same."""
+    system = SYSTEM + " " + " ".join(f"Rule {i}: answer in plain words, never in lists." for i in range(12))
+    kw = dict(model=MODEL_ID, max_tokens=4, system=system, messages=HELLO, extra_body=LIVE)
+    counted = client.messages.count_tokens(model=MODEL_ID, system=system, messages=HELLO).input_tokens
+    client.messages.create(**kw)
+    again = client.messages.create(**kw)
+    u = again.usage
+    assert u.cache_read_input_tokens >= counted // 2, u
+    assert u.input_tokens + u.cache_read_input_tokens == counted and u.cache_creation_input_tokens == 0
+    streamed, _ = stream_message(client, **kw)
+    su = streamed.usage
+    assert su.cache_read_input_tokens >= counted // 2, su
+    assert su.input_tokens + su.cache_read_input_tokens == counted and su.cache_creation_input_tokens == 0
 
 
 def test_end_of_turn_with_stop_sequences_is_end_turn(client):
@@ -176,7 +228,7 @@ def test_tool_result_turn_is_taken(client):
     ]
     r = client.messages.create(model=MODEL_ID, max_tokens=24, messages=turns, tools=TOOLS, extra_body=LIVE)
     assert r.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert r.usage.input_tokens > m.usage.input_tokens
+    assert prompt_of(r.usage) > prompt_of(m.usage)
     # An error result is taken too.
     turns[-1]["content"][0]["is_error"] = True
     r = client.messages.create(model=MODEL_ID, max_tokens=4, messages=turns, tools=TOOLS, extra_body=LIVE)
@@ -199,7 +251,8 @@ def test_count_tokens_equals_usage(client):
     for kw in (dict(system=SYSTEM, messages=HELLO), dict(messages=QUESTION, tools=TOOLS)):
         counted = client.messages.count_tokens(model=MODEL_ID, **kw)
         m = client.messages.create(model=MODEL_ID, max_tokens=2, extra_body=LIVE, **kw)
-        assert counted.input_tokens == m.usage.input_tokens > 0
+        assert counted.input_tokens == prompt_of(m.usage) > 0
+        assert m.usage.cache_creation_input_tokens == 0
 
 
 def check_error(status, raw, want_status, want_type, mentions):
@@ -237,6 +290,10 @@ def test_raw_stream_has_event_lines(cluster):
     assert names[0] == "message_start" and names[1] == "content_block_start", names
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"], names
     assert events[0][1]["message"]["usage"]["input_tokens"] > 0
+    start, end = events[0][1]["message"]["usage"], events[-2][1]["usage"]
+    assert set(start) == set(end) == {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+                                      "output_tokens"}
+    assert end["input_tokens"] + end["cache_read_input_tokens"] == start["input_tokens"]
     assert events[-2][1]["usage"]["output_tokens"] == 8 and events[-2][1]["delta"]["stop_reason"] == "max_tokens"
 
 

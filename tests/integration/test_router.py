@@ -283,6 +283,43 @@ def test_tenant_keys_and_rate_limit(tmp_path):
         w.stop()
 
 
+def test_priority_outside_the_tenants_range_is_clamped_or_refused_when_strict(tmp_path):
+    cfg = {"tenants": [{"name": "capped", "keys": ["sk-capped"], "priority": {"default": 2, "min": 0, "max": 5}},
+                       {"name": "strict", "keys": ["sk-strict"],
+                        "priority": {"default": 2, "min": 0, "max": 5, "strict": True}},
+                       {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    w = Worker("--kv-blocks", "128")
+    r = Router([w.endpoint], "--tenants", str(path), admin_key="sk-ops")
+    try:
+        capped = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-capped", max_retries=0, timeout=60)
+        body = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        raw = capped.chat.completions.with_raw_response.create(**body, extra_body={"priority": -1})
+        assert raw.http_response.status_code == 200
+        assert raw.headers["x-switchyard-priority"] == "0"  # the tenant's most urgent allowed
+        assert raw.parse().choices[0].message.content is not None
+        raw = capped.chat.completions.with_raw_response.create(**body, extra_body={"priority": 3})
+        assert "x-switchyard-priority" not in raw.headers  # inside the range: as asked
+        with capped.chat.completions.with_streaming_response.create(**body, stream=True,
+                                                                    extra_body={"priority": 50}) as s:
+            assert s.headers["x-switchyard-priority"] == "5"
+            assert any(line.startswith("data: [DONE]") for line in s.iter_lines())
+        status, headers, raw = r.post("/v1/chat/completions", dict(body, priority=-1),
+                                      headers={"Authorization": "Bearer sk-strict"})
+        assert status == 403 and "Retry-After" not in headers
+        assert json.loads(raw)["error"]["code"] == "priority_not_allowed"
+        assert r.post("/v1/chat/completions", dict(body, priority=1),
+                      headers={"Authorization": "Bearer sk-strict"})[0] == 200
+        deadline = time.time() + 10
+        while r.metrics().get('switchyard_router_admission_rejections_total{reason="priority_not_allowed"}', 0) < 1:
+            assert time.time() < deadline, "the refusal was never counted"
+            time.sleep(0.05)
+    finally:
+        r.stop()
+        w.stop()
+
+
 def stream_in_thread(router, body, results, key):
     def run():
         status, _, raw = router.post("/v1/completions", body, timeout=300)
@@ -342,6 +379,65 @@ def test_queue_cap_gives_503_with_retry_after():
         for t in threads:
             t.join(300)
         assert all(s == 200 for s, _, _ in results.values())
+    finally:
+        r.stop()
+        w.stop()
+
+
+def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
+    """One slow request holds the only worker slot for longer than the queue timeout: requests
+    queued behind it end with 503 queue_timeout and Retry-After (a stream with its error event),
+    a tenant without a queue timeout waits its turn, and the slow one is never cut."""
+    cfg = {"tenants": [{"name": "std", "keys": ["sk-std"]},
+                       {"name": "patient", "keys": ["sk-patient"], "queue_timeout_s": 0},
+                       {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps(cfg))
+    # Every step 25 ms slower: the slow request runs for 3 s or more however fast the machine is.
+    w = Worker("--kv-blocks", "128", "--max-running", "1", "--fault-inject", "slow-step:25")
+    r = Router([w.endpoint], "--local-queue", "0", "--queue-timeout-s", "1", "--tenants", str(path),
+               admin_key="sk-ops")
+    try:
+        std = {"Authorization": "Bearer sk-std"}
+        slow = {"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 120, "ignore_eos": True,
+                "temperature": 0}
+        results = {}
+
+        def post(key, body, headers):
+            t0 = time.time()
+            results[key] = (*r.post("/v1/completions", body, headers=headers, timeout=300), time.time() - t0)
+        slow_t = threading.Thread(target=post, args=("slow", slow, std))
+        slow_t.start()
+        deadline = time.time() + 60
+        while r.metrics().get(f'switchyard_router_active_requests{{model="{MODEL_ID}"}}', 0) < 1:
+            assert time.time() < deadline, "the slow request never arrived"
+            time.sleep(0.05)
+        patient_t = threading.Thread(target=post, args=("patient", dict(slow, max_tokens=4),
+                                                        {"Authorization": "Bearer sk-patient"}))
+        patient_t.start()
+        client = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-std", max_retries=0, timeout=60)
+        t0 = time.time()
+        with pytest.raises(openai.APIStatusError) as err:
+            client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=4)
+        waited = time.time() - t0
+        assert err.value.status_code == 503
+        assert err.value.body["code"] == "queue_timeout" and err.value.body["type"] == "overloaded_error"
+        assert int(err.value.response.headers["retry-after"]) >= 1
+        assert 0.9 <= waited < 10, waited
+        # A stream's head went out when it was admitted: it ends with the error event and [DONE].
+        status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 4,
+                                                    "stream": True}, headers=std)
+        events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+        assert status == 200 and events[-1] == "[DONE]"
+        assert json.loads(events[-2])["error"]["code"] == "queue_timeout"
+        slow_t.join(300)
+        patient_t.join(300)
+        status, _, raw, took = results["slow"]
+        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 120
+        assert took > 1.5, "the slow request must outlast the queue timeout for this test to mean anything"
+        assert results["patient"][0] == 200  # waited longer than 1 s behind the slow one
+        assert results["patient"][3] > 1.0
+        assert r.metrics()["switchyard_router_queue_timeouts_total"] == 2
     finally:
         r.stop()
         w.stop()

@@ -92,6 +92,22 @@ def test_concurrent_streams_match_non_streamed_results(client, prompts, worker):
     wait_idle(worker)
 
 
+def test_the_last_frame_names_the_stop_string_that_ended_it(client, prompts, worker):
+    q = QUESTIONS[0]
+    client.submit("plain", prompts[q], max_tokens=24)
+    full = client.collect(["plain"])["plain"]["text"]
+    words = full.split()
+    assert len(words) >= 4, full
+    stops = ["zzqqxx", words[3]]
+    client.submit("stopped", prompts[q], max_tokens=24, stop=stops)
+    client.submit("unmatched", prompts[q], max_tokens=24, stop=["zzqqxx"])
+    got = client.collect(["stopped", "unmatched"])
+    assert got["stopped"]["finish"] == "stop" and got["stopped"]["stop"] == words[3]
+    assert got["stopped"]["text"] == full[:full.index(words[3])]
+    assert got["unmatched"]["stop"] == "" and got["unmatched"]["text"] == full
+    wait_idle(worker)
+
+
 def test_cancel_mid_stream_frees_blocks(client, prompts, worker):
     client.submit("long", prompts[QUESTIONS[4]], max_tokens=1500, ignore_eos=True)
     typ, body = client.recv()

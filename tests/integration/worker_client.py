@@ -170,8 +170,9 @@ class Client:
 
     def collect(self, ids, timeout=120.0):
         """Reads until every id in `ids` has ended; returns {id: {"tokens", "text", "finish", "usage",
-        "messages", "errors"}} (heartbeats skipped)."""
-        out = {i: {"tokens": [], "text": "", "finish": None, "usage": None, "messages": 0, "error": None} for i in ids}
+        "stop", "messages", "errors"}} (heartbeats skipped)."""
+        out = {i: {"tokens": [], "text": "", "finish": None, "usage": None, "stop": "", "messages": 0, "error": None}
+               for i in ids}
         pending = set(ids)
         end = time.time() + timeout
         while pending:
@@ -183,6 +184,7 @@ class Client:
                 r["messages"] += 1
                 if body.get("finish_reason"):
                     r["finish"], r["usage"] = body["finish_reason"], body.get("usage")
+                    r["stop"] = body.get("stop", "")
                     pending.discard(body["request_id"])
             elif typ == "error" and body.get("request_id") in out:
                 out[body["request_id"]]["error"] = body

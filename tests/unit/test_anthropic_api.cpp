@@ -173,7 +173,8 @@ TEST_CASE("anthropic: a response is an Anthropic message") {
   CHECK(j["content"] == json::parse(R"([{"type": "text", "text": "Hello"}])"));
   CHECK(j["stop_reason"] == "stop_sequence");
   CHECK(j["stop_sequence"] == "END");
-  CHECK(j["usage"] == json::parse(R"({"input_tokens": 7, "output_tokens": 3})"));
+  CHECK(j["usage"] == json::parse(R"({"input_tokens": 7, "cache_creation_input_tokens": 0,
+                                      "cache_read_input_tokens": 0, "output_tokens": 3})"));
   c.finish_reason = sy::finish_reason::length;
   CHECK(json::parse(router::format_response(meta, {c}, {7, 3, 0}))["stop_reason"] == "max_tokens");
   router::anthropic_state st;
@@ -187,6 +188,84 @@ TEST_CASE("anthropic: a response is an Anthropic message") {
   CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "stop_sequence");
   st.constrained = true;  // a grammar's end, not a stop string
   CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "end_turn");
+}
+
+TEST_CASE("anthropic: stop_sequence names the exact sequence the worker found") {
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                              "stop_sequences": ["END", "\n\nHuman:", "###"]})");
+  const auto meta_for = [&] {
+    router::response_meta meta;
+    meta.id = "msg_1";
+    meta.model = "m";
+    router::enable_anthropic(meta, g, 7);
+    meta.anthropic->ended_on_eog = false;
+    meta.anthropic->stop_matched = "\n\nHuman:";  // the second one, not the first
+    return meta;
+  };
+  router::choice_result c;
+  c.text = "Hello";
+  c.finish_reason = sy::finish_reason::stop;
+  const router::response_meta whole = meta_for();
+  const json j = json::parse(router::format_response(whole, {c}, {7, 3, 0}));
+  CHECK(j["stop_reason"] == "stop_sequence");
+  CHECK(j["stop_sequence"] == "\n\nHuman:");
+  CHECK(j["content"][0]["text"] == "Hello");
+
+  const router::response_meta streamed = meta_for();
+  std::vector<std::pair<std::string, json>> all;
+  for (auto& e : events(router::format_chunk(streamed, 0, "Hello", true, sy::finish_reason::stop, {})))
+    all.push_back(e);
+  for (const auto& piece : router::format_stream_end(streamed, {7, 3, 0}, false))
+    for (auto& e : events(piece)) all.push_back(e);
+  REQUIRE(all.size() >= 2);
+  const json& delta = all[all.size() - 2].second;
+  CHECK(delta["type"] == "message_delta");
+  CHECK(delta["delta"]["stop_reason"] == "stop_sequence");
+  CHECK(delta["delta"]["stop_sequence"] == "\n\nHuman:");
+
+  router::anthropic_state st;
+  st.stop_sequences = {"END", "###"};
+  st.stop_matched = "###";
+  st.ended_on_eog = true;  // what the worker names wins
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "stop_sequence");
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::length, false) == "max_tokens");
+  st.stop_matched = "<|im_end|>";  // a stop string the client did not give: the end of the turn
+  CHECK(router::anthropic_stop_reason(st, sy::finish_reason::stop, false) == "end_turn");
+}
+
+TEST_CASE("anthropic: usage says the prompt tokens read from the prefix cache apart, whole and streamed") {
+  router::response_meta meta;
+  meta.id = "msg_1";
+  meta.model = "m";
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]})");
+  router::enable_anthropic(meta, g, 40);
+  router::choice_result c;
+  c.text = "Hi";
+  c.finish_reason = sy::finish_reason::stop;
+  const json whole = json::parse(router::format_response(meta, {c}, {40, 2, 32}));
+  CHECK(whole["usage"] == json::parse(R"({"input_tokens": 8, "cache_creation_input_tokens": 0,
+                                          "cache_read_input_tokens": 32, "output_tokens": 2})"));
+  // A live stream: message_start has the whole prompt (the worker tells what its cache served
+  // with the last frame), message_delta the final split, as Anthropic's cumulative usage does.
+  std::vector<std::pair<std::string, json>> all;
+  for (auto& e : events(router::format_chunk(meta, 0, "Hi", true, sy::finish_reason::stop, {}))) all.push_back(e);
+  for (const auto& piece : router::format_stream_end(meta, {40, 2, 32}, false))
+    for (auto& e : events(piece)) all.push_back(e);
+  REQUIRE(all.front().first == "message_start");
+  CHECK(all.front().second["message"]["usage"] == json::parse(R"({"input_tokens": 40, "cache_creation_input_tokens": 0,
+                                                                  "cache_read_input_tokens": 0, "output_tokens": 0})"));
+  const json& delta = all[all.size() - 2].second;
+  REQUIRE(delta["type"] == "message_delta");
+  CHECK(delta["usage"] == whole["usage"]);
+  // Known before the stream (a cache replay: all of it): message_start says it too.
+  router::response_meta replay;
+  replay.id = "msg_2";
+  replay.model = "m";
+  router::enable_anthropic(replay, g, 40);
+  replay.anthropic->cached_tokens = 40;
+  const auto start = events(router::format_chunk(replay, 0, "Hi", true, sy::finish_reason::none, {}));
+  CHECK(start.front().second["message"]["usage"]["input_tokens"] == 0);
+  CHECK(start.front().second["message"]["usage"]["cache_read_input_tokens"] == 40);
 }
 
 TEST_CASE("anthropic: a stream is message_start, blocks, message_delta, message_stop") {

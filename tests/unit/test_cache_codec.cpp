@@ -21,8 +21,9 @@ stored_response sample_response() {
   r.endpoint = 1;
   r.model = "smollm2-135m";
   r.choices.push_back(
-      {{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, sy::finish_reason::stop, R"({"content":[]})"});
-  r.choices.push_back({{"Hi"}, sy::finish_reason::length, ""});
+      {{"Hello", ",", " world", "!", std::string("\0\xff", 2)}, sy::finish_reason::stop, R"({"content":[]})", ""});
+  r.choices.push_back({{"Hi"}, sy::finish_reason::length, "", ""});
+  r.choices.push_back({{"Hey"}, sy::finish_reason::stop, "", "\n\nHuman:"});
   r.prompt_tokens = 31;
   r.completion_tokens = 7;
   r.cached_tokens = 16;

@@ -156,7 +156,7 @@ struct harness {
     r->ex = ex;
     r->who = tenants.authenticate(o.api_key);
     REQUIRE(r->who != nullptr);
-    r->priority = o.priority;
+    r->set_priority(o.priority);
     r->req.kind = o.chat ? endpoint::chat_completions : endpoint::completions;
     r->req.model = o.model;
     r->req.n = o.n;
@@ -424,6 +424,42 @@ TEST_CASE("dispatcher: a tenant over its request rate gets 429 with Retry-After"
   CHECK(submits(h.take(), 0).size() == 2);
   CHECK(h.d.render_metrics(10.0).find("switchyard_router_admission_rejections_total{reason=\"tenant_rate\"} 1\n") !=
         std::string::npos);
+}
+
+TEST_CASE("dispatcher: a priority outside the tenant's range runs clamped and says so, a strict tenant's is a 403") {
+  auto tenants = tenant_registry::parse(R"({"tenants": [
+      {"name": "low", "keys": ["sk-low"], "priority": {"default": 2, "min": 0, "max": 5}},
+      {"name": "strict", "keys": ["sk-strict"], "priority": {"default": 2, "min": 0, "max": 5, "strict": true}}]})");
+  harness h(test_config(), std::move(tenants));
+  start_workers(h, 1, 4);
+  const auto clamped = h.request({.priority = -3, .api_key = "sk-low"}, 0.1);
+  const auto inside = h.request({.priority = 4, .api_key = "sk-low", .prompt = "Another prompt"}, 0.1);
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].priority == 0);
+  CHECK(s[1].priority == 4);
+  const uint64_t ids[] = {clamped.id, inside.id};
+  for (const uint64_t id : ids) {
+    h.tokens(0, wire(id, 1), 1, " jumps", 1, 0.2, "stop", 4, 0);
+  }
+  REQUIRE(clamped.ex->responses.size() == 1);
+  CHECK(clamped.ex->responses[0].status == 200);
+  CHECK(header(clamped.ex->responses[0].headers, "X-Switchyard-Priority") == "0");
+  REQUIRE(inside.ex->responses.size() == 1);
+  CHECK(header(inside.ex->responses[0].headers, "X-Switchyard-Priority").empty());  // nothing changed
+
+  // A stream says it in its head.
+  const auto streamed = h.request({.priority = 9, .stream = true, .api_key = "sk-low", .prompt = "A third"}, 0.3);
+  CHECK(header(streamed.ex->stream_headers, "X-Switchyard-Priority") == "5");
+  CHECK(submits(h.take(), 0)[0].priority == 5);
+
+  const auto refused = h.request({.priority = -3, .api_key = "sk-strict"}, 0.4);
+  REQUIRE(refused.ex->log == std::vector<std::string>{"respond"});
+  CHECK(refused.ex->responses[0].status == 403);
+  CHECK(header(refused.ex->responses[0].headers, "Retry-After").empty());
+  CHECK(refused.ex->body()["error"]["code"] == "priority_not_allowed");
+  CHECK(h.d.render_metrics(1.0).find(
+            "switchyard_router_admission_rejections_total{reason=\"priority_not_allowed\"} 1\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
@@ -907,6 +943,79 @@ TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
   CHECK(c.ex->body()["error"]["code"] == "deadline_exceeded");
   CHECK(h.d.queued() == 0);
   CHECK(cancels(h.take(), 0).empty());
+}
+
+TEST_CASE(
+    "dispatcher: a request still queued past its queue timeout gets 503 queue_timeout, a running one is not cut") {
+  dispatcher_config cfg = test_config(/*local_queue=*/0);
+  cfg.queue_timeout_s = 1.0;
+  auto tenants = tenant_registry::parse(R"({"tenants": [
+      {"name": "std", "keys": ["sk-std"]}, {"name": "patient", "keys": ["sk-patient"], "queue_timeout_s": 0},
+      {"name": "hasty", "keys": ["sk-hasty"], "queue_timeout_s": 0.5}]})");
+  harness h(cfg, std::move(tenants));
+  start_workers(h, 1, /*max_running=*/1);
+  const auto running = h.request({.api_key = "sk-std"}, 0.1);  // holds the only slot
+  const auto queued = h.request({.api_key = "sk-std", .prompt = "one"}, 0.2);
+  const auto streamed = h.request({.stream = true, .api_key = "sk-std", .prompt = "two"}, 0.2);
+  const auto patient = h.request({.api_key = "sk-patient", .prompt = "three"}, 0.2);
+  const auto hasty = h.request({.api_key = "sk-hasty", .prompt = "four"}, 0.3);
+  CHECK(submits(h.take(), 0).size() == 1);
+  CHECK(h.d.queued() == 4);
+  h.heartbeat(0, 0.7);
+  h.d.tick(0.7, h.out);
+  CHECK(hasty.ex->log.empty());  // 0.4 s: not yet
+  h.d.tick(0.9, h.out);          // 0.6 s: past its tenant's 0.5 s
+  REQUIRE(hasty.ex->log == std::vector<std::string>{"respond"});
+  CHECK(hasty.ex->responses[0].status == 503);
+  CHECK(hasty.ex->body()["error"]["code"] == "queue_timeout");
+  CHECK(queued.ex->log.empty());
+  h.heartbeat(0, 1.25);
+  h.d.tick(1.25, h.out);  // 1.05 s: past the router's 1 s
+  REQUIRE(queued.ex->log == std::vector<std::string>{"respond"});
+  const http_response& resp = queued.ex->responses[0];
+  CHECK(resp.status == 503);
+  CHECK(std::stoi(header(resp.headers, "Retry-After")) >= 1);
+  const json b = queued.ex->body();
+  CHECK(b["error"]["code"] == "queue_timeout");
+  CHECK(b["error"]["type"] == "overloaded_error");
+  CHECK_THAT(b["error"]["message"].get<std::string>(), Catch::Contains("queue timeout is 1 s"));
+  // A stream's head went out at admission: it ends with the error event.
+  CHECK(streamed.ex->log.back() == "end_stream");
+  CHECK(std::any_of(streamed.ex->events.begin(), streamed.ex->events.end(),
+                    [](const std::string& e) { return e.find("queue_timeout") != std::string::npos; }));
+  // A tenant without a queue timeout waits on; the running request is never cut by it.
+  CHECK(patient.ex->log.empty());
+  CHECK(running.ex->log.empty());
+  CHECK(h.d.queued() == 1);
+  CHECK(cancels(h.take(), 0).empty());
+  h.heartbeat(0, 30.0);
+  h.d.tick(30.0, h.out);
+  CHECK(running.ex->log.empty());
+  CHECK(h.d.render_metrics(30.0).find("switchyard_router_queue_timeouts_total 3\n") != std::string::npos);
+  h.tokens(0, wire(running.id, 1), 1, " jumps", 1, 30.1, "stop", 4, 0);  // the slot frees: the patient one runs
+  CHECK(running.ex->responses.at(0).status == 200);
+  CHECK(submits(h.take(), 0).size() == 1);
+}
+
+TEST_CASE("dispatcher: a request that comes back to the queue after its worker died is not cut by the queue timeout") {
+  dispatcher_config cfg = test_config(/*local_queue=*/0);
+  cfg.queue_timeout_s = 1.0;
+  harness h(cfg);
+  start_workers(h, 2, /*max_running=*/1);
+  const auto a = h.request({}, 0.1);
+  const auto b = h.request({.prompt = "another"}, 0.1);
+  CHECK(h.take().size() >= 2);  // one on each worker
+  CHECK(h.d.queued() == 0);
+  h.heartbeat(1, 1.0);
+  h.heartbeat(1, 2.0);
+  h.d.tick(2.5, h.out);  // worker 0 silent past the heartbeat timeout: its request is queued again
+  CHECK(h.d.queued() == 1);
+  h.heartbeat(1, 3.0);
+  h.d.tick(3.9, h.out);  // 3.8 s after admission, well past 1 s: still waiting
+  CHECK(h.d.queued() == 1);
+  CHECK(a.ex->log.empty());
+  CHECK(b.ex->log.empty());
+  CHECK(h.d.render_metrics(4.0).find("switchyard_router_queue_timeouts_total 0\n") != std::string::npos);
 }
 
 TEST_CASE("dispatcher: a dispatched request the worker never ends is ended well after its deadline") {

@@ -267,3 +267,25 @@ TEST_CASE("queue: expired lists entries whose deadline has passed, earliest firs
   for (uint64_t id : q.expired(7.5)) CHECK(q.remove(id));
   CHECK(drain(q, 8) == ids{1, 3});
 }
+
+TEST_CASE("queue: waited_too_long lists entries past their queue deadline, never a returning one", "[priority_queue]") {
+  priority_queue q;
+  auto with_queue_deadline = [](queue_entry e, double qd) {
+    e.queue_deadline_s = qd;
+    return e;
+  };
+  q.push(with_queue_deadline(entry(1, 0, k_standard, 0), 4));
+  q.push(with_queue_deadline(entry(2, 0, k_standard, 1), 3));
+  q.push(entry(3, 1, k_batch, 0));                                   // no queue timeout
+  q.push_front(with_queue_deadline(entry(4, 1, k_standard, 0), 1));  // dispatched before: none
+  q.push(with_queue_deadline(entry(5, 1, k_standard, 0, /*deadline_s=*/2), 9));
+  CHECK(q.waited_too_long(3).empty());  // at the queue deadline is not past it
+  CHECK(q.waited_too_long(3.5) == ids{2});
+  CHECK(q.waited_too_long(1e9) == ids{2, 1, 5});
+  CHECK(q.expired(2.5) == ids{5});  // the deadline is its own list
+  CHECK(q.find(4)->queue_deadline_s == 0);
+  CHECK(q.remove(2));
+  CHECK(q.waited_too_long(1e9) == ids{1, 5});  // its queue deadline went with it
+  CHECK(drain(q, 0).size() == 4);
+  CHECK(q.waited_too_long(1e9).empty());  // popped entries take theirs along
+}

@@ -292,8 +292,14 @@ TEST_CASE("protocol: every message round-trips with every field set", "[protocol
                           .text = "",
                           .finish_reason = sy::finish_reason::none,
                           .usage = {},
-                          .logprobs = {}};
+                          .logprobs = {},
+                          .seq = 0,
+                          .stop = {}};
     CHECK(round_trip(running) == running);
+    proto::tokens on_stop = make_tokens();
+    on_stop.finish_reason = sy::finish_reason::stop;
+    on_stop.stop = "\n\nHuman:";
+    CHECK(round_trip(on_stop) == on_stop);
     for (size_t i = 0; i < sy::k_n_finish_reasons; ++i) {
       proto::tokens t = make_tokens();
       t.finish_reason = static_cast<sy::finish_reason>(i);
@@ -593,6 +599,10 @@ TEST_CASE("protocol: value bounds are checked and name the field", "[protocol]")
     proto::tokens t = make_tokens();
     expect_error(msg_type::tokens, map_body().add("request_id", "r1").add("finish_reason", "exploded").str(),
                  decode_errc::invalid_field, "finish_reason: not one of");
+    t = make_tokens();
+    t.stop = "END";  // finish_reason length
+    expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field,
+                 "stop: given without finish_reason stop");
     t = make_tokens();
     t.logprobs.pop_back();
     expect_error(msg_type::tokens, proto::encode(t), decode_errc::invalid_field,

@@ -473,24 +473,32 @@ TEST_CASE("reasoning: a cache entry keeps the reasoning token count", "[reasonin
   sy::cache::stored_response r;
   r.endpoint = 1;
   r.model = "m";
-  r.choices.push_back({{"<think>a", "b</think>c"}, sy::finish_reason::stop, ""});
+  r.choices.push_back({{"<think>a", "b</think>c"}, sy::finish_reason::stop, "", ""});
   r.prompt_tokens = 4;
   r.completion_tokens = 6;
   r.reasoning_tokens = 3;
-  const std::string v2 = sy::cache::encode(r);
-  const auto back = sy::cache::decode(v2);
+  const std::string v3 = sy::cache::encode(r);
+  const auto back = sy::cache::decode(v3);
   REQUIRE(back);
   CHECK(*back == r);
   CHECK(back->reasoning_tokens == 3);
 
-  // An entry written before the count (version 1: no reasoning_tokens field) still reads, with 0.
+  // Older entries still read. Version 2: without each choice's stop string (here the one
+  // choice's empty string, its last 4 bytes before the checksum).
+  const auto seal = [](std::string body, char version) {
+    body[4] = version;
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a-64 of every byte before it, little-endian
+    for (const unsigned char ch : body) h = (h ^ ch) * 0x100000001b3ull;
+    for (int i = 0; i < 8; ++i) body += static_cast<char>((h >> (8 * i)) & 0xff);
+    return body;
+  };
+  const std::string v2_body = v3.substr(0, v3.size() - 8 - 4);
+  const auto v2 = sy::cache::decode(seal(v2_body, 2));
+  REQUIRE(v2);
+  CHECK(*v2 == r);
+  // Version 1: no reasoning_tokens field either; it reads as 0.
   const size_t at = 4 + 1 + 1 + 4 + r.model.size() + 3 * 4;  // "SYRC", version, endpoint, model, 3 counts
-  std::string v1 = v2.substr(0, at) + v2.substr(at + 4, v2.size() - 8 - at - 4);
-  v1[4] = 1;
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a-64 of every byte before it, little-endian
-  for (const unsigned char ch : v1) h = (h ^ ch) * 0x100000001b3ull;
-  for (int i = 0; i < 8; ++i) v1 += static_cast<char>((h >> (8 * i)) & 0xff);
-  const auto old = sy::cache::decode(v1);
+  const auto old = sy::cache::decode(seal(v2_body.substr(0, at) + v2_body.substr(at + 4), 1));
   REQUIRE(old);
   CHECK(old->reasoning_tokens == 0);
   CHECK(old->choices == r.choices);

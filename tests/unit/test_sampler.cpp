@@ -203,12 +203,21 @@ TEST_CASE("stop strings cut the text and hold back only possible prefixes") {
   CHECK(out == "Hello ## world ");
   CHECK(m.push("more").empty());
   CHECK(m.flush().empty());
+  CHECK(m.matched() == "END");
+
+  stop_matcher earliest({"b", "ab", "abc"});
+  CHECK(earliest.push("xabcd") == "x");  // "ab" and "abc" start first; of those "ab" is listed first
+  CHECK(earliest.matched() == "ab");
+  stop_matcher same_place({"abc", "ab"});
+  CHECK(same_place.push("abcd").empty());
+  CHECK(same_place.matched() == "abc");
 
   stop_matcher none({});
   CHECK(none.push("abc") == "abc");
   stop_matcher tail({"xyz"});
   CHECK(tail.push("abcx") == "abc");
   CHECK(tail.flush() == "x");  // generation ended: the held text is released
+  CHECK(tail.matched().empty());
 }
 
 TEST_CASE("NaN and infinite logits give a defined token") {

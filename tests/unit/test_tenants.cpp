@@ -175,6 +175,39 @@ TEST_CASE("parse: the default priority must lie within [min, max]", "[tenants]")
   CHECK_FALSE(r.tenants()[0].limits.priority_allowed(0));
 }
 
+TEST_CASE("priority: a request's priority outside the range is clamped, or kept for a strict tenant to refuse",
+          "[tenants]") {
+  tenant_registry r = tenant_registry::parse(R"({"tenants": [
+      {"name": "a", "keys": ["ka"], "priority": {"default": 2, "min": 0, "max": 5}},
+      {"name": "s", "keys": ["ks"], "priority": {"default": 2, "min": 0, "max": 5, "strict": true}}]})");
+  const tenant_limits& a = r.tenants()[0].limits;
+  const tenant_limits& s = r.tenants()[1].limits;
+  CHECK_FALSE(a.priority_strict);
+  CHECK(s.priority_strict);
+  CHECK(a.effective_priority(-3) == 0);  // more urgent than allowed: the most urgent allowed
+  CHECK(a.effective_priority(9) == 5);
+  CHECK(a.effective_priority(INT32_MIN) == 0);
+  CHECK(a.effective_priority(3) == 3);
+  CHECK(s.effective_priority(-3) == -3);  // admission refuses it (403)
+  CHECK_FALSE(s.priority_allowed(s.effective_priority(-3)));
+  CHECK(tenant_registry::open_access().tenants()[0].limits.effective_priority(-100) == -100);
+  CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "priority": {"strict": 1})")),
+             Catch::Contains("tenant 'a' 'priority'") && Catch::Contains("'strict' must be true or false"));
+}
+
+TEST_CASE("parse: queue_timeout_s is a tenant's own queue timeout, unset the router's", "[tenants]") {
+  tenant_registry r = tenant_registry::parse(R"({"tenants": [
+      {"name": "a", "keys": ["ka"], "queue_timeout_s": 2.5}, {"name": "b", "keys": ["kb"], "queue_timeout_s": 0},
+      {"name": "c", "keys": ["kc"]}]})");
+  CHECK(r.tenants()[0].limits.queue_timeout_s == 2.5);
+  CHECK(r.tenants()[1].limits.queue_timeout_s == 0);  // never
+  CHECK(r.tenants()[2].limits.queue_timeout_s < 0);   // the router's --queue-timeout-s
+  CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "queue_timeout_s": -1)")),
+             Catch::Contains("tenant 'a'") && Catch::Contains("'queue_timeout_s' must be >= 0"));
+  CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "queue_timeout_s": "5")")),
+             Catch::Contains("'queue_timeout_s' must be a number"));
+}
+
 TEST_CASE("parse: unknown fields are errors naming the field", "[tenants]") {
   CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "request_per_s": 5)")),
              Catch::Contains("tenant 'a'") && Catch::Contains("unknown field 'request_per_s'"));
