@@ -103,6 +103,10 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
 // from the rows.
 void pack_bf16_panels_from_kq(weight_type t, const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                               uint16_t* out);
+// The same with AVX-512, lane-parallel (kquant_bf16_avx512.cpp): bitwise the same panels; what
+// pack_bf16_panels_from_kq runs where use_avx512_kernels().
+void pack_bf16_panels_from_kq_avx512(weight_type t, const line64* kq_panels, int64_t rows, int64_t k, int64_t p0,
+                                     int64_t p1, uint16_t* out);
 
 // y[t * ldy + r] = dot(W row r, token t) for rows in panels [p0, p1) (clipped to `rows`) and
 // every token of `a`. Each (row, token) result is computed by the same instruction sequence

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
 #include "kernels/cpu/kquant_panels.hpp"
 
@@ -161,6 +162,7 @@ void pack_bf16_panels_from_int(weight_type t, const line64* int_panels, int64_t 
 
 void pack_bf16_panels_from_kq(weight_type t, const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                               uint16_t* out) {
+  if (use_avx512_kernels()) return pack_bf16_panels_from_kq_avx512(t, kq_panels, rows, k, p0, p1, out);
   tls_row.resize(static_cast<size_t>(k));
   for (int64_t p = p0; p < p1; ++p)
     for (int i = 0; i < panel_rows; ++i) {

@@ -63,22 +63,25 @@ TEST_CASE("the load-time K-panel repack writes the reference repack's bytes") {
 }
 
 TEST_CASE("bf16 panels built from K panels equal those built from the GGUF rows") {
-  for (weight_type t : k_types) {
-    const auto m = make_matrix(t, 21, 512);
-    std::vector<uint16_t> want(static_cast<size_t>(m.n_panels * panel_rows * m.cols)), got(want.size());
-    pack_bf16_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, m.cols)), m.rows, m.cols, 0, m.n_panels,
-                     want.data());
-    pack_bf16_panels_from_kq(t, m.panels.data(), m.rows, m.cols, 0, m.n_panels, got.data());
-    INFO(weight_type_name(t));
-    size_t bad = 0, first = want.size();
-    for (size_t i = 0; i < want.size(); ++i)
-      if (got[i] != want[i]) {
-        ++bad;
-        first = std::min(first, i);
-      }
-    INFO("differing " << bad << ", first at " << first);
-    REQUIRE(bad == 0);
-  }
+  // Under every kernel family (SY_CPU_ISA): the AVX-512 lane-parallel build where the CPU has it,
+  // the scalar one otherwise; a whole panel and a part-filled one.
+  for (weight_type t : k_types)
+    for (int64_t n_rows : {21, 32}) {
+      const auto m = make_matrix(t, n_rows, 512);
+      std::vector<uint16_t> want(static_cast<size_t>(m.n_panels * panel_rows * m.cols)), got(want.size());
+      pack_bf16_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, m.cols)), m.rows, m.cols, 0, m.n_panels,
+                       want.data());
+      pack_bf16_panels_from_kq(t, m.panels.data(), m.rows, m.cols, 0, m.n_panels, got.data());
+      INFO(weight_type_name(t) << " rows " << n_rows);
+      size_t bad = 0, first = want.size();
+      for (size_t i = 0; i < want.size(); ++i)
+        if (got[i] != want[i]) {
+          ++bad;
+          first = std::min(first, i);
+        }
+      INFO("differing " << bad << ", first at " << first);
+      REQUIRE(bad == 0);
+    }
 }
 
 TEST_CASE("the K-panel model computes the quantized dot product") {
