@@ -161,7 +161,7 @@ template <kv_type T>
 void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                       int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
   float* scores = scratch;              // [n_q][n_keys]
-  float* buf = scratch + n_q * n_keys;  // 8 converted rows
+  float* buf = scratch + n_q * n_keys;  // attend_value_rows converted rows
   const float* rp[8];
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
@@ -193,15 +193,16 @@ void attend_group_vec(const float* q, int64_t n_q, int64_t n_keys, const kv_laye
 }
 
 // out[g] = sum over keys j of p[g][j] * V[j] for the n_q heads (p[g] at scores + g * stride):
-// V rows are converted 8 at a time, once for all heads; each output element accumulates over
-// j = 0, 1, ... from zero.
+// V rows are converted attend_value_rows at a time into `buf`, once for all heads, and each head's
+// output stays in registers over them; each output element accumulates over j = 0, 1, ... from
+// zero whatever the chunking.
 template <kv_type T>
 void values_rows(const float* scores, int64_t stride, int64_t n_q, int64_t n_keys, const kv_layer_view& kv,
                  int64_t kv_head, int64_t head_dim, float* buf, float* out) {
-  const float* rp[8];
+  const float* rp[attend_value_rows];
   for (int64_t i = 0; i < n_q * head_dim; ++i) out[i] = 0.f;
-  for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
-    const int64_t nk = std::min<int64_t>(8, n_keys - j0);
+  for (int64_t j0 = 0; j0 < n_keys; j0 += attend_value_rows) {
+    const int64_t nk = std::min<int64_t>(attend_value_rows, n_keys - j0);
     rows_f32<T>(kv.v_blocks, kv, kv_head, j0, nk, n_keys, head_dim, buf, rp);
     for (int64_t g = 0; g < n_q; ++g) {
       const float* p = scores + g * stride + j0;

@@ -116,8 +116,11 @@ void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_
 // result depends only on its own inputs, never on n_q (bitwise): a group of one is the same.
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked = 0);
+// V rows converted to f32 at a time (once for all the group's heads), so each head's output stays
+// in registers over that many keys.
+constexpr int64_t attend_value_rows = 32;
 inline int64_t attend_group_scratch(int64_t n_q, int64_t n_keys, int64_t head_dim) {
-  return n_q * ((n_keys + 31) / 32 * 32) + 8 * head_dim + 8;
+  return n_q * ((n_keys + 31) / 32 * 32) + attend_value_rows * head_dim + 8;
 }
 
 }  // namespace sy::cpu
