@@ -1,5 +1,5 @@
 // The sampling parameters of one request, declared once: the router fills them from the OpenAI
-// request (router/openai_api), the submit message carries them as they are (proto::wire_sampling
+// request (router/openai_request), the submit message carries them as they are (proto::wire_sampling
 // names this struct), the response-cache key hashes them (cache/cache_key) and the engine's
 // sampler reads them (worker/sampler).
 //

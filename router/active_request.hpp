@@ -28,7 +28,7 @@
 
 #include "common/finish_reason.hpp"
 #include "router/admission.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_response.hpp"
 #include "router/routed_request.hpp"
 #include "router/worker_pool.hpp"
 

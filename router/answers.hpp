@@ -9,7 +9,8 @@
 
 #include "router/active_request.hpp"
 #include "router/api_errors.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 
 namespace sy::router {
 

@@ -2,7 +2,7 @@
 // /v1/messages body is translated into the native chat request /v1/chat/completions makes (so
 // both share validation, the chat template, admission, queues and the cache), and an answer is
 // formatted as an Anthropic message, or as its SSE event sequence, from the same internal events
-// the OpenAI formatting takes (openai_api.hpp's format_* pass a response_meta whose `anthropic`
+// the OpenAI formatting takes (openai_response.hpp's format_* pass a response_meta whose `anthropic`
 // is set here).
 //
 // Pure functions, no I/O. The one state, anthropic_state, is a response's stream position
@@ -17,7 +17,8 @@
 #include <variant>
 #include <vector>
 
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 #include "router/tool_calls.hpp"
 
 namespace sy::router {
@@ -69,7 +70,7 @@ void enable_anthropic(response_meta& meta, const generation_request& g, uint32_t
 // first sequence, unless it was decoded under a grammar (docs/router.md, "Anthropic Messages API").
 std::string anthropic_stop_reason(const anthropic_state& st, sy::finish_reason finish, bool called);
 
-// The formatting openai_api.cpp's functions hand over to when meta.anthropic is set. Each
+// The formatting openai_response.cpp's functions hand over to when meta.anthropic is set. Each
 // stream function returns SSE events with their own `event:` lines (http_exchange::send_event
 // writes an event that starts with "event: " as it is); several may be joined by a blank line.
 std::string anthropic_response(const response_meta& meta, const std::vector<choice_result>& choices,

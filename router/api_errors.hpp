@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "router/http_server.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
 
 namespace sy::router {
 

@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
 
 namespace sy::router {
 

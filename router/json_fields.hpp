@@ -1,4 +1,4 @@
-// Readers of a request body's JSON fields, shared by the API parsers (openai_api.cpp,
+// Readers of a request body's JSON fields, shared by the API parsers (openai_request.cpp,
 // anthropic_api.cpp, embeddings_api.cpp): a field that is absent or null is "not given"; a value
 // of the wrong type or out of range is a 400 naming the parameter (bad_request). The readers
 // throw `rejected`; each parser's entry point catches it and returns the error, so nothing past
@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
 
 namespace sy::router::json_fields {
 

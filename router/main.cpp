@@ -26,7 +26,7 @@
 #include "router/dispatcher_actor.hpp"
 #include "router/http_server.hpp"
 #include "router/link_actor.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
 #include "router/worker_discovery.hpp"
 
 using namespace sy;

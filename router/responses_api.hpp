@@ -2,7 +2,7 @@
 // is translated into the native chat request /v1/chat/completions makes (so both share
 // validation, the chat template, admission, queues, structured outputs, tool calls and the
 // reasoning split), and an answer is formatted as a `response` object, or as its SSE event
-// sequence, from the same internal events the OpenAI formatting takes (openai_api.hpp's format_*
+// sequence, from the same internal events the OpenAI formatting takes (openai_response.hpp's format_*
 // pass a response_meta whose `responses` is set here).
 //
 // Parsing is in two steps because a follow-up's conversation lives in the response store:
@@ -20,7 +20,8 @@
 #include <variant>
 #include <vector>
 
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 #include "router/tool_calls.hpp"
 
 namespace sy::router {
@@ -97,7 +98,7 @@ struct responses_state {
 // meta.id must be the response id.
 void enable_responses(response_meta& meta, const responses_request& r, std::string_view history, bool store);
 
-// The formatting openai_api.cpp's functions hand over to when meta.responses is set. Stream
+// The formatting openai_response.cpp's functions hand over to when meta.responses is set. Stream
 // functions return SSE events with their own `event:` lines, a blank line apart.
 std::string responses_response(const response_meta& meta, const std::vector<choice_result>& choices,
                                const usage_info& usage);

@@ -11,7 +11,8 @@
 
 #include "router/http_server.hpp"
 #include "router/model_registry.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 #include "router/request_tracing.hpp"
 #include "router/tenants.hpp"
 

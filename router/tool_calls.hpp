@@ -22,7 +22,7 @@ namespace sy::router {
 
 enum class tool_choice_mode : uint8_t { none, automatic, required, named };
 
-// The tool fields of a chat request, as openai_api.cpp validated them.
+// The tool fields of a chat request, as openai_request.cpp validated them.
 struct tool_request {
   std::vector<chat_tool> tools;
   tool_choice_mode choice = tool_choice_mode::none;  // "auto" when tools are given without a choice

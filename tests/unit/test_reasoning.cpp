@@ -15,7 +15,8 @@
 #include "common/tokenizer.hpp"
 #include "router/anthropic_api.hpp"
 #include "router/model_registry.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 #include "router/reasoning.hpp"
 #include "tiny_vocab.hpp"
 

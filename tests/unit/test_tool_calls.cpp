@@ -12,7 +12,8 @@
 #include "common/chat_template.hpp"
 #include "common/grammar.hpp"
 #include "common/json_schema.hpp"
-#include "router/openai_api.hpp"
+#include "router/openai_request.hpp"
+#include "router/openai_response.hpp"
 #include "router/tool_calls.hpp"
 
 using Catch::Matchers::Contains;
