@@ -624,7 +624,10 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     submit_(std::move(r));
     return;
   }
+  r->t_lookup_start_s = steady_now_s();
   auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status st) mutable {
+    r->t_lookup_end_s = steady_now_s();
+    r->cache_lookup = std::string(cache::name(st));
     if (!hit) {
       // miss, error, circuit open or a lookup that waited too long: a worker serves it (and it is stored)
       r->cache_bypassed = st == cache::lookup_status::error || st == cache::lookup_status::short_circuited ||
@@ -634,12 +637,18 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     }
     if (r->ex->disconnected()) return;
     replay_response(*r, *hit);
+    request_outcome o = traced_outcome(*r, 200, "", steady_now_s());
+    o.prompt_tokens = hit->prompt_tokens;
+    o.completion_tokens = hit->completion_tokens;
+    o.cache_hit = true;
+    export_request(cfg_.tracer, r->trace, o, o.t_end_s);
     const double age = std::max<double>(0, static_cast<double>(unix_s_now() - hit->created_unix_s));
     cache_->record({cache::event_kind::hit, r->who->name, r->model->id, r->prompt_hash,
                     hit->prompt_tokens + hit->completion_tokens, hit->generation_s, age, r->preview});
   };
   if (!cache_->lookup(r->cache_key, std::move(on_result))) {  // cache backed up
     r->cache_bypassed = true;
+    r->t_lookup_start_s = 0;  // never asked
     submit_(std::move(r));
   }
 }

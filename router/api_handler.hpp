@@ -65,6 +65,7 @@ struct api_config {
   reasoning_parser reasoning = reasoning_parser::automatic;  // --reasoning-parser
   std::chrono::seconds responses_ttl{86400};                 // --responses-ttl-s: stored responses
   trace_policy tracing;                                      // --otlp-endpoint, --otlp-sample-ratio
+  otlp_exporter* tracer = nullptr;  // where the spans of requests answered here go (null: tracing off)
 };
 
 class api_handler {

@@ -644,23 +644,14 @@ void dispatcher::trace_end(const active_request& a, int status, const std::strin
                            double now_s) {
   const routed_request& r = *a.r;
   if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
-  request_outcome o;
-  o.status = status;
-  o.error = error;
-  o.model = r.model ? r.model->id : r.meta.model;
-  o.tenant = r.who ? r.who->name : "";
+  request_outcome o = traced_outcome(r, status, error, now_s);
   o.prompt_tokens = u.prompt_tokens != 0 ? u.prompt_tokens : static_cast<int64_t>(r.prompt.size());
   o.completion_tokens = u.completion_tokens;
-  o.t_received_s = r.t_received_s;
   o.t_enqueued_s = a.t_enqueued_s;
   o.t_dispatched_s = a.attempt == 0 ? 0 : a.t_dispatched_s;
   o.t_first_token_s = a.t_first_token_s;
   o.t_last_token_s = a.t_last_token_s;
-  o.t_end_s = now_s;
-  const auto unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  for (auto& s : request_spans(*r.trace, o, now_s, unix_ns)) cfg_.tracer->submit(std::move(s));
+  export_request(cfg_.tracer, r.trace, o, now_s);
 }
 
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
