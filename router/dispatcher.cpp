@@ -642,8 +642,8 @@ void dispatcher::finish(active_request& a, double now_s) {
 
 void dispatcher::trace_end(const active_request& a, int status, const std::string& error, const usage_info& u,
                            double now_s) {
+  if (cfg_.tracer == nullptr) return;
   const routed_request& r = *a.r;
-  if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
   request_outcome o = traced_outcome(r, status, error, now_s);
   o.prompt_tokens = u.prompt_tokens != 0 ? u.prompt_tokens : static_cast<int64_t>(r.prompt.size());
   o.completion_tokens = u.completion_tokens;
@@ -651,6 +651,17 @@ void dispatcher::trace_end(const active_request& a, int status, const std::strin
   o.t_dispatched_s = a.attempt == 0 ? 0 : a.t_dispatched_s;
   o.t_first_token_s = a.t_first_token_s;
   o.t_last_token_s = a.t_last_token_s;
+  export_request(cfg_.tracer, r.trace, o, now_s);
+  for (const listener& l : a.listeners)
+    if (!l.own) trace_coalesced(a, *l.r, status, error, u, now_s);
+}
+
+void dispatcher::trace_coalesced(const active_request& a, const routed_request& r, int status, const std::string& error,
+                                 const usage_info& u, double now_s) {
+  if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
+  request_outcome o = traced_outcome(r, status, error, now_s);
+  o.completion_tokens = u.completion_tokens;
+  if (a.r->trace) o.coalesced_onto = span_link{a.r->trace->trace, a.r->trace->server};
   export_request(cfg_.tracer, r.trace, o, now_s);
 }
 
@@ -694,8 +705,10 @@ void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_fram
   const auto it = active_.find(gen);
   if (it == active_.end()) return;
   auto& ls = it->second->listeners;
+  const auto left = std::find_if(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
+  if (left == ls.end()) return;
+  if (!left->own) trace_coalesced(*it->second, *left->r, 499, "client_gone", {}, now_s);
   const auto gone = std::remove_if(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
-  if (gone == ls.end()) return;
   ls.erase(gone, ls.end());
   client_cancels_++;
   count_status(499);        // nginx's "client closed request"

@@ -50,6 +50,11 @@ std::vector<span_record> request_spans(const request_trace& t, const request_out
                        {"gen_ai.usage.output_tokens", o.completion_tokens},
                        {"switchyard.cache_hit", o.cache_hit}};
   if (!o.cache.empty()) server.attributes.push_back({"switchyard.cache", o.cache});
+  if (o.coalesced_onto) {
+    server.attributes.push_back({"switchyard.coalesced", true});
+    server.attributes.push_back({"switchyard.coalesced.trace_id", to_hex(o.coalesced_onto->trace)});
+    server.links.push_back(*o.coalesced_onto);
+  }
   if (!t.tracestate.empty()) server.attributes.push_back({"w3c.tracestate", t.tracestate});
   spans.push_back(server);
   // A phase that began and ended; the last one open when the request ended carries its error.

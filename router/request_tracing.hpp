@@ -53,6 +53,9 @@ struct request_outcome {
   // ("hit", "miss", "error", ...), and its times (asked -> answered).
   std::string cache;
   double t_lookup_start_s = 0, t_lookup_end_s = 0;
+  // A coalesced client (answered by another identical request's generation): that request's
+  // server span, linked and named in `switchyard.coalesced.trace_id`.
+  std::optional<span_link> coalesced_onto;
   double t_received_s = 0, t_enqueued_s = 0, t_dispatched_s = 0, t_first_token_s = 0, t_last_token_s = 0;
   double t_end_s = 0;
 };

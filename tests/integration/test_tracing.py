@@ -243,3 +243,39 @@ def test_cache_hit_has_its_server_span_and_lookup_child(cached):
     ls, le = int(lookups[0]["startTimeUnixNano"]), int(lookups[0]["endTimeUnixNano"])
     assert int(server["startTimeUnixNano"]) <= ls <= le <= int(server["endTimeUnixNano"])
     assert not [c for c in children if c["name"] in ("queue", "prefill", "decode")]
+
+
+def test_coalesced_clients_have_server_spans_linked_to_the_leader(cached):
+    r, rx = cached
+    # Long enough that the others arrive while the first generates; no-cache: no earlier answer.
+    body = {"model": MODEL_ID, "prompt": "Coalesce these traces, one paragraph.", "max_tokens": 64,
+            "ignore_eos": True, "temperature": 0}
+    traces = [f"{'d' * 31}{i}" for i in range(4)]
+    results, barrier = {}, threading.Barrier(len(traces))
+
+    def one(trace):
+        barrier.wait()
+        status, h, raw = r.post("/v1/completions", body, timeout=120,
+                                headers=dict(OPS, **traceparent(trace), **{"Cache-Control": "no-cache"}))
+        results[trace] = (status, h.get("X-Cache"), raw)
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in traces]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(s == 200 for s, _, _ in results.values()), results
+    coalesced = [t for t, (_, x, _) in results.items() if x == "coalesced"]
+    assert coalesced, [x for _, x, _ in results.values()]
+    for trace in coalesced:
+        server, children = server_span(rx, trace)
+        a = attrs(server)
+        assert a["switchyard.coalesced"] is True and a["http.response.status_code"] == "200", a
+        leader = a["switchyard.coalesced.trace_id"]
+        assert leader in traces and leader not in coalesced and results[leader][1] is None
+        (link,) = server["links"]
+        lead_server, lead_children = server_span(rx, leader, 4)
+        assert link == {"traceId": leader, "spanId": lead_server["spanId"]}
+        assert "switchyard.coalesced" not in attrs(lead_server)
+        assert not [c for c in children if c["name"] in ("queue", "prefill", "decode")]
+        assert {"queue", "prefill", "decode"} <= {c["name"] for c in lead_children}

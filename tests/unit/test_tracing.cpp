@@ -371,3 +371,26 @@ TEST_CASE("request spans: a cache hit has its lookup child and the hit attribute
   CHECK(spans.size() == 2);
   CHECK(attribute(spans[0], "switchyard.cache") == nullptr);
 }
+
+TEST_CASE("request spans: a coalesced client's server span names and links the leader's, no phases") {
+  const request_trace t = sample_trace();
+  const request_trace leader = sample_trace();
+  request_outcome o;
+  o.coalesced_onto = span_link{leader.trace, leader.server};
+  o.t_received_s = 100.0;
+  o.t_end_s = 101.0;
+  const auto spans = request_spans(t, o, 101.0, 2'000'000'000'000'000'000ULL);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans[0].trace == t.trace);
+  CHECK(std::get<bool>(attribute(spans[0], "switchyard.coalesced")->value));
+  CHECK(std::get<std::string>(attribute(spans[0], "switchyard.coalesced.trace_id")->value) == to_hex(leader.trace));
+  REQUIRE(spans[0].links.size() == 1);
+  CHECK(spans[0].links[0].trace == leader.trace);
+  CHECK(spans[0].links[0].span == leader.server);
+  // In OTLP JSON: links with hex ids; a span without links writes none.
+  const json body = json::parse(encode_otlp_json(spans, "svc"));
+  const json& s = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+  CHECK(s.at("links") == json::array({{{"traceId", to_hex(leader.trace)}, {"spanId", to_hex(leader.server)}}}));
+  const json plain = json::parse(encode_otlp_json({sample_span("x")}, "svc"));
+  CHECK_FALSE(plain["resourceSpans"][0]["scopeSpans"][0]["spans"][0].contains("links"));
+}
