@@ -192,6 +192,8 @@ class dispatcher {
   void finish(active_request& a, double now_s);
   // A traced, sampled request ended with `status`: its spans to the exporter (never blocks).
   void trace_end(const active_request& a, int status, const std::string& error, const usage_info& u, double now_s);
+  // `r` refused before admission with `e`: its server span.
+  void trace_refusal(const routed_request& r, const api_error& e, double now_s);
   // A client coalesced onto `a`'s generation ended with `status`: its server span, linked to a's.
   void trace_coalesced(const active_request& a, const routed_request& r, int status, const std::string& error,
                        const usage_info& u, double now_s);

@@ -49,6 +49,7 @@ std::vector<span_record> request_spans(const request_trace& t, const request_out
                        {"gen_ai.usage.input_tokens", o.prompt_tokens},
                        {"gen_ai.usage.output_tokens", o.completion_tokens},
                        {"switchyard.cache_hit", o.cache_hit}};
+  if (failed && !o.error.empty()) server.attributes.push_back({"error.type", o.error});
   if (!o.cache.empty()) server.attributes.push_back({"switchyard.cache", o.cache});
   if (o.coalesced_onto) {
     server.attributes.push_back({"switchyard.coalesced", true});

@@ -279,3 +279,32 @@ def test_coalesced_clients_have_server_spans_linked_to_the_leader(cached):
         assert "switchyard.coalesced" not in attrs(lead_server)
         assert not [c for c in children if c["name"] in ("queue", "prefill", "decode")]
         assert {"queue", "prefill", "decode"} <= {c["name"] for c in lead_children}
+
+
+def test_refusals_before_admission_have_server_spans(cached):
+    r, rx = cached
+    slow = {"Authorization": "Bearer sk-slow"}
+    # A validation 400 (charged to the tenant's one-request burst at its header), then a 429 from
+    # the tenant's requests/s, answered from the header alone.
+    bad, limited = "e" * 31 + "1", "e" * 31 + "2"
+    for trace, body, status, tenant in ((bad, dict(CHAT, max_tokens=-5), 400, "slow"),
+                                        (limited, CHAT, 429, "slow")):
+        got, _, raw = r.post("/v1/chat/completions", body, headers=dict(slow, **traceparent(trace)))
+        assert got == status, raw
+        err = json.loads(raw)["error"]
+        server, children = server_span(rx, trace)
+        a = attrs(server)
+        assert server["name"] == "POST /v1/chat/completions" and server["parentSpanId"] == PARENT
+        assert a["http.response.status_code"] == str(status), a
+        assert a["error.type"] == (err.get("code") or err["message"]) and a["switchyard.tenant"] == tenant, (a, err)
+        assert server["status"] == {"code": 2, "message": a["error.type"]}
+        assert int(server["startTimeUnixNano"]) <= int(server["endTimeUnixNano"])
+        assert children == []
+    assert attrs(server_span(rx, limited)[0])["error.type"] == "tenant_rate"
+    # Unsampled: refused, and never exported.
+    quiet = "e" * 31 + "3"
+    got, _, _ = r.post("/v1/chat/completions", CHAT, headers=dict(slow, traceparent=f"00-{quiet}-{PARENT}-00"))
+    assert got == 429
+    time.sleep(2.5)  # two export intervals
+    with rx.lock:
+        assert not [s for s in rx.spans if s["traceId"] == quiet]

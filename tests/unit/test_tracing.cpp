@@ -394,3 +394,25 @@ TEST_CASE("request spans: a coalesced client's server span names and links the l
   const json plain = json::parse(encode_otlp_json({sample_span("x")}, "svc"));
   CHECK_FALSE(plain["resourceSpans"][0]["scopeSpans"][0]["spans"][0].contains("links"));
 }
+
+TEST_CASE("request spans: a refusal before admission is a lone server span with its status and error code") {
+  const request_trace t = sample_trace();
+  request_outcome o;
+  o.status = 429;
+  o.error = "tenant_rate";
+  o.tenant = "slow";
+  o.t_received_s = 100.0;
+  o.t_end_s = 100.001;
+  const auto spans = request_spans(t, o, 100.001, 2'000'000'000'000'000'000ULL);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans[0].kind == span_kind::server);
+  CHECK(spans[0].error);
+  CHECK(spans[0].status_message == "tenant_rate");
+  CHECK(std::get<std::int64_t>(attribute(spans[0], "http.response.status_code")->value) == 429);
+  CHECK(std::get<std::string>(attribute(spans[0], "error.type")->value) == "tenant_rate");
+  CHECK(attribute(spans[0], "switchyard.cache") == nullptr);
+  // A success names no error.type.
+  o.status = 200;
+  o.error.clear();
+  CHECK(attribute(request_spans(t, o, 100.001, 2'000'000'000'000'000'000ULL)[0], "error.type") == nullptr);
+}
