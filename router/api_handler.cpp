@@ -129,6 +129,29 @@ void api_handler::reject(http_exchange& ex, const api_error& e, const std::strin
   ex.respond(edge_error(e, request_id, family));
 }
 
+void api_handler::refuse(http_exchange& ex, const http_request& req, const api_error& e, const std::string& request_id,
+                         api_family family, const tenant* who, const std::string& model) {
+  trace_refusal(req, e, who, model);
+  reject(ex, e, request_id, family);
+}
+
+void api_handler::trace_refusal(const http_request& req, const api_error& e, const tenant* who,
+                                const std::string& model) {
+  if (cfg_.tracer == nullptr) return;
+  const auto t =
+      trace_for(req.method + " " + req.path, req.header("traceparent"), req.header("tracestate"), cfg_.tracing);
+  if (!t || !t->sampled) return;
+  request_outcome o;
+  o.status = e.status;
+  o.error = e.code.empty() ? e.message : e.code;
+  o.model = model;
+  o.tenant = who ? who->name : "";
+  o.t_end_s = steady_now_s();
+  // Refused from its header (precheck), the request was never read: its span starts now.
+  o.t_received_s = req.received == std::chrono::steady_clock::time_point{} ? o.t_end_s : steady_seconds(req.received);
+  export_request(cfg_.tracer, t, o, o.t_end_s);
+}
+
 std::span<const route> api_handler::routes() {
   using h = api_handler;
   using c = route_call;
@@ -194,35 +217,41 @@ std::optional<http_response> api_handler::precheck(const http_request& head) {
                      : m.found                                     ? m.found->max_body
                      : !m.allow.empty()                            ? k_no_body
                                                                    : SIZE_MAX;  // the server's own limit
-  if (auto e = body_over(head, cap)) return edge_error(*e, request_id_for(head), m.family);
+  const tenant* who = nullptr;
+  // A refusal from the header: a generation route's is traced like one from its body.
+  const auto refused = [&](const api_error& e, bool count) {
+    if (m.found && m.found->generation) trace_refusal(head, e, who, "");
+    return edge_error(e, request_id_for(head), m.family, count);
+  };
+  if (auto e = body_over(head, cap)) return refused(*e, true);
   if (m.found && m.found->access == route_access::open) return std::nullopt;
   std::string key = bearer_key(head);
   if (key.empty() && head.method == "GET") key = dashboard_cookie_key(head.header("cookie"));
-  const tenant* who = tenants_.authenticate(key);
+  who = tenants_.authenticate(key);
   if (!who) {
     if (m.found && m.found->access == route_access::admin_page) return std::nullopt;  // the handler's sign-in page
-    return edge_error(unauthenticated(key), request_id_for(head), m.family);
+    return refused(unauthenticated(key), true);
   }
   if (!rate_charger_ || !charges_rate(head.method)) return std::nullopt;
   // A tenant limit's refusal, 429 with its Retry-After. Counted by the admission controller
   // (switchyard_router_admission_rejections_total), not as an edge error: one metric per limit.
-  const auto refuse = [&](const rejection& no) {
+  const auto limited = [&](const rejection& no) {
     api_error e = make_error(429, "rate_limit_error", std::string(name(no.reason)), no.message);
     e.retry_after_s = no.retry_after_s;
-    return edge_error(e, request_id_for(head), m.family, false);
+    return refused(e, false);
   };
   if (m.found && m.found->generation) {
     // Cheap checks before the body is read, templated or tokenized: a draining router, or a
     // tenant already at its concurrency limit, refuses now (admit() checks again).
+    bool draining = false;
     {
       std::lock_guard<std::mutex> lk(status_->mu);
-      if (status_->draining)  // not shutting_down: --shutdown-delay-s still admits
-        return edge_error(make_error(503, "overloaded_error", "draining", "the router is shutting down"),
-                          request_id_for(head), m.family, false);
+      draining = status_->draining;  // not shutting_down: --shutdown-delay-s still admits
     }
-    if (auto no = rate_charger_->edge_concurrency(*who)) return refuse(*no);
+    if (draining) return refused(make_error(503, "overloaded_error", "draining", "the router is shutting down"), false);
+    if (auto no = rate_charger_->edge_concurrency(*who)) return limited(*no);
   }
-  if (auto no = rate_charger_->take_rate(*who, steady_now_s())) return refuse(*no);  // on the dispatcher's clock
+  if (auto no = rate_charger_->take_rate(*who, steady_now_s())) return limited(*no);  // on the dispatcher's clock
   return std::nullopt;
 }
 
@@ -230,6 +259,7 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
   const route_match m = match_route(routes(), req.method, req.path);
   route_call call{std::move(ex), nullptr, request_id_for(req), nullptr, m.family};
   call.req = std::make_shared<http_request>(std::move(req));
+  call.generation = m.found && m.found->generation;
   const http_request& r = *call.req;
   if (m.found && m.found->access == route_access::open) {
     m.found->handle(*this, call);
@@ -251,7 +281,10 @@ void api_handler::operator()(std::shared_ptr<http_exchange> ex, http_request&& r
       call.ex->respond(dashboard_page(401, dashboard_login_html()));
       return;
     }
-    reject(*call.ex, unauthenticated(key), call.request_id, m.family);
+    if (m.found && m.found->generation)
+      refuse(*call.ex, r, unauthenticated(key), call.request_id, m.family, nullptr);
+    else
+      reject(*call.ex, unauthenticated(key), call.request_id, m.family);
     return;
   }
   if (!m.found) {
@@ -308,11 +341,13 @@ void api_handler::chart_js(route_call& c) {  // a static file: the page's script
 }
 
 void api_handler::prepare(const route_call& c, std::function<void()> work) {
-  prepare(c.ex, c.req->body.size(), c.request_id, std::move(work), c.family);
+  prepare(c.ex, c.req->body.size(), c.request_id, std::move(work), c.family, c.generation ? c.req.get() : nullptr,
+          c.who);
 }
 
 void api_handler::prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-                          std::function<void()> work, api_family family) {
+                          std::function<void()> work, api_family family, const http_request* traced,
+                          const tenant* who) {
   if (!prep_) {
     work();
     return;
@@ -327,10 +362,10 @@ void api_handler::prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes
     }
   };
   if (prep_->try_post(bytes, std::move(guarded))) return;
-  reject(*ex,
-         make_error(503, "overloaded_error", "router_busy",
-                    "the router is preparing as many requests as it can take; retry shortly"),
-         request_id, family);
+  const api_error busy = make_error(503, "overloaded_error", "router_busy",
+                                    "the router is preparing as many requests as it can take; retry shortly");
+  if (traced) trace_refusal(*traced, busy, who, "");
+  reject(*ex, busy, request_id, family);
 }
 
 void api_handler::generation(endpoint kind, const route_call& c) {
@@ -338,7 +373,7 @@ void api_handler::generation(endpoint kind, const route_call& c) {
   auto parsed = anthropic ? parse_anthropic_request(c.req->body, cfg_.limits)
                           : parse_generation_request(kind, c.req->body, cfg_.limits);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(*c.ex, *e, c.request_id, c.family);
+    refuse(*c.ex, *c.req, *e, c.request_id, c.family, c.who);
     return;
   }
   run_generation(kind, *c.who, c.ex, *c.req, c.request_id, std::move(std::get<generation_request>(parsed)),
@@ -356,26 +391,26 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
   r->model = models_.find(g.model);
   if (!r->model) {
     if (models_.all().empty()) {
-      reject(*ex, make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly"),
-             request_id, family);
+      refuse(*ex, req, make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly"),
+             request_id, family, &who, g.model);
     } else {
-      reject(
-          *ex,
+      refuse(
+          *ex, req,
           make_error(404, "not_found_error", "model_not_found", "the model '" + g.model + "' does not exist", "model"),
-          request_id, family);
+          request_id, family, &who, g.model);
     }
     return;
   }
   const model_entry& m = *r->model;
   if (kind == endpoint::chat_completions && !m.tmpl.supported()) {
-    reject(*ex,
+    refuse(*ex, req,
            bad_request("model",
                        "the chat template of the model '" + m.id + "' cannot be applied (" + m.tmpl.unsupported_reason +
                            "): use /v1/completions with a formatted prompt, or the operator can start its "
                            "workers with --chat-template NAME (" +
                            chat_format_names() + ")",
                        "chat_template_unsupported"),
-           request_id, family);
+           request_id, family, &who, g.model);
     return;
   }
   const char* prompt_param = kind == endpoint::chat_completions ? "messages" : "prompt";
@@ -387,10 +422,10 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     } else if (g.prompt_is_tokens) {
       for (const int32_t t : g.prompt_tokens) {
         if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
-          reject(*ex,
+          refuse(*ex, req,
                  bad_request("prompt", "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                            std::to_string(m.tok.vocab_size())),
-                 request_id, family);
+                 request_id, family, &who, g.model);
           return;
         }
       }
@@ -401,16 +436,17 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
       if (g.echo) r->echo_text = g.prompt_text;
     }
   } catch (const std::exception& e) {
-    reject(*ex, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id, family);
+    refuse(*ex, req, bad_request(prompt_param, std::string("cannot tokenize: ") + e.what()), request_id, family, &who,
+           g.model);
     return;
   }
   const size_t ctx = m.context_length, n_prompt = r->prompt.size();
   if (n_prompt == 0) {
-    reject(*ex, bad_request(prompt_param, "the prompt is empty"), request_id, family);
+    refuse(*ex, req, bad_request(prompt_param, "the prompt is empty"), request_id, family, &who, g.model);
     return;
   }
   if (n_prompt >= ctx || (g.max_tokens_given && n_prompt + static_cast<size_t>(g.sampling.max_tokens) > ctx)) {
-    reject(*ex,
+    refuse(*ex, req,
            bad_request(
                prompt_param,
                "this model's maximum context length is " + std::to_string(ctx) + " tokens; the request has " +
@@ -418,7 +454,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
                    (g.max_tokens_given ? " and asks for " + std::to_string(g.sampling.max_tokens) + " completion tokens"
                                        : ""),
                "context_length_exceeded"),
-           request_id, family);
+           request_id, family, &who, g.model);
     return;
   }
   if (!g.max_tokens_given) g.sampling.max_tokens = static_cast<int32_t>(ctx - n_prompt);
@@ -467,19 +503,19 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
                              const std::string& request_id) {
   auto parsed = parse_embedding_request(req.body, cfg_.limits);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(*ex, *e, request_id);
+    refuse(*ex, req, *e, request_id, api_family::openai, &who);
     return;
   }
   embedding_request& er = std::get<embedding_request>(parsed);
   auto r = std::make_shared<routed_request>();
   r->model = models_.find(er.model);
   if (!r->model) {
-    reject(*ex,
+    refuse(*ex, req,
            models_.all().empty()
                ? make_error(503, "overloaded_error", "no_workers", "no worker has connected yet; retry shortly")
                : make_error(404, "not_found_error", "model_not_found", "the model '" + er.model + "' does not exist",
                             "model"),
-           request_id);
+           request_id, api_family::openai, &who, er.model);
     return;
   }
   const model_entry& m = *r->model;
@@ -490,7 +526,8 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
     // Texts as /v1/completions tokenizes a prompt (BOS and EOS as the model adds them).
     for (const std::string& t : er.texts) job.inputs.push_back(m.tok.encode(t));
   } catch (const std::exception& e) {
-    reject(*ex, bad_request("input", std::string("cannot tokenize: ") + e.what()), request_id);
+    refuse(*ex, req, bad_request("input", std::string("cannot tokenize: ") + e.what()), request_id, api_family::openai,
+           &who, er.model);
     return;
   }
   for (auto& ids : er.token_inputs) job.inputs.push_back(std::move(ids));
@@ -499,24 +536,25 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
     const std::string param = job.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
     const auto& ids = job.inputs[i];
     if (ids.empty()) {
-      reject(*ex, bad_request(param, "'" + param + "' has no tokens"), request_id);
+      refuse(*ex, req, bad_request(param, "'" + param + "' has no tokens"), request_id, api_family::openai, &who,
+             er.model);
       return;
     }
     for (const int32_t t : ids)
       if (t < 0 || static_cast<size_t>(t) >= m.tok.vocab_size()) {
-        reject(*ex,
+        refuse(*ex, req,
                bad_request(param, "token id " + std::to_string(t) + " is outside the vocabulary of " +
                                       std::to_string(m.tok.vocab_size())),
-               request_id);
+               request_id, api_family::openai, &who, er.model);
         return;
       }
     if (ids.size() > ctx) {
-      reject(*ex,
+      refuse(*ex, req,
              bad_request(param,
                          "this model's maximum context length is " + std::to_string(ctx) + " tokens; '" + param +
                              "' has " + std::to_string(ids.size()) + " tokens",
                          "context_length_exceeded"),
-             request_id);
+             request_id, api_family::openai, &who, er.model);
       return;
     }
     r->prompt.insert(r->prompt.end(), ids.begin(), ids.end());
@@ -624,7 +662,10 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     submit_(std::move(r));
     return;
   }
+  r->t_lookup_start_s = steady_now_s();
   auto on_result = [this, r](std::optional<cache::stored_response> hit, cache::lookup_status st) mutable {
+    r->t_lookup_end_s = steady_now_s();
+    r->cache_lookup = std::string(cache::name(st));
     if (!hit) {
       // miss, error, circuit open or a lookup that waited too long: a worker serves it (and it is stored)
       r->cache_bypassed = st == cache::lookup_status::error || st == cache::lookup_status::short_circuited ||
@@ -634,12 +675,18 @@ void api_handler::submit_or_lookup(std::shared_ptr<routed_request> r, const http
     }
     if (r->ex->disconnected()) return;
     replay_response(*r, *hit);
+    request_outcome o = traced_outcome(*r, 200, "", steady_now_s());
+    o.prompt_tokens = hit->prompt_tokens;
+    o.completion_tokens = hit->completion_tokens;
+    o.cache_hit = true;
+    export_request(cfg_.tracer, r->trace, o, o.t_end_s);
     const double age = std::max<double>(0, static_cast<double>(unix_s_now() - hit->created_unix_s));
     cache_->record({cache::event_kind::hit, r->who->name, r->model->id, r->prompt_hash,
                     hit->prompt_tokens + hit->completion_tokens, hit->generation_s, age, r->preview});
   };
   if (!cache_->lookup(r->cache_key, std::move(on_result))) {  // cache backed up
     r->cache_bypassed = true;
+    r->t_lookup_start_s = 0;  // never asked
     submit_(std::move(r));
   }
 }

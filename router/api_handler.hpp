@@ -66,6 +66,7 @@ struct api_config {
   reasoning_parser reasoning = reasoning_parser::automatic;  // --reasoning-parser
   std::chrono::seconds responses_ttl{86400};                 // --responses-ttl-s: stored responses
   trace_policy tracing;                                      // --otlp-endpoint, --otlp-sample-ratio
+  otlp_exporter* tracer = nullptr;  // where the spans of requests answered here go (null: tracing off)
 };
 
 class api_handler {
@@ -131,13 +132,21 @@ class api_handler {
   // A parsed request's last step before submission: its receive and parse times (the parse-time
   // histogram), its exchange, and its cancellation when the client goes away.
   void attach(routed_request& r, const std::shared_ptr<http_exchange>& ex, const http_request& req);
-  // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy.
+  // Runs `work` on the prep pool (or here without one); a full pool answers 503 router_busy
+  // (traced as a refusal of `traced`, a generation route's request, by `who`, when given).
   void prepare(const std::shared_ptr<http_exchange>& ex, size_t bytes, const std::string& request_id,
-               std::function<void()> work, api_family family = api_family::openai);
+               std::function<void()> work, api_family family = api_family::openai, const http_request* traced = nullptr,
+               const tenant* who = nullptr);
   void prepare(const route_call& c, std::function<void()> work);  // c's body, in c's family
   // The error through router/api_errors.hpp's responder, counted as an edge error.
   void reject(http_exchange& ex, const api_error& e, const std::string& request_id,
               api_family family = api_family::openai);
+  // A generation route's refusal before admission: reject()'s answer, and its server span when
+  // traced (docs/router.md, "Tracing"). `who`, `model`: as far as they are known.
+  void refuse(http_exchange& ex, const http_request& req, const api_error& e, const std::string& request_id,
+              api_family family, const tenant* who, const std::string& model = {});
+  // The server span of a generation route's request refused with `e` (nothing when untraced).
+  void trace_refusal(const http_request& req, const api_error& e, const tenant* who, const std::string& model);
   // `count`: as an edge error (switchyard_router_edge_errors_total).
   http_response edge_error(const api_error& e, const std::string& request_id, api_family family, bool count = true);
   std::string metrics() const;

@@ -23,7 +23,7 @@ void api_handler::responses(const tenant& who, std::shared_ptr<http_exchange> ex
                             const std::string& request_id) {
   auto parsed = parse_responses_request(req->body, cfg_.limits);
   if (auto* e = std::get_if<api_error>(&parsed)) {
-    reject(*ex, *e, request_id);
+    refuse(*ex, *req, *e, request_id, api_family::openai, &who);
     return;
   }
   auto rr = std::make_shared<const responses_request>(std::move(std::get<responses_request>(parsed)));
@@ -31,7 +31,7 @@ void api_handler::responses(const tenant& who, std::shared_ptr<http_exchange> ex
   auto go = [this, who = &who, ex, req, request_id, rr](const std::string& history) {
     auto g = responses_generation(*rr, history, cfg_.limits);
     if (auto* e = std::get_if<api_error>(&g)) {
-      reject(*ex, *e, request_id);
+      refuse(*ex, *req, *e, request_id, api_family::openai, who, rr->model);
       return;
     }
     run_generation(endpoint::chat_completions, *who, ex, *req, request_id, std::move(std::get<generation_request>(g)),
@@ -42,12 +42,12 @@ void api_handler::responses(const tenant& who, std::shared_ptr<http_exchange> ex
     return;
   }
   if (!responses_) {
-    reject(*ex,
+    refuse(*ex, *req,
            bad_request("previous_response_id",
                        "this router keeps no responses (it runs without --redis): 'previous_response_id' cannot "
                        "be used; send the whole conversation in 'input'",
                        "responses_store_disabled"),
-           request_id);
+           request_id, api_family::openai, &who, rr->model);
     return;
   }
   responses_->get(

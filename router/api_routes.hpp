@@ -35,6 +35,7 @@ struct route_call {
   std::string request_id;
   const tenant* who = nullptr;  // null on open routes
   api_family family = api_family::openai;
+  bool generation = false;  // a generation route's call (its refusals are traced)
 };
 
 struct route {

@@ -162,8 +162,13 @@ void dispatcher::on_request(std::shared_ptr<routed_request> r, double now_s, std
 
 void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vector<link_frame>& out) {
   routed_request& req = *r;
+  // Refused before admission: answered, counted and traced (docs/router.md, "Tracing").
+  const auto refuse = [&](const api_error& e, double retry_after_s) {
+    trace_refusal(req, e, now_s);
+    count_status(reply_error(req, e, retry_after_s));
+  };
   if (draining_) {
-    count_status(reply_error(req, make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5));
+    refuse(make_error(503, "overloaded_error", "draining", "the router is shutting down"), 5);
     return;
   }
   // Submitted from a cache thread after a lookup, the request may come after its client's
@@ -175,20 +180,20 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   }
   if (unserved(req.model->id, now_s)) {
     no_workers_++;
-    count_status(reply_error(req,
-                             make_error(503, "overloaded_error", "no_workers",
-                                        "the model '" + req.model->id + "' has no ready worker; retry shortly"),
-                             2));
+    refuse(make_error(503, "overloaded_error", "no_workers",
+                      "the model '" + req.model->id + "' has no ready worker; retry shortly"),
+           2);
     return;
   }
   if (!deadly_until_s_.empty()) {
     const auto it = deadly_until_s_.find(prompt_fingerprint(req));
     if (it != deadly_until_s_.end() && now_s < it->second) {
       deadly_refused_++;
-      count_status(reply_error(req, make_error(400, "invalid_request_error", "query_of_death",
-                                               "this prompt took down " + std::to_string(cfg_.max_attempts) +
-                                                   " workers in a row and is refused for a while (" +
-                                                   std::to_string(static_cast<int>(it->second - now_s)) + " s more)")));
+      refuse(make_error(400, "invalid_request_error", "query_of_death",
+                        "this prompt took down " + std::to_string(cfg_.max_attempts) +
+                            " workers in a row and is refused for a while (" +
+                            std::to_string(static_cast<int>(it->second - now_s)) + " s more)"),
+             0);
       return;
     }
     if (it != deadly_until_s_.end()) deadly_until_s_.erase(it);
@@ -206,8 +211,8 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
                        : no->status == 403 ? "permission_error"
                                            : "overloaded_error";
     // A priority outside a strict tenant's range is permanent: no Retry-After.
-    count_status(reply_error(req, make_error(no->status, type, std::string(name(no->reason)), no->message),
-                             no->status == 403 ? 0 : no->retry_after_s));
+    refuse(make_error(no->status, type, std::string(name(no->reason)), no->message),
+           no->status == 403 ? 0 : no->retry_after_s);
     return;
   }
   auto a = std::make_unique<active_request>();
@@ -642,25 +647,32 @@ void dispatcher::finish(active_request& a, double now_s) {
 
 void dispatcher::trace_end(const active_request& a, int status, const std::string& error, const usage_info& u,
                            double now_s) {
+  if (cfg_.tracer == nullptr) return;
   const routed_request& r = *a.r;
-  if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
-  request_outcome o;
-  o.status = status;
-  o.error = error;
-  o.model = r.model ? r.model->id : r.meta.model;
-  o.tenant = r.who ? r.who->name : "";
+  request_outcome o = traced_outcome(r, status, error, now_s);
   o.prompt_tokens = u.prompt_tokens != 0 ? u.prompt_tokens : static_cast<int64_t>(r.prompt.size());
   o.completion_tokens = u.completion_tokens;
-  o.t_received_s = r.t_received_s;
   o.t_enqueued_s = a.t_enqueued_s;
   o.t_dispatched_s = a.attempt == 0 ? 0 : a.t_dispatched_s;
   o.t_first_token_s = a.t_first_token_s;
   o.t_last_token_s = a.t_last_token_s;
-  o.t_end_s = now_s;
-  const auto unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  for (auto& s : request_spans(*r.trace, o, now_s, unix_ns)) cfg_.tracer->submit(std::move(s));
+  export_request(cfg_.tracer, r.trace, o, now_s);
+  for (const listener& l : a.listeners)
+    if (!l.own) trace_coalesced(a, *l.r, status, error, u, now_s);
+}
+
+void dispatcher::trace_refusal(const routed_request& r, const api_error& e, double now_s) {
+  if (cfg_.tracer == nullptr) return;
+  export_request(cfg_.tracer, r.trace, traced_outcome(r, e.status, e.code.empty() ? e.message : e.code, now_s), now_s);
+}
+
+void dispatcher::trace_coalesced(const active_request& a, const routed_request& r, int status, const std::string& error,
+                                 const usage_info& u, double now_s) {
+  if (cfg_.tracer == nullptr || !r.trace || !r.trace->sampled) return;
+  request_outcome o = traced_outcome(r, status, error, now_s);
+  o.completion_tokens = u.completion_tokens;
+  if (a.r->trace) o.coalesced_onto = span_link{a.r->trace->trace, a.r->trace->server};
+  export_request(cfg_.tracer, r.trace, o, now_s);
 }
 
 void dispatcher::fail(active_request& a, const api_error& e, std::vector<link_frame>& out) {
@@ -703,8 +715,10 @@ void dispatcher::on_client_gone(uint64_t id, double now_s, std::vector<link_fram
   const auto it = active_.find(gen);
   if (it == active_.end()) return;
   auto& ls = it->second->listeners;
+  const auto left = std::find_if(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
+  if (left == ls.end()) return;
+  if (!left->own) trace_coalesced(*it->second, *left->r, 499, "client_gone", {}, now_s);
   const auto gone = std::remove_if(ls.begin(), ls.end(), [id](const listener& l) { return l.r->id == id; });
-  if (gone == ls.end()) return;
   ls.erase(gone, ls.end());
   client_cancels_++;
   count_status(499);        // nginx's "client closed request"

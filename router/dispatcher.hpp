@@ -192,6 +192,11 @@ class dispatcher {
   void finish(active_request& a, double now_s);
   // A traced, sampled request ended with `status`: its spans to the exporter (never blocks).
   void trace_end(const active_request& a, int status, const std::string& error, const usage_info& u, double now_s);
+  // `r` refused before admission with `e`: its server span.
+  void trace_refusal(const routed_request& r, const api_error& e, double now_s);
+  // A client coalesced onto `a`'s generation ended with `status`: its server span, linked to a's.
+  void trace_coalesced(const active_request& a, const routed_request& r, int status, const std::string& error,
+                       const usage_info& u, double now_s);
   void cancel_on_worker(const active_request& a, std::vector<link_frame>& out);
   void erase(uint64_t id);
   // Takes a request out of every table and hands it over (null when unknown).

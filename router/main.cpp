@@ -526,6 +526,7 @@ int run(const cli_args& a) {
   dc.tracer = tracer.get();
   api_config ac = api_flags(a);
   ac.tracing.on = tracer != nullptr;
+  ac.tracer = tracer.get();
   ac.tracing.sample_ratio = a.get_float("otlp-sample-ratio", 1.0);
   std::unique_ptr<cache_service> cache = make_cache(a, tenants);
   const link_config lc = link_flags(a);

@@ -35,6 +35,11 @@ json encode_span(const span_record& s) {
             {"endTimeUnixNano", std::to_string(s.end_ns)},
             {"attributes", std::move(attrs)}};
   if (!root(s.parent)) j["parentSpanId"] = to_hex(s.parent);
+  if (!s.links.empty()) {
+    json links = json::array();
+    for (const auto& l : s.links) links.push_back({{"traceId", to_hex(l.trace)}, {"spanId", to_hex(l.span)}});
+    j["links"] = std::move(links);
+  }
   j["status"] = s.error ? json{{"code", 2}, {"message", s.status_message}} : json::object();
   return j;
 }

@@ -19,6 +19,12 @@ struct span_attribute {
   std::variant<std::string, std::int64_t, bool, double> value;
 };
 
+// A span of another trace this one relates to (OTLP's Span.Link).
+struct span_link {
+  trace_id trace{};
+  span_id span{};
+};
+
 struct span_record {
   trace_id trace{};
   span_id id{};
@@ -29,6 +35,7 @@ struct span_record {
   bool error = false;                      // status ERROR (2) with `status_message`; else UNSET
   std::string status_message;
   std::vector<span_attribute> attributes;
+  std::vector<span_link> links;  // written as `links` when any
 };
 
 // One ExportTraceServiceRequest: a resource with `service.name`, one scope `switchyard`, `spans`.

@@ -1,7 +1,7 @@
 // A request's trace (docs/router.md, "Tracing"): taken from its `traceparent` header or started
 // by the router, carried on the routed request to the dispatcher and, as the router's server
-// span, to the worker; when the request ends, its server span and the `queue`, `prefill` and
-// `decode` children, built from the times the dispatcher keeps for its latency metrics.
+// span, to the worker; when the request ends, its server span and the `cache.lookup`, `queue`,
+// `prefill` and `decode` children, built from the times the router keeps for its latency metrics.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "router/otlp_exporter.hpp"
 #include "router/otlp_span.hpp"
 #include "router/trace_context.hpp"
 
@@ -40,7 +41,7 @@ std::string trace_note(const std::optional<request_trace>& t);
 std::optional<request_trace> trace_for(std::string name, std::string_view traceparent, std::string_view tracestate,
                                        const trace_policy& policy);
 
-// What the dispatcher knows when the request ends. Times are seconds on the router's clock
+// What the router knows when the request ends. Times are seconds on the router's clock
 // (router_clock.hpp); 0: the phase never began.
 struct request_outcome {
   int status = 200;
@@ -48,6 +49,13 @@ struct request_outcome {
   std::string model, tenant;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   bool cache_hit = false;
+  // The response cache's lookup (empty: none was asked): its result, `name(lookup_status)`
+  // ("hit", "miss", "error", ...), and its times (asked -> answered).
+  std::string cache;
+  double t_lookup_start_s = 0, t_lookup_end_s = 0;
+  // A coalesced client (answered by another identical request's generation): that request's
+  // server span, linked and named in `switchyard.coalesced.trace_id`.
+  std::optional<span_link> coalesced_onto;
   double t_received_s = 0, t_enqueued_s = 0, t_dispatched_s = 0, t_first_token_s = 0, t_last_token_s = 0;
   double t_end_s = 0;
 };
@@ -56,5 +64,10 @@ struct request_outcome {
 // nanoseconds: a router time t maps to unix_now_ns - (steady_now_s - t) s.
 std::vector<span_record> request_spans(const request_trace& t, const request_outcome& o, double steady_now_s,
                                        uint64_t unix_now_ns);
+
+// The spans of a request that ended at `steady_now_s` to `tracer` (never blocks); nothing when
+// tracing is off (`tracer` null, `t` nullopt) or the trace is not sampled.
+void export_request(otlp_exporter* tracer, const std::optional<request_trace>& t, const request_outcome& o,
+                    double steady_now_s);
 
 }  // namespace sy::router

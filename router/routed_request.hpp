@@ -52,6 +52,10 @@ struct routed_request {
   // cache threads backed up): generated and stored, but counted as a bypass, not a miss.
   bool cache_bypassed = false;
   std::optional<std::string> preview;  // prompt text for the dashboard (tenants that allow it)
+  // Its lookup in the response cache, for its trace: the result (`name(lookup_status)`; empty:
+  // none was asked) and when it was asked and answered (router clock).
+  std::string cache_lookup;
+  double t_lookup_start_s = 0, t_lookup_end_s = 0;
   // An embedding request: dispatched as an `embed` (not a submit) and answered from the worker's
   // `embeddings`; `prompt` then holds every input's ids (its weight in the queue), `req` n = 1,
   // no stream, max_tokens 0, and it is never cached.
@@ -73,6 +77,23 @@ inline std::vector<std::pair<std::string, std::string>> answer_headers(const rou
   std::vector<std::pair<std::string, std::string>> h = {{"X-Request-Id", r.request_id}};
   if (r.priority_clamped) h.emplace_back("X-Switchyard-Priority", std::to_string(r.priority));
   return h;
+}
+
+// What every span of `r` (docs/router.md, "Tracing") says of it, ended at `now_s` with `status`
+// (`error`: the error code of a failed one): model, tenant, prompt tokens, the cache lookup.
+inline request_outcome traced_outcome(const routed_request& r, int status, std::string error, double now_s) {
+  request_outcome o;
+  o.status = status;
+  o.error = std::move(error);
+  o.model = r.model ? r.model->id : r.meta.model;
+  o.tenant = r.who ? r.who->name : "";
+  o.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  o.cache = r.cache_lookup;
+  o.t_lookup_start_s = r.t_lookup_start_s;
+  o.t_lookup_end_s = r.t_lookup_end_s;
+  o.t_received_s = r.t_received_s;
+  o.t_end_s = now_s;
+  return o;
 }
 
 }  // namespace sy::router

@@ -4,17 +4,21 @@ real SmolLM2 worker. A chat request with a traceparent: its spans arrive in the 
 server span's parent is the client's span, queue/prefill/decode are its children in time order
 within it, attributes present. Without a traceparent, or with a malformed one: a new trace. The
 receiver down: requests still succeed and switchyard_router_trace_spans_dropped_total rises.
+With a real redis-server (--redis) and a tenants file: a cache hit's server span and its lookup
+child, a coalesced pair linked to the leader's trace, and refusals (a 429 from a tenant's rate, a
+validation 400) as server spans with their status and error code.
 """
 import http.server
 import json
 import os
 import re
+import shutil
 import threading
 import time
 
 import pytest
 
-from cluster import MODEL_ID, Router
+from cluster import MODEL_ID, Redis, Router
 from worker_client import MODEL, Worker, free_port
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
@@ -53,6 +57,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
+        self.port = port
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -73,16 +78,46 @@ class Receiver:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    port = free_port()
-    rx = Receiver(port)
+def worker():
     w = Worker("--max-context", "256")
-    r = Router([w.endpoint], "--otlp-endpoint", f"http://127.0.0.1:{port}/v1/traces", "--otlp-service-name",
-               "sy-test")
-    yield r, rx
-    r.stop()
+    yield w
     w.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    rx = Receiver(free_port())
+    yield rx
     rx.stop()
+
+
+def otlp_opts(rx):
+    return ("--otlp-endpoint", f"http://127.0.0.1:{rx.port}/v1/traces", "--otlp-service-name", "sy-test")
+
+
+@pytest.fixture(scope="module")
+def cluster(worker, receiver):
+    r = Router([worker.endpoint], *otlp_opts(receiver))
+    yield r, receiver
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def cached(worker, receiver, tmp_path_factory):
+    """A router with the response cache on a real Redis, and tenants: `sk-ops` unlimited, `sk-slow`
+    one request then 0.2 a second."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed")
+    path = tmp_path_factory.mktemp("tenants") / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"name": "ops", "keys": ["sk-ops"], "admin": True},
+                                            {"name": "slow", "keys": ["sk-slow"], "requests_per_s": 0.2,
+                                             "burst": 1}]}))
+    red = Redis()
+    r = Router([worker.endpoint], *otlp_opts(receiver), "--redis", red.url, "--tenants", str(path),
+               "--heartbeat-timeout-ms", "15000", admin_key="sk-ops")
+    yield r, receiver
+    r.stop()
+    red.stop()
 
 
 def attrs(span):
@@ -165,3 +200,111 @@ def test_collector_down_fails_no_request_and_counts_drops():
     finally:
         r.stop()
         w.stop()
+
+
+OPS = {"Authorization": "Bearer sk-ops"}
+
+
+def traceparent(trace):
+    return {"traceparent": f"00-{trace}-{PARENT}-01"}
+
+
+def server_span(rx, trace, n=1):
+    spans = rx.trace(trace, n)
+    (server,) = [s for s in spans if s["kind"] == 2]
+    return server, [s for s in spans if s["kind"] == 1]
+
+
+def test_cache_hit_has_its_server_span_and_lookup_child(cached):
+    r, rx = cached
+    body = dict(CHAT, messages=[{"role": "user", "content": "Trace the cache, please."}])
+    miss = "c" * 31 + "1"
+    status, h, raw = r.post("/v1/chat/completions", body, headers=dict(OPS, **traceparent(miss)))
+    assert status == 200 and h.get("X-Cache") is None, raw
+    server, children = server_span(rx, miss, 5)
+    assert attrs(server)["switchyard.cache"] == "miss" and attrs(server)["switchyard.cache_hit"] is False
+    names = [c["name"] for c in sorted(children, key=lambda c: int(c["startTimeUnixNano"]))]
+    assert names == ["cache.lookup", "queue", "prefill", "decode"], names
+    for i in range(50):  # the store is asynchronous: a fresh trace per try
+        hit = f"{'c' * 28}{i + 2:04d}"
+        status, h, raw = r.post("/v1/chat/completions", body, headers=dict(OPS, **traceparent(hit)))
+        assert status == 200, raw
+        if h.get("X-Cache") == "hit":
+            break
+        time.sleep(0.2)
+    assert h.get("X-Cache") == "hit"
+    server, children = server_span(rx, hit, 2)
+    a = attrs(server)
+    assert a["switchyard.cache"] == "hit" and a["switchyard.cache_hit"] is True, a
+    assert a["http.response.status_code"] == "200" and int(a["gen_ai.usage.output_tokens"]) > 0
+    assert server["parentSpanId"] == PARENT and server["status"] == {}
+    lookups = [c for c in children if c["name"] == "cache.lookup" and attrs(c)["switchyard.cache"] == "hit"]
+    assert len(lookups) == 1 and lookups[0]["parentSpanId"] == server["spanId"]
+    ls, le = int(lookups[0]["startTimeUnixNano"]), int(lookups[0]["endTimeUnixNano"])
+    assert int(server["startTimeUnixNano"]) <= ls <= le <= int(server["endTimeUnixNano"])
+    assert not [c for c in children if c["name"] in ("queue", "prefill", "decode")]
+
+
+def test_coalesced_clients_have_server_spans_linked_to_the_leader(cached):
+    r, rx = cached
+    # Long enough that the others arrive while the first generates; no-cache: no earlier answer.
+    body = {"model": MODEL_ID, "prompt": "Coalesce these traces, one paragraph.", "max_tokens": 64,
+            "ignore_eos": True, "temperature": 0}
+    traces = [f"{'d' * 31}{i}" for i in range(4)]
+    results, barrier = {}, threading.Barrier(len(traces))
+
+    def one(trace):
+        barrier.wait()
+        status, h, raw = r.post("/v1/completions", body, timeout=120,
+                                headers=dict(OPS, **traceparent(trace), **{"Cache-Control": "no-cache"}))
+        results[trace] = (status, h.get("X-Cache"), raw)
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in traces]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(s == 200 for s, _, _ in results.values()), results
+    coalesced = [t for t, (_, x, _) in results.items() if x == "coalesced"]
+    assert coalesced, [x for _, x, _ in results.values()]
+    for trace in coalesced:
+        server, children = server_span(rx, trace)
+        a = attrs(server)
+        assert a["switchyard.coalesced"] is True and a["http.response.status_code"] == "200", a
+        leader = a["switchyard.coalesced.trace_id"]
+        assert leader in traces and leader not in coalesced and results[leader][1] is None
+        (link,) = server["links"]
+        lead_server, lead_children = server_span(rx, leader, 4)
+        assert link == {"traceId": leader, "spanId": lead_server["spanId"]}
+        assert "switchyard.coalesced" not in attrs(lead_server)
+        assert not [c for c in children if c["name"] in ("queue", "prefill", "decode")]
+        assert {"queue", "prefill", "decode"} <= {c["name"] for c in lead_children}
+
+
+def test_refusals_before_admission_have_server_spans(cached):
+    r, rx = cached
+    slow = {"Authorization": "Bearer sk-slow"}
+    # A validation 400 (charged to the tenant's one-request burst at its header), then a 429 from
+    # the tenant's requests/s, answered from the header alone.
+    bad, limited = "e" * 31 + "1", "e" * 31 + "2"
+    for trace, body, status, tenant in ((bad, dict(CHAT, max_tokens=-5), 400, "slow"),
+                                        (limited, CHAT, 429, "slow")):
+        got, _, raw = r.post("/v1/chat/completions", body, headers=dict(slow, **traceparent(trace)))
+        assert got == status, raw
+        err = json.loads(raw)["error"]
+        server, children = server_span(rx, trace)
+        a = attrs(server)
+        assert server["name"] == "POST /v1/chat/completions" and server["parentSpanId"] == PARENT
+        assert a["http.response.status_code"] == str(status), a
+        assert a["error.type"] == (err.get("code") or err["message"]) and a["switchyard.tenant"] == tenant, (a, err)
+        assert server["status"] == {"code": 2, "message": a["error.type"]}
+        assert int(server["startTimeUnixNano"]) <= int(server["endTimeUnixNano"])
+        assert children == []
+    assert attrs(server_span(rx, limited)[0])["error.type"] == "tenant_rate"
+    # Unsampled: refused, and never exported.
+    quiet = "e" * 31 + "3"
+    got, _, _ = r.post("/v1/chat/completions", CHAT, headers=dict(slow, traceparent=f"00-{quiet}-{PARENT}-00"))
+    assert got == 429
+    time.sleep(2.5)  # two export intervals
+    with rx.lock:
+        assert not [s for s in rx.spans if s["traceId"] == quiet]

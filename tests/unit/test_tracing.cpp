@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -312,4 +313,106 @@ TEST_CASE("request spans: server span and phase children in time order, errors o
   CHECK(spans[1].name == "queue");
   CHECK(spans[1].error);
   CHECK(spans[1].end_ns == unix_now);
+}
+
+namespace {
+// The value of attribute `key` on `s` (nullptr: absent).
+const span_attribute* attribute(const span_record& s, const std::string& key) {
+  for (const auto& a : s.attributes)
+    if (a.key == key) return &a;
+  return nullptr;
+}
+
+request_trace sample_trace() {
+  request_trace t;
+  t.trace = new_trace_id();
+  t.server = new_span_id();
+  t.name = "POST /v1/chat/completions";
+  return t;
+}
+}  // namespace
+
+TEST_CASE("request spans: a cache hit has its lookup child and the hit attribute, a miss its lookup before queue") {
+  const request_trace t = sample_trace();
+  request_outcome o;
+  o.cache_hit = true;
+  o.cache = "hit";
+  o.t_received_s = 100.0;
+  o.t_lookup_start_s = 100.01;
+  o.t_lookup_end_s = 100.03;
+  o.t_end_s = 100.05;
+  const uint64_t unix_now = 2'000'000'000'000'000'000ULL;  // at steady 100.05
+  auto spans = request_spans(t, o, 100.05, unix_now);
+  REQUIRE(spans.size() == 2);
+  CHECK(std::get<std::string>(attribute(spans[0], "switchyard.cache")->value) == "hit");
+  CHECK(std::get<bool>(attribute(spans[0], "switchyard.cache_hit")->value));
+  CHECK(spans[1].name == "cache.lookup");
+  CHECK(spans[1].parent == t.server);
+  CHECK(spans[1].kind == span_kind::internal);
+  const auto lookup_ns = static_cast<double>(spans[1].end_ns - spans[1].start_ns);
+  CHECK(std::abs(lookup_ns - 20e6) < 1e3);  // its duration, 20 ms (within rounding)
+  CHECK(std::get<std::string>(attribute(spans[1], "switchyard.cache")->value) == "hit");
+  // A miss: the lookup, then the phases; a failure later never marks the lookup.
+  o.cache_hit = false;
+  o.cache = "miss";
+  o.t_enqueued_s = 100.04;
+  o.status = 503;
+  o.error = "queue_timeout";
+  spans = request_spans(t, o, 100.05, unix_now);
+  REQUIRE(spans.size() == 3);
+  CHECK(spans[1].name == "cache.lookup");
+  CHECK_FALSE(spans[1].error);
+  CHECK(spans[2].name == "queue");
+  CHECK(spans[2].error);
+  CHECK(spans[2].start_ns >= spans[1].end_ns);
+  // No lookup asked: no attribute, no child.
+  o.cache.clear();
+  spans = request_spans(t, o, 100.05, unix_now);
+  CHECK(spans.size() == 2);
+  CHECK(attribute(spans[0], "switchyard.cache") == nullptr);
+}
+
+TEST_CASE("request spans: a coalesced client's server span names and links the leader's, no phases") {
+  const request_trace t = sample_trace();
+  const request_trace leader = sample_trace();
+  request_outcome o;
+  o.coalesced_onto = span_link{leader.trace, leader.server};
+  o.t_received_s = 100.0;
+  o.t_end_s = 101.0;
+  const auto spans = request_spans(t, o, 101.0, 2'000'000'000'000'000'000ULL);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans[0].trace == t.trace);
+  CHECK(std::get<bool>(attribute(spans[0], "switchyard.coalesced")->value));
+  CHECK(std::get<std::string>(attribute(spans[0], "switchyard.coalesced.trace_id")->value) == to_hex(leader.trace));
+  REQUIRE(spans[0].links.size() == 1);
+  CHECK(spans[0].links[0].trace == leader.trace);
+  CHECK(spans[0].links[0].span == leader.server);
+  // In OTLP JSON: links with hex ids; a span without links writes none.
+  const json body = json::parse(encode_otlp_json(spans, "svc"));
+  const json& s = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+  CHECK(s.at("links") == json::array({{{"traceId", to_hex(leader.trace)}, {"spanId", to_hex(leader.server)}}}));
+  const json plain = json::parse(encode_otlp_json({sample_span("x")}, "svc"));
+  CHECK_FALSE(plain["resourceSpans"][0]["scopeSpans"][0]["spans"][0].contains("links"));
+}
+
+TEST_CASE("request spans: a refusal before admission is a lone server span with its status and error code") {
+  const request_trace t = sample_trace();
+  request_outcome o;
+  o.status = 429;
+  o.error = "tenant_rate";
+  o.tenant = "slow";
+  o.t_received_s = 100.0;
+  o.t_end_s = 100.001;
+  const auto spans = request_spans(t, o, 100.001, 2'000'000'000'000'000'000ULL);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans[0].kind == span_kind::server);
+  CHECK(spans[0].error);
+  CHECK(spans[0].status_message == "tenant_rate");
+  CHECK(std::get<std::int64_t>(attribute(spans[0], "http.response.status_code")->value) == 429);
+  CHECK(std::get<std::string>(attribute(spans[0], "error.type")->value) == "tenant_rate");
+  CHECK(attribute(spans[0], "switchyard.cache") == nullptr);
+  // A success names no error.type.
+  o.status = 200;
+  o.error.clear();
+  CHECK(attribute(request_spans(t, o, 100.001, 2'000'000'000'000'000'000ULL)[0], "error.type") == nullptr);
 }
