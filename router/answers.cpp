@@ -14,9 +14,10 @@ api_family family_of(const routed_request& r) { return r.meta.anthropic ? api_fa
 }  // namespace
 
 void send_chunk(listener& l, uint32_t c, std::string_view text, finish_reason finish,
-                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s) {
+                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s,
+                std::string_view stop) {
   const routed_request& to = *l.r;
-  to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !l.started[c], finish, logprobs, usage),
+  to.ex->send_event(format_chunk(to.meta, static_cast<int32_t>(c), text, !l.started[c], finish, logprobs, usage, stop),
                     t_recv_s > 0 ? steady_time(t_recv_s) : std::chrono::steady_clock::time_point{});
   l.started[c] = true;
 }
@@ -40,6 +41,7 @@ void answer_success(const listener& l, const active_request& a, const usage_info
       for (const auto& d : cs.deltas) cr.text += d;
     }
     cr.finish_reason = cs.finish_reason;
+    cr.stop = cs.stop;
     choices.push_back(std::move(cr));
   }
   http_response resp;

@@ -16,8 +16,10 @@ namespace sy::router {
 
 // One chunk of choice `c` to a stream listener (the first of its choice carries the role).
 // `t_recv_s`: when its frame reached the router (0: not stamped), for the write-latency metric.
+// `stop`: with `finish`, the stop string that ended the choice (format_chunk).
 void send_chunk(listener& l, uint32_t c, std::string_view text, sy::finish_reason finish,
-                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s);
+                const std::vector<token_logprobs>& logprobs, const usage_info* usage, double t_recv_s,
+                std::string_view stop = {});
 
 // Every choice of `a` finished: a stream's usage chunk and [DONE], or the whole response (the
 // own listener's text and logprobs as accumulated; a coalesced one's from the shared deltas).

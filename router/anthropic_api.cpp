@@ -29,9 +29,13 @@ const std::string& string_field(const ordered_json& o, const char* key, const st
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
+// Anthropic's least thinking budget.
+constexpr uint64_t k_min_thinking_budget = 1024;
+
 [[noreturn]] void unsupported_block(const std::string& p, const std::string& type) {
   reject(p + ".type", "content blocks of type '" + type +
-                          "' are not supported here: text, tool_use (assistant) and tool_result (user) are");
+                          "' are not supported here: text, tool_use, thinking and redacted_thinking (assistant) "
+                          "and tool_result (user) are");
 }
 
 // `system`, or a tool_result's content: a string, or an array of text blocks (joined).
@@ -81,6 +85,9 @@ void translate_message(const ordered_json& m, const std::string& p, ordered_json
           {"type", "function"},
           {"function",
            {{"name", string_field(b, "name", bp)}, {"arguments", input ? dump(*input) : std::string("{}")}}}});
+    } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
+      // Past thinking given back (as clients must with tools): dropped, as the chat templates drop
+      // it and as a chat message's reasoning_content is (docs/router.md, "Reasoning output").
     } else if (type == "tool_result" && role == "user") {
       std::string result;
       if (const ordered_json* c = field(b, "content")) result = text_blocks(*c, bp + ".content");
@@ -141,6 +148,32 @@ void translate_tool_choice(const ordered_json& v, ordered_json& out) {
   }
 }
 
+// `thinking`: {"type": "enabled", "budget_tokens": N} (N >= 1024, as Anthropic requires) or
+// {"type": "disabled"} is the template's thinking switch, chat_template_kwargs.enable_thinking
+// (docs/router.md, "Anthropic Messages API", "Thinking"); {"type": "adaptive"} leaves the template
+// its default. budget_tokens is checked, not enforced: the thinking is bounded by max_tokens alone.
+// `display` is ignored: the thinking is always returned.
+void translate_thinking(const ordered_json& v, ordered_json& out) {
+  if (!v.is_object()) wrong_type("thinking", "an object", v);
+  const std::string& type = string_field(v, "type", "thinking");
+  if (type == "adaptive") return;
+  if (type == "disabled") {
+    out["chat_template_kwargs"] = ordered_json{{"enable_thinking", false}};
+    return;
+  }
+  if (type != "enabled")
+    reject("thinking.type", "'thinking.type' must be enabled, disabled or adaptive, got '" + type + "'");
+  const ordered_json* budget = field(v, "budget_tokens");
+  if (budget == nullptr)
+    reject("thinking.budget_tokens", "'thinking.budget_tokens' is required when thinking is enabled",
+           "missing_required_parameter");
+  if (!budget->is_number_integer()) wrong_type("thinking.budget_tokens", "an integer", *budget);
+  if (!budget->is_number_unsigned() || budget->get<uint64_t>() < k_min_thinking_budget)
+    reject("thinking.budget_tokens", "'thinking.budget_tokens' must be at least " +
+                                         std::to_string(k_min_thinking_budget) + ", got " + dump(*budget));
+  out["chat_template_kwargs"] = ordered_json{{"enable_thinking", true}};
+}
+
 ordered_json translate(const ordered_json& doc, bool count_only) {
   ordered_json out = ordered_json::object();
   const ordered_json* model = field(doc, "model");
@@ -194,13 +227,7 @@ ordered_json translate(const ordered_json& doc, bool count_only) {
     out["response_format"] =
         ordered_json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
   }
-  if (const ordered_json* th = field(doc, "thinking")) {
-    const ordered_json* type = th->is_object() ? field(*th, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || *type != "disabled")
-      reject("thinking", "extended thinking is not supported; leave 'thinking' out or set {\"type\": \"disabled\"}");
-    // Qwen3's switch, where the template has it (docs/router.md, "Reasoning output").
-    out["chat_template_kwargs"] = ordered_json{{"enable_thinking", false}};
-  }
+  if (const ordered_json* th = field(doc, "thinking")) translate_thinking(*th, out);
   // metadata (user_id), service_tier, container, mcp_servers: ignored, as unknown fields are.
   return out;
 }
@@ -274,8 +301,17 @@ void message_start(const response_meta& meta, anthropic_state& st, std::string& 
   emit(out, "message_start", ordered_json{{"type", "message_start"}, {"message", std::move(msg)}});
 }
 
+// A thinking block's signature: nothing signs the reasoning here, so it is empty (the anthropic
+// SDK takes any string; a client gives it back and the router drops it, as it drops the thinking).
+constexpr const char* k_no_signature = "";
+
 void close_block(anthropic_state& st, std::string& out) {
   if (st.open_block < 0) return;
+  if (st.open_is_thinking)  // as Anthropic's stream does: the signature just before the block's end
+    emit(out, "content_block_delta",
+         ordered_json{{"type", "content_block_delta"},
+                      {"index", st.open_block},
+                      {"delta", {{"type", "signature_delta"}, {"signature", k_no_signature}}}});
   emit(out, "content_block_stop", ordered_json{{"type", "content_block_stop"}, {"index", st.open_block}});
   st.open_block = -1;
 }
@@ -341,7 +377,8 @@ std::string anthropic_response(const response_meta& meta, const std::vector<choi
   if (meta.reasoning) thought = split_reasoning(*meta.reasoning, c.text);
   const std::string_view text = thought ? std::string_view(thought->content) : std::string_view(c.text);
   if (thought && !thought->reasoning.empty())
-    content.push_back(ordered_json{{"type", "thinking"}, {"thinking", thought->reasoning}, {"signature", ""}});
+    content.push_back(
+        ordered_json{{"type", "thinking"}, {"thinking", thought->reasoning}, {"signature", k_no_signature}});
   if (meta.tools) {
     const tool_output parsed = parse_tool_output(*meta.tools, text);
     if (parsed.has_content && !parsed.content.empty())
@@ -375,7 +412,8 @@ std::string anthropic_chunk(const response_meta& meta, std::string_view text, fi
   message_start(meta, st, out);
   if (!thinking.empty()) {
     if (st.open_block < 0 || !st.open_is_thinking)
-      open_block(st, out, ordered_json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, false, true);
+      open_block(st, out, ordered_json{{"type", "thinking"}, {"thinking", ""}, {"signature", k_no_signature}}, false,
+                 true);
     emit(out, "content_block_delta",
          ordered_json{{"type", "content_block_delta"},
                       {"index", st.open_block},

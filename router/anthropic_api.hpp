@@ -76,7 +76,7 @@ std::string anthropic_stop_reason(const anthropic_state& st, sy::finish_reason f
 std::string anthropic_response(const response_meta& meta, const std::vector<choice_result>& choices,
                                const usage_info& usage);
 // `thinking`: the piece's reasoning (meta.reasoning), streamed as a `thinking` block's
-// thinking_delta before the text.
+// thinking_delta before the text; the block ends with a signature_delta (empty: nothing signs it).
 std::string anthropic_chunk(const response_meta& meta, std::string_view text, sy::finish_reason finish,
                             std::string_view thinking = {});
 std::string anthropic_stream_end(const response_meta& meta, const usage_info& usage);

@@ -24,6 +24,7 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
       cr.index = static_cast<int32_t>(c);
       cr.text = s.text(c);
       cr.finish_reason = s.choices[c].finish_reason;
+      cr.stop = s.choices[c].stop;
       choices.push_back(std::move(cr));
     }
     http_response resp;
@@ -39,13 +40,13 @@ void replay_response(const routed_request& r, const cache::stored_response& s) {
     const auto& ch = s.choices[c];
     const auto idx = static_cast<int32_t>(c);
     if (ch.deltas.empty()) {
-      events.push_back(format_chunk(r.meta, idx, "", true, ch.finish_reason, {}));
+      events.push_back(format_chunk(r.meta, idx, "", true, ch.finish_reason, {}, nullptr, ch.stop));
       continue;
     }
     for (size_t k = 0; k < ch.deltas.size(); ++k) {
       const bool last = k + 1 == ch.deltas.size();
-      events.push_back(
-          format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : finish_reason::none, {}));
+      events.push_back(format_chunk(r.meta, idx, ch.deltas[k], k == 0, last ? ch.finish_reason : finish_reason::none,
+                                    {}, nullptr, ch.stop));
     }
   }
   for (auto& e : format_stream_end(r.meta, u, r.req.include_usage)) events.push_back(std::move(e));

@@ -29,7 +29,8 @@ void coalescer::join(active_request& a, std::shared_ptr<routed_request> r) {
       const choice_state& cs = a.choices[c];
       const finish_reason finish = cs.finish_reason;  // none while unfinished
       const auto chunk = [&](std::string_view text, finish_reason fin) {
-        so_far.push_back(format_chunk(l.r->meta, static_cast<int32_t>(c), text, !l.started[c], fin, {}));
+        so_far.push_back(
+            format_chunk(l.r->meta, static_cast<int32_t>(c), text, !l.started[c], fin, {}, nullptr, cs.stop));
         l.started[c] = true;
       };
       for (size_t i = 0; i < cs.deltas.size(); ++i)

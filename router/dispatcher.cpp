@@ -533,11 +533,11 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     cs.text += text;
     for (auto& lp : lps) cs.logprobs.push_back(std::move(lp));
   }
+  if (fr == finish_reason::stop) cs.stop = m.stop;  // the worker names the stop string it found (stop_reason)
   if (fr == finish_reason::stop && !cs.tokens.empty() && r.model) {
     // The Anthropic API tells a stop string from the end of the turn, which the worker both ends
     // with "stop": only the end of the turn's last token is an end-of-generation token.
     const bool eog = r.model->tok.is_eog(cs.tokens.back());
-    cs.stop = m.stop;  // and the worker names the stop string it found
     for (listener& l : a.listeners)
       if (l.r->meta.anthropic) {
         l.r->meta.anthropic->ended_on_eog = eog;
@@ -552,7 +552,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
       if (!l.stream()) continue;
       if (text.empty() && lps.empty() && !done && l.started[c]) continue;
       if (!l.own) {
-        send_chunk(l, c, text, ends, {}, nullptr, t_recv_s);
+        send_chunk(l, c, text, ends, {}, nullptr, t_recv_s, cs.stop);
         continue;
       }
       // stream_options.continuous_usage_stats: the usage so far in every chunk. Workers report
@@ -561,7 +561,7 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
       so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
       so_far.completion_tokens = 0;
       for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
-      send_chunk(l, c, text, ends, lps, r.req.continuous_usage ? &so_far : nullptr, t_recv_s);
+      send_chunk(l, c, text, ends, lps, r.req.continuous_usage ? &so_far : nullptr, t_recv_s, cs.stop);
     }
   }
   if (!r.cache_key.empty() && !text.empty()) cs.deltas.push_back(text);

@@ -74,6 +74,12 @@ ordered_json finish_json(finish_reason r) {
   return r == finish_reason::none ? ordered_json(nullptr) : ordered_json(std::string(name(r)));
 }
 
+// vLLM's choice.stop_reason: the stop string that ended a choice that ended with "stop" on one,
+// else null (the end of the turn, a grammar's end, max_tokens).
+ordered_json stop_reason_json(finish_reason r, std::string_view stop) {
+  return r == finish_reason::stop && !stop.empty() ? ordered_json(std::string(stop)) : ordered_json(nullptr);
+}
+
 // Legacy completions shape; text_offset counts bytes from the start of these tokens' text.
 ordered_json completion_logprobs(const std::vector<token_logprobs>& lps) {
   ordered_json tokens = ordered_json::array(), token_logprobs = ordered_json::array(),
@@ -181,6 +187,7 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
     }
     choice["logprobs"] = logprobs_json(meta, c.logprobs);
     choice["finish_reason"] = finish_json(finish);
+    choice["stop_reason"] = stop_reason_json(c.finish_reason, c.stop);
     out.push_back(std::move(choice));
   }
   j["choices"] = std::move(out);
@@ -189,8 +196,10 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 }
 
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
-                         finish_reason finish, const std::vector<token_logprobs>& logprobs, const usage_info* usage) {
+                         finish_reason finish, const std::vector<token_logprobs>& logprobs, const usage_info* usage,
+                         std::string_view stop) {
   const bool chat = meta.kind == endpoint::chat_completions;
+  const finish_reason ended = finish;  // as the worker ended it (a call found makes `finish` tool_calls)
   // Reasoning first: what follows (content, tool calls) reads only the content part.
   reasoning_delta thought;
   if (chat && meta.reasoning && meta.reasoning_streams) {
@@ -240,6 +249,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
   }
   choice["logprobs"] = logprobs_json(meta, logprobs);
   choice["finish_reason"] = finish_json(finish);
+  if (ended != finish_reason::none) choice["stop_reason"] = stop_reason_json(ended, stop);  // the last chunk's only
   j["choices"] = ordered_json::array({std::move(choice)});
   if (usage) j["usage"] = usage_json(*usage);
   return dump(j);

@@ -32,11 +32,24 @@ struct token_logprobs {
 };
 
 struct choice_result {
+  choice_result() = default;
+  // Listed as {index, text, finish, logprobs} (and the stop string) without missing-initializer warnings.
+  choice_result(int32_t at, std::string piece, sy::finish_reason finish, std::vector<token_logprobs> lps = {},
+                std::string stop_string = {})
+      : index(at),
+        text(std::move(piece)),
+        finish_reason(finish),
+        logprobs(std::move(lps)),
+        stop(std::move(stop_string)) {}
+
   int32_t index = 0;
   std::string text;
   // stop, length (tool_calls is derived here from meta.tools); written as name() in the JSON.
   sy::finish_reason finish_reason = sy::finish_reason::none;
   std::vector<token_logprobs> logprobs;  // when requested
+  // The stop string that ended it (finish_reason stop), as its worker named it; empty: none (the
+  // end of the turn, a grammar's end). Written as vLLM's choice.stop_reason, null when empty.
+  std::string stop;
 };
 
 struct usage_info {
@@ -86,7 +99,8 @@ void enable_tool_calls(response_meta& meta, const generation_request& g, chat_fo
 // Sets meta.reasoning (and fresh stream state) for a chat request: `spec` is how its text splits.
 void enable_reasoning(response_meta& meta, reasoning_spec spec);
 
-// Non-streamed body: "text_completion" or "chat.completion" with choices and usage.
+// Non-streamed body: "text_completion" or "chat.completion" with choices and usage; each choice
+// carries vLLM's stop_reason (choice_result::stop, null when none).
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
                             const usage_info& usage);
 
@@ -95,11 +109,12 @@ std::string format_response(const response_meta& meta, const std::vector<choice_
 // when text is non-empty; with meta.tools, the content and delta.tool_calls of
 // tool_call_stream, and finish_reason "tool_calls" for "stop" once a call went out).
 // finish_reason is null while none. `usage`, when given, is the usage so far
-// (stream_options.continuous_usage_stats). usage_chunk: "choices": [] and "usage" set
-// (stream_options.include_usage).
+// (stream_options.continuous_usage_stats). The choice's last chunk (finish set) also carries
+// vLLM's stop_reason: `stop`, the stop string that ended it, or null; earlier chunks have none.
+// usage_chunk: "choices": [] and "usage" set (stream_options.include_usage).
 std::string format_chunk(const response_meta& meta, int32_t index, std::string_view text, bool first,
                          sy::finish_reason finish, const std::vector<token_logprobs>& logprobs,
-                         const usage_info* usage = nullptr);
+                         const usage_info* usage = nullptr, std::string_view stop = {});
 std::string format_usage_chunk(const response_meta& meta, const usage_info& usage);
 
 // {"error": {...}} — also the payload of a terminal SSE error event.

@@ -7,7 +7,8 @@ for a repeated prompt (whole and streamed); a tool forced by tool_choice
 {"type": "tool"} whose input validates against its input_schema, streamed or not; a tool_result
 turn taken back; output_config.format decoded under its JSON Schema; the raw stream's event
 lines, and a deadline mid-stream ending in an `error` event; count_tokens equal to the message's
-usage.input_tokens + cache_read_input_tokens; the key by x-api-key
+usage.input_tokens + cache_read_input_tokens; thinking enabled or disabled on a model that does
+not think (no thinking block, the same answer), a budget under 1024 refused; the key by x-api-key
 or Authorization: Bearer; errors in Anthropic's shape (missing max_tokens, unsupported blocks,
 a bad key).
 """
@@ -327,7 +328,11 @@ def test_missing_max_tokens_is_a_400(cluster, client):
 @pytest.mark.parametrize("body, mentions", [
     ({"messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "image"),
-    ({"messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1000}}, "thinking.budget_tokens"),
+    ({"messages": HELLO, "thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"messages": HELLO, "thinking": {"type": "sometimes"}}, "thinking.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "t", "signature": ""}]}]},
+     "thinking"),
     ({"messages": [{"role": "system", "content": "x"}]}, "system"),
     ({"messages": HELLO, "tool_choice": {"type": "tool", "name": "nope"}, "tools": TOOLS}, "nope"),
     ({"messages": HELLO, "stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
@@ -336,6 +341,22 @@ def test_missing_max_tokens_is_a_400(cluster, client):
 def test_unsupported_or_bad_fields_are_named(cluster, body, mentions):
     status, _, raw = post(cluster, {"model": MODEL_ID, "max_tokens": 4, **body})
     check_error(status, raw, 400, "invalid_request_error", mentions)
+
+
+def test_thinking_on_a_model_that_does_not_think_answers_as_usual(client):
+    # SmolLM2's template has no thinking switch and its answers are not split: enabled or
+    # disabled, the answer is the same text block, with no thinking block, as vLLM answers.
+    kw = dict(model=MODEL_ID, max_tokens=1100, messages=HELLO, extra_body=LIVE)
+    plain = client.messages.create(**kw)
+    for thinking in ({"type": "enabled", "budget_tokens": 1024}, {"type": "disabled"}):
+        m = client.messages.create(thinking=thinking, **kw)
+        assert [b.type for b in m.content] == ["text"] and text_of(m) == text_of(plain)
+        assert prompt_of(m.usage) == prompt_of(plain.usage)
+        with client.messages.stream(thinking=thinking, **kw) as s:
+            streamed = s.get_final_message()
+        assert [b.type for b in streamed.content] == ["text"] and text_of(streamed) == text_of(plain)
+    with pytest.raises(anthropic.BadRequestError, match="budget_tokens"):
+        client.messages.create(thinking={"type": "enabled", "budget_tokens": 512}, **kw)
 
 
 def test_bad_key_is_a_401(cluster):

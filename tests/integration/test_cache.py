@@ -1,6 +1,7 @@
 """The response cache end to end: a real redis-server, a real worker and routers with --redis,
 driven over HTTP. Hits and misses, what changes the key, the opt-outs, tenant namespaces, TTL,
-stream replay, request coalescing, Redis killed or paused under load, and /v1/cache/stats."""
+stream replay (the stop string that ended a choice named as live), request coalescing, Redis
+killed or paused under load, and /v1/cache/stats."""
 import concurrent.futures
 import json
 import os
@@ -337,6 +338,23 @@ def test_stream_replay_matches_the_live_stream(router):
     chat_stream = list(client.chat.completions.create(
         model=MODEL_ID, messages=chat["messages"], max_tokens=24, temperature=0, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chat_stream if c.choices) == live_text
+
+
+def test_a_replay_names_the_stop_string_as_the_live_answer_did(router):
+    # vLLM's stop_reason: the stop string that ended the choice, kept with the cache entry.
+    body = body_for("The three primary colours are", max_tokens=24, stop=[",", "."])
+    x, live = stored(router, body)
+    assert x != "hit" and live["choices"][0]["finish_reason"] == "stop"
+    matched = live["choices"][0]["stop_reason"]
+    assert matched in (",", ".") and matched not in live["choices"][0]["text"]
+    x, hit = completion(router, body)
+    assert x == "hit" and hit["choices"][0]["stop_reason"] == matched
+    for cache in (True, False):  # replayed, then live
+        status, h, raw = router.post("/v1/completions", dict(body, stream=True, cache=cache))
+        assert status == 200 and (h.get("X-Cache") == "hit") == cache
+        chunks = sse_events(raw)[:-1]
+        assert [c["choices"][0].get("stop_reason", "absent") for c in chunks][-1] == matched
+        assert all("stop_reason" not in c["choices"][0] for c in chunks[:-1])
 
 
 # ---- coalescing ---------------------------------------------------------------------------------

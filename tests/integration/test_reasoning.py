@@ -17,14 +17,16 @@ Two small clusters:
     default, the prompt closes it and nothing splits.
 Checked: the split whole and streamed (reasoning deltas before any content), usage's
 reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
-with the same split (whole and streamed), the Anthropic route's thinking block and the Responses
-route's reasoning item.
+with the same split (whole and streamed), the Anthropic route's thinking block (and, with the
+anthropic SDK, `thinking` enabled and disabled: the block whole and streamed with its
+signature_delta, given back and dropped) and the Responses route's reasoning item.
 """
 import json
 import os
 import tempfile
 import time
 
+import anthropic
 import openai
 import pytest
 
@@ -203,6 +205,54 @@ def test_the_anthropic_route_answers_with_a_thinking_block(qwen3):
     content = json.loads(raw)["content"]
     assert content == [{"type": "thinking", "thinking": REASONING, "signature": ""},
                        {"type": "text", "text": ANSWER}]
+
+
+def test_anthropic_thinking_enabled_gives_a_thinking_block_whole_and_streamed(qwen3):
+    c = anthropic.Anthropic(base_url=qwen3.url, api_key="anything", max_retries=0, timeout=120)
+    kw = dict(model=MODEL_ID, max_tokens=1100, messages=QUESTION, thinking={"type": "enabled", "budget_tokens": 1024},
+              extra_body={"cache": False})
+    m = c.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert (m.content[0].thinking, m.content[0].signature) == (REASONING, "")
+    assert m.content[1].text == ANSWER and m.stop_reason == "end_turn"
+    # The raw events: the thinking block's deltas, its signature_delta, its end, then the text block.
+    seq = []
+    for e in c.messages.create(stream=True, **kw):
+        if e.type == "content_block_start":
+            seq.append("start " + e.content_block.type)
+        elif e.type == "content_block_delta":
+            if not seq or seq[-1] != e.delta.type:
+                seq.append(e.delta.type)
+        elif e.type == "content_block_stop":
+            seq.append("stop")
+    assert seq == ["start thinking", "thinking_delta", "signature_delta", "stop", "start text", "text_delta",
+                   "stop"], seq
+    # The SDK's stream helper adds the same message up, signature included.
+    with c.messages.stream(**kw) as s:
+        thinking = "".join(e.thinking for e in s if e.type == "thinking")
+        final = s.get_final_message()
+    assert thinking == REASONING
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in m.content]
+    # Given back on the next turn, the thinking block is dropped: the same prompt as without it.
+    turn = [*QUESTION, {"role": "assistant", "content": [b.model_dump() for b in m.content]},
+            {"role": "user", "content": "And 3+3?"}]
+    bare = [*QUESTION, {"role": "assistant", "content": ANSWER}, {"role": "user", "content": "And 3+3?"}]
+    count = lambda msgs: c.messages.count_tokens(model=MODEL_ID, messages=msgs).input_tokens
+    assert count(turn) == count(bare)
+
+
+def test_anthropic_thinking_disabled_is_enable_thinking_false(qwen3):
+    c = anthropic.Anthropic(base_url=qwen3.url, api_key="anything", max_retries=0, timeout=120)
+    kw = dict(model=MODEL_ID, max_tokens=64, messages=QUESTION, extra_body={"cache": False})
+    off = c.messages.create(thinking={"type": "disabled"}, **kw)
+    # The template writes an empty thinking block; this scripted worker still writes its text,
+    # which is then the answer as it stands (as with enable_thinking false on the OpenAI route).
+    assert [b.type for b in off.content] == ["text"] and off.content[0].text == QWEN3_OUTPUT
+    on = c.messages.create(thinking={"type": "enabled", "budget_tokens": 2048}, **kw)
+    prompt = lambda m: m.usage.input_tokens + m.usage.cache_read_input_tokens  # the prefix cache's share apart
+    assert prompt(off) > prompt(on)  # the empty block is in the prompt
+    default = c.messages.create(**kw)
+    assert prompt(default) == prompt(on) and default.content == on.content
 
 
 def test_the_responses_route_answers_with_a_reasoning_item(qwen3):

@@ -114,6 +114,8 @@ def test_choices_of_neighbouring_seeds_are_unrelated(client):
 
 # The completion-token rule (docs/worker.md): every sampled token is a completion token, the end
 # token included, with one logprob entry each; the end token's entry names it and adds no text.
+# And vLLM's stop_reason: the stop string that ended the choice, null at the end of the turn or
+# max_tokens.
 @pytest.mark.parametrize("ending", ["eos", "stop_string", "max_tokens"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_logprob_entries_equal_completion_tokens_however_a_choice_ends(client, ending, stream):
@@ -129,12 +131,18 @@ def test_logprob_entries_equal_completion_tokens_however_a_choice_ends(client, e
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
         usage = chunks[-1].usage
+        # vLLM's stop_reason: on the choice's last chunk only.
+        stop_reasons = [(c.choices[0].model_extra or {}).get("stop_reason", "absent") for c in chunks if c.choices]
+        assert all(x == "absent" for x in stop_reasons[:-1]), stop_reasons
+        stop_reason = stop_reasons[-1]
     else:
         r = client.chat.completions.create(**kw)
         entries, text = r.choices[0].logprobs.content, r.choices[0].message.content
         finish, usage = [r.choices[0].finish_reason], r.usage
+        stop_reason = r.choices[0].model_extra.get("stop_reason", "absent")
     assert len(entries) == usage.completion_tokens
     assert finish == ["length" if ending == "max_tokens" else "stop"]
+    assert stop_reason == ("Paris" if ending == "stop_string" else None)  # the stop string, else null
     if ending == "eos":
         assert entries[-1].token == "<|im_end|>" and "<|im_end|>" not in text and "Paris" in text
         assert "".join(t.token for t in entries[:-1]) == text

@@ -132,9 +132,9 @@ TEST_CASE("anthropic: bad and unsupported fields are 400s naming the field") {
             "messages[0].content[0].type"},
            {R"({"model": "m", "max_tokens": 4, "messages": [], "system": "s"})", "messages"},
            {R"({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
-           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
-              "thinking": {"type": "enabled", "budget_tokens": 1024}})",
-            "thinking"},
+           {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "thinking",
+              "thinking": "t", "signature": ""}]}]})",
+            "messages[0].content[0].type"},
            {R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
               "stop_sequences": ["a", "b", "c", "d", "e"]})",
             "stop_sequences"},
@@ -155,6 +155,59 @@ TEST_CASE("anthropic: bad and unsupported fields are 400s naming the field") {
     CHECK(e.param == r.param);
   }
   CHECK(parse_err("{not json").code == "invalid_json");
+}
+
+TEST_CASE("anthropic: thinking enabled or disabled is the template's thinking switch") {
+  const auto with = [](const std::string& thinking) {
+    return R"({"model": "m", "max_tokens": 4096, "messages": [{"role": "user", "content": "x"}], "thinking": )" +
+           thinking + "}";
+  };
+  CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 1024})")).thinking == true);
+  CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 100000, "display": "summarized"})")).thinking == true);
+  CHECK(parse_ok(with(R"({"type": "disabled"})")).thinking == false);
+  CHECK_FALSE(parse_ok(with(R"({"type": "adaptive"})")).thinking.has_value());  // the template's default
+  CHECK_FALSE(parse_ok(with("null")).thinking.has_value());
+  // count_tokens renders the same prompt.
+  CHECK(parse_ok(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                     "thinking": {"type": "enabled", "budget_tokens": 2048}})",
+                 true)
+            .thinking == true);
+  struct row {
+    const char* thinking;
+    const char* param;
+    const char* code;
+  };
+  for (const row& r : std::vector<row>{
+           {R"({"type": "enabled", "budget_tokens": 1023})", "thinking.budget_tokens", "invalid_value"},
+           {R"({"type": "enabled", "budget_tokens": -2048})", "thinking.budget_tokens", "invalid_value"},
+           {R"({"type": "enabled"})", "thinking.budget_tokens", "missing_required_parameter"},
+           {R"({"type": "enabled", "budget_tokens": "2048"})", "thinking.budget_tokens", "invalid_type"},
+           {R"({"type": "enabled", "budget_tokens": 2048.5})", "thinking.budget_tokens", "invalid_type"},
+           {R"({"type": "on"})", "thinking.type", "invalid_value"},
+           {R"({"budget_tokens": 2048})", "thinking.type", "missing_required_parameter"},
+           {R"(true)", "thinking", "invalid_type"},
+       }) {
+    INFO(r.thinking);
+    const api_error e = parse_err(with(r.thinking));
+    CHECK(e.status == 400);
+    CHECK(e.param == r.param);
+    CHECK(e.code == r.code);
+  }
+  CHECK(parse_err(with(R"({"type": "enabled", "budget_tokens": 1000})")).message.find("at least 1024") !=
+        std::string::npos);
+}
+
+TEST_CASE("anthropic: thinking blocks given back in assistant turns are dropped") {
+  const auto g = parse_ok(R"({"model": "m", "max_tokens": 64, "messages": [
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "They want Paris.", "signature": ""},
+      {"type": "redacted_thinking", "data": "opaque"}, {"type": "text", "text": "Let me look."},
+      {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "21"}]}],
+    "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]})");
+  REQUIRE(g.messages.size() == 3);
+  CHECK(g.messages[1].content == "Let me look.");
+  CHECK(g.messages[1].tool_calls.size() == 1);
 }
 
 TEST_CASE("anthropic: a response is an Anthropic message") {

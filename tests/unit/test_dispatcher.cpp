@@ -17,6 +17,7 @@
 
 #include "common/protocol.hpp"
 #include "router/api_handler.hpp"
+#include "router/cache_replay.hpp"
 #include "router/dispatcher.hpp"
 #include "tests/unit/router_fakes.hpp"
 
@@ -128,10 +129,13 @@ struct harness {
     feed(w, proto::msg_type::heartbeat, proto::encode(m), now_s);
   }
   // One tokens message: `n_new` new token ids, the text they decode to, usage totals so far.
+  // `stop`: the stop string the worker names in a last frame that ends with "stop" on one.
   void tokens(worker_ref w, const std::string& wire_id, uint32_t n_new, const std::string& text, uint32_t completion,
-              double now_s, const std::string& finish = "", uint32_t prompt = 0, uint32_t cached = 0) {
+              double now_s, const std::string& finish = "", uint32_t prompt = 0, uint32_t cached = 0,
+              const std::string& stop = "") {
     proto::tokens m;
     m.request_id = wire_id;
+    m.stop = stop;
     for (uint32_t i = 0; i < n_new; ++i) m.token_ids.push_back(static_cast<int32_t>(100 + i));
     m.text = text;
     m.finish_reason = sy::parse_finish_reason(finish).value();  // the worker's wire name
@@ -1645,6 +1649,62 @@ TEST_CASE("dispatcher: an identical request joins the running generation, a stre
   h.request({.cache_key = "k1"}, 0.5);
   CHECK(submits(h.take(), 0).size() == 1);
   CHECK(h.d.render_metrics(1.0).find("switchyard_router_coalesced_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("dispatcher: stop_reason names the worker's stop string, whole, streamed, coalesced and replayed") {
+  harness h;
+  start_workers(h, 1, 4);
+  const auto whole = h.request({.chat = true, .cache_key = "k1"}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  h.tokens(0, wire(whole.id, 1), 1, "Hello", 1, 0.2);
+  const auto joined = h.request({.stream = true, .chat = true, .cache_key = "k1"}, 0.25);  // coalesced
+  const auto other = h.request({.stream = true, .chat = true}, 0.3);
+  const auto ended = h.request({.chat = true}, 0.3);
+  const auto s = submits(h.take(), 0);
+  REQUIRE(s.size() == 2);
+  h.tokens(0, wire(whole.id, 1), 1, " world", 2, 0.4, "stop", 5, 0, "END");
+  h.tokens(0, wire(other.id, 1), 1, "Hi", 1, 0.4, "stop", 5, 0, "\n\nUser:");
+  h.tokens(0, wire(ended.id, 1), 1, "Bye", 1, 0.4, "stop", 5, 0);  // the end of the turn: none named
+  REQUIRE(whole.ex->responses.size() == 1);
+  CHECK(whole.ex->body()["choices"][0]["message"]["content"] == "Hello world");
+  CHECK(whole.ex->body()["choices"][0]["stop_reason"] == "END");
+  REQUIRE(joined.ex->events.size() == 3);  // "Hello" as it was, " world" with the finish, [DONE]
+  CHECK_FALSE(joined.ex->event(0)["choices"][0].contains("stop_reason"));
+  CHECK(joined.ex->event(1)["choices"][0]["finish_reason"] == "stop");
+  CHECK(joined.ex->event(1)["choices"][0]["stop_reason"] == "END");
+  REQUIRE(other.ex->events.size() == 2);
+  CHECK(other.ex->event(0)["choices"][0]["stop_reason"] == "\n\nUser:");
+  REQUIRE(ended.ex->responses.size() == 1);
+  CHECK(ended.ex->body()["choices"][0]["finish_reason"] == "stop");
+  CHECK(ended.ex->body()["choices"][0]["stop_reason"].is_null());
+
+  // From the response cache: the stored choice keeps its stop string.
+  sy::cache::stored_response stored;
+  stored.endpoint = 0;
+  stored.model = k_model;
+  stored.choices.push_back({{"Hel", "lo"}, sy::finish_reason::stop, {}, "END"});
+  stored.choices.push_back({{"Bye"}, sy::finish_reason::length, {}, {}});
+  for (const bool stream : {false, true}) {
+    routed_request r;
+    auto ex = std::make_shared<fake_exchange>();
+    r.ex = ex;
+    r.req.kind = endpoint::completions;
+    r.req.stream = stream;
+    r.meta.id = "cmpl-9";
+    r.meta.model = k_model;
+    r.meta.kind = endpoint::completions;
+    replay_response(r, stored);
+    if (!stream) {
+      REQUIRE(ex->responses.size() == 1);
+      CHECK(ex->body()["choices"][0]["stop_reason"] == "END");
+      CHECK(ex->body()["choices"][1]["stop_reason"].is_null());
+      continue;
+    }
+    REQUIRE(ex->events.size() == 4);  // Hel, lo (stop), Bye (length), [DONE]
+    CHECK_FALSE(ex->event(0)["choices"][0].contains("stop_reason"));
+    CHECK(ex->event(1)["choices"][0]["stop_reason"] == "END");
+    CHECK(ex->event(2)["choices"][0]["stop_reason"].is_null());
+  }
 }
 
 TEST_CASE("dispatcher: a coalesced generation goes on while anyone listens and is cancelled when the last leaves") {

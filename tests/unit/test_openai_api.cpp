@@ -554,7 +554,7 @@ void check_usage(const json& u, uint32_t prompt, uint32_t completion, uint32_t c
 
 TEST_CASE("completions response has the text_completion shape", "[openai_api]") {
   const auto m = meta_for(endpoint::completions, false);
-  router::choice_result c0{0, "Hello", sy::finish_reason::stop, {}};
+  router::choice_result c0{0, "Hello", sy::finish_reason::stop, {}, "END"};
   router::choice_result c1{1, "Bye", sy::finish_reason::length, {}};
   router::usage_info usage{12, 5, 4};
   const std::string body = router::format_response(m, {c0, c1}, usage);
@@ -564,12 +564,14 @@ TEST_CASE("completions response has the text_completion shape", "[openai_api]") 
   check_envelope(j, m, "text_completion");
   REQUIRE(j.at("choices").size() == 2);
   const json& ch = j["choices"][1];
-  CHECK(keys(ch) == std::set<std::string>{"index", "text", "logprobs", "finish_reason"});
+  CHECK(keys(ch) == std::set<std::string>{"index", "text", "logprobs", "finish_reason", "stop_reason"});
   CHECK(ch.at("index") == 1);
   CHECK(ch.at("text") == "Bye");
   CHECK(ch.at("logprobs").is_null());
   CHECK(ch.at("finish_reason") == "length");
+  CHECK(ch.at("stop_reason").is_null());
   CHECK(j["choices"][0].at("finish_reason") == "stop");
+  CHECK(j["choices"][0].at("stop_reason") == "END");
   CHECK(j["choices"][0].at("text") == "Hello");
   check_usage(j.at("usage"), 12, 5, 4);
 }
@@ -601,10 +603,11 @@ TEST_CASE("chat response has the chat.completion shape with logprobs content", "
   check_envelope(j, m, "chat.completion");
   REQUIRE(j.at("choices").size() == 1);
   const json& ch = j["choices"][0];
-  CHECK(keys(ch) == std::set<std::string>{"index", "message", "logprobs", "finish_reason"});
+  CHECK(keys(ch) == std::set<std::string>{"index", "message", "logprobs", "finish_reason", "stop_reason"});
   CHECK(ch.at("index") == 0);
   CHECK(ch.at("message") == json{{"role", "assistant"}, {"content", "Hello"}});
   CHECK(ch.at("finish_reason") == "stop");
+  CHECK(ch.at("stop_reason").is_null());  // the end of the turn: no stop string
   const json& lp = ch.at("logprobs");
   CHECK(keys(lp) == std::set<std::string>{"content"});
   REQUIRE(lp.at("content").size() == 2);
@@ -640,6 +643,7 @@ TEST_CASE("chat chunks carry the role first and content only when non-empty", "[
   const json last = parsed(router::format_chunk(m, 0, "", false, sy::finish_reason::length, {}));
   CHECK(last["choices"][0].at("delta") == json::object());
   CHECK(last["choices"][0].at("finish_reason") == "length");
+  CHECK(last["choices"][0].at("stop_reason").is_null());  // the last chunk has one, null here
 
   const auto ml = meta_for(endpoint::chat_completions, true);
   const json with_lp = parsed(router::format_chunk(ml, 0, "Hello", true, sy::finish_reason::stop, sample_logprobs()));
@@ -655,7 +659,7 @@ TEST_CASE("completions chunks have the text_completion shape", "[openai_api]") {
   check_envelope(j, m, "text_completion");
   REQUIRE(j.at("choices").size() == 1);
   const json& c = j["choices"][0];
-  CHECK(keys(c) == std::set<std::string>{"index", "text", "logprobs", "finish_reason"});
+  CHECK(keys(c) == std::set<std::string>{"index", "text", "logprobs", "finish_reason"});  // no stop_reason yet
   CHECK(c.at("index") == 2);
   CHECK(c.at("text") == "Hello");
   CHECK(c.at("finish_reason").is_null());
@@ -666,6 +670,33 @@ TEST_CASE("completions chunks have the text_completion shape", "[openai_api]") {
   CHECK(end["choices"][0].at("text") == "");
   CHECK(end["choices"][0].at("logprobs").is_null());
   CHECK(end["choices"][0].at("finish_reason") == "stop");
+}
+
+TEST_CASE("stop_reason names the stop string that ended a choice, null otherwise", "[openai_api]") {
+  for (const endpoint kind : {endpoint::completions, endpoint::chat_completions}) {
+    INFO("chat: " << (kind == endpoint::chat_completions));
+    const auto m = meta_for(kind, false);
+    // Non-streamed: every choice has one.
+    router::choice_result by_stop{0, "Par", sy::finish_reason::stop, {}, "\n\nHuman:"};
+    router::choice_result by_eos{1, "Paris.", sy::finish_reason::stop, {}, {}};
+    router::choice_result by_length{2, "Paris is", sy::finish_reason::length, {}, {}};
+    const json j = parsed(router::format_response(m, {by_stop, by_eos, by_length}, {}));
+    CHECK(j["choices"][0].at("stop_reason") == "\n\nHuman:");
+    CHECK(j["choices"][1].at("stop_reason").is_null());
+    CHECK(j["choices"][2].at("stop_reason").is_null());
+    // A stop named beside another finish reason is not one (a worker names it only with stop).
+    router::choice_result odd{0, "x", sy::finish_reason::length, {}, "END"};
+    CHECK(parsed(router::format_response(m, {odd}, {}))["choices"][0].at("stop_reason").is_null());
+    // Streamed: the choice's last chunk only, after finish_reason.
+    const std::string mid = router::format_chunk(m, 0, "Pa", true, sy::finish_reason::none, {}, nullptr, "END");
+    CHECK_FALSE(parsed(mid)["choices"][0].contains("stop_reason"));
+    const std::string end = router::format_chunk(m, 0, "r", false, sy::finish_reason::stop, {}, nullptr, "END");
+    CHECK(parsed(end)["choices"][0].at("stop_reason") == "END");
+    CHECK(end.find(R"("finish_reason":"stop","stop_reason":"END")") != std::string::npos);  // vLLM's order
+    CHECK(parsed(router::format_chunk(m, 0, "", false, sy::finish_reason::stop, {}))["choices"][0]
+              .at("stop_reason")
+              .is_null());
+  }
 }
 
 TEST_CASE("usage chunk has empty choices and the usage object", "[openai_api]") {

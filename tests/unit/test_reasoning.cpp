@@ -18,6 +18,7 @@
 #include "router/openai_request.hpp"
 #include "router/openai_response.hpp"
 #include "router/reasoning.hpp"
+#include "tests/unit/sse_events.hpp"
 #include "tiny_vocab.hpp"
 
 using nlohmann::json;
@@ -463,11 +464,41 @@ TEST_CASE("reasoning: the Anthropic route answers with a thinking block before t
   CHECK(out.find(R"("content_block":{"type":"text")") != std::string::npos);
   CHECK(out.find("</think>") == std::string::npos);
   CHECK(out.find(R"({"type":"text_delta","text":"Hel"})") != std::string::npos);
-  // {"type": "disabled"} switches thinking off where the template can.
+  // The events in Anthropic's order: the thinking block's deltas, its signature, its end, then the
+  // text block.
+  out += router::format_stream_end(meta, {3, 5, 0}, false).front();
+  std::vector<std::string> seq;
+  for (const auto& [name, data] : sy::test::named_events(out)) {
+    if (name == "content_block_start") seq.push_back("start " + data["content_block"]["type"].get<std::string>());
+    if (name == "content_block_delta")
+      seq.push_back(data["delta"]["type"].get<std::string>() + " " + std::to_string(data["index"].get<int>()));
+    if (name == "content_block_stop") seq.push_back("stop " + std::to_string(data["index"].get<int>()));
+    if (name == "content_block_delta" && data["delta"]["type"] == "signature_delta")
+      CHECK(data["delta"]["signature"] == "");
+  }
+  CHECK(seq == std::vector<std::string>{"start thinking", "thinking_delta 0", "thinking_delta 0", "signature_delta 0",
+                                        "stop 0", "start text", "text_delta 1", "text_delta 1", "stop 1"});
+  // Cut by max_tokens while thinking: the thinking block still ends with its signature.
+  const router::response_meta cut = meta_for();
+  std::string cut_out = router::format_chunk(cut, 0, "hmm", true, sy::finish_reason::length, {});
+  cut_out += "\n\n" + router::format_stream_end(cut, {3, 1, 0}, false).front();
+  std::vector<std::string> cut_names;
+  for (const auto& [name, data] : sy::test::named_events(cut_out))
+    cut_names.push_back(name == "content_block_delta" ? data["delta"]["type"].get<std::string>() : name);
+  CHECK(cut_names == std::vector<std::string>{"message_start", "content_block_start", "thinking_delta",
+                                              "signature_delta", "content_block_stop", "message_delta",
+                                              "message_stop"});
+  // {"type": "disabled"} switches thinking off where the template can, {"type": "enabled"} on.
   const auto off = router::parse_anthropic_request(
       R"({"model":"m","max_tokens":16,"thinking":{"type":"disabled"},"messages":[{"role":"user","content":"x"}]})", {});
   REQUIRE(std::holds_alternative<router::generation_request>(off));
   CHECK(std::get<router::generation_request>(off).thinking == false);
+  const auto on = router::parse_anthropic_request(
+      R"({"model":"m","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024},
+          "messages":[{"role":"user","content":"x"}]})",
+      {});
+  REQUIRE(std::holds_alternative<router::generation_request>(on));
+  CHECK(std::get<router::generation_request>(on).thinking == true);
 }
 
 TEST_CASE("reasoning: a cache entry keeps the reasoning token count", "[reasoning]") {
