@@ -3,17 +3,17 @@
 // The response is kept as the pieces of text a live stream sent, so a hit on a `stream: true`
 // request can be replayed as SSE chunks of the same shape; a non-streaming hit concatenates them.
 //
-// Encoding (version 2, all integers little-endian):
-//   "SYRC" u8 version=2 | u8 endpoint | str model | u32 prompt_tokens | u32 completion_tokens |
+// Encoding (version 3, all integers little-endian):
+//   "SYRC" u8 version=3 | u8 endpoint | str model | u32 prompt_tokens | u32 completion_tokens |
 //   u32 cached_tokens | u32 reasoning_tokens | f64 generation_s (IEEE bits) | i64 created_unix_s |
-//   u32 n_choices { u32 n_deltas { str delta }* | str finish_reason | str logprobs_json }* |
+//   u32 n_choices { u32 n_deltas { str delta }* | str finish_reason | str logprobs_json | str stop }* |
 //   u64 FNV-1a-64 of every preceding byte
 // where str = u32 length + bytes, and a finish_reason is stored as its name (common/finish_reason:
 // "stop", "length", ...; "" for none). decode() accepts exactly this (no trailing bytes) and
 // returns nullopt for anything else — truncated, garbage, bit-flipped, another version, a finish
 // reason this build does not know — never throws and never allocates more than the input could
-// describe. Version 1 (the same without
-// reasoning_tokens, written before reasoning was split) is still read, with reasoning_tokens 0.
+// describe. Earlier versions are still read, with the fields they lack at their defaults:
+// version 2 (no choice's stop string: empty) and version 1 (also no reasoning_tokens: 0).
 #pragma once
 
 #include <cstdint>

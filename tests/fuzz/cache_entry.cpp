@@ -7,7 +7,7 @@
 //   3: the rest with its FNV-1a checksum appended here, so the fuzzer reaches the fields behind
 //      the checksum (as a writer of Redis can: the checksum is no secret).
 // decode() must never throw or crash, and an entry it accepts must encode back to the same bytes
-// (the format has exactly one encoding per entry) — but for an entry of the previous format
+// (the format has exactly one encoding per entry) — but for an entry of an earlier format
 // version, which is written back in the current one, and must then encode to itself.
 #include <cstddef>
 #include <cstdint>
@@ -30,11 +30,15 @@ void check_entry(std::string_view bytes) {
   const std::optional<cache::stored_response> r = cache::decode(bytes);
   if (!r) return;
   const std::string again = cache::encode(*r);
-  if (bytes.size() > 4 && bytes[4] == 1) {
-    // An entry of the format before reasoning_tokens is read with a count of 0 and written in the
-    // current format: that one must read back and encode to itself.
+  if (bytes.size() > 4 && (bytes[4] == 1 || bytes[4] == 2)) {
+    // An entry of an earlier format is read with the defaults of the fields it lacks (version 1:
+    // no reasoning_tokens; versions 1 and 2: no choice's stop string) and written in the current
+    // format: that one must read back and encode to itself.
+    if (bytes[4] == 1 && r->reasoning_tokens != 0) std::abort();
+    for (const auto& c : r->choices)
+      if (!c.stop.empty()) std::abort();
     const std::optional<cache::stored_response> r2 = cache::decode(again);
-    if (r->reasoning_tokens != 0 || !r2 || cache::encode(*r2) != again) std::abort();
+    if (!r2 || cache::encode(*r2) != again) std::abort();
   } else if (again != bytes) {
     std::abort();
   }
