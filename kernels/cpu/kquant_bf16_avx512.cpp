@@ -79,18 +79,20 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[lines - 1].b)));
       if constexpr (wt == weight_type::q6_k) {
         const __m512i m3 = _mm512_set1_epi8(0x03);
-        for (int L = 0; L < 32; ++L) {
-          const int j = L / 4, cc = L % 4;
+        for (int j = 0; j < 8; ++j) {  // sub-blocks j (low nibbles) and 8 + j (high), 4 lines each
           const __m512 s_lo = _mm512_mul_ps(d, pair_s8(pair_half(blk, 48, j), j % 2));
           const __m512 s_hi = _mm512_mul_ps(d, pair_s8(pair_half(blk, 48, 8 + j), j % 2));
-          const __m512i v = _mm512_load_si512(blk + L);
-          const __m512i h =
-              _mm512_srl_epi32(_mm512_load_si512(blk + 32 + 2 * j + cc / 2), _mm_cvtsi32_si128(4 * (cc % 2)));
-          const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi32(_mm512_and_si512(h, m3), 4));
-          const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
-                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m3), 4));
-          put4<true>(lo, s_lo, s_lo, keep, col0, 4 * L);
-          put4<true>(hi, s_hi, s_hi, keep, col0, 128 + 4 * L);
+          for (int cc = 0; cc < 4; ++cc) {
+            const int L = 4 * j + cc;
+            const __m512i v = _mm512_load_si512(blk + L);
+            const __m512i h =
+                _mm512_srl_epi32(_mm512_load_si512(blk + 32 + 2 * j + cc / 2), _mm_cvtsi32_si128(4 * (cc % 2)));
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi32(_mm512_and_si512(h, m3), 4));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
+                                               _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m3), 4));
+            put4<true>(lo, s_lo, s_lo, keep, col0, 4 * L);
+            put4<true>(hi, s_hi, s_hi, keep, col0, 128 + 4 * L);
+          }
         }
         continue;
       }
