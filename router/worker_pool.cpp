@@ -306,13 +306,14 @@ std::optional<worker_ref> worker_pool::choose(const std::string& model, std::spa
   // The prompt's full blocks and the one its last tokens and first output go in. Workers short of
   // them in their binding pool are passed over while another candidate has them.
   const size_t blocks_needed = block_hashes.size() + 1;
-  bool some_roomy = false;
-  for (const auto& [ref, v] : workers_)
-    some_roomy = some_roomy ||
-                 (has_slot(v) && v.info.model_id == model && !(skip && ref == avoided) && !kv_short(v, blocks_needed));
+  auto eligible = [&](worker_ref ref, const worker_view& v) {
+    return has_slot(v) && v.info.model_id == model && !(skip && ref == avoided);
+  };
+  const bool some_roomy = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+    return eligible(w.first, w.second) && !kv_short(w.second, blocks_needed);
+  });
   auto candidate = [&](worker_ref ref, const worker_view& v) {
-    return has_slot(v) && v.info.model_id == model && !(skip && ref == avoided) &&
-           !(some_roomy && kv_short(v, blocks_needed));
+    return eligible(ref, v) && !(some_roomy && kv_short(v, blocks_needed));
   };
   int32_t min_load = std::numeric_limits<int32_t>::max(), max_load = -1;
   std::optional<worker_ref> least;
