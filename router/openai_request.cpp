@@ -12,28 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_schema.hpp"
+#include "router/api_errors.hpp"
 #include "router/json_fields.hpp"
 
 namespace sy::router {
 
 api_error bad_request(std::string param, std::string message, std::string code) {
-  api_error e;
-  e.status = 400;
-  e.type = "invalid_request_error";
-  e.code = std::move(code);
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
+  return make_error(400, "invalid_request_error", std::move(code), std::move(message), std::move(param));
 }
 
 api_error not_found(std::string code, std::string message, std::string param) {
-  api_error e;
-  e.status = 404;
-  e.type = "not_found_error";
-  e.code = std::move(code);
-  e.param = std::move(param);
-  e.message = std::move(message);
-  return e;
+  return make_error(404, "not_found_error", std::move(code), std::move(message), std::move(param));
 }
 
 namespace {
