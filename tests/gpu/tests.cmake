@@ -46,7 +46,7 @@ else()
 endif()
 # `--device` and `--cuda-graphs` mistakes, and no GPU where none exists, end with a message and
 # exit code 1 (never a crash); runs everywhere. Device-only builds have no `serve`: the same
-# start-up through `switchyard-bench serve-check` (worker/serve_engine.hpp).
+# start-up through `switchyard-bench serve-check` (worker/cli/serve_engine.hpp).
 if(SY_DEVICE_ONLY)
   add_test(NAME worker/device_errors
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/device_errors.sh $<TARGET_FILE:switchyard-bench> ${SY_MODEL_PATH}

@@ -1,0 +1,35 @@
+// The messages between the router's actors, declared once (docs/engineering.md, "Declared once").
+//
+//   http thread -> dispatcher  (submit_atom, shared_ptr<routed_request>)  a validated request
+//   http thread -> dispatcher  (gone_atom, uint64 id)                      its client went away
+//   link -> dispatcher         (frame_atom, worker_ref, type, body, int64 t_recv_ns)
+//   main -> dispatcher         (add_atom, endpoint) / (retire_atom, endpoint)  listed / no longer
+//   main -> dispatcher         (drain_atom)                                stop admitting
+//   dispatcher -> self         (tick_atom)                                 every 100 ms
+// The dispatcher sends frames to workers through an inproc ZeroMQ PUSH socket the link polls
+// (k_link_inbox): [worker_ref, 4 bytes little-endian][type][body].
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <memory>
+
+#include "router/dispatch/routed_request.hpp"
+#include "router/fleet/worker_ref.hpp"
+
+namespace sy::router {
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using gone_atom = caf::atom_constant<caf::atom("gone")>;
+using frame_atom = caf::atom_constant<caf::atom("frame")>;
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+inline constexpr const char* k_link_inbox = "inproc://switchyard-router-link";
+
+}  // namespace sy::router
+
+// Local-only message (never serialized): the request travels between threads of one process.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<sy::router::routed_request>)
