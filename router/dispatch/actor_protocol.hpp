@@ -6,8 +6,7 @@
 //   main -> dispatcher         (add_atom, endpoint) / (retire_atom, endpoint)  listed / no longer
 //   main -> dispatcher         (drain_atom)                                stop admitting
 //   dispatcher -> self         (tick_atom)                                 every 100 ms
-// The dispatcher sends frames to workers through an inproc ZeroMQ PUSH socket the link polls
-// (k_link_inbox): [worker_ref, 4 bytes little-endian][type][body].
+// The link's half (frame_atom, k_link_inbox) is router/fleet/link_protocol.hpp.
 #pragma once
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -15,19 +14,16 @@
 #include <memory>
 
 #include "router/dispatch/routed_request.hpp"
-#include "router/fleet/worker_ref.hpp"
+#include "router/fleet/link_protocol.hpp"
 
 namespace sy::router {
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using gone_atom = caf::atom_constant<caf::atom("gone")>;
-using frame_atom = caf::atom_constant<caf::atom("frame")>;
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
-
-inline constexpr const char* k_link_inbox = "inproc://switchyard-router-link";
 
 }  // namespace sy::router
 

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "router/dispatch/dispatcher.hpp"
-#include "router/http/api_handler.hpp"
+#include "router/dispatch/router_status.hpp"
 
 namespace zmq {
 class context_t;

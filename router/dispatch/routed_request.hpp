@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "router/base/http_exchange.hpp"
 #include "router/dispatch/tenants.hpp"
 #include "router/fleet/model_registry.hpp"
-#include "router/http/http_server.hpp"
 #include "router/openai/openai_request.hpp"
 #include "router/openai/openai_response.hpp"
 #include "router/tracing/request_tracing.hpp"

@@ -10,7 +10,7 @@
 
 #include "common/metrics.hpp"
 #include "common/wire/link_loop.hpp"
-#include "router/dispatch/actor_protocol.hpp"
+#include "router/fleet/link_protocol.hpp"
 
 namespace sy::router {
 

@@ -59,12 +59,6 @@
 
 namespace sy::router {
 
-std::string_view http_request::header(std::string_view name) const {
-  for (const auto& [k, v] : headers)
-    if (k == name) return v;
-  return {};
-}
-
 namespace {
 
 namespace asio = boost::asio;

@@ -20,8 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "router/base/http_exchange.hpp"
 #include "router/dispatch/cache_service.hpp"
-#include "router/http/http_server.hpp"
 
 namespace sy::router {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "router/http/http_server.hpp"
+#include "router/base/http_exchange.hpp"
 #include "router/openai/openai_request.hpp"
 
 namespace sy::router {

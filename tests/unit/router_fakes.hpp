@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/wire/protocol.hpp"
-#include "router/http/http_server.hpp"
+#include "router/base/http_exchange.hpp"
 #include "tests/unit/tiny_vocab.hpp"
 
 namespace sy::test {
