@@ -45,14 +45,18 @@ def _error_code(raw):
         return None
 
 
-def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
-    """POST /v1/completions (streamed when body says so) to router:8000; returns an Outcome."""
+def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0, key=None):
+    """POST /v1/completions (streamed when body says so) to router:8000, with `key` as the bearer
+    token when given (routers with --tenants); returns an Outcome."""
     o = Outcome(router, i)
     deadline = time.monotonic() + timeout
     c = http.client.HTTPConnection(router, ROUTER_PORT, timeout=chunk_timeout)
     try:
         payload = json.dumps(body).encode()
-        c.request("POST", "/v1/completions", payload, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        c.request("POST", "/v1/completions", payload, headers)
         r = c.getresponse()
         o.status = r.status
         if r.status != 200:
@@ -108,17 +112,19 @@ def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
         c.close()
 
 
-def story(i, max_tokens=24):
-    # Short distinct prompts (under one KV block): no prefix affinity, dispatch goes to the least loaded.
-    return {"model": None, "prompt": f"Story {i}: once upon a time", "max_tokens": max_tokens, "stream": True,
+def story(i, max_tokens=24, tag=""):
+    # Short distinct prompts (under one KV block): no prefix affinity, dispatch goes to the least
+    # loaded. `tag` keeps two loads' prompts apart (a router with Redis answers a repeat from its cache).
+    return {"model": None, "prompt": f"Story {tag}{i}: once upon a time", "max_tokens": max_tokens, "stream": True,
             "ignore_eos": True, "temperature": 0}
 
 
 class Load:
     """`concurrency` closed-loop clients; each picks a router per request with `pick()`."""
 
-    def __init__(self, pick, model, concurrency, max_tokens=24, name="load"):
-        self.pick, self.model, self.max_tokens, self.name = pick, model, max_tokens, name
+    def __init__(self, pick, model, concurrency, max_tokens=24, name="load", key=None, tag=""):
+        self.pick, self.model, self.max_tokens, self.name, self.key = pick, model, max_tokens, name, key
+        self.tag = tag
         self.outcomes = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,9 +151,9 @@ class Load:
                 self._record(o)
                 self._stop.wait(0.2)
                 continue
-            body = story(i, self.max_tokens)
+            body = story(i, self.max_tokens, self.tag)
             body["model"] = self.model
-            self._record(completion(router, body, i))
+            self._record(completion(router, body, i, key=self.key))
 
     def _record(self, o):
         with self._lock:

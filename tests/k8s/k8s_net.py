@@ -117,12 +117,17 @@ class Host:
     def exec_argv(self, argv):
         return ["ip", "netns", "exec", self.ns, *argv]
 
-    def set_resolver(self, nameserver, timeout_s=1, attempts=1):
+    def set_resolver(self, nameserver, timeout_s=1, attempts=1, search=None):
         """/etc/resolv.conf (and a hosts file with only localhost) as processes in this namespace see
-        them: `ip netns exec` bind-mounts /etc/netns/<ns>/* over /etc/*."""
+        them: `ip netns exec` bind-mounts /etc/netns/<ns>/* over /etc/*. With a `search` list it is
+        the one the kubelet writes for a ClusterFirst pod: the namespace's search domains and
+        ndots:5 (glibc's own timeout and attempts)."""
         os.makedirs(self.etc_dir, exist_ok=True)
         with open(os.path.join(self.etc_dir, "resolv.conf"), "w") as f:
-            f.write(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:{attempts}\n")
+            if search:
+                f.write(f"search {' '.join(search)}\nnameserver {nameserver}\noptions ndots:5\n")
+            else:
+                f.write(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:{attempts}\n")
         with open(os.path.join(self.etc_dir, "hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n::1 localhost\n")
 

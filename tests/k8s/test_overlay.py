@@ -1,0 +1,206 @@
+"""The rendered CPU overlay run as Kubernetes would run it (k8s_manifest.py): its router, worker
+and Redis pods with exactly their command lines (tenants, CURVE link keys, Redis, the metrics
+port), probes, preStop, grace periods, minReadySeconds, rollout strategy, replicas and
+PodDisruptionBudgets, in network namespaces, under the suite's kubelet.
+
+Every request must succeed: rollouts and drains done as the manifests say lose nothing."""
+import json
+import time
+
+import pytest
+
+from k8s_kubelet import http_get
+from k8s_load import ROUTER_PORT, assert_no_failures, completion, story, summary
+from k8s_manifest import NOT_EMULATED, load, unapplied
+
+
+@pytest.fixture
+def overlay():
+    try:
+        return load()
+    except SystemExit as e:  # deploy_common.skip(): kubectl or PyYAML missing (a failure under CI)
+        if e.code == 77:
+            pytest.skip("the overlay cannot be rendered here: kubectl or PyYAML is missing")
+        pytest.fail("the overlay cannot be rendered (CI is set: kubectl or PyYAML is missing)")
+
+
+def burst(c, routers, n, max_tokens=24, tag="b", key=True):
+    """n concurrent streamed completions, round robin over `routers`, with the tenant key."""
+    import threading
+    out = [None] * n
+
+    def one(i):
+        out[i] = completion(routers[i % len(routers)].ip, dict(story(i, max_tokens, tag), model=c.model), i,
+                            key=c.api_key if key else None)
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "requests still unanswered after 120 s"
+    return out
+
+
+def rollout(c, pods, template):
+    """A Deployment's RollingUpdate of `pods` with the template's maxSurge / maxUnavailable and
+    minReadySeconds: a new pod while the count of non-terminating pods allows the surge; an old
+    one deleted (its preStop, its grace period) once the new one has been available for
+    minReadySeconds; terminating pods do not count, as for the ReplicaSet. Returns (new pods,
+    deletions)."""
+    assert template.max_unavailable == 0 and template.max_surge >= 1, \
+        f"the emulated rollout needs maxUnavailable 0 and a surge: {template}"
+    old, new, deletions = list(pods), [], []
+    while old:
+        fresh = []
+        while len(old) + len(new) + len(fresh) < len(pods) + template.max_surge:
+            fresh.append(c.worker() if pods[0].kind == "worker" else c.router())
+        c.kubelet.wait_available(fresh, template.min_ready_s, timeout=template.min_ready_s + 120)
+        new += fresh
+        for _ in fresh:
+            if old:
+                deletions.append(c.delete(old.pop(0)))
+    return new, deletions
+
+
+def settle(c, deletions, template):
+    for d in deletions:
+        code = d.wait(template.grace_s + 15)
+        assert code == 0 and not d.pod.sigkilled, f"{d.pod.name} exited with {code}:\n{d.pod.log_tail()}"
+
+
+# ---- the overlay's settings ----------------------------------------------------------------------
+
+
+@pytest.mark.budget(60)
+def test_overlay_settings_are_all_applied(overlay):
+    """Every field of the rendered router, worker and Redis pods is applied by the emulation or
+    named in NOT_EMULATED with its reason: a new probe kind or setting, hook or timing in the
+    overlay fails here until the kubelet emulation applies it."""
+    missing = unapplied(overlay)
+    assert not missing, f"fields of the rendered overlay the netns kubelet does not apply: {missing}"
+    for t in (overlay.router, overlay.worker, overlay.redis):
+        for p in t.probes.values():
+            assert (p.http_path is not None) + p.tcp + (p.exec_argv is not None) == 1, p
+            assert p.port is None or isinstance(p.port, int), f"{t.name}: unresolved probe port {p}"
+        print(t)
+    print("not emulated: " + "; ".join(f"{k}: {v}" for k, v in NOT_EMULATED.items()))
+
+
+# ---- pods as rendered ----------------------------------------------------------------------------
+
+
+@pytest.mark.budget(150)
+def test_overlay_pods_serve_with_tenants_link_and_redis(k8s, overlay):
+    """The overlay's replicas (2 routers, 2 workers) and Redis: routers find the workers through
+    the headless Service's name in their namespace, the workers admit them over CURVE, Redis is
+    reached by its short Service name (search list, ndots:5); a request without a key is refused
+    by name, with the tenant's key it streams; /metrics needs no key on the metrics port only; a
+    repeated deterministic request is answered from Redis."""
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    assert (len(ws), len(rs)) == (overlay.worker.replicas, overlay.router.replicas)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    o = completion(rs[0].ip, dict(story(0), model=c.model))
+    assert o.kind == "error" and o.status == 401 and o.code == "missing_api_key", o
+    assert http_get(rs[0].ip, ROUTER_PORT, "/metrics", timeout=2)[0] == 401
+    assert http_get(rs[0].ip, c.router_metrics_port, "/metrics", timeout=2)[0] == 200
+    out = burst(c, rs, 16, tag="serve")
+    assert_no_failures(out, at_least=16)
+    for w in ws:
+        assert c.worker_requests(w) > 0, f"{w.name} got no request"
+    # The same deterministic request again, once stored: Redis answers it (no worker runs it).
+
+    def cache(key):
+        return sum(v for r in rs for k, v in c.metrics(r).items() if k.startswith(key))
+    c.wait_until("the answers stored in Redis", lambda: cache("switchyard_router_cache_stores_total") >= 16, 10)
+    before = sum(c.worker_requests(w) for w in ws)
+    again = completion(rs[3 % len(rs)].ip, dict(story(3, 24, "serve"), model=c.model), key=c.api_key)
+    assert again.kind == "ok" and again.text == out[3].text, again
+    stats = {k: v for r in rs for k, v in c.metrics(r).items() if k.startswith("switchyard_router_cache_")}
+    assert cache('switchyard_router_cache_lookups_total{status="hit"}') >= 1, f"no cache hit: {stats}"
+    assert sum(c.worker_requests(w) for w in ws) == before
+
+
+# ---- rollouts and drains with the overlay's timings ----------------------------------------------
+
+
+@pytest.mark.budget(300)
+def test_overlay_worker_rollout_under_load(k8s, overlay):
+    """The worker Deployment rolled (maxSurge 1, maxUnavailable 0, minReadySeconds, preStop sleep,
+    SIGTERM drain, grace period: all the overlay's) under 8 streaming clients through the router
+    Service: zero failed requests, every old worker exits 0 within its grace period."""
+    t = overlay.worker
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    load = c.load(8, max_tokens=48, tag="roll")
+    time.sleep(3)
+    new, deletions = rollout(c, ws, t)
+    settle(c, deletions, t)
+    time.sleep(2)
+    outcomes = load.stop()
+    print(f"worker rollout ({t}): {summary(outcomes)}; events: {c.kubelet.events}")
+    assert_no_failures(outcomes, at_least=20)
+    assert sum(c.worker_requests(n) for n in new) > 0, "the new workers got no request"
+
+
+@pytest.mark.budget(240)
+def test_overlay_router_rollout_behind_the_service(k8s, overlay):
+    """The router Deployment rolled (maxSurge 1, no preStop, --shutdown-delay-s, grace period: the
+    overlay's) while 8 clients send through the Service (kube-proxy lag 0.5 s): zero failed
+    requests."""
+    t = overlay.router
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    load = c.load(8, tag="rroll")
+    time.sleep(2)
+    new, deletions = rollout(c, rs, t)
+    settle(c, deletions, t)
+    outcomes = load.stop()
+    print(f"router rollout ({t}): {summary(outcomes)}")
+    assert_no_failures(outcomes, at_least=20)
+
+
+def evict(c, pod, template):
+    """The Eviction API: refused (False) while it would leave fewer ready pods of the kind than
+    the PodDisruptionBudget's minAvailable (an unready pod may always go); else the pod is
+    deleted gracefully (a Deletion)."""
+    ready = [p for p in c.kubelet.live(pod.kind) if p.ready and not p.terminating]
+    if pod in ready and len(ready) - 1 < (template.pdb_min_available or 0):
+        return None
+    return c.delete(pod)
+
+
+@pytest.mark.budget(240)
+def test_overlay_drain_of_the_only_worker_waits_for_a_replacement(k8s, overlay):
+    """Workers scaled to 1, its node drained under load: the PodDisruptionBudget refuses to evict
+    the only worker; once a replacement (on another node) is available, the eviction goes
+    through, the worker drains (preStop, SIGTERM), and no request fails. The routers' budget lets
+    one of two go at once, not both."""
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(workers=1, timeout=90)
+    c.wait_routers_see(rs, 1, timeout=c.dns_interval_s * 2 + 20)
+    load = c.load(4, max_tokens=32, tag="drain")
+    time.sleep(2)
+    only = ws[0]
+    refused = 0
+    for _ in range(5):  # kubectl drain retries the eviction every few seconds
+        assert evict(c, only, overlay.worker) is None, "the only ready worker was evicted"
+        refused += 1
+        time.sleep(0.5)
+    gone = evict(c, rs[0], overlay.router)
+    assert gone is not None and evict(c, rs[1], overlay.router) is None, \
+        "the router budget let both routers go at once (or neither)"
+    spare = c.worker()
+    c.kubelet.wait_available(spare, overlay.worker.min_ready_s, timeout=overlay.worker.min_ready_s + 90)
+    d = evict(c, only, overlay.worker)
+    assert d is not None, "the eviction was still refused with a replacement available"
+    settle(c, [d], overlay.worker)
+    settle(c, [gone], overlay.router)
+    time.sleep(2)
+    outcomes = load.stop()
+    print(f"drain: eviction refused {refused} times, then done; {summary(outcomes)}")
+    assert_no_failures(outcomes, at_least=10)
+    assert c.worker_requests(spare) > 0
