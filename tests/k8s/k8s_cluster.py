@@ -75,7 +75,7 @@ class Cluster:
         """Long enough for every router to re-resolve (one interval) and a margin."""
         return self.dns_interval_s + 1.0
 
-    def overlay_pod(self, template, kind, name=None):
+    def overlay_pod(self, template, kind, name=None, pending_s=0):
         """A pod of the overlay's Deployment `template` (k8s_manifest.Template): its command line,
         environment and probes; the Secret volumes under pod_root, the models volume = the
         model's folder here; resolv.conf as the kubelet writes it for the namespace."""
@@ -87,7 +87,8 @@ class Cluster:
             return a if template.container.get("command") else [binary, *a]
 
         return self.kubelet.create(kind, argv, template.probes, name=name, resolver=self.dns.ip,
-                                   search=self.overlay.search(), env_fn=template.env, prefix=template.name + "-")
+                                   search=self.overlay.search(), env_fn=template.env, prefix=template.name + "-",
+                                   pending_s=pending_s)
 
     def template(self, pod):
         return {"router": self.overlay.router, "worker": self.overlay.worker, "redis": self.overlay.redis}[pod.kind] \
@@ -96,9 +97,9 @@ class Cluster:
     def redis(self):
         return self.overlay_pod(self.overlay.redis, "redis")
 
-    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None, model=None):
+    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None, model=None, pending_s=0):
         if self.overlay:
-            return self.overlay_pod(self.overlay.worker, "worker", name)
+            return self.overlay_pod(self.overlay.worker, "worker", name, pending_s)
         drain = ["--drain-timeout-s", str(int(self.grace_s - self.default_pre_stop_s() - 3))] \
             if has_flag(WORKER, "--drain-timeout-s") else []
 
@@ -229,7 +230,7 @@ class Cluster:
 
     # ---- clients -----------------------------------------------------------------------------
 
-    def load(self, concurrency, routers=None, max_tokens=24, name="load", tag=""):
+    def load(self, concurrency, routers=None, max_tokens=24, name="load", tag="", timeouts=(90.0, 30.0)):
         """Closed-loop streaming clients; through the readiness-following Service unless a fixed
         list of router pods is given (then round robin over them)."""
         if routers is None:
@@ -244,7 +245,7 @@ class Cluster:
             def pick():
                 n[0] += 1
                 return ips[n[0] % len(ips)]
-        ld = Load(pick, self.model, concurrency, max_tokens, name, key=self.api_key, tag=tag)
+        ld = Load(pick, self.model, concurrency, max_tokens, name, key=self.api_key, tag=tag, timeouts=timeouts)
         self.loads.append(ld)
         return ld
 

@@ -72,9 +72,10 @@ class Pod:
         failureThreshold failures in a row, or at once when the process has exited;
       * liveness: failureThreshold failures in a row kill the container.
     A killed or exited container is not restarted (restartPolicy is not emulated: the scenarios
-    replace pods themselves); the pod is then Failed."""
+    replace pods themselves); the pod is then Failed. With `pending_s` the pod is Pending that
+    long first (unscheduled, pulling its image): no process, no probes."""
 
-    def __init__(self, kubelet, name, kind, host, argv, probes, env=None):
+    def __init__(self, kubelet, name, kind, host, argv, probes, env=None, pending_s=0):
         self.kubelet, self.name, self.kind, self.host = kubelet, name, kind, host
         self.ip = host.ip
         self.argv = argv
@@ -82,7 +83,8 @@ class Pod:
         self.ready = False
         self.started = "startupProbe" not in probes
         self.terminating = False
-        self.phase = "Running"
+        self.phase = "Pending" if pending_s > 0 else "Running"
+        self.pending_s = pending_s
         self.exit_code = None
         self.sigkilled = False  # killed after its grace period
         self.killed_by = None   # the probe that had the container killed
@@ -92,14 +94,17 @@ class Pod:
         self.probe_log = []      # (seconds since creation, probe kind, ok)
         self.log_path = os.path.join(kubelet.logdir, f"{name}.log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(host.exec_argv(argv), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env={**os.environ, **(env or {})})
         self.env = env or {}
+        self.proc = None if pending_s > 0 else self._start()
         self._thread = threading.Thread(target=self._probe_loop, name=f"probe-{name}", daemon=True)
         self._thread.start()
 
+    def _start(self):
+        return subprocess.Popen(self.host.exec_argv(self.argv), stdout=self.log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, **self.env})
+
     def alive(self):
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def check(self, probe):
         """One run of `probe` against the pod (from the node: its IP)."""
@@ -133,6 +138,13 @@ class Pod:
 
     def _probe_loop(self):
         kl = self.kubelet
+        if self.proc is None:
+            kl._closing.wait(self.pending_s)
+            with kl._lock:
+                if kl._closing.is_set() or self.phase != "Pending":
+                    return  # deleted while Pending
+                self.proc, self.phase, self.created = self._start(), "Running", time.monotonic()
+            kl.event(f"{self.name} container started after {self.pending_s} s Pending")
         due = {k: self.created + p.initial_delay_s for k, p in self.probes.items()}
         succ = dict.fromkeys(self.probes, 0)
         fail = dict.fromkeys(self.probes, 0)
@@ -227,11 +239,12 @@ class Kubelet:
             "httpGet": {"path": path, "port": port}, "periodSeconds": self.probe_period_s, "timeoutSeconds": 1,
             "failureThreshold": self.failure_threshold}, {})}
 
-    def create(self, kind, argv_fn, probes, name=None, resolver=None, search=None, env_fn=None, prefix=None):
+    def create(self, kind, argv_fn, probes, name=None, resolver=None, search=None, env_fn=None, prefix=None,
+               pending_s=0):
         """Starts a pod; `argv_fn(ip, name)` gives the process's command line, `env_fn(name)` its
         environment, `probes` its probes ({kind: k8s_manifest.Probe}); `resolver` (and the
         `search` list, with ndots:5) its resolv.conf. Named `<prefix or kind><n>` unless `name`
-        is given."""
+        is given; Pending for `pending_s` first."""
         if name is None:
             n = self._counter.get(kind, 0) + 1
             self._counter[kind] = n
@@ -239,7 +252,7 @@ class Kubelet:
         host = self.net.add_host(name)
         if resolver:
             host.set_resolver(resolver, search=search)
-        pod = Pod(self, name, kind, host, argv_fn(host.ip, name), probes, env_fn(name) if env_fn else None)
+        pod = Pod(self, name, kind, host, argv_fn(host.ip, name), probes, env_fn(name) if env_fn else None, pending_s)
         with self._lock:
             self.pods[name] = pod
         self.event(f"{name} created at {host.ip}")
@@ -250,7 +263,7 @@ class Kubelet:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in pods:
-                if not p.alive() and not p.terminating:
+                if p.proc is not None and not p.alive() and not p.terminating:
                     raise RuntimeError(f"pod {p.name} exited ({p.proc.returncode}) before it was ready:\n"
                                        + p.log_tail())
             if all(p.ready for p in pods):
@@ -287,13 +300,14 @@ class Kubelet:
                 self.event(f"{pod.name} SIGTERM")
                 pod.proc.send_signal(signal.SIGTERM)
             try:
-                pod.proc.wait(max(0.0, end - time.monotonic()))
+                if pod.proc is not None:  # None: deleted while Pending
+                    pod.proc.wait(max(0.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.event(f"{pod.name} SIGKILL after the grace period")
                 pod.sigkilled = True
                 pod.proc.kill()
                 pod.proc.wait(10)
-            pod.exit_code = pod.proc.returncode
+            pod.exit_code = pod.proc.returncode if pod.proc is not None else 0
             d.ended_at = time.monotonic()
             self.event(f"{pod.name} exited with {pod.exit_code}")
             pod.log.close()
@@ -375,12 +389,13 @@ class Kubelet:
         for p in list(self.pods.values()):
             p._thread.join(10)
         for p in list(self.pods.values()):
-            if p.proc.poll() is None:
+            if p.alive():
                 p.proc.send_signal(signal.SIGCONT)
                 p.proc.kill()
         for p in list(self.pods.values()):
             try:
-                p.proc.wait(10)
+                if p.proc is not None:
+                    p.proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
             if not p.log.closed:
@@ -389,6 +404,6 @@ class Kubelet:
     def report(self):
         lines = ["kubelet events:"] + [f"  {t:8.2f} {e}" for t, e in self.events]
         for p in self.pods.values():
-            lines.append(f"--- {p.name} ({p.kind}, {p.ip}, {p.phase}, exit {p.proc.poll()}) log tail:")
+            lines.append(f"--- {p.name} ({p.kind}, {p.ip}, {p.phase}, exit {p.proc and p.proc.poll()}) log tail:")
             lines.append(p.log_tail(15))
         return "\n".join(lines)

@@ -122,9 +122,10 @@ def story(i, max_tokens=24, tag=""):
 class Load:
     """`concurrency` closed-loop clients; each picks a router per request with `pick()`."""
 
-    def __init__(self, pick, model, concurrency, max_tokens=24, name="load", key=None, tag=""):
+    def __init__(self, pick, model, concurrency, max_tokens=24, name="load", key=None, tag="", timeouts=(90.0, 30.0)):
+        """`timeouts`: (whole request, silence between two chunks) in seconds."""
         self.pick, self.model, self.max_tokens, self.name, self.key = pick, model, max_tokens, name, key
-        self.tag = tag
+        self.tag, self.timeouts = tag, timeouts
         self.outcomes = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -153,7 +154,7 @@ class Load:
                 continue
             body = story(i, self.max_tokens, self.tag)
             body["model"] = self.model
-            self._record(completion(router, body, i, key=self.key))
+            self._record(completion(router, body, i, *self.timeouts, key=self.key))
 
     def _record(self, o):
         with self._lock:

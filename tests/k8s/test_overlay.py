@@ -9,19 +9,25 @@ import time
 
 import pytest
 
+import deploy_common
 from k8s_kubelet import http_get
 from k8s_load import ROUTER_PORT, assert_no_failures, completion, story, summary
 from k8s_manifest import NOT_EMULATED, load, unapplied
 
 
+def prerequisite(what, fn):
+    """fn(), or a skip naming `what` where deploy_common finds a tool missing (a failure under CI)."""
+    try:
+        return fn()
+    except SystemExit as e:
+        if e.code == 77:
+            pytest.skip(f"{what} is missing (deploy/setup.sh installs it)")
+        pytest.fail(f"{what} is missing and CI is set")
+
+
 @pytest.fixture
 def overlay():
-    try:
-        return load()
-    except SystemExit as e:  # deploy_common.skip(): kubectl or PyYAML missing (a failure under CI)
-        if e.code == 77:
-            pytest.skip("the overlay cannot be rendered here: kubectl or PyYAML is missing")
-        pytest.fail("the overlay cannot be rendered (CI is set: kubectl or PyYAML is missing)")
+    return prerequisite("kubectl (to render the overlay)", load)
 
 
 def burst(c, routers, n, max_tokens=24, tag="b", key=True):
@@ -204,3 +210,62 @@ def test_overlay_drain_of_the_only_worker_waits_for_a_replacement(k8s, overlay):
     print(f"drain: eviction refused {refused} times, then done; {summary(outcomes)}")
     assert_no_failures(outcomes, at_least=10)
     assert c.worker_requests(spare) > 0
+
+
+# ---- the KEDA query's guard while scale-up workers are Pending ------------------------------------
+
+
+@pytest.mark.budget(240)
+def test_keda_guard_discounts_pending_workers(k8s, overlay):
+    """More streams than the overlay's 2 workers run at once (--max-running): requests queue, the
+    oldest queued wait passes 2 s, and the rendered ScaledObject's query, evaluated by promtool
+    on the routers' scraped series and kube-state-metrics' view of the Deployment, orders more
+    workers. They stay Pending (unscheduled) for the rest of the test: while they count in
+    spec.replicas but not in available replicas, the queue-wait guard's extra is weighed by
+    available / spec, so the demand stays below what the same query gives without
+    kube-state-metrics (the guard at full strength), and equals docs/operations.md's formula on
+    the same samples. Every request still completes."""
+    from k8s_autoscaler import KedaAutoscaler, load_scaled_object
+    promtool = prerequisite("promtool", lambda: deploy_common.tool("promtool"))
+    so = prerequisite("kubectl (to render the ScaledObject)", load_scaled_object)
+    max_running = int(deploy_common.flag_value(overlay.worker.argv("w", "", ""), "--max-running"))
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    assert len(ws) == so.min, (len(ws), so.min)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    # Each router dispatches up to --max-running + --local-queue (its default: 2) to each worker on
+    # its own; beyond, requests wait in its cluster queue.
+    local_queue = int(deploy_common.flag_value(overlay.router.argv("r", "", ""), "--local-queue") or 2)
+    clients = len(rs) * len(ws) * (max_running + local_queue) + 24
+    # Overloaded on purpose: a request may wait a minute for its first token (an OpenAI client
+    # waits 10 minutes by default).
+    load = c.load(clients, max_tokens=64, tag="keda", timeouts=(300.0, 150.0))
+    scaler = KedaAutoscaler(c, so, rs, promtool, pending_s=10 * so.polling_s)
+    try:
+        c.wait_until("three polls of the ScaledObject", lambda: len(scaler.history) >= 3 or scaler.errors,
+                     4 * so.polling_s + 30, 0.5)
+    finally:
+        scaler.stop()
+        outcomes = load.stop()
+    assert not scaler.errors, scaler.errors
+    for h in scaler.history:
+        print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in h.items() if k != "t"})
+    print(f"keda: {summary(outcomes)}")
+    assert_no_failures(outcomes, at_least=clients)
+    first = scaler.history[0]
+    assert first["replicas"] > so.min, f"the queue did not order more workers: {scaler.history}"
+    pending = [h for h in scaler.history[1:] if h["available"] < h["spec"]]
+    assert pending, "no poll saw the new workers still Pending"
+    s = scaler.series
+    for h in pending:
+        at = h["sample"]
+        active = sum(v[at] or 0 for k, v in s.items() if k.startswith("switchyard_router_active_requests{"))
+        wait = max(max((x for x in v[max(0, at - 60):at + 1] if x is not None), default=0)
+                   for k, v in s.items() if k.startswith("switchyard_router_queue_oldest_wait_seconds{"))
+        guard = min(2.0, max(1.0, wait / 2))
+        share = min(1.0, h["available"] / max(1, h["spec"]))
+        assert h["demand"] == pytest.approx(active * (1 + (guard - 1) * share), rel=1e-6), (h, active, wait)
+        assert h["demand_without_ksm"] == pytest.approx(active * guard, rel=1e-6), (h, active, wait)
+    waits = [round(max(v[h["sample"]] or 0 for k, v in s.items() if "oldest_wait" in k), 2) for h in scaler.history]
+    assert any(h["demand"] < h["demand_without_ksm"] for h in pending), \
+        f"the guard never acted while workers were Pending (oldest queued waits {waits} s): {scaler.history}"
