@@ -4,7 +4,7 @@ port), probes, preStop, grace periods, minReadySeconds, rollout strategy, replic
 PodDisruptionBudgets, in network namespaces, under the suite's kubelet.
 
 Every request must succeed: rollouts and drains done as the manifests say lose nothing."""
-import json
+import shutil
 import time
 
 import pytest
@@ -27,6 +27,9 @@ def prerequisite(what, fn):
 
 @pytest.fixture
 def overlay():
+    for tool in ("redis-server", "redis-cli"):  # the overlay's Redis pod and its readiness probe
+        if shutil.which(tool) is None:
+            prerequisite(f"{tool} (Debian package redis-server)", lambda: deploy_common.skip(f"{tool} is not installed"))
     return prerequisite("kubectl (to render the overlay)", load)
 
 
