@@ -123,12 +123,19 @@ def test_overlay_pods_serve_with_tenants_link_and_redis(k8s, overlay):
     def cache(key):
         return sum(v for r in rs for k, v in c.metrics(r).items() if k.startswith(key))
     c.wait_until("the answers stored in Redis", lambda: cache("switchyard_router_cache_stores_total") >= 16, 10)
-    before = sum(c.worker_requests(w) for w in ws)
-    again = completion(rs[3 % len(rs)].ip, dict(story(3, 24, "serve"), model=c.model), key=c.api_key)
-    assert again.kind == "ok" and again.text == out[3].text, again
-    stats = {k: v for r in rs for k, v in c.metrics(r).items() if k.startswith("switchyard_router_cache_")}
-    assert cache('switchyard_router_cache_lookups_total{status="hit"}') >= 1, f"no cache hit: {stats}"
-    assert sum(c.worker_requests(w) for w in ws) == before
+    # A lookup has 5 ms (--cache-lookup-timeout-ms): on a busy small machine one may miss, and the
+    # request is then served live; a few tries.
+    hit = 'switchyard_router_cache_lookups_total{status="hit"}'
+    for _ in range(3):
+        before, hits = sum(c.worker_requests(w) for w in ws), cache(hit)
+        again = completion(rs[3 % len(rs)].ip, dict(story(3, 24, "serve"), model=c.model), key=c.api_key)
+        assert again.kind == "ok" and again.text == out[3].text, again
+        if cache(hit) > hits:
+            assert sum(c.worker_requests(w) for w in ws) == before, "a cache hit also ran on a worker"
+            break
+    else:
+        stats = {k: v for r in rs for k, v in c.metrics(r).items() if k.startswith("switchyard_router_cache_")}
+        pytest.fail(f"no cache hit in 3 tries: {stats}")
 
 
 # ---- rollouts and drains with the overlay's timings ----------------------------------------------
@@ -272,3 +279,87 @@ def test_keda_guard_discounts_pending_workers(k8s, overlay):
     waits = [round(max(v[h["sample"]] or 0 for k, v in s.items() if "oldest_wait" in k), 2) for h in scaler.history]
     assert any(h["demand"] < h["demand_without_ksm"] for h in pending), \
         f"the guard never acted while workers were Pending (oldest queued waits {waits} s): {scaler.history}"
+
+
+# ---- failures with the overlay's settings ----------------------------------------------------------
+
+
+@pytest.mark.budget(180)
+def test_overlay_worker_sigkill_mid_load(k8s, overlay):
+    """A worker SIGKILLed with streams running on it (the router's default heartbeat timeout, the
+    overlay's readiness probe): the pod leaves DNS at once, started streams resume on the
+    survivor, unstarted requests re-run, every request completes."""
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    victim = ws[0]
+    import threading
+    out = [None] * 24
+
+    def one(i):
+        out[i] = completion(rs[i % len(rs)].ip, dict(story(i, 64, "kill"), model=c.model), i, key=c.api_key)
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(out))]
+    for t in ts:
+        t.start()
+    c.wait_until(f"{victim.name} streaming", lambda: c.metrics(victim)["switchyard_worker_requests_running"] >= 2
+                 and c.metrics(victim)["switchyard_worker_generation_tokens_total"] >= 8, 30, 0.05)
+    c.kubelet.crash(victim)
+    c.wait_until("the killed pod out of DNS", lambda: victim.ip not in c.kubelet.dns_history[-1][1], 5, 0.05)
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "requests still unanswered after 120 s"
+    assert_no_failures(out, at_least=len(out))
+    ms = [c.metrics(r) for r in rs]
+    resumed = sum(m["switchyard_router_streams_resumed_total"] for m in ms)
+    print(f"worker SIGKILL (overlay): {summary(out)}; resumed {resumed:.0f}, re-dispatched "
+          f"{sum(m['switchyard_router_redispatched_total'] for m in ms):.0f}")
+    assert resumed >= 1, "no started stream was resumed"
+
+
+@pytest.mark.budget(180)
+def test_overlay_lossy_link_every_stream_completes(k8s, overlay):
+    """The worker pods' links lose 5 % of their packets both ways and are slow (netem 30 +- 10 ms;
+    or nftables drops and a token bucket), with the overlay's CURVE link and the router's default
+    heartbeat timeout: 8 streams of 128 tokens complete with the text they had over the clean
+    link, no worker is declared dead."""
+    from k8s_net import link_impairment
+    how, why = link_impairment()
+    if how is None:
+        prerequisite(why, lambda: deploy_common.skip(why))
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    body = [dict(story(i, 128, "lossy"), model=c.model, cache=False) for i in range(8)]
+    clean = burst_bodies(c, rs, body)
+    assert_no_failures(clean, at_least=8)
+    for w in ws:
+        how = w.host.impair(loss_percent=5, delay_ms=30)
+    try:
+        lossy = burst_bodies(c, rs, body)
+        dropped = sum(w.host.dropped_packets() for w in ws)
+    finally:
+        for w in ws:
+            w.host.repair()
+    print(f"lossy link ({how}, overlay): {summary(lossy)}, {dropped} packets dropped")
+    if how == "nft+tbf":
+        assert dropped >= 5, f"the impairment dropped {dropped} packets: too few to prove anything"
+    assert_no_failures(lossy, at_least=8)
+    assert [o.text for o in lossy] == [o.text for o in clean]
+    for r in rs:
+        assert c.router_workers(r).get("dead", 0) == 0, c.router_workers(r)
+
+
+def burst_bodies(c, routers, bodies):
+    import threading
+    out = [None] * len(bodies)
+
+    def one(i):
+        out[i] = completion(routers[i % len(routers)].ip, bodies[i], i, timeout=150, key=c.api_key)
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(bodies))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(160)
+    return out
