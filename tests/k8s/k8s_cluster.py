@@ -22,6 +22,9 @@ import deploy_common
 
 WORKER_SERVICE = "workers.switchyard.svc.cluster.local"
 WORKER_PORT, METRICS_PORT = 5555, 9100
+# The TTL of the cluster DNS's answers for Services (CoreDNS's kubernetes plugin's default), which
+# the overlay's minReadySeconds and worker preStop are sized for.
+CLUSTER_DNS_TTL_S = 5
 
 
 class Cluster:
@@ -60,9 +63,13 @@ class Cluster:
                 t.materialize(self.pod_root)
         self.loads = []
         self.net = Network()
-        self.dns = self.kubelet = None
+        self.dns = self.kubelet = self.dns_cache = None
         try:
-            self.dns = DnsServer(self.net, logdir)
+            # With the overlay: answers with CoreDNS's TTL, and the pods ask a caching forwarder
+            # (CoreDNS's cache, NodeLocal DNSCache) that keeps them that long.
+            self.dns = DnsServer(self.net, logdir, ttl=CLUSTER_DNS_TTL_S if overlay else 0)
+            if overlay:
+                self.dns_cache = DnsServer(self.net, logdir, upstream=self.dns, name="dns-cache")
             self.kubelet = Kubelet(self.net, self.dns, logdir, self.worker_service, router_lag_s=router_lag_s,
                                    services=services)
         except Exception:
@@ -86,7 +93,7 @@ class Cluster:
             a = template.argv(name, self.pod_root, models)
             return a if template.container.get("command") else [binary, *a]
 
-        return self.kubelet.create(kind, argv, template.probes, name=name, resolver=self.dns.ip,
+        return self.kubelet.create(kind, argv, template.probes, name=name, resolver=self.dns_cache.ip,
                                    search=self.overlay.search(), env_fn=template.env, prefix=template.name + "-",
                                    pending_s=pending_s)
 
@@ -256,6 +263,8 @@ class Cluster:
             self.kubelet.close()
         for ld in self.loads:
             ld.abort()
+        if self.dns_cache:
+            self.dns_cache.stop()
         if self.dns:
             self.dns.stop()
         self.net.close()

@@ -141,14 +141,16 @@ def test_overlay_pods_serve_with_tenants_link_and_redis(k8s, overlay):
 # ---- rollouts and drains with the overlay's timings ----------------------------------------------
 
 
+@pytest.mark.parametrize("replicas", ["overlay", 1])
 @pytest.mark.budget(300)
-def test_overlay_worker_rollout_under_load(k8s, overlay):
+def test_overlay_worker_rollout_under_load(k8s, overlay, replicas):
     """The worker Deployment rolled (maxSurge 1, maxUnavailable 0, minReadySeconds, preStop sleep,
     SIGTERM drain, grace period: all the overlay's) under 8 streaming clients through the router
-    Service: zero failed requests, every old worker exits 0 within its grace period."""
+    Service: zero failed requests, every old worker exits 0 within its grace period. With the
+    overlay's replicas, and scaled to one worker (the surge pod is the only other)."""
     t = overlay.worker
     c = k8s(overlay=overlay)
-    ws, rs = c.start(timeout=90)
+    ws, rs = c.start(workers=None if replicas == "overlay" else replicas, timeout=90)
     c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
     load = c.load(8, max_tokens=48, tag="roll")
     time.sleep(3)
