@@ -62,6 +62,7 @@ class Cluster:
             for t in (r, w, overlay.redis):
                 t.materialize(self.pod_root)
         self.loads = []
+        self.proxy = None
         self.net = Network()
         self.dns = self.kubelet = self.dns_cache = None
         try:
@@ -256,6 +257,17 @@ class Cluster:
         self.loads.append(ld)
         return ld
 
+    def cluster_ip(self):
+        """The router Service's ClusterIP (k8s_proxy: kube-proxy), once it forwards to the ready
+        routers."""
+        from k8s_proxy import ClusterIP
+        if self.proxy is None:
+            self.proxy = ClusterIP(self.net, self.kubelet.router_service, ROUTER_PORT)
+        ready = {p.ip for p in self.kubelet.live("router") if p.ready and not p.terminating}
+        self.wait_until("the ClusterIP forwarding to the ready routers",
+                        lambda: ready and set(self.proxy.applied or ()) == ready, self.proxy.service.lag_s + 5, 0.05)
+        return self.proxy.ip
+
     def close(self):
         for ld in self.loads:
             ld._stop.set()  # no new requests; those in flight end when the pods go
@@ -263,6 +275,8 @@ class Cluster:
             self.kubelet.close()
         for ld in self.loads:
             ld.abort()
+        if self.proxy:
+            self.proxy.close()
         if self.dns_cache:
             self.dns_cache.stop()
         if self.dns:

@@ -18,9 +18,9 @@ _live_lock = threading.Lock()
 OWNERS = "/run/sy-k8s"  # one file per live network: its prefix, holding the owning process's pid
 
 
-def sh(*argv, check=True, timeout=20):
+def sh(*argv, check=True, timeout=20, input=None):
     """Runs a command (no shell); raises with its stderr when it fails and `check` is set."""
-    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input)
     if check and p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
     return p
@@ -219,7 +219,7 @@ class Network:
             if self._closed:
                 raise RuntimeError("network closed")
             index = self._next
-            if index > 254:
+            if index > 253:  # .254: the router Service's ClusterIP (k8s_proxy)
                 raise RuntimeError("the test's /24 is exhausted")
             self._next += 1
             h = Host(self, name, index)
@@ -313,6 +313,8 @@ def sweep_stale():
             name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
             if name.startswith(prefix):
                 sh("ip", "link", "del", name, check=False)
+        for table in (f"{prefix}kp", f"{prefix}kpf") if shutil.which("nft") else ():  # k8s_proxy's tables
+            sh("nft", f"delete table ip {table}", check=False)
         os.remove(path)
         swept.append(prefix)
     if swept:

@@ -365,3 +365,39 @@ def burst_bodies(c, routers, bodies):
     for t in ts:
         t.join(160)
     return out
+
+
+# ---- kube-proxy and keep-alive clients -------------------------------------------------------------
+
+
+@pytest.mark.budget(240)
+def test_overlay_router_rollout_with_keep_alive_sdk_clients(k8s, overlay):
+    """The router Deployment rolled while 8 OpenAI SDK clients, each with its pool of keep-alive
+    connections, stream through the Service's ClusterIP (kube-proxy: a new connection goes to a
+    ready router; an established one stays on its router while that router terminates). A
+    terminating router keeps answering on its open connections for --shutdown-delay-s, says
+    `Connection: close` and closes idle ones; the SDK opens new connections (and retries a
+    request whose connection closed before the response, as it does by default): zero failed
+    requests."""
+    prerequisite("the openai Python package (in .venv)", lambda: __import__("openai"))
+    from k8s_load import SdkLoad
+    from k8s_proxy import proxy_available
+    if not proxy_available():
+        prerequisite("nft (Debian package nftables), for the ClusterIP", lambda: deploy_common.skip("no nft"))
+    t = overlay.router
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    vip = c.cluster_ip()
+    load = SdkLoad(f"http://{vip}:{ROUTER_PORT}/v1", c.api_key, c.model, 8, max_tokens=24)
+    try:
+        time.sleep(3)
+        new, deletions = rollout(c, rs, t)
+        settle(c, deletions, t)
+        time.sleep(1)
+    finally:
+        outcomes = load.stop()
+    print(f"router rollout, SDK keep-alive clients via ClusterIP {vip}: {summary(outcomes)}; "
+          f"endpoints applied: {c.proxy.history}")
+    assert_no_failures(outcomes, at_least=20)
+    assert len(c.proxy.history) >= 3, f"the ClusterIP never followed the rollout: {c.proxy.history}"
