@@ -112,13 +112,13 @@ class Cluster:
             if has_flag(WORKER, "--drain-timeout-s") else []
 
         def argv(ip):
-            return [WORKER, "serve", "--model", model or MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}", "--metrics-host",
-                    "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--threads", "1", "--kv-blocks", str(kv_blocks),
+            return [WORKER, "serve", "--model", model or MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}",
+                    "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--threads", "1", "--kv-blocks", str(kv_blocks),
                     "--max-running", str(max_running), "--max-context", "512", "--worker-id", f"worker-{ip}", *drain,
                     *extra]
 
-        return self.kubelet.create("worker", lambda ip, _: argv(ip), self.kubelet.readiness_probe(METRICS_PORT, "/ready"),
-                                   name=name)
+        probes = self.kubelet.readiness_probe(METRICS_PORT, "/ready")
+        return self.kubelet.create("worker", lambda ip, _: argv(ip), probes, name=name)
 
     def router(self, extra=(), name=None):
         if self.overlay:
@@ -133,8 +133,8 @@ class Cluster:
                     f"{WORKER_SERVICE}:{WORKER_PORT}", "--dns-interval-s", str(self.dns_interval_s),
                     "--http-threads", "1", "--router-id", f"router-{ip}", *hb, *drain, *extra]
 
-        return self.kubelet.create("router", lambda ip, _: argv(ip), self.kubelet.readiness_probe(ROUTER_PORT, "/ready"),
-                                   resolver=self.dns.ip, name=name)
+        probes = self.kubelet.readiness_probe(ROUTER_PORT, "/ready")
+        return self.kubelet.create("router", lambda ip, _: argv(ip), probes, resolver=self.dns.ip, name=name)
 
     def start(self, workers=None, routers=None, worker_kw=None, router_kw=None, timeout=60):
         """`workers` and `routers` pods (with the overlay: its replicas by default, and its Redis

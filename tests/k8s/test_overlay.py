@@ -4,6 +4,7 @@ port), probes, preStop, grace periods, minReadySeconds, rollout strategy, replic
 PodDisruptionBudgets, in network namespaces, under the suite's kubelet.
 
 Every request must succeed: rollouts and drains done as the manifests say lose nothing."""
+import copy
 import shutil
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import deploy_common
 from k8s_kubelet import http_get
 from k8s_load import ROUTER_PORT, assert_no_failures, completion, story, summary
-from k8s_manifest import NOT_EMULATED, load, unapplied
+from k8s_manifest import NOT_EMULATED, Overlay, load, unapplied
 
 
 def prerequisite(what, fn):
@@ -29,7 +30,8 @@ def prerequisite(what, fn):
 def overlay():
     for tool in ("redis-server", "redis-cli"):  # the overlay's Redis pod and its readiness probe
         if shutil.which(tool) is None:
-            prerequisite(f"{tool} (Debian package redis-server)", lambda: deploy_common.skip(f"{tool} is not installed"))
+            prerequisite(f"{tool} (Debian package redis-server)",
+                         lambda: deploy_common.skip(f"{tool} is not installed"))
     return prerequisite("kubectl (to render the overlay)", load)
 
 
@@ -94,6 +96,17 @@ def test_overlay_settings_are_all_applied(overlay):
             assert p.port is None or isinstance(p.port, int), f"{t.name}: unresolved probe port {p}"
         print(t)
     print("not emulated: " + "; ".join(f"{k}: {v}" for k, v in NOT_EMULATED.items()))
+    # The check itself: settings the kubelet does not implement, added to a copy, are named.
+    docs = copy.deepcopy(overlay.docs)
+    w = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == overlay.worker.name)
+    cont = w["spec"]["template"]["spec"]["containers"][0]
+    cont["lifecycle"]["preStop"] = {"exec": {"command": ["sleep", "12"]}}
+    cont["readinessProbe"]["terminationGracePeriodSeconds"] = 5
+    w["spec"]["progressDeadlineSeconds"] = 60
+    found = unapplied(Overlay(docs))
+    assert sorted(found) == sorted(f"{overlay.worker.name}: {p}" for p in (
+        "container.lifecycle.preStop.exec.command", "container.readinessProbe.terminationGracePeriodSeconds",
+        "spec.progressDeadlineSeconds")), found
 
 
 # ---- pods as rendered ----------------------------------------------------------------------------
