@@ -10,7 +10,12 @@ by promtool's PromQL engine (`promql`), and the HPA's arithmetic turns it into r
 ceil(value / threshold) (AverageValue) outside the 10 % tolerance, the scale-up policies of the
 ScaledObject's `behavior` (the most of the Pods and Percent policies over their period), the
 scale-down stabilization window, [minReplicaCount, maxReplicaCount]. New workers are created
-Pending for `pending_s` (unscheduled, pulling the image), then start and probe as any pod."""
+Pending for `pending_s` (unscheduled, pulling the image), then start and probe as any pod.
+
+`prometheus_up = False`: the query fails (Prometheus unreachable). KEDA passes the error on, and
+the HPA keeps its replicas, until `fallback.failureThreshold` polls in a row have failed; from
+then on KEDA reports the fallback (`replicas`, or with `behavior: currentReplicasIfHigher` the
+running replicas where they are more) as the metric, fallback replicas x threshold."""
 import math
 import os
 import re
@@ -38,6 +43,12 @@ class ScaledObject:
         b = (((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {})
         self.up = b.get("scaleUp", {})
         self.down = b.get("scaleDown", {})
+        self.fallback = spec.get("fallback") or {}
+
+    def fallback_replicas(self, current):
+        """The replicas KEDA's fallback reports with `current` running."""
+        n = self.fallback["replicas"]
+        return max(n, current) if self.fallback.get("behavior") == "currentReplicasIfHigher" else n
 
     def up_limit(self, base):
         """The most replicas the scale-up policies allow from `base` (the count one period ago)."""
@@ -46,6 +57,14 @@ class ScaledObject:
         if not limits:
             return self.max
         return min(limits) if self.up.get("selectPolicy") == "Min" else max(limits)
+
+    def down_limit(self, base):
+        """The fewest replicas the scale-down policies allow from `base` (the most in a period)."""
+        limits = [base - p["value"] if p["type"] == "Pods" else math.ceil(base * (1 - p["value"] / 100))
+                  for p in self.down.get("policies", [])]
+        if not limits:
+            return self.min
+        return max(limits) if self.down.get("selectPolicy") == "Min" else min(limits)
 
 
 def load_scaled_object():
@@ -87,6 +106,9 @@ class KedaAutoscaler:
         self.pods = [p for p in c.kubelet.live("worker") if not p.terminating]
         self.spec = len(self.pods)  # the Deployment's spec.replicas (the HPA writes it)
         self.history = []  # dicts: one per poll
+        self.prometheus_up = True
+        self.recommendations = []  # (time, replicas the metric asked for): the HPA's stabilization
+        self.failures = 0  # polls failed in a row
         self.replica_history = [(time.monotonic(), self.spec)]
         self.errors = []
         self._stop = threading.Event()
@@ -126,31 +148,51 @@ class KedaAutoscaler:
     # ---- KEDA + HPA --------------------------------------------------------------------------
 
     def desired(self, value, now):
-        """The HPA's replicas for the metric `value` (AverageValue: the total over the target)."""
+        """The HPA's replicas for the metric `value` (AverageValue: the total over the target), as
+        its controller computes them: the metric's replicas (unchanged within the 10 %
+        tolerance), stabilized (the current count held between the least recommendation of the
+        scale-up window and the most of the scale-down window), then rate-limited by the
+        behavior's policies and clamped to [min, max]."""
         cur = self.spec
         want = cur if value is not None and abs(value / (self.so.threshold * cur) - 1) <= 0.1 \
             else math.ceil((value or 0) / self.so.threshold)
-        want = max(self.so.min, min(self.so.max, want))
-        if want > cur:
+        self.recommendations.append((now, want))
+        up_w = self.so.up.get("stabilizationWindowSeconds", 0)
+        down_w = self.so.down.get("stabilizationWindowSeconds", 300)
+        up = min([r for t, r in self.recommendations if t > now - up_w] + [want])
+        down = max([r for t, r in self.recommendations if t > now - down_w] + [want])
+        rec = min(max(cur, up), down)
+        if rec > cur:
             period = max((p["periodSeconds"] for p in self.so.up.get("policies", [])), default=60)
-            base = min(n for t, n in self.replica_history if t >= now - period) if any(
-                t >= now - period for t, _ in self.replica_history) else cur
-            want = min(want, max(cur, self.so.up_limit(base)))
-        elif want < cur:
-            window = self.so.down.get("stabilizationWindowSeconds", 300)
-            recent = [h["desired_raw"] for h in self.history if h["t"] >= now - window]
-            want = max([want] + recent)
-        return want
+            base = min([n for t, n in self.replica_history if t >= now - period] + [cur])
+            rec = min(rec, max(cur, self.so.up_limit(base)))
+        elif rec < cur:
+            period = max((p["periodSeconds"] for p in self.so.down.get("policies", [])), default=60)
+            base = max([n for t, n in self.replica_history if t >= now - period] + [cur])
+            rec = max(rec, min(cur, self.so.down_limit(base)))
+        return max(self.so.min, min(self.so.max, rec))
 
     def poll(self):
         now = time.monotonic()
         at = self.n - 1
+        # What the query gives (also evaluated while "Prometheus is down", for comparison).
         value = promql(self.promtool, self.so.query, self.series, at)
         no_ksm = {k: v for k, v in self.series.items() if not k.startswith("kube_")}
         blind = promql(self.promtool, self.so.query, no_ksm, at)
-        raw = max(self.so.min, min(self.so.max, math.ceil((value or 0) / self.so.threshold)))
         h = {"t": now, "sample": at, "spec": self.spec, "available": self.available(), "demand": value,
-             "demand_without_ksm": blind, "desired_raw": raw}
+             "demand_without_ksm": blind, "prometheus_up": self.prometheus_up}
+        if self.prometheus_up:
+            self.failures = 0
+        else:
+            self.failures += 1
+            h["failures"] = self.failures
+            if self.failures < self.so.fallback.get("failureThreshold", 3):
+                h["desired_raw"] = h["replicas"] = self.spec  # the HPA cannot compute: no change
+                self.history.append(h)
+                return
+            h["fallback"] = self.so.fallback_replicas(self.spec)
+            value = h["fallback"] * self.so.threshold
+        h["desired_raw"] = max(self.so.min, min(self.so.max, math.ceil((value or 0) / self.so.threshold)))
         want = self.desired(value, now)
         h["replicas"] = want
         self.history.append(h)

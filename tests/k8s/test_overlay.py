@@ -240,6 +240,27 @@ def test_overlay_drain_of_the_only_worker_waits_for_a_replacement(k8s, overlay):
 # ---- the KEDA query's guard while scale-up workers are Pending ------------------------------------
 
 
+def overloaded_and_autoscaled(k8s, overlay):
+    """The overlay's cluster at its minReplicaCount of workers, more streams than its routers
+    dispatch at once, and KEDA + HPA (k8s_autoscaler) polling; new workers stay Pending."""
+    from k8s_autoscaler import KedaAutoscaler, load_scaled_object
+    promtool = prerequisite("promtool", lambda: deploy_common.tool("promtool"))
+    so = prerequisite("kubectl (to render the ScaledObject)", load_scaled_object)
+    max_running = int(deploy_common.flag_value(overlay.worker.argv("w", "", ""), "--max-running"))
+    c = k8s(overlay=overlay)
+    ws, rs = c.start(workers=so.min, timeout=90)
+    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
+    # Each router dispatches up to --max-running + --local-queue (its default: 2) to each worker on
+    # its own; beyond, requests wait in its cluster queue.
+    local_queue = int(deploy_common.flag_value(overlay.router.argv("r", "", ""), "--local-queue") or 2)
+    clients = len(rs) * len(ws) * (max_running + local_queue) + 24
+    # Overloaded on purpose: a request may wait a minute for its first token (an OpenAI client
+    # waits 10 minutes by default).
+    load = c.load(clients, max_tokens=64, tag="keda", timeouts=(300.0, 150.0))
+    scaler = KedaAutoscaler(c, so, rs, promtool, pending_s=20 * so.polling_s)
+    return c, so, rs, load, clients, scaler
+
+
 @pytest.mark.budget(240)
 def test_keda_guard_discounts_pending_workers(k8s, overlay):
     """More streams than the overlay's 2 workers run at once (--max-running): requests queue, the
@@ -250,22 +271,7 @@ def test_keda_guard_discounts_pending_workers(k8s, overlay):
     available / spec, so the demand stays below what the same query gives without
     kube-state-metrics (the guard at full strength), and equals docs/operations.md's formula on
     the same samples. Every request still completes."""
-    from k8s_autoscaler import KedaAutoscaler, load_scaled_object
-    promtool = prerequisite("promtool", lambda: deploy_common.tool("promtool"))
-    so = prerequisite("kubectl (to render the ScaledObject)", load_scaled_object)
-    max_running = int(deploy_common.flag_value(overlay.worker.argv("w", "", ""), "--max-running"))
-    c = k8s(overlay=overlay)
-    ws, rs = c.start(timeout=90)
-    assert len(ws) == so.min, (len(ws), so.min)
-    c.wait_routers_see(rs, len(ws), timeout=c.dns_interval_s * 2 + 20)
-    # Each router dispatches up to --max-running + --local-queue (its default: 2) to each worker on
-    # its own; beyond, requests wait in its cluster queue.
-    local_queue = int(deploy_common.flag_value(overlay.router.argv("r", "", ""), "--local-queue") or 2)
-    clients = len(rs) * len(ws) * (max_running + local_queue) + 24
-    # Overloaded on purpose: a request may wait a minute for its first token (an OpenAI client
-    # waits 10 minutes by default).
-    load = c.load(clients, max_tokens=64, tag="keda", timeouts=(300.0, 150.0))
-    scaler = KedaAutoscaler(c, so, rs, promtool, pending_s=10 * so.polling_s)
+    c, so, rs, load, clients, scaler = overloaded_and_autoscaled(k8s, overlay)
     try:
         c.wait_until("three polls of the ScaledObject", lambda: len(scaler.history) >= 3 or scaler.errors,
                      4 * so.polling_s + 30, 0.5)
@@ -414,3 +420,42 @@ def test_overlay_router_rollout_with_keep_alive_sdk_clients(k8s, overlay):
           f"endpoints applied: {c.proxy.history}")
     assert_no_failures(outcomes, at_least=20)
     assert len(c.proxy.history) >= 3, f"the ClusterIP never followed the rollout: {c.proxy.history}"
+
+
+@pytest.mark.budget(300)
+def test_keda_prometheus_outage_never_scales_down(k8s, overlay):
+    """After the queue ordered more workers, the load stops and Prometheus becomes unreachable:
+    while fewer than fallback.failureThreshold polls have failed the HPA keeps its replicas; from
+    then on KEDA reports the fallback, which with `behavior: currentReplicasIfHigher` is the
+    running replicas (more than fallback.replicas), so the blind autoscaler never scales down, where
+    the query, had it answered, would have asked for fewer. Prometheus back: the query again."""
+    c, so, rs, load, clients, scaler = overloaded_and_autoscaled(k8s, overlay)
+    threshold = so.fallback["failureThreshold"]
+    try:
+        c.wait_until("the first poll", lambda: scaler.history or scaler.errors, 2 * so.polling_s + 30, 0.2)
+        load.set_concurrency(0)  # clients finish what they have in flight, then idle
+        scaler.prometheus_up = False
+        c.wait_until(f"{threshold + 1} polls without Prometheus",
+                     lambda: len(scaler.history) >= threshold + 2 or scaler.errors, (threshold + 2) * so.polling_s + 30,
+                     0.5)
+        scaler.prometheus_up = True
+        c.wait_until("a poll with Prometheus back", lambda: len(scaler.history) >= threshold + 3 or scaler.errors,
+                     2 * so.polling_s + 30, 0.5)
+    finally:
+        scaler.stop()
+        outcomes = load.stop(timeout=240)
+    assert not scaler.errors, scaler.errors
+    for h in scaler.history:
+        print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in h.items() if k != "t"})
+    assert_no_failures(outcomes, at_least=clients)
+    first, outage, back = scaler.history[0], scaler.history[1:threshold + 2], scaler.history[threshold + 2]
+    scaled = first["replicas"]
+    assert scaled > so.min, f"the queue did not order more workers: {scaler.history}"
+    assert all(not h["prometheus_up"] for h in outage) and back["prometheus_up"], scaler.history
+    for h in outage[:threshold - 1]:
+        assert "fallback" not in h and h["replicas"] == scaled, h  # the HPA cannot compute: unchanged
+    for h in outage[threshold - 1:]:
+        assert h["fallback"] == max(so.fallback["replicas"], scaled) and h["replicas"] == scaled, h
+    asked = max(so.min, min(so.max, -(-(outage[-1]["demand"] or 0) // so.threshold)))
+    assert asked < scaled, f"the load had not dropped: the query still asked for {asked} workers"
+    assert back["replicas"] == scaled, back  # the scale-down stabilization window holds them
