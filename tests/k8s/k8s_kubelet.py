@@ -1,9 +1,11 @@
 """A small "kubelet" + endpoints controller for the test's pods.
 
-Per pod it starts the process inside the pod's network namespace, polls its readiness probe
-(HTTP GET on the pod IP) and publishes the ready, non-terminating pods:
+Per pod it starts the process inside the pod's network namespace, runs its startup, readiness
+and liveness probes as the pod spec writes them (Pod) and publishes the ready, non-terminating
+pods:
   * worker pods as A records of the headless Service name in the test's DNS (EndpointSlices with
-    publishNotReadyAddresses: false: not ready or terminating = not in DNS);
+    publishNotReadyAddresses: false: not ready or terminating = not in DNS), and pods of the other
+    kinds given in `services` (Redis) under their Service's name;
   * router pods to a `Service` object that clients read, with kube-proxy's propagation lag.
 Deleting a pod takes it out of its endpoints at once, runs its preStop (a sleep), sends SIGTERM and
 SIGKILL after the grace period (which, as in Kubernetes, includes the preStop time), then deletes
