@@ -200,7 +200,8 @@ ordered_json translate(const ordered_json& doc, bool count_only) {
     if (!s->is_array()) wrong_type("stop_sequences", "an array of strings", *s);
     if (!s->empty()) out["stop"] = *s;
   }
-  for (const char* name : {"temperature", "top_p", "top_k", "priority", "timeout", "cache", "ignore_eos"})
+  for (const char* name :
+       {"temperature", "top_p", "top_k", "priority", "timeout", "queue_timeout", "cache", "ignore_eos"})
     if (const ordered_json* x = field(doc, name)) out[name] = *x;
   if (const ordered_json* t = field(doc, "tools")) {
     if (!t->is_array()) wrong_type("tools", "an array of tools", *t);

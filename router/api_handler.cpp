@@ -482,6 +482,7 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     ex = responses_exchange(std::move(ex), r->meta.responses, save_response(who, r->meta));
   }
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
+  r->queue_timeout_s = g.queue_timeout_s.value_or(0);
   attach(*r, ex, req);
   submit_or_lookup(std::move(r), req);
 }
@@ -581,6 +582,7 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   r->meta.model = er.model;  // the name the client used
   r->meta.created = unix_s_now();
   r->timeout_s = std::min(er.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
+  r->queue_timeout_s = er.queue_timeout_s.value_or(0);
   attach(*r, ex, req);
   submit_(std::move(r));  // never cached: no lookup
 }

@@ -229,7 +229,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   e.enqueued_s = now_s;
   e.deadline_s = deadline_s;
   e.tokens = tokens;
-  if (const double qt = queue_timeout_of(*req.who); qt > 0) e.queue_deadline_s = now_s + qt;
+  if (const double qt = queue_timeout_of(req); qt > 0) e.queue_deadline_s = now_s + qt;
   queue_.push(req.model->id, e);
   if (!req.cache_key.empty() && cache_)
     cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
@@ -913,10 +913,10 @@ void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out
     }
     active_request& a = *it->second;
     queue_timeouts_++;
-    const double qt = queue_timeout_of(*a.r->who);
+    const double qt = queue_timeout_of(*a.r);
     char waited[96];
     std::snprintf(waited, sizeof waited, "%.1f s (its queue timeout is %g s)", now_s - a.t_enqueued_s, qt);
-    api_error e = make_error(503, "overloaded_error", "queue_timeout",
+    api_error e = make_error(408, "timeout_error", "queue_timeout",
                              "the request waited in the router's queue for a free worker of '" + a.r->model->id +
                                  "' for " + waited + "; retry later");
     // When to come back: the queue's estimated wait (what is queued over the recent output
@@ -1141,7 +1141,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
   metric(out, "switchyard_router_queue_timeouts_total", "counter",
-         "Requests answered 503 queue_timeout: still in the router's queue, never dispatched, past their queue "
+         "Requests answered 408 queue_timeout: still in the router's queue, never dispatched, past their queue "
          "timeout.",
          static_cast<double>(queue_timeouts_));
   metric(out, "switchyard_router_no_workers_total", "counter",

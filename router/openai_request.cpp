@@ -333,7 +333,7 @@ void parse_stop(const json& v, const api_limits& limits, generation_request& r) 
   for (const json& s : v) add(s, "stop");
 }
 
-// n, stream, stream_options, echo, priority, timeout, user.
+// n, stream, stream_options, echo, priority, timeout, queue_timeout, user.
 void parse_options(const json& doc, endpoint kind, const api_limits& limits, generation_request& r) {
   if (const json* v = field(doc, "n")) r.n = int_between(*v, "n", 1, limits.max_n);
   if (const json* v = field(doc, "stream")) r.stream = as_bool(*v, "stream");
@@ -355,6 +355,14 @@ void parse_options(const json& doc, endpoint kind, const api_limits& limits, gen
              "'timeout' must be > 0 and at most " + number_text(k_max_timeout_s) + " seconds, got " + number_text(t));
     }
     r.timeout_s = t;
+  }
+  if (const json* v = field(doc, "queue_timeout")) {
+    const double t = as_number(*v, "queue_timeout");
+    if (!(t > 0 && t <= k_max_timeout_s)) {
+      reject("queue_timeout", "'queue_timeout' must be > 0 and at most " + number_text(k_max_timeout_s) +
+                                  " seconds, got " + number_text(t));
+    }
+    r.queue_timeout_s = t;
   }
   if (const json* v = field(doc, "user")) r.user = as_string(*v, "user");
 }

@@ -279,7 +279,7 @@ responses_request translate(const ordered_json& doc) {
     chat["stream"] = r.stream;
   }
   // Switchyard's (and vLLM's) extensions, as on the other routes.
-  for (const char* name : {"top_k", "seed", "priority", "timeout", "cache", "ignore_eos"})
+  for (const char* name : {"top_k", "seed", "priority", "timeout", "queue_timeout", "cache", "ignore_eos"})
     if (const ordered_json* x = field(doc, name)) chat[name] = *x;
   // service_tier, prompt_cache_key, safety_identifier, max_tool_calls, stream_options and
   // fields the router does not know: ignored.
