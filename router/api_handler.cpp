@@ -476,6 +476,12 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     if (const auto spec = reasoning_of(cfg_.reasoning, m.spec.chat_template, m.tok, r->prompt, g.thinking))
       enable_reasoning(r->meta, *spec);
   }
+  // A thinking budget acts only where the answer splits (the worker closes the thinking with the
+  // text the split ends it at: docs/router.md, "Reasoning output"); elsewhere it is dropped.
+  if (!r->meta.reasoning) {
+    g.sampling.thinking_budget = 0;
+    g.sampling.thinking_end.clear();
+  }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
   if (shape == api_shape::responses && rr != nullptr) {
     enable_responses(r->meta, *rr, history, responses_ != nullptr);

@@ -556,11 +556,16 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
         continue;
       }
       // stream_options.continuous_usage_stats: the usage so far in every chunk. Workers report
-      // usage in a request's last frame only, so until then it is what the router has seen.
+      // usage in a request's last frame only, so until then it is what the router has seen;
+      // the reasoning tokens are counted as finish() counts them, over the tokens so far.
       usage_info so_far = a.usage;
-      so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
-      so_far.completion_tokens = 0;
-      for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
+      if (r.req.continuous_usage) {
+        so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
+        so_far.completion_tokens = 0;
+        for (const auto& each : a.choices)
+          so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
+        so_far.reasoning_tokens = reasoning_tokens_of(a);
+      }
       send_chunk(l, c, text, ends, lps, r.req.continuous_usage ? &so_far : nullptr, t_recv_s, cs.stop);
     }
   }
@@ -611,16 +616,21 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
   }
 }
 
+std::optional<uint32_t> dispatcher::reasoning_tokens_of(const active_request& a) {
+  const routed_request& r = *a.r;
+  if (!r.meta.reasoning || !r.model) return std::nullopt;
+  uint32_t n = 0;  // the tokens inside the thinking, by their own texts
+  for (const auto& cs : a.choices)
+    n += count_reasoning_tokens(r.model->tok, *r.meta.reasoning, cs.tokens, cs.finished());
+  return n;
+}
+
 void dispatcher::finish(active_request& a, double now_s) {
   const routed_request& r = *a.r;
   usage_info u = a.usage;
   u.completion_tokens = 0;
   for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
-  if (r.meta.reasoning && r.model) {  // the tokens inside the thinking, by their own texts
-    u.reasoning_tokens = 0;
-    for (const auto& cs : a.choices)
-      *u.reasoning_tokens += count_reasoning_tokens(r.model->tok, *r.meta.reasoning, cs.tokens);
-  }
+  u.reasoning_tokens = reasoning_tokens_of(a);
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
   e2e_s_.observe(now_s - r.t_received_s);

@@ -36,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -218,6 +219,9 @@ class dispatcher {
   void check_served(double now_s, std::vector<link_frame>& out);
   // A long gap since the last tick: this router stalled; its workers' silence is forgiven.
   void check_stall(double now_s);
+  // usage.completion_tokens_details.reasoning_tokens of `a`'s tokens so far (all its choices);
+  // nullopt for a request whose answer has no reasoning split.
+  static std::optional<uint32_t> reasoning_tokens_of(const active_request& a);
   // Queued requests past their queue timeout end with 408 queue_timeout.
   void check_queue_timeouts(double now_s, std::vector<link_frame>& out);
   // The queue timeout of `r`: its tenant's, else queue_timeout_s, shortened by the request's own

@@ -14,6 +14,7 @@
 #include "common/json_schema.hpp"
 #include "router/api_errors.hpp"
 #include "router/json_fields.hpp"
+#include "router/reasoning.hpp"
 
 namespace sy::router {
 
@@ -311,6 +312,12 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
              "'chat_template_kwargs.thinking' and 'chat_template_kwargs.enable_thinking' disagree");
     if (qwen3) r.thinking = qwen3;
     if (deepseek) r.thinking = deepseek;
+  }
+  // vLLM's name. The worker closes the thinking after this many tokens with thinking_end's text
+  // (sampling_params; the router drops both where the answer has no reasoning split).
+  if (const json* v = field(doc, "thinking_token_budget")) {
+    r.sampling.thinking_budget = int_between(*v, "thinking_token_budget", 1, std::numeric_limits<int32_t>::max());
+    r.sampling.thinking_end = thinking_end_text();
   }
 }
 

@@ -32,6 +32,7 @@
 #include "worker/sampler.hpp"
 #include "worker/scheduler.hpp"
 #include "worker/stop_matcher.hpp"
+#include "worker/thinking_budget.hpp"
 #include "worker/token_mask.hpp"
 
 namespace sy {
@@ -180,11 +181,12 @@ class engine {
     sampler smp;
     stop_matcher stops;
     stream_decoder decoder;
-    std::vector<float> raw_logits;           // requests with logprobs: the row before sampling changed it
-    bool on_backend = false;                 // sampled by the backend (only the token id comes back)
-    uint64_t backend_seed = 0;               // its seed there: params.seed, or drawn once at submit
-    std::shared_ptr<grammar_masks> grammar;  // constrained decoding, else null
-    grammar::matcher_state gstate;           // after the output so far (survives preemption)
+    std::vector<float> raw_logits;            // requests with logprobs: the row before sampling changed it
+    bool on_backend = false;                  // sampled by the backend (only the token id comes back)
+    uint64_t backend_seed = 0;                // its seed there: params.seed, or drawn once at submit
+    std::shared_ptr<grammar_masks> grammar;   // constrained decoding, else null
+    grammar::matcher_state gstate;            // after the output so far (survives preemption)
+    std::optional<thinking_budget> thinking;  // params.thinking_budget set (and no grammar)
     live_request(std::string n, const sampling_params& p, const tokenizer& tok)
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };

@@ -971,3 +971,15 @@ TEST_CASE("chat_template_kwargs: enable_thinking and thinking are read, other ke
   REQUIRE(std::holds_alternative<router::tokenize_request>(t));
   CHECK(std::get<router::tokenize_request>(t).thinking == false);
 }
+
+TEST_CASE("thinking_token_budget (vLLM's) is the sampling's thinking budget", "[openai_api]") {
+  const std::string msgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + "}").sampling.thinking_budget == 0);
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"thinking_token_budget":64})").sampling.thinking_budget ==
+        64);
+  for (const char* bad : {R"(,"thinking_token_budget":0})", R"(,"thinking_token_budget":-1})"}) {
+    const api_error e = parse_err(endpoint::chat_completions, "{" + msgs + bad);
+    CHECK((e.code == "invalid_value" && e.param == "thinking_token_budget"));
+  }
+  CHECK(parse_err(endpoint::chat_completions, "{" + msgs + R"(,"thinking_token_budget":"8"})").code == "invalid_type");
+}
