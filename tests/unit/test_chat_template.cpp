@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "common/chat_template.hpp"
 #include "common/gguf.hpp"
-#include "common/protocol.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/engine.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/model/cpu_backend.hpp"
+#include "worker/service/worker_service.hpp"
 
 using Catch::Matchers::Contains;
 using sy::chat_format;

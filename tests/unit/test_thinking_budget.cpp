@@ -1,12 +1,12 @@
 // worker/thinking_budget.hpp: a thinking past its budget is closed with the end text's tokens,
 // one that closes itself in time is never touched, and a resumed stream counts what it replays.
-#include "worker/thinking_budget.hpp"
+#include "worker/engine/thinking_budget.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/tokenizer.hpp"
 #include "tests/unit/tiny_vocab.hpp"
 
 using sy::thinking_budget;
