@@ -156,11 +156,14 @@ struct chat_template {
   //    `<｜Assistant｜></think>` with it off (its default).
   bool thinking_switch = false;
   // ChatML and deepseek3: the source splits assistant content at `</think>` and keeps what
-  // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
-  // to their last `</think>`: in ChatML only the turns before the last user message, and the
-  // newlines right after the tag with them (Qwen3's rule); in deepseek3 every assistant turn,
-  // the rest as it is (R1's `content.split('</think>')[-1]`). Reasoning a client sends in a
-  // separate field (`reasoning_content`) is never rendered.
+  // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). In ChatML assistant turns
+  // are then written as Qwen3's template writes them: up to the last user query (a user turn that
+  // is not only a <tool_response>) the answer after the last `</think>` alone, leading newlines
+  // dropped; later, "<think>\nREASONING\n</think>\n\nANSWER" for the last message or a turn with
+  // reasoning, the answer alone otherwise (docs/worker.md). In deepseek3 every assistant turn
+  // loses everything up to its last `</think>`, the rest as it is (R1's
+  // `content.split('</think>')[-1]`). Reasoning a client sends in a separate field
+  // (`reasoning_content`) is never rendered.
   bool drops_past_thinking = false;
   // deepseek3 only: the source's generation prompt is `<｜Assistant｜><think>\n` (the R1
   // distills' newer template): the prompt ends in an open thinking block, and the output holds
