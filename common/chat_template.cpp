@@ -292,6 +292,8 @@ void render_deepseek3(const std::vector<chat_message>& messages, bool gen, std::
       out.append(k_ds_user).append(m.content);
     } else if (m.role == "assistant") {
       out.append(k_ds_assistant).append(turn_open).append(m.content).append(k_ds_end);
+    } else if (m.role.empty()) {  // verbatim (with_tools: tool results)
+      out.append(m.content);
     }
   }
   if (gen) out.append(k_ds_assistant).append(gen_suffix);

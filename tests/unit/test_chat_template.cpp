@@ -349,12 +349,19 @@ TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and clos
   // Only the first </think> ends the dropped part, as the template's split('</think>', 1)[1].
   CHECK(v31.apply({{"user", "a"}, {"assistant", "x</think>y</think>z"}}, false) ==
         "<｜User｜>a<｜Assistant｜></think>y</think>z<｜end▁of▁sentence｜>");
-  // Tool turns go the Hermes way (as for every deepseek3 template), past calls closed the same.
+  // Tool turns in DeepSeek's tokens, as V3.1's template writes them (every deepseek3 template:
+  // common/chat_tools.cpp), past calls closed the same; the tool list after the system prompt.
   const std::string with_call =
       v31.apply({{"user", "Weather?"}, {"assistant", "", {{"c1", "weather", "{}"}}}, {"tool", "sunny", {}, "c1"}}, true,
                 {}, true);
-  CHECK_THAT(with_call, Contains("<｜Assistant｜></think><tool_call>") && Contains("sunny"));
+  CHECK_THAT(with_call,
+             Contains("<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>weather<｜tool▁sep｜>{}"
+                      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny"
+                      "<｜tool▁output▁end｜>"));
   CHECK(with_call.ends_with("<｜Assistant｜><think>"));
+  const std::vector<sy::chat_tool> tools = {{"weather", R"({"type":"function","function":{"name":"weather"}})", ""}};
+  CHECK(v31.apply({{"system", "Be brief."}, {"user", "Weather?"}}, true, tools).rfind("Be brief.\n\n## Tools\n", 0) ==
+        0);
 
   // Qwen3's switch and R1's templates are untouched: their defaults stay on and open.
   const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
