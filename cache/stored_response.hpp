@@ -38,7 +38,7 @@ struct stored_response {
   };
   std::vector<choice> choices;
   uint32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  // Of completion_tokens, those inside the model's thinking (router/reasoning.hpp).
+  // Of completion_tokens, those inside the model's thinking (router/openai/reasoning.hpp).
   uint32_t reasoning_tokens = 0;
   double generation_s = 0;     // wall time the original generation took (for "device-seconds saved")
   int64_t created_unix_s = 0;  // when the entry was made; response_cache::store stamps it when 0

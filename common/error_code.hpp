@@ -1,5 +1,5 @@
 // Why a request (or a message) was refused or failed, declared once for the engine, the wire and
-// the router. Text appears only on the wire (the `error` message, common/protocol) and in the
+// the router. Text appears only on the wire (the `error` message, common/wire/protocol) and in the
 // router's OpenAI error bodies, through name() / parse_error_code().
 #pragma once
 

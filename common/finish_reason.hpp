@@ -1,6 +1,6 @@
 // Why a request (or one choice of it) ended, declared once for the engine, the wire, the router
 // and its metrics. Text appears only where it leaves the process: the tokens message
-// (common/protocol), OpenAI JSON (router/openai_response), metric labels and the cache's stored
+// (common/wire/protocol), OpenAI JSON (router/openai/openai_response), metric labels and the cache's stored
 // responses, each through name() / parse_finish_reason().
 //
 // To add a reason: append it before k_n_finish_reasons' end and give it a name below; a peer

@@ -1,6 +1,6 @@
 // Prefix-cache block hashes, defined once for both sides: the worker registers each full KV
-// block under this hash (worker/kv_block_pool), and the router hashes a prompt the same way to
-// look its blocks up in the view it keeps of every worker's cache (router/kv_view). Equal
+// block under this hash (worker/engine/kv_block_pool), and the router hashes a prompt the same way to
+// look its blocks up in the view it keeps of every worker's cache (router/fleet/kv_view). Equal
 // hashes mean equal whole prefixes: a block's hash chains its parent's.
 //
 // The functions are fixed bit for bit (splitmix64's finalizer, no std::hash): a router and a

@@ -1,7 +1,7 @@
 // The sampling parameters of one request, declared once: the router fills them from the OpenAI
-// request (router/openai_request), the submit message carries them as they are (proto::wire_sampling
+// request (router/openai/openai_request), the submit message carries them as they are (proto::wire_sampling
 // names this struct), the response-cache key hashes them (cache/cache_key) and the engine's
-// sampler reads them (worker/sampler).
+// sampler reads them (worker/engine/sampler).
 //
 // The field list is written once, in visit_fields(): the protocol encodes and decodes the struct
 // through it (the wire keys are the names it gives) and the cache key hashes every field it

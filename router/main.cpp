@@ -17,17 +17,17 @@
 
 #include "cache/entry_mac.hpp"
 #include "common/cli_args.hpp"
-#include "common/curve_keys.hpp"
-#include "common/protocol.hpp"
-#include "common/published_secrets.hpp"
 #include "common/stop_signals.hpp"
-#include "router/actor_protocol.hpp"
-#include "router/api_handler.hpp"
-#include "router/dispatcher_actor.hpp"
-#include "router/http_server.hpp"
-#include "router/link_actor.hpp"
-#include "router/openai_request.hpp"
-#include "router/worker_discovery.hpp"
+#include "common/wire/curve_keys.hpp"
+#include "common/wire/protocol.hpp"
+#include "common/wire/published_secrets.hpp"
+#include "router/dispatch/actor_protocol.hpp"
+#include "router/dispatch/dispatcher_actor.hpp"
+#include "router/fleet/link_actor.hpp"
+#include "router/fleet/worker_discovery.hpp"
+#include "router/http/api_handler.hpp"
+#include "router/http/http_server.hpp"
+#include "router/openai/openai_request.hpp"
 
 using namespace sy;
 using namespace sy::router;
@@ -319,7 +319,7 @@ std::unique_ptr<cache_service> make_cache(const cli_args& a, const tenant_regist
   return cache;
 }
 
-// The worker link (router/link_actor.hpp): frame size cap, backlog bound, and CURVE when a key is given.
+// The worker link (router/fleet/link_actor.hpp): frame size cap, backlog bound, and CURVE when a key is given.
 link_config link_flags(const cli_args& a) {
   link_config lc;
   lc.max_frame_bytes = static_cast<int64_t>(proto::k_max_frame_to_router);
@@ -356,7 +356,7 @@ void add_model_aliases(const cli_args& a, model_registry& models) {
   }
 }
 
-// --workers-dns / --workers-file: where discovery looks (router/worker_discovery.hpp).
+// --workers-dns / --workers-file: where discovery looks (router/fleet/worker_discovery.hpp).
 struct discovery_source {
   bool dns = false;
   std::string source;  // NAME:PORT or a file path; empty: no discovery

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -399,6 +400,8 @@ void store_row_q8_0(const float* x, block_q8_0* out, int64_t n) {
 
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
+  if (use_avx512_kernels() && attend_group_avx512(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked))
+    return;
   if (head_dim % 8 != 0 || head_dim > 256) {
     for (int64_t g = 0; g < n_q; ++g)
       attend_head(q + g * head_dim, n_keys, kv, kv_head, head_dim, scale, scratch, out + g * head_dim, n_masked);

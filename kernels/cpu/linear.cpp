@@ -144,15 +144,15 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
   forward_gemv_fused({&out, 1}, x, ldx, n_tok, pool);
 }
 
-// One pool job over the panels of all layers in `outs`, concatenated and split evenly between the
-// threads: fn(i, p0, p1) runs panels [p0, p1) of layer i.
+// One pool job over the panels of all layers in `outs`, concatenated and taken by the threads in
+// chunks of 4 panels or more (the prompt kernels' panel groups), at least an eighth of a thread's
+// share: fn(i, p0, p1) runs panels [p0, p1) of layer i.
 template <class F>
 void linear::for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn) {
   int64_t total = 0;
   for (const auto& o : outs) total += o.w->n_panels_;
-  pool.run([&](int ith, int nth) {
-    int64_t p0, p1;
-    thread_pool::split(total, 1, ith, nth, p0, p1);
+  constexpr int64_t grain = 4;
+  pool.for_chunks(total, grain, std::max<int64_t>(grain, total / (8 * pool.size())), [&](int64_t p0, int64_t p1) {
     int64_t base = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
       const int64_t n = outs[i].w->n_panels_;

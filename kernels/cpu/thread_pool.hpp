@@ -7,6 +7,7 @@
 // variable, so an idle worker process costs no CPU. Only one thread may call run() at a time.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -37,6 +38,30 @@ class thread_pool {
 
   // Splits [0, n) into contiguous ranges of whole `grain`s, one per thread.
   static void split(int64_t n, int64_t grain, int ith, int nth, int64_t& begin, int64_t& end);
+
+  // fn(begin, end) over [0, n) in chunks taken by whichever thread is free: each take is a share
+  // of what is left (guided scheduling: large chunks first, `min_chunk` at the end), in whole
+  // `grain`s. A thread slowed by another process on its core then does less of the work instead
+  // of holding up the whole job (docs/cpu-backend.md, Threads). Which thread runs a chunk must not
+  // change its results.
+  template <class F>
+  void for_chunks(int64_t n, int64_t grain, int64_t min_chunk, F&& fn) {
+    if (n <= 0) return;
+    if (n_threads_ == 1) return fn(int64_t{0}, n);
+    std::atomic<int64_t> next{0};
+    run([&](int, int nth) {
+      for (;;) {
+        int64_t b = next.load(std::memory_order_relaxed), e;
+        do {
+          if (b >= n) return;
+          int64_t take = std::max(min_chunk, (n - b) / (2 * nth));
+          take = (take + grain - 1) / grain * grain;
+          e = n - b < take ? n : b + take;
+        } while (!next.compare_exchange_weak(b, e, std::memory_order_relaxed));
+        fn(b, e);
+      }
+    });
+  }
 
   // fn(i) for every i in [0, n): on the caller alone below `min_parallel` items (a job costs a
   // few microseconds), else in contiguous ranges, one per thread. Each item's work is the same

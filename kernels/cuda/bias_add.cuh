@@ -1,5 +1,5 @@
 // Bias of a linear layer on the device (Qwen2's attn_{q,k,v}.bias). CPU reference:
-// sy::cpu::add_inplace of the bias onto each row (worker/cpu_forward.cpp, before RoPE).
+// sy::cpu::add_inplace of the bias onto each row (worker/model/cpu_forward.cpp, before RoPE).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // Writes the step's new keys and values into the paged KV cache on the device. CPU reference:
-// cpu::store_kv_row into kv_arena blocks (worker/cpu_forward.cpp), for an fp16 cache.
+// cpu::store_kv_row into kv_arena blocks (worker/model/cpu_forward.cpp), for an fp16 cache.
 #pragma once
 
 #include <cuda_fp16.h>

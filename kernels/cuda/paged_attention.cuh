@@ -1,6 +1,6 @@
 // Paged attention on the device, for decode tokens and prefill-chunk tokens alike. CPU reference:
 // cpu::attend_head / cpu::attend_group over an f16 kv_layer_view (kernels/cpu/attention.hpp), as
-// worker/cpu_forward.cpp calls it.
+// worker/model/cpu_forward.cpp calls it.
 #pragma once
 
 #include <cuda_fp16.h>

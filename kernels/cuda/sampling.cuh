@@ -1,6 +1,6 @@
 // Logits -> token ids on the device, so that only the ids come back to the host
 // (docs/cuda-backend.md).
-// CPU reference: worker/sampler (sy::argmax and sy::sampler). The repetition penalty is not part
+// CPU reference: worker/engine/sampler (sy::argmax and sy::sampler). The repetition penalty is not part
 // of this op: it is applied to the logits before, where the history lives.
 //
 // Per row, in the CPU sampler's order:

@@ -1,6 +1,8 @@
 // bench_kernels: one quantized matrix product (linear::forward_gemv, the decode path) timed on
 // every kernel family this CPU runs, side by side in one process: AMX, AVX-512 VNNI (AMX off) and
-// the portable AVX2 kernels, alternating rounds, best round of each. Random weights in the GGUF
+// the portable AVX2 kernels, alternating rounds, best round of each; on AMX also "amx-prompt", the
+// prompt path (linear::forward_gemm: bf16 panels built per call, AMX bf16 tiles) at the same token
+// counts, which shows where decode's integer kernel stops paying. Random weights in the GGUF
 // layout of the chosen type (the K-quants' scales and mins included), so no model file is needed.
 //
 //   bench_kernels [--type q4_K|q5_K|q6_K|q4_0|q8_0] [--rows 8192] [--cols 2048] [--tokens 1,16,32,64]
@@ -27,17 +29,22 @@ namespace {
 struct family {
   const char* name;
   bool portable, amx_off;
+  bool prompt = false;  // the prompt path (forward_gemm: bf16 panels on AMX) instead of decode's
 };
 
 std::vector<uint8_t> random_weights(weight_type t, int64_t rows, int64_t cols) {
   return is_k_quant(t) ? amx_test::random_k_weights(t, rows, cols) : amx_test::random_int_weights(t, rows, cols);
 }
 
-double best_seconds(const linear& l, const std::vector<float>& x, int64_t n, std::vector<float>& y, thread_pool& pool) {
+double best_seconds(const linear& l, bool prompt, const std::vector<float>& x, int64_t n, std::vector<float>& y,
+                    thread_pool& pool) {
   double best = 1e30;
   for (int rep = 0; rep < 10; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    l.forward_gemv(x.data(), l.cols(), n, y.data(), l.rows(), pool);
+    if (prompt)
+      l.forward_gemm(x.data(), l.cols(), n, y.data(), l.rows(), pool);
+    else
+      l.forward_gemv(x.data(), l.cols(), n, y.data(), l.rows(), pool);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
@@ -81,7 +88,10 @@ int main(int argc, char** argv) {
   for (std::string s; std::getline(ss, s, ',');) ns.push_back(std::stoll(s));
 
   std::vector<family> fams;
-  if (cpu_features().amx == amx_state::usable) fams.push_back({"amx", false, false});
+  if (cpu_features().amx == amx_state::usable) {
+    fams.push_back({"amx", false, false});
+    fams.push_back({"amx-prompt", false, false, true});
+  }
   if (use_avx512_kernels()) fams.push_back({"avx512-vnni", false, true});
   fams.push_back({"avx2", true, true});
   thread_pool pool(threads);
@@ -104,7 +114,7 @@ int main(int argc, char** argv) {
       for (size_t f = 0; f < fams.size(); ++f) {
         force_portable_kernels(fams[f].portable);
         force_amx_off(fams[f].amx_off);
-        best[f] = std::min(best[f], best_seconds(layers[f], x, n, y, pool));
+        best[f] = std::min(best[f], best_seconds(layers[f], fams[f].prompt, x, n, y, pool));
       }
     double vnni = 0;
     for (size_t f = 0; f < fams.size(); ++f)

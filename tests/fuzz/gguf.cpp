@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/gguf.hpp"
-#include "common/protocol.hpp"
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "common/wire/protocol.hpp"
 
 namespace gguf = sy::gguf;
 

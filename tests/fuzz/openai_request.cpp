@@ -1,6 +1,6 @@
-// Fuzzes the OpenAI request parser (router/openai_request.hpp), the first code a client's body
+// Fuzzes the OpenAI request parser (router/openai/openai_request.hpp), the first code a client's body
 // reaches: /v1/chat/completions and /v1/completions (response_format's schema compiled by
-// common/json_schema included), /tokenize and /detokenize. The first byte picks the parser, the
+// common/structured/json_schema included), /tokenize and /detokenize. The first byte picks the parser, the
 // rest is the body. Parsing must never throw or crash; a refusal must be a 4xx whose error body
 // formats.
 #include <cstddef>
@@ -9,8 +9,8 @@
 #include <string_view>
 #include <variant>
 
-#include "router/openai_request.hpp"
-#include "router/openai_response.hpp"
+#include "router/openai/openai_request.hpp"
+#include "router/openai/openai_response.hpp"
 
 namespace router = sy::router;
 

@@ -1,9 +1,9 @@
-// Fuzzes the router <-> worker wire decoder (common/protocol.hpp): every message either side
+// Fuzzes the router <-> worker wire decoder (common/wire/protocol.hpp): every message either side
 // decodes from a ZeroMQ frame. The first byte picks the type frame (one of the ten names, or,
 // for values past them, the next bytes up to a NUL as a raw type frame); the rest is the body.
 // decode() must never throw, crash or read past the body; a message it accepts must encode back
 // to a body that decodes to the same message. A welcome then goes where the router takes it
-// (router/dispatcher.cpp on_welcome): its tokenizer and chat template are built, and may be
+// (router/dispatch/dispatcher.cpp on_welcome): its tokenizer and chat template are built, and may be
 // refused only by an exception.
 #include <cstddef>
 #include <cstdint>
@@ -12,9 +12,9 @@
 #include <string>
 #include <string_view>
 
-#include "common/chat_template.hpp"
-#include "common/protocol.hpp"
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "common/wire/protocol.hpp"
 
 namespace proto = sy::proto;
 

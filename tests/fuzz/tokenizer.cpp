@@ -1,5 +1,5 @@
-// Fuzzes the tokenizers (common/tokenizer.hpp) and what is made from a vocabulary
-// (common/hf_tokenizer.hpp). Two small vocabularies are built here once — byte-level BPE
+// Fuzzes the tokenizers (common/tokenizer/tokenizer.hpp) and what is made from a vocabulary
+// (common/tokenizer/hf_tokenizer.hpp). Two small vocabularies are built here once — byte-level BPE
 // ("gpt2", SmolLM's pre-tokenizer) and SentencePiece ("llama", byte fallback) — and the first
 // byte of an input picks what the rest is:
 //   0, 1: text encoded by the BPE / SentencePiece vocabulary (with and without special tokens),
@@ -20,11 +20,11 @@
 #include <string_view>
 #include <vector>
 
-#include "common/chat_template.hpp"
-#include "common/hf_tokenizer.hpp"
-#include "common/protocol.hpp"
-#include "common/stream_decoder.hpp"
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/tokenizer/hf_tokenizer.hpp"
+#include "common/tokenizer/stream_decoder.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/tiny_vocab.hpp"
 
 namespace proto = sy::proto;

@@ -19,9 +19,9 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/gpu/gpu_check.hpp"
-#include "worker/cuda_forward.hpp"
-#include "worker/engine.hpp"
-#include "worker/llama_model.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/model/cuda_forward.hpp"
+#include "worker/model/llama_model.hpp"
 
 namespace {
 

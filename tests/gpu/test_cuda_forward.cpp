@@ -47,10 +47,10 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/gpu/gpu_check.hpp"
-#include "worker/cpu_forward.hpp"
-#include "worker/cuda_forward.hpp"
-#include "worker/kv_arena.hpp"
-#include "worker/llama_model.hpp"
+#include "worker/model/cpu_forward.hpp"
+#include "worker/model/cuda_forward.hpp"
+#include "worker/model/kv_arena.hpp"
+#include "worker/model/llama_model.hpp"
 
 #ifndef SY_TEST_MODELS_DIR
 #define SY_TEST_MODELS_DIR "build/test-models"

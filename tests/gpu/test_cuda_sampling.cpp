@@ -25,7 +25,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "tests/gpu/gpu_check.hpp"
-#include "worker/sampler.hpp"
+#include "worker/engine/sampler.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@ if(SY_CUDA_ENABLED)
   # Per-op parity against the CPU reference (plain programs: exit 77 without a device).
   foreach(t IN ITEMS ops attention sampling)
     add_executable(test_cuda_${t} gpu/test_cuda_${t}.cpp)
-    target_link_libraries(test_cuda_${t} PRIVATE sy_kernels_cuda sy_kernels_cpu sy_model)
+    target_link_libraries(test_cuda_${t} PRIVATE sy_kernels_cuda sy_kernels_cpu sy_worker_engine)
     add_test(NAME gpu/cuda_${t} COMMAND test_cuda_${t})
     set_tests_properties(gpu/cuda_${t} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
   endforeach()
@@ -20,7 +20,7 @@ if(SY_CUDA_ENABLED)
   add_test(NAME gpu/quant_decode_host COMMAND test_quant_decode)
   set_tests_properties(gpu/quant_decode_host PROPERTIES TIMEOUT 120)
   add_executable(test_cuda_forward gpu/test_cuda_forward.cpp)
-  target_link_libraries(test_cuda_forward PRIVATE sy_cuda_forward)
+  target_link_libraries(test_cuda_forward PRIVATE sy_cuda_forward sy_worker_engine)
   # The generated model families: $SY_TEST_MODELS_DIR at run time, else this build's test-models/
   # (tests/tools/test_models.sh); the device check carries a few (deploy/gpu-check.sh).
   target_compile_definitions(test_cuda_forward PRIVATE SY_MODEL_PATH="${SY_MODEL_PATH}"
@@ -29,7 +29,7 @@ if(SY_CUDA_ENABLED)
   set_tests_properties(gpu/cuda_forward PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
   # The engine on the CUDA backend: vs the CPU engine, graphs vs eager, seeded device sampling.
   add_executable(test_cuda_engine gpu/test_cuda_engine.cpp)
-  target_link_libraries(test_cuda_engine PRIVATE sy_cuda_forward)
+  target_link_libraries(test_cuda_engine PRIVATE sy_cuda_forward sy_worker_engine)
   target_compile_definitions(test_cuda_engine PRIVATE SY_MODEL_PATH="${SY_MODEL_PATH}")
   add_test(NAME gpu/cuda_engine COMMAND test_cuda_engine)
   set_tests_properties(gpu/cuda_engine PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
@@ -46,7 +46,7 @@ else()
 endif()
 # `--device` and `--cuda-graphs` mistakes, and no GPU where none exists, end with a message and
 # exit code 1 (never a crash); runs everywhere. Device-only builds have no `serve`: the same
-# start-up through `switchyard-bench serve-check` (worker/serve_engine.hpp).
+# start-up through `switchyard-bench serve-check` (worker/cli/serve_engine.hpp).
 if(SY_DEVICE_ONLY)
   add_test(NAME worker/device_errors
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/device_errors.sh $<TARGET_FILE:switchyard-bench> ${SY_MODEL_PATH}

@@ -2,7 +2,7 @@
 whose every step throws is ejected while the cluster keeps answering, and a prompt that kills every
 worker it reaches (a query of death) takes down at most two of them before its request ends with a
 named 502. The faults are the worker's test-only `--fault-inject` modes
-(worker/fault_injection.hpp): the real engine path fails, nothing is faked."""
+(worker/cli/fault_injection.hpp): the real engine path fails, nothing is faked."""
 import concurrent.futures
 import json
 import os

@@ -71,7 +71,7 @@ def own_redis_router(worker):
 
 def generations(worker, expect=None):
     """Generations the worker has finished (stop or length). The worker publishes its counters
-    before the frames that end a generation go out (worker/engine_actor.cpp), so a client that has
+    before the frames that end a generation go out (worker/service/engine_actor.cpp), so a client that has
     its answer finds it counted: with `expect`, waits (2 s at most) for the count to reach it;
     without, lets the worker settle (nothing running) first."""
     def count():

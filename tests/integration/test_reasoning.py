@@ -1,7 +1,7 @@
 """Reasoning output end to end: real router and worker processes, the official openai SDK reading
 `reasoning_content` and `reasoning` from the raw response (model_extra). No reasoning model is
 needed: the worker's test backend `--fault-inject sim:0:TEXT` answers every request with TEXT
-through the real engine, detokenizer and link (worker/fault_injection.hpp), so the router sees a
+through the real engine, detokenizer and link (worker/cli/fault_injection.hpp), so the router sees a
 model's `<think>...</think>` text token by token, with the tags cut over several tokens.
 
 Two small clusters:

@@ -582,7 +582,7 @@ def sim_streams(c, routers, model, n, max_tokens):
 @pytest.mark.budget(420)
 def test_forty_simulated_workers_behind_four_routers(k8s):
     """Scale beyond this machine's cores: workers of the `sim` test backend (no forward: each step
-    sleeps 20 ms and streams a fixed script; `--fault-inject sim:MS`, worker/fault_injection.hpp)
+    sleeps 20 ms and streams a fixed script; `--fault-inject sim:MS`, worker/cli/fault_injection.hpp)
     serving a tiny generated model, and 4 routers. Discovery churns 1 -> 40 -> 1 through the
     headless Service: 40 A records make a DNS answer over 512 bytes, truncated over UDP and asked
     again over TCP by the routers' resolver; every router sees all 40 workers, then 1. With 40 up,

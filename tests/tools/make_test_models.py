@@ -6,11 +6,11 @@ with llama.cpp's own quantizer (llama_model_quantize through llama-cpp-python's 
 No model hub is reachable on these machines and only SmolLM2-135M ships in a package, so the
 weight types and architectures people bring (Llama 3.x, Qwen2/2.5, Mistral; Q4_K_M, Q5_K_M,
 Q6_K, Q8_0, F16, BF16, ...) are checked on files made here. Shapes are realistic at small width
-(GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b` and `--shape 3b`
-make Llama-3.2-1B- and 3B-shaped files for the benchmarks.
+(GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b`, `--shape 3b` and
+`--shape 8b` make Llama-3.2-1B-, 3B- and Llama-3.1-8B-shaped files for the benchmarks.
 
     make_test_models.py --out DIR [--families llama3,qwen2,mistral] [--types f16,q4_k_m,...]
-                        [--shape tiny|1b|3b]
+                        [--shape tiny|1b|3b|8b]
 
 Needs numpy, gguf, tokenizers, sentencepiece, and llama.cpp (tests/tools/build_llamacpp.sh:
 PYTHONPATH=<dir>/python LLAMA_CPP_LIB_PATH=<dir>/lib). Writes DIR/<family>/<family>-<type>.gguf
@@ -257,6 +257,10 @@ SHAPES = {
     "1b": dict(n_embd=2048, n_ff=8192, n_layer=16, n_head=32, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
     # Llama-3.2-3B-shaped (head dim 128); the f32 source is ~13 GB on disk and in memory while written.
     "3b": dict(n_embd=3072, n_ff=8192, n_layer=28, n_head=24, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072),
+    # Llama-3.1-8B-shaped: its own output head (not tied), an f16 source (16 GB on disk; tensors are
+    # generated one at a time while written, so memory holds one tensor).
+    "8b": dict(n_embd=4096, n_ff=14336, n_layer=32, n_head=32, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072,
+               tied=False, src_type="f16"),
 }
 
 FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "phi4"]
@@ -269,7 +273,7 @@ FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q
 # for one global layer after five sliding-window ones), and the sliding window (short, so the
 # test prompts cross it and block boundaries).
 FAMILY_SHAPE = {"qwen3": dict(head_dim=128), "gemma3": dict(head_dim=128, n_head_kv=1, n_layer=6, window=12)}
-SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2}  # fixed, so a new shape changes no existing file
+SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2, "8b": 3}  # fixed, so a new shape changes no existing file
 # Gemma 3 keys the common files leave out but other converters and checkpoints write, each set
 # away from llama.cpp's default so that a runtime ignoring one gives other logits: the
 # sliding-window layers as a per-layer array (default: 5 of every 6), the windowed layers' RoPE
@@ -342,9 +346,11 @@ def write_family(family, shape, path, arch=None, gemma3_keys=None):
         w.add_key_length(HD)
         w.add_value_length(HD)
     w.add_layer_norm_rms_eps(1e-5 if family not in ("qwen2", "qwen3", "gemma3") else 1e-6)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    f16_src = s.get("src_type") == "f16"
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16_src else gguf.LlamaFileType.ALL_F32)
 
     tied = family in ("llama3", "qwen2", "gemma3", "phi4")  # phi3: separate output, as Phi-3.5-mini
+    tied = s.get("tied", tied)
     extra = {}
     if family == "llama3":
         w.add_rope_freq_base(500000.0)
@@ -442,45 +448,58 @@ def write_family(family, shape, path, arch=None, gemma3_keys=None):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
     KV, Q = HKV * HD, H * HD
+    lazy = []  # (name, shape, dtype, make): written in this order
+
+    def put(name, shape, make):
+        lazy.append((name, tuple(shape), np.float16 if f16_src and len(shape) == 2 else np.float32, make))
+
     embd_gain = 6.0 / math.sqrt(E) if tied else 1.0
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, E), dtype=np.float32) * embd_gain)
+    put("token_embd.weight", (n_vocab, E), lambda: rng.standard_normal((n_vocab, E), dtype=np.float32) * embd_gain)
     for name, arr in extra.items():
-        w.add_tensor(name, arr)
+        put(name, arr.shape, lambda arr=arr: arr)
     for l in range(L):
         p = f"blk.{l}."
-        w.add_tensor(p + "attn_norm.weight", norm(E))
+        put(p + "attn_norm.weight", (E,), lambda: norm(E))
         if family in ("phi3", "phi4"):  # one fused matrix: Q rows, then K, then V
-            w.add_tensor(p + "attn_qkv.weight", np.concatenate([mat(Q, E, 2.0), mat(KV, E, 2.0), mat(KV, E)]))
+            put(p + "attn_qkv.weight", (Q + 2 * KV, E), lambda: np.concatenate([mat(Q, E, 2.0), mat(KV, E, 2.0), mat(KV, E)]))
         else:
-            w.add_tensor(p + "attn_q.weight", mat(Q, E, 2.0))
-            w.add_tensor(p + "attn_k.weight", mat(KV, E, 2.0))
-            w.add_tensor(p + "attn_v.weight", mat(KV, E))
+            put(p + "attn_q.weight", (Q, E), lambda: mat(Q, E, 2.0))
+            put(p + "attn_k.weight", (KV, E), lambda: mat(KV, E, 2.0))
+            put(p + "attn_v.weight", (KV, E), lambda: mat(KV, E))
         if family == "qwen2":
-            w.add_tensor(p + "attn_q.bias", (0.5 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
-            w.add_tensor(p + "attn_k.bias", (0.5 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
-            w.add_tensor(p + "attn_v.bias", (0.1 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
+            put(p + "attn_q.bias", (E,), lambda: (0.5 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
+            put(p + "attn_k.bias", (KV,), lambda: (0.5 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
+            put(p + "attn_v.bias", (KV,), lambda: (0.1 * rng.standard_normal(KV, dtype=np.float32)).astype(np.float32))
         if family in ("qwen3", "gemma3"):
-            w.add_tensor(p + "attn_q_norm.weight", norm(HD))
-            w.add_tensor(p + "attn_k_norm.weight", norm(HD))
-        w.add_tensor(p + "attn_output.weight", mat(E, Q))
-        w.add_tensor(p + "ffn_norm.weight", norm(E))
+            put(p + "attn_q_norm.weight", (HD,), lambda: norm(HD))
+            put(p + "attn_k_norm.weight", (HD,), lambda: norm(HD))
+        put(p + "attn_output.weight", (E, Q), lambda: mat(E, Q))
+        put(p + "ffn_norm.weight", (E,), lambda: norm(E))
         if family == "gemma3":
             # Block outputs as large as the scaled embedding (rms ~6), so that the context, and
             # with it the sliding window, decides the logits rather than the current token alone.
-            w.add_tensor(p + "post_attention_norm.weight", 6.0 * norm(E))
-            w.add_tensor(p + "post_ffw_norm.weight", 6.0 * norm(E))
+            put(p + "post_attention_norm.weight", (E,), lambda: 6.0 * norm(E))
+            put(p + "post_ffw_norm.weight", (E,), lambda: 6.0 * norm(E))
         if family in ("phi3", "phi4"):  # gate rows, then up rows
-            w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(F, E), mat(F, E)]))
+            put(p + "ffn_up.weight", (2 * F, E), lambda: np.concatenate([mat(F, E), mat(F, E)]))
         else:
-            w.add_tensor(p + "ffn_gate.weight", mat(F, E))
-            w.add_tensor(p + "ffn_up.weight", mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", mat(E, F))
-    w.add_tensor("output_norm.weight", norm(E))
+            put(p + "ffn_gate.weight", (F, E), lambda: mat(F, E))
+            put(p + "ffn_up.weight", (F, E), lambda: mat(F, E))
+        put(p + "ffn_down.weight", (E, F), lambda: mat(E, F))
+    put("output_norm.weight", (E,), lambda: norm(E))
     if not tied:
-        w.add_tensor("output.weight", mat(n_vocab, E, 6.0))
+        put("output.weight", (n_vocab, E), lambda: mat(n_vocab, E, 6.0))
+    # Tensor infos first, then each tensor generated as it is written (in the order added, so the
+    # random draws are those of adding them all at once).
+    for name, shape, dtype, _ in lazy:
+        w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, dtype, make in lazy:
+        arr = np.asarray(make(), dtype=dtype)
+        assert arr.shape == tuple(shape), (name, arr.shape, shape)
+        w.write_tensor_data(arr)
     w.close()
 
 
@@ -517,7 +536,8 @@ def main():
         d = os.path.join(args.out, family)
         os.makedirs(d, exist_ok=True)
         stem = family if args.shape == "tiny" else f"{family}-{args.shape}"
-        src = os.path.join(d, f"{stem}-f32.gguf")
+        src_type = SHAPES[args.shape].get("src_type", "f32")
+        src = os.path.join(d, f"{stem}-{src_type}.gguf")
         if not os.path.exists(src):
             print(f"make_test_models: writing {src}", file=sys.stderr)
             write_family(family, args.shape, src + ".part")
@@ -528,7 +548,7 @@ def main():
         for t in types:
             if t not in FTYPES:
                 sys.exit(f"unknown type {t!r} (known: {', '.join(FTYPES)})")
-            dst = src if t == "f32" else os.path.join(d, f"{stem}-{t}.gguf")
+            dst = src if t == src_type else os.path.join(d, f"{stem}-{t}.gguf")
             if not os.path.exists(dst):
                 print(f"make_test_models: quantizing {os.path.basename(dst)}", file=sys.stderr)
                 quantize(src, dst, t)

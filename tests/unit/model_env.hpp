@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/prerequisite.hpp"
-#include "worker/llama_model.hpp"
+#include "worker/model/llama_model.hpp"
 
 namespace sy::test {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol.hpp"
-#include "router/http_server.hpp"
+#include "common/wire/protocol.hpp"
+#include "router/base/http_exchange.hpp"
 #include "tests/unit/tiny_vocab.hpp"
 
 namespace sy::test {

@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "router/admission.hpp"
-#include "router/tenants.hpp"
+#include "router/dispatch/admission.hpp"
+#include "router/dispatch/tenants.hpp"
 
 using namespace sy::router;
 

@@ -1,4 +1,4 @@
-// Anthropic Messages API edge tests (router/anthropic_api.hpp): a body with every mapped field
+// Anthropic Messages API edge tests (router/openai/anthropic_api.hpp): a body with every mapped field
 // becomes the native chat request /v1/chat/completions would make; bad and unsupported fields
 // are 400s naming the field in Anthropic's terms; responses, stream events and errors have
 // Anthropic's shapes, and a stream's tool_use input adds up to the non-streamed input.
@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "router/anthropic_api.hpp"
+#include "router/openai/anthropic_api.hpp"
 #include "tests/unit/sse_events.hpp"
 
 using nlohmann::json;

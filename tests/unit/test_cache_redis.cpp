@@ -4,7 +4,7 @@
 #include "cache/cache_key.hpp"
 #include "cache/redis_client.hpp"
 #include "cache/response_cache.hpp"
-#include "router/cache_service.hpp"
+#include "router/dispatch/cache_service.hpp"
 #include "tests/unit/prerequisite.hpp"
 
 #include <catch2/catch.hpp>

@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "common/chat_template.hpp"
 #include "common/gguf.hpp"
-#include "common/protocol.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/engine.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/model/cpu_backend.hpp"
+#include "worker/service/worker_service.hpp"
 
 using Catch::Matchers::Contains;
 using sy::chat_format;
@@ -350,7 +350,7 @@ TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and clos
   CHECK(v31.apply({{"user", "a"}, {"assistant", "x</think>y</think>z"}}, false) ==
         "<｜User｜>a<｜Assistant｜></think>y</think>z<｜end▁of▁sentence｜>");
   // Tool turns in DeepSeek's tokens, as V3.1's template writes them (every deepseek3 template:
-  // common/chat_tools.cpp), past calls closed the same; the tool list after the system prompt.
+  // common/tokenizer/chat_tools.cpp), past calls closed the same; the tool list after the system prompt.
   const std::string with_call =
       v31.apply({{"user", "Weather?"}, {"assistant", "", {{"c1", "weather", "{}"}}}, {"tool", "sunny", {}, "c1"}}, true,
                 {}, true);

@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol.hpp"
-#include "router/api_handler.hpp"
-#include "router/cache_replay.hpp"
-#include "router/dispatcher.hpp"
+#include "common/wire/protocol.hpp"
+#include "router/dispatch/cache_replay.hpp"
+#include "router/dispatch/dispatcher.hpp"
+#include "router/http/api_handler.hpp"
 #include "tests/unit/router_fakes.hpp"
 
 using namespace sy::router;

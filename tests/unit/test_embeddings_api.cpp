@@ -1,6 +1,6 @@
-// POST /v1/embeddings at the edge (router/embeddings_api.hpp): every shape of `input`, the options,
+// POST /v1/embeddings at the edge (router/openai/embeddings_api.hpp): every shape of `input`, the options,
 // the 400s in OpenAI's error shape, the response body (float and base64), and the embed /
-// embeddings wire messages (common/protocol.hpp) with their checks.
+// embeddings wire messages (common/wire/protocol.hpp) with their checks.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/protocol.hpp"
-#include "router/embeddings_api.hpp"
+#include "common/wire/protocol.hpp"
+#include "router/openai/embeddings_api.hpp"
 
 using nlohmann::json;
 using sy::router::api_error;

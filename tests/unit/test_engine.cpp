@@ -12,8 +12,8 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/engine.hpp"
-#include "worker/generator.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/engine/generator.hpp"
 
 using namespace sy;
 using sy::test::env;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tests/unit/model_env.hpp"
-#include "worker/engine.hpp"
+#include "worker/engine/engine.hpp"
 
 using namespace sy;
 using sy::test::env;

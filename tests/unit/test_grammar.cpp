@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "common/gguf.hpp"
-#include "common/grammar.hpp"
-#include "common/json_schema.hpp"
-#include "common/tokenizer.hpp"
+#include "common/structured/grammar.hpp"
+#include "common/structured/json_schema.hpp"
+#include "common/tokenizer/tokenizer.hpp"
 #include "tests/unit/prerequisite.hpp"
-#include "worker/token_mask.hpp"
+#include "worker/engine/token_mask.hpp"
 
 using namespace sy;
 

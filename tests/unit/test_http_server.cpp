@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "router/http_server.hpp"
+#include "router/http/http_server.hpp"
 
 using namespace sy::router;
 using namespace std::chrono_literals;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -586,6 +587,13 @@ TEST_CASE("grouped-query attention equals attention head by head") {
           view_hm.layout = kv_layout::heads;
           std::vector<float> got_hm(n_q * hd, 54321.f), ref_hm(n_q * hd);
           attend_group(q.data(), n_q, n_keys, view_hm, 1, hd, 0.2f, scratch.data(), got_hm.data());
+          {  // The AVX-512 loops (where this CPU runs them) give the portable loops' results bitwise.
+            std::vector<float> portable(n_q * hd, 777.f);
+            force_portable_kernels(true);
+            attend_group(q.data(), n_q, n_keys, view_hm, 1, hd, 0.2f, scratch.data(), portable.data());
+            force_portable_kernels(false);
+            for (size_t i = 0; i < portable.size(); ++i) REQUIRE(portable[i] == got_hm[i]);
+          }
           for (int64_t g = 0; g < n_q; ++g) {
             attend_head(q.data() + g * hd, n_keys, view_hm, 1, hd, 0.2f, scores.data(), ref_hm.data() + g * hd);
             attend_group(q.data() + g * hd, 1, n_keys, view_hm, 1, hd, 0.2f, scratch.data(), one.data());
@@ -689,6 +697,29 @@ TEST_CASE("thread pool for_each visits every index once, alone or split") {
     for (const auto& c : seen) REQUIRE(c == 1);
     if (n < 16) CHECK(other_thread == 0);  // below the threshold: no job
     if (n >= 64) CHECK(other_thread > 0);  // split: the other thread took a range
+  }
+}
+
+TEST_CASE("thread pool for_chunks covers every index once in whole grains, with any thread count") {
+  for (int threads : {1, 2, 3}) {
+    thread_pool pool(threads);
+    for (int64_t n : {0, 1, 3, 4, 5, 64, 1001}) {
+      std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+      std::mutex mu;
+      std::vector<std::pair<int64_t, int64_t>> chunks;
+      pool.for_chunks(n, 4, 8, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
+        std::lock_guard<std::mutex> lk(mu);
+        chunks.emplace_back(b, e);
+      });
+      for (const auto& c : seen) REQUIRE(c == 1);
+      for (const auto& [b, e] : chunks) {
+        CHECK(b < e);
+        CHECK(b % 4 == 0);             // every chunk starts on a grain
+        if (e < n) CHECK(e - b >= 8);  // and but for the last is at least min_chunk
+      }
+      if (threads == 1 && n > 0) CHECK(chunks.size() == 1);
+    }
   }
 }
 

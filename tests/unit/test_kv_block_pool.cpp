@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/kv_hash.hpp"
-#include "worker/kv_block_pool.hpp"
+#include "worker/engine/kv_block_pool.hpp"
 
 using namespace sy;
 
@@ -437,7 +437,7 @@ TEST_CASE("a hash collision never hands out another prefix's blocks") {
   REQUIRE_INVARIANTS(pool);
 }
 
-// The sliding-window release looks blocks up one at a time (worker/kv_window.hpp): a block
+// The sliding-window release looks blocks up one at a time (worker/model/kv_window.hpp): a block
 // anywhere in a chain, by its parent hash and content, without walking from the start.
 TEST_CASE("holds and acquire_block find one registered block by parent and content, not its prefix") {
   kv_block_pool pool(k_blocks, k_bs);

@@ -1,6 +1,6 @@
 // KV block events end to end without sockets: the worker's pool and publisher
-// (worker/kv_publisher) on one side, the wire (encode, decode) in between, a router's view
-// (router/kv_view) on the other. The view equals the pool's registered set after every step,
+// (worker/service/kv_publisher) on one side, the wire (encode, decode) in between, a router's view
+// (router/fleet/kv_view) on the other. The view equals the pool's registered set after every step,
 // also when messages are lost (a gap asks for a snapshot) and when the publisher's log overflows.
 #include <catch2/catch.hpp>
 
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/kv_hash.hpp"
-#include "router/kv_view.hpp"
-#include "worker/kv_block_pool.hpp"
-#include "worker/kv_publisher.hpp"
+#include "router/fleet/kv_view.hpp"
+#include "worker/engine/kv_block_pool.hpp"
+#include "worker/service/kv_publisher.hpp"
 
 using namespace sy;
 

@@ -1,4 +1,4 @@
-// The link loop both processes share (common/link_loop.hpp): the backlog's order and its one
+// The link loop both processes share (common/wire/link_loop.hpp): the backlog's order and its one
 // overflow rule (drop the oldest expendable frame, else the oldest; count it) exactly, with a scripted send function
 // standing in for a socket; then one turn of poll_once over a real inproc socket pair.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "common/link_loop.hpp"
+#include "common/wire/link_loop.hpp"
 
 using sy::link::backlog_counters;
 using sy::link::frame;

@@ -11,8 +11,8 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/generator.hpp"
-#include "worker/llama_model.hpp"
+#include "worker/engine/generator.hpp"
+#include "worker/model/llama_model.hpp"
 
 using namespace sy;
 using sy::test::env;

@@ -14,10 +14,10 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
-#include "worker/engine.hpp"
-#include "worker/generator.hpp"
-#include "worker/llama_model.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/engine/generator.hpp"
+#include "worker/model/llama_model.hpp"
+#include "worker/service/worker_service.hpp"
 
 using namespace sy;
 

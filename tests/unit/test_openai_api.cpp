@@ -10,8 +10,8 @@
 #include <variant>
 #include <vector>
 
-#include "router/openai_request.hpp"
-#include "router/openai_response.hpp"
+#include "router/openai/openai_request.hpp"
+#include "router/openai/openai_response.hpp"
 
 using nlohmann::json;
 using sy::router::api_error;

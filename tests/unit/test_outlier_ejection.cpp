@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "router/retry_budget.hpp"
-#include "router/worker_pool.hpp"
+#include "router/dispatch/retry_budget.hpp"
+#include "router/fleet/worker_pool.hpp"
 
 using namespace sy::router;
 

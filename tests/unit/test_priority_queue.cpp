@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "router/priority_queue.hpp"
+#include "router/dispatch/priority_queue.hpp"
 
 using namespace sy::router;
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.hpp"
+#include "common/wire/protocol.hpp"
 
 namespace proto = sy::proto;
 using proto::decode;

@@ -1,9 +1,9 @@
-// Secrets published with the project are refused at start-up (common/published_secrets.hpp).
+// Secrets published with the project are refused at start-up (common/wire/published_secrets.hpp).
 #include <catch2/catch.hpp>
 #include <stdexcept>
 #include <string>
 
-#include "common/published_secrets.hpp"
+#include "common/wire/published_secrets.hpp"
 
 TEST_CASE("published secrets: the example keys are known, fresh ones are not") {
   // From deploy/tenants.example.json, and the worker CURVE key the Kubernetes base once carried.

@@ -1,4 +1,4 @@
-// Reasoning output (router/reasoning.hpp): the splitter of `<think>...</think>` text, whole and
+// Reasoning output (router/openai/reasoning.hpp): the splitter of `<think>...</think>` text, whole and
 // fed in every chunking (a tag cut anywhere, thinking never closed, no tags, thinking opened by
 // the prompt); which requests split (the parser flag, the template, enable_thinking); the tokens
 // counted as reasoning; the response, chunk, usage and Anthropic shapes; tool calls after the
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "cache/stored_response.hpp"
-#include "common/chat_template.hpp"
-#include "common/tokenizer.hpp"
-#include "router/anthropic_api.hpp"
-#include "router/model_registry.hpp"
-#include "router/openai_request.hpp"
-#include "router/openai_response.hpp"
-#include "router/reasoning.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "router/fleet/model_registry.hpp"
+#include "router/openai/anthropic_api.hpp"
+#include "router/openai/openai_request.hpp"
+#include "router/openai/openai_response.hpp"
+#include "router/openai/reasoning.hpp"
 #include "tests/unit/sse_events.hpp"
 #include "tiny_vocab.hpp"
 

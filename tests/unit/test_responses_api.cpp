@@ -1,4 +1,4 @@
-// Responses API edge tests (router/responses_api.hpp): a body with every mapped field becomes the
+// Responses API edge tests (router/openai/responses_api.hpp): a body with every mapped field becomes the
 // native chat request /v1/chat/completions would make; input items (messages, function calls and
 // their outputs) and a stored conversation become chat messages; bad and unsupported fields are
 // 400s naming the field in the Responses API's terms; the response object, its stream's event
@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "router/responses_api.hpp"
-#include "router/responses_store.hpp"
+#include "router/http/responses_store.hpp"
+#include "router/openai/responses_api.hpp"
 #include "tests/unit/router_fakes.hpp"
 #include "tests/unit/sse_events.hpp"
 

@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.hpp"
-#include "router/actor_protocol.hpp"
-#include "router/dispatcher.hpp"
-#include "router/dispatcher_actor.hpp"
-#include "router/link_actor.hpp"
-#include "router/router_clock.hpp"
+#include "common/wire/protocol.hpp"
+#include "router/base/router_clock.hpp"
+#include "router/dispatch/actor_protocol.hpp"
+#include "router/dispatch/dispatcher.hpp"
+#include "router/dispatch/dispatcher_actor.hpp"
+#include "router/fleet/link_actor.hpp"
 #include "tests/unit/actor_env.hpp"
 #include "tests/unit/router_fakes.hpp"
 

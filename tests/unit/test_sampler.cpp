@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "worker/sampler.hpp"
-#include "worker/stop_matcher.hpp"
+#include "worker/engine/sampler.hpp"
+#include "worker/engine/stop_matcher.hpp"
 
 using namespace sy;
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cache/cache_key.hpp"
-#include "common/protocol.hpp"
+#include "common/wire/protocol.hpp"
 
 using sy::sampling_params;
 

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "worker/kv_block_pool.hpp"
-#include "worker/kv_window.hpp"
-#include "worker/scheduler.hpp"
+#include "worker/engine/kv_block_pool.hpp"
+#include "worker/engine/scheduler.hpp"
+#include "worker/model/kv_window.hpp"
 
 using namespace sy;
 
@@ -43,7 +43,7 @@ token_id token_for(request_id id, size_t n_out) { return static_cast<token_id>(i
 
 struct fake_engine {
   kv_block_pool pool;
-  // The sliding-window release (worker/kv_window.hpp): the windowed layers' pool, its window
+  // The sliding-window release (worker/model/kv_window.hpp): the windowed layers' pool, its window
   // (0: none) and its simulated KV.
   kv_block_pool window_pool;
   int64_t window;
@@ -631,7 +631,7 @@ TEST_CASE("soak: thousands of random requests with cancels, deadlines and stops 
   e.require_baseline();
 }
 
-// ---- sliding-window release (worker/kv_window.hpp) -----------------------------------------------
+// ---- sliding-window release (worker/model/kv_window.hpp) -----------------------------------------------
 
 TEST_CASE("sliding window: the KV budget splits so as many max-context sequences fit either pool") {
   // Gemma 3 270M: 3 global and 15 windowed layers, window 512; 896 blocks of 16 tokens, every

@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "router/tenants.hpp"
+#include "router/dispatch/tenants.hpp"
 
 using namespace sy::router;
 

@@ -14,14 +14,14 @@
 #include <thread>
 #include <vector>
 
-#include "common/chat_template.hpp"
 #include "common/gguf.hpp"
-#include "common/pre_tokenizer.hpp"
-#include "common/protocol.hpp"
-#include "common/stream_decoder.hpp"
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "common/tokenizer/pre_tokenizer.hpp"
+#include "common/tokenizer/stream_decoder.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/prerequisite.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/service/worker_service.hpp"
 
 using sy::chat_message;
 using sy::chat_template;

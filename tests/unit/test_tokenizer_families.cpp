@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "common/gguf.hpp"
-#include "common/protocol.hpp"
-#include "common/stream_decoder.hpp"
-#include "common/tokenizer.hpp"
+#include "common/tokenizer/stream_decoder.hpp"
+#include "common/tokenizer/tokenizer.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/prerequisite.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/service/worker_service.hpp"
 
 #ifndef SY_TEST_MODELS_DIR
 #define SY_TEST_MODELS_DIR "build/test-models"

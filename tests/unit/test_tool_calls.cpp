@@ -9,12 +9,12 @@
 #include <variant>
 #include <vector>
 
-#include "common/chat_template.hpp"
-#include "common/grammar.hpp"
-#include "common/json_schema.hpp"
-#include "router/openai_request.hpp"
-#include "router/openai_response.hpp"
-#include "router/tool_calls.hpp"
+#include "common/structured/grammar.hpp"
+#include "common/structured/json_schema.hpp"
+#include "common/tokenizer/chat_template.hpp"
+#include "router/openai/openai_request.hpp"
+#include "router/openai/openai_response.hpp"
+#include "router/openai/tool_calls.hpp"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;

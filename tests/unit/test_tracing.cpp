@@ -1,4 +1,4 @@
-// Request tracing (router/trace_context.hpp, otlp_span.hpp, otlp_exporter.hpp): traceparent
+// Request tracing (router/tracing/trace_context.hpp, otlp_span.hpp, otlp_exporter.hpp): traceparent
 // parsed and written per W3C Trace Context, a span set in OTLP JSON, the exporter's bounded queue
 // and what it drops, and a POST to a real listening socket.
 #include <netinet/in.h>
@@ -17,10 +17,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "router/otlp_exporter.hpp"
-#include "router/otlp_span.hpp"
-#include "router/request_tracing.hpp"
-#include "router/trace_context.hpp"
+#include "router/tracing/otlp_exporter.hpp"
+#include "router/tracing/otlp_span.hpp"
+#include "router/tracing/request_tracing.hpp"
+#include "router/tracing/trace_context.hpp"
 
 using namespace std::chrono_literals;
 using namespace sy::router;

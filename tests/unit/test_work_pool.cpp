@@ -1,4 +1,4 @@
-// The HTTP edge's prep pool (router/work_pool.hpp): every accepted job runs, a full backlog
+// The HTTP edge's prep pool (router/http/work_pool.hpp): every accepted job runs, a full backlog
 // refuses at once, stop() runs what was accepted.
 #include <atomic>
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "router/work_pool.hpp"
+#include "router/http/work_pool.hpp"
 
 using namespace std::chrono_literals;
 using sy::router::work_pool;

@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.hpp"
+#include "common/wire/protocol.hpp"
 #include "tests/unit/actor_env.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/actor_protocol.hpp"
-#include "worker/engine.hpp"
-#include "worker/engine_actor.hpp"
-#include "worker/link_actor.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/service/actor_protocol.hpp"
+#include "worker/service/engine_actor.hpp"
+#include "worker/service/link_actor.hpp"
 
 using namespace sy;
 using sy::test::env;

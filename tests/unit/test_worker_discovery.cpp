@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "router/worker_discovery.hpp"
+#include "router/fleet/worker_discovery.hpp"
 
 using namespace sy::router;
 using set = std::set<std::string>;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/kv_hash.hpp"
-#include "router/worker_pool.hpp"
+#include "router/fleet/worker_pool.hpp"
 
 using namespace sy::router;
 

@@ -11,8 +11,8 @@
 
 #include "common/kv_hash.hpp"
 #include "tests/unit/model_env.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/model/cpu_backend.hpp"
+#include "worker/service/worker_service.hpp"
 
 using namespace sy;
 using sy::test::env;

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "common/protocol.hpp"
+#include "common/wire/protocol.hpp"
 
 namespace sy::test {
 
