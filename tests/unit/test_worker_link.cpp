@@ -91,7 +91,7 @@ TEST_CASE("worker link: the engine's last heartbeat is repeated only while the e
   CHECK(c.heartbeats_repeated == 2);
 }
 
-TEST_CASE("worker link: each router's heartbeat is its own; a gone router's is forgotten") {
+TEST_CASE("worker link: each router's heartbeat is its own, a gone router's is forgotten") {
   sy::link_config cfg;
   sy::link_counters c;
   worker_link l(cfg, c, t0);
