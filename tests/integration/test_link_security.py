@@ -16,6 +16,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from cluster import MODEL_ID, Router
+from support import skip_test
 from worker_client import MODEL, WORKER, Client, Worker
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
@@ -172,9 +173,7 @@ def test_a_worker_sending_a_frame_over_the_routers_limit_is_disconnected():
 def faketime_or_skip():
     path = shutil.which("faketime")
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("faketime is not installed (deploy/setup.sh installs it)")
-        pytest.skip("faketime is not installed (deploy/setup.sh installs it)")
+        skip_test("faketime is not installed (deploy/setup.sh installs it)")
     return path
 
 
