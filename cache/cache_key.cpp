@@ -35,6 +35,7 @@ class canonical_writer {
   void value(int32_t v) { i32(v); }
   void value(uint64_t v) { u64(v); }
   void value(bool v) { boolean(v); }
+  void value(const std::string& v) { str(v); }
   void value(const std::vector<std::string>& v) {
     u64(v.size());
     for (const std::string& s : v) str(s);
@@ -56,7 +57,10 @@ std::string canonical_bytes(const key_input& in) {
   w.u8(in.endpoint);
   w.u64(in.prompt_tokens.size());
   for (int32_t t : in.prompt_tokens) w.i32(t);
-  visit_fields(in.sampling, [&w](std::string_view name, const auto& v, field_bounds) {
+  visit_fields(in.sampling, [&w, &in](std::string_view name, const auto& v, field_bounds) {
+    // A thinking budget is keyed only when set, so the keys of requests without one are those of
+    // before it existed.
+    if (in.sampling.thinking_budget == 0 && (name == "thinking_budget" || name == "thinking_end")) return;
     w.str(name);
     w.value(v);
   });

@@ -26,6 +26,11 @@ std::optional<sampling_error> validate(const sampling_params& p) {
   }
   if (p.logprobs < 0 || p.logprobs > k_max_top_logprobs)
     return bad("logprobs", "outside [0, " + std::to_string(k_max_top_logprobs) + "]");
+  if (p.thinking_budget < 0) return bad("thinking_budget", "negative");
+  if (p.thinking_end.size() > k_max_stop_bytes)
+    return bad("thinking_end", "longer than " + std::to_string(k_max_stop_bytes) + " bytes");
+  if (p.thinking_budget > 0 && p.thinking_end.find_first_not_of(" \t\n\r") == std::string::npos)
+    return bad("thinking_end", "empty (or only whitespace) while thinking_budget is set");
   return std::nullopt;
 }
 

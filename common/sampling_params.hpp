@@ -43,6 +43,13 @@ struct sampling_params {
   bool ignore_eos = false;
   int32_t logprobs = 0;  // [0, k_max_top_logprobs]; > 0: report each sampled token's log-probability
                          // and this many top alternatives
+  // A thinking budget (vLLM's thinking_token_budget, Anthropic's budget_tokens): after this many
+  // generated tokens, a thinking the output has not closed with `thinking_end` (its text without
+  // the whitespace around it) is closed by generating thinking_end's tokens in place of what is
+  // sampled; the answer follows (worker/thinking_budget.hpp). >= 0; 0: none. thinking_end is
+  // non-empty when the budget is set, <= k_max_stop_bytes.
+  int32_t thinking_budget = 0;
+  std::string thinking_end;
 
   bool operator==(const sampling_params&) const = default;
 };
@@ -71,6 +78,8 @@ void visit_fields(P& p, V&& v) {
   v("stop", p.stop, field_bounds{.max_n = k_max_stop_strings, .max_bytes = k_max_stop_bytes});
   v("ignore_eos", p.ignore_eos, field_bounds{});
   v("logprobs", p.logprobs, field_bounds{});
+  v("thinking_budget", p.thinking_budget, field_bounds{});
+  v("thinking_end", p.thinking_end, field_bounds{.max_bytes = k_max_stop_bytes});
 }
 
 // The first parameter out of range: `field` as visit_fields() names it (with an index for a

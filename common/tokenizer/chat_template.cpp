@@ -48,7 +48,7 @@ constexpr std::string_view k_ds_user = "<｜User｜>";
 constexpr std::string_view k_ds_assistant = "<｜Assistant｜>";
 constexpr std::string_view k_ds_end = "<｜end▁of▁sentence｜>";
 constexpr std::string_view k_ds_open_thinking = "<think>\n";  // DeepSeek-R1's generation prompt ends in it
-constexpr std::string_view k_think_open = "<think>";          // DeepSeek-V3.1's, thinking
+constexpr std::string_view k_think_open = "<think>";          // DeepSeek-V3.1 thinking; Qwen3 past turns
 // What marks DeepSeek-V3.1's template, as llama.cpp's chat handlers (common/chat.cpp) find it.
 constexpr std::string_view k_ds_v31_marker = "message['prefix'] is defined and message['prefix'] and thinking";
 
@@ -207,14 +207,14 @@ void render_phi4(const std::vector<chat_message>& messages, bool gen, std::strin
   if (gen) out.append(k_im_start).append("assistant").append(k_im_sep);
 }
 
-// A past assistant turn's content without its thinking (chat_template::drops_past_thinking):
-// what follows the last `</think>`, less the newlines right after it when `lstrip_newlines`.
-std::string_view without_thinking(std::string_view content, bool lstrip_newlines) {
-  const size_t at = content.rfind(k_think_close);
-  if (at == std::string_view::npos) return content;
-  std::string_view rest = content.substr(at + k_think_close.size());
-  if (lstrip_newlines) rest.remove_prefix(std::min(rest.size(), rest.find_first_not_of('\n')));
-  return rest;
+// Python's str.lstrip('\n') / rstrip('\n'), as the thinking templates write them.
+std::string_view lstrip_newlines(std::string_view s) {
+  s.remove_prefix(std::min(s.size(), s.find_first_not_of('\n')));
+  return s;
+}
+std::string_view rstrip_newlines(std::string_view s) {
+  const size_t last = s.find_last_not_of('\n');
+  return s.substr(0, last == std::string_view::npos ? 0 : last + 1);
 }
 
 // DeepSeek-V3.1's past assistant turns (closes_past_thinking): the content after its first
@@ -228,21 +228,54 @@ std::vector<chat_message> close_past_thinking(const std::vector<chat_message>& m
   return out;
 }
 
-// The conversation with past thinking dropped, per drops_past_thinking: `all_turns` (deepseek3)
-// or only the assistant turns before the last user message (ChatML, Qwen3's rule; with no user
-// message, every assistant turn, as Qwen3's template has it).
-std::vector<chat_message> drop_past_thinking(const std::vector<chat_message>& messages, bool all_turns) {
-  size_t last_user = messages.empty() ? 0 : messages.size() - 1;
+// R1's past thinking (drops_past_thinking in deepseek3): every assistant turn keeps what follows
+// its last `</think>`, `content.split('</think>')[-1]`.
+std::vector<chat_message> drop_all_thinking(const std::vector<chat_message>& messages) {
+  std::vector<chat_message> out = messages;
+  for (chat_message& m : out) {
+    const size_t at = m.content.rfind(k_think_close);
+    if (m.role == "assistant" && at != std::string::npos) m.content.erase(0, at + k_think_close.size());
+  }
+  return out;
+}
+
+// Qwen3's past thinking (drops_past_thinking in ChatML), as its template computes it. The last
+// query is the last user message that is not only a tool result (`<tool_response>...
+// </tool_response>`; with none, the last message). An assistant turn with a `</think>` splits
+// into its reasoning (between the last `<think>` and the first `</think>`, newlines trimmed) and
+// its answer (after the last `</think>`, leading newlines dropped). Turns up to the last query
+// keep the answer alone; later ones (the steps of the answer being written) are rewritten
+// "<think>\nREASONING\n</think>\n\nANSWER" when they are the last message or have reasoning,
+// and keep the answer alone otherwise.
+std::vector<chat_message> qwen3_past_thinking(const std::vector<chat_message>& messages) {
+  auto tool_result = [](std::string_view c) {
+    return c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+  };
+  size_t last_query = messages.empty() ? 0 : messages.size() - 1;
   for (size_t i = messages.size(); i-- > 0;) {
-    if (messages[i].role == "user") {
-      last_user = i;
+    if (messages[i].role == "user" && !tool_result(messages[i].content)) {
+      last_query = i;
       break;
     }
   }
   std::vector<chat_message> out = messages;
   for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i].role != "assistant" || (!all_turns && i > last_user)) continue;
-    out[i].content = std::string(without_thinking(out[i].content, !all_turns));
+    if (out[i].role != "assistant") continue;
+    const std::string_view content = out[i].content;
+    std::string_view answer = content, reasoning;
+    if (const size_t close = content.find(k_think_close); close != std::string_view::npos) {
+      reasoning = rstrip_newlines(content.substr(0, close));
+      if (const size_t open = reasoning.rfind(k_think_open); open != std::string_view::npos)
+        reasoning.remove_prefix(open + k_think_open.size());
+      reasoning = lstrip_newlines(reasoning);
+      answer = lstrip_newlines(content.substr(content.rfind(k_think_close) + k_think_close.size()));
+    }
+    if (i > last_query && (i + 1 == out.size() || !reasoning.empty())) {
+      out[i].content =
+          std::string("<think>\n").append(reasoning).append("\n</think>\n\n").append(lstrip_newlines(answer));
+    } else {
+      out[i].content = std::string(answer);
+    }
   }
   return out;
 }
@@ -259,6 +292,8 @@ void render_deepseek3(const std::vector<chat_message>& messages, bool gen, std::
       out.append(k_ds_user).append(m.content);
     } else if (m.role == "assistant") {
       out.append(k_ds_assistant).append(turn_open).append(m.content).append(k_ds_end);
+    } else if (m.role.empty()) {  // verbatim (with_tools: tool results)
+      out.append(m.content);
     }
   }
   if (gen) out.append(k_ds_assistant).append(gen_suffix);
@@ -454,7 +489,8 @@ std::string chat_template::apply(const std::vector<chat_message>& given, bool ad
                                  const std::vector<chat_tool>& tools, std::optional<bool> thinking) const {
   // Past thinking goes first, while tool results are still role "tool" (not the last user turn).
   std::vector<chat_message> stripped;
-  if (drops_past_thinking) stripped = drop_past_thinking(given, format == chat_format::deepseek3);
+  if (drops_past_thinking)
+    stripped = format == chat_format::deepseek3 ? drop_all_thinking(given) : qwen3_past_thinking(given);
   if (closes_past_thinking) stripped = close_past_thinking(drops_past_thinking ? stripped : given);
   const std::vector<chat_message>& conversation = drops_past_thinking || closes_past_thinking ? stripped : given;
   bool tool_turns = !tools.empty();
@@ -554,20 +590,28 @@ const std::string k_jinja_trim = "|trim(' \\t\\n\\x0b\\x0c\\r')";
 const std::string k_content = "{{ message['content'] }}";
 const std::string k_content_trimmed = "{{ message['content']" + k_jinja_trim + " }}";
 
-// drops_past_thinking in Jinja: sets `content` to the message's content, less the thinking of a
-// past assistant turn (drop_past_thinking's rule); `past_thinking_prelude` goes before the loop.
-const std::string k_past_thinking_prelude =
-    "{% set ns_past = namespace(last_user=(messages|length) - 1) %}{% for message in messages %}"
-    "{% if message['role'] == 'user' %}{% set ns_past.last_user = loop.index0 %}{% endif %}{% endfor %}";
+// drops_past_thinking in Jinja: sets `content` to the message's content as qwen3_past_thinking
+// (ChatML) or drop_all_thinking (deepseek3) leaves it; `k_last_query_prelude` goes before the loop.
+const std::string k_last_query_prelude =
+    "{% set ns_past = namespace(last_query=(messages|length) - 1, found=false) %}"
+    "{% for message in messages[::-1] %}{% if not ns_past.found and message['role'] == 'user' and not "
+    "(message['content'].startswith('<tool_response>') and message['content'].endswith('</tool_response>')) %}"
+    "{% set ns_past.found = true %}{% set ns_past.last_query = (messages|length) - 1 - loop.index0 %}{% endif %}"
+    "{% endfor %}";
+const std::string k_qwen3_past_thinking =
+    "{% set content = message['content'] %}{% set reasoning = '' %}"
+    "{% if message['role'] == 'assistant' and '</think>' in content %}"
+    "{% set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{% set content = content.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
+    "{% if message['role'] == 'assistant' and loop.index0 > ns_past.last_query and (loop.last or reasoning) %}"
+    "{% set content = '<think>\\n' + reasoning + '\\n</think>\\n\\n' + content.lstrip('\\n') %}{% endif %}";
+const std::string k_all_past_thinking =
+    "{% set content = message['content'] %}{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}";
 // closes_past_thinking in Jinja: `</think>`, then the content after its first `</think>`.
 const std::string k_closed_past_thinking =
     "{{ '</think>' }}{% if '</think>' in message['content'] %}{{ message['content'].split('</think>', 1)[1] }}"
     "{% else %}{{ message['content'] }}{% endif %}";
-std::string past_thinking_content(bool all_turns) {
-  return "{% set content = message['content'] %}{% if message['role'] == 'assistant' and '</think>' in content" +
-         std::string(all_turns ? "" : " and loop.index0 <= ns_past.last_user") + " %}" +
-         "{% set content = content.split('</think>')[-1]" + (all_turns ? "" : ".lstrip('\\n')") + " %}{% endif %}";
-}
 
 }  // namespace
 
@@ -582,9 +626,9 @@ std::string chat_template::to_jinja(bool with_bos) const {
       if (!default_system.empty())
         j += "{% if messages and messages[0]['role'] != 'system' %}" +
              lit(std::string(k_im_start) + "system\n" + default_system + std::string(k_im_end) + "\n") + "{% endif %}";
-      if (drops_past_thinking) j += k_past_thinking_prelude;
+      if (drops_past_thinking) j += k_last_query_prelude;
       loop(lit(k_im_start) + "{{ message['role'] }}" + lit("\n") +
-           (drops_past_thinking ? past_thinking_content(false) + "{{ content }}" : k_content) +
+           (drops_past_thinking ? k_qwen3_past_thinking + "{{ content }}" : k_content) +
            lit(std::string(k_im_end) + "\n"));
       gen(std::string(k_im_start) + "assistant\n");
       if (thinking_switch)
@@ -618,7 +662,7 @@ std::string chat_template::to_jinja(bool with_bos) const {
     case chat_format::deepseek3:
       loop("{% if message['role'] == 'system' %}" + k_content + lit("\n\n") + "{% elif message['role'] == 'user' %}" +
            lit(k_ds_user) + k_content + "{% elif message['role'] == 'assistant' %}" + lit(k_ds_assistant) +
-           (drops_past_thinking    ? past_thinking_content(true) + "{{ content }}"
+           (drops_past_thinking    ? k_all_past_thinking + "{{ content }}"
             : closes_past_thinking ? k_closed_past_thinking
                                    : k_content) +
            lit(k_ds_end) + "{% endif %}");

@@ -70,7 +70,15 @@ struct chat_tool {
 //                every format without a convention of its own)
 //   llama3_json  {"name": N, "parameters": {...}}, optionally after <|python_tag|> (Llama 3.1+)
 //   mistral      [TOOL_CALLS] [{"name": N, "arguments": {...}}, ...]
-enum class tool_call_style : uint8_t { hermes, llama3_json, mistral };
+//   deepseek     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...
+//                <｜tool▁calls▁end｜> (DeepSeek-V3.1's tokens, the deepseek3 format; the router also
+//                reads V3's and R1's call body, function<｜tool▁sep｜>N\n```json\n{...}\n```)
+enum class tool_call_style : uint8_t { hermes, llama3_json, mistral, deepseek };
+// DeepSeek's tokens around one call and between its name and arguments (the block of calls is
+// tool_call_open / tool_call_close).
+inline constexpr std::string_view k_deepseek_call_begin = "<｜tool▁call▁begin｜>";
+inline constexpr std::string_view k_deepseek_call_end = "<｜tool▁call▁end｜>";
+inline constexpr std::string_view k_deepseek_tool_sep = "<｜tool▁sep｜>";
 
 // What each format writes per message (llama.cpp's rendering; `trim` strips ASCII whitespace
 // " \t\n\v\f\r" at both ends; "gen" is the generation prompt, written only when asked for):
@@ -125,17 +133,22 @@ std::optional<chat_format> chat_format_from_name(std::string_view name);
 std::string chat_format_names();
 
 tool_call_style tool_style(chat_format f);
-// What opens a call in the style's output: "<tool_call>", "<|python_tag|>", "[TOOL_CALLS]".
+// What opens a call in the style's output: "<tool_call>", "<|python_tag|>", "[TOOL_CALLS]",
+// "<｜tool▁calls▁begin｜>".
 std::string_view tool_call_open(tool_call_style s);
-// What closes one ("</tool_call>"; "" where a call runs to the end of the text).
+// What closes one ("</tool_call>", "<｜tool▁calls▁end｜>"; "" where a call runs to the end of the
+// text).
 std::string_view tool_call_close(tool_call_style s);
 
 // The conversation with `tools`, tool results (role "tool") and past calls (assistant tool_calls)
 // written as the format's convention has them, into messages the plain renderers take: for
 // hermes, the tool list in the system message, calls in the assistant's text and results in a
 // user turn; for llama3, the list in the first user message and results as role "ipython"; for
-// mistral, [AVAILABLE_TOOLS] before the last user turn and [TOOL_RESULTS] blocks. An empty role
-// marks text written verbatim (the mistral renderers only; clients cannot send an empty role).
+// mistral, [AVAILABLE_TOOLS] before the last user turn and [TOOL_RESULTS] blocks; for deepseek,
+// the list in the system message, calls in DeepSeek's tokens after the assistant's text and
+// results as <｜tool▁output▁begin｜>...<｜tool▁output▁end｜> right after the calling turn. An
+// empty role marks text written verbatim (the mistral and deepseek3 renderers only; clients
+// cannot send an empty role).
 std::vector<chat_message> with_tools(chat_format f, std::string_view default_system,
                                      const std::vector<chat_message>& messages, const std::vector<chat_tool>& tools);
 
@@ -156,11 +169,14 @@ struct chat_template {
   //    `<｜Assistant｜></think>` with it off (its default).
   bool thinking_switch = false;
   // ChatML and deepseek3: the source splits assistant content at `</think>` and keeps what
-  // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). Past assistant turns then lose everything up
-  // to their last `</think>`: in ChatML only the turns before the last user message, and the
-  // newlines right after the tag with them (Qwen3's rule); in deepseek3 every assistant turn,
-  // the rest as it is (R1's `content.split('</think>')[-1]`). Reasoning a client sends in a
-  // separate field (`reasoning_content`) is never rendered.
+  // follows, `split('</think>')` (Qwen3, QwQ, the DeepSeek-R1 distills). In ChatML assistant turns
+  // are then written as Qwen3's template writes them: up to the last user query (a user turn that
+  // is not only a <tool_response>) the answer after the last `</think>` alone, leading newlines
+  // dropped; later, "<think>\nREASONING\n</think>\n\nANSWER" for the last message or a turn with
+  // reasoning, the answer alone otherwise (docs/worker.md). In deepseek3 every assistant turn
+  // loses everything up to its last `</think>`, the rest as it is (R1's
+  // `content.split('</think>')[-1]`). Reasoning a client sends in a separate field
+  // (`reasoning_content`) is never rendered.
   bool drops_past_thinking = false;
   // deepseek3 only: the source's generation prompt is `<｜Assistant｜><think>\n` (the R1
   // distills' newer template): the prompt ends in an open thinking block, and the output holds

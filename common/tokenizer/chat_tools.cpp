@@ -128,6 +128,59 @@ std::vector<chat_message> mistral(chat_format f, const std::vector<chat_message>
   return out;
 }
 
+constexpr std::string_view k_ds_calls_begin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view k_ds_calls_end = "<｜tool▁calls▁end｜>";
+
+// DeepSeek-V3.1's convention: its tokens around the calls, written after the assistant's text as
+// its template writes them, and each result as <｜tool▁output▁begin｜>RESULT<｜tool▁output▁end｜>
+// right after the calling turn (verbatim: no role marker, as the template has it).
+std::vector<chat_message> deepseek(const std::vector<chat_message>& messages, const std::vector<chat_tool>& tools) {
+  std::vector<chat_message> out;
+  size_t i = 0;
+  if (!tools.empty()) {
+    std::string list = "## Tools\nYou may call the functions below, defined in JSON:\n";
+    for (const chat_tool& t : tools) list.append("\n").append(t.definition);
+    list.append("\n\nTo call functions, write exactly this, with one ")
+        .append(k_deepseek_call_begin)
+        .append("...")
+        .append(k_deepseek_call_end)
+        .append(" per call and the arguments as a JSON object:\n")
+        .append(k_ds_calls_begin)
+        .append(k_deepseek_call_begin)
+        .append("function name")
+        .append(k_deepseek_tool_sep)
+        .append("arguments")
+        .append(k_deepseek_call_end)
+        .append(k_ds_calls_end);
+    chat_message system{"system", std::move(list), {}, {}};
+    if (!messages.empty() && messages.front().role == "system") {
+      system.content = messages.front().content + "\n\n" + system.content;
+      i = 1;
+    }
+    out.push_back(std::move(system));
+  }
+  for (; i < messages.size(); ++i) {
+    const chat_message& m = messages[i];
+    if (m.role == "tool") {
+      out.push_back({"", "<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>", {}, {}});
+      continue;
+    }
+    chat_message plain{m.role, m.content, {}, {}};
+    if (!m.tool_calls.empty()) {
+      plain.content += k_ds_calls_begin;
+      for (const chat_tool_call& c : m.tool_calls)
+        plain.content.append(k_deepseek_call_begin)
+            .append(c.name)
+            .append(k_deepseek_tool_sep)
+            .append(c.arguments.empty() ? std::string("{}") : c.arguments)
+            .append(k_deepseek_call_end);
+      plain.content += k_ds_calls_end;
+    }
+    out.push_back(std::move(plain));
+  }
+  return out;
+}
+
 }  // namespace
 
 tool_call_style tool_style(chat_format f) {
@@ -140,6 +193,8 @@ tool_call_style tool_style(chat_format f) {
     case chat_format::mistral_v7:
     case chat_format::mistral_v7_tekken:
       return tool_call_style::mistral;
+    case chat_format::deepseek3:
+      return tool_call_style::deepseek;
     default:
       return tool_call_style::hermes;  // ChatML's (Qwen2.5), and the fallback for the rest
   }
@@ -151,13 +206,17 @@ std::string_view tool_call_open(tool_call_style s) {
       return "<|python_tag|>";
     case tool_call_style::mistral:
       return "[TOOL_CALLS]";
+    case tool_call_style::deepseek:
+      return k_ds_calls_begin;
     case tool_call_style::hermes:
       break;
   }
   return "<tool_call>";
 }
 
-std::string_view tool_call_close(tool_call_style s) { return s == tool_call_style::hermes ? "</tool_call>" : ""; }
+std::string_view tool_call_close(tool_call_style s) {
+  return s == tool_call_style::hermes ? "</tool_call>" : s == tool_call_style::deepseek ? k_ds_calls_end : "";
+}
 
 std::vector<chat_message> with_tools(chat_format f, std::string_view default_system,
                                      const std::vector<chat_message>& messages, const std::vector<chat_tool>& tools) {
@@ -166,6 +225,8 @@ std::vector<chat_message> with_tools(chat_format f, std::string_view default_sys
       return llama3(messages, tools);
     case tool_call_style::mistral:
       return mistral(f, messages, tools);
+    case tool_call_style::deepseek:
+      return deepseek(messages, tools);
     case tool_call_style::hermes:
       break;
   }

@@ -403,8 +403,13 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
         // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
         // read at a fraction of the memory bandwidth, one super-block's lines at a time.
-        if (c0 == 0)
-          for (int64_t l = 0; l < lines; ++l) tl.prefetch(blk + amx_kq_prefetch_blocks * lines + l);
+        // The scale lines here; each data line while the B tiles are built from the same line of
+        // this super-block (a burst of all the lines at once filled the core's miss buffers, and
+        // the prefetches then stalled the kernel waiting for memory).
+        const bool pf = c0 == 0;
+        const line64* ahead = blk + amx_kq_prefetch_blocks * lines;
+        if (pf)
+          for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + l);
         // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
         // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
         kq_sub_scale ss[q6 ? 16 : 1];
@@ -438,6 +443,11 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           // value's, then high value's), bits 4-7 line L + 1's; moved to bits 4-5 by constant shifts
           // (a shift by a run-time count of bytes has no single instruction).
           for (int L = 0; L < 32; L += 2) {
+            if (pf) {
+              tl.prefetch(ahead + L);
+              tl.prefetch(ahead + L + 1);
+              tl.prefetch(ahead + 32 + L / 2);
+            }
             const auto h = kq_load<kq_v64u>(blk + 32 + L / 2);
             const auto v0 = kq_load<kq_v64u>(blk + L), v1 = kq_load<kq_v64u>(blk + L + 1);
             const kq_v64u lo0 = (v0 & 15) | ((h << 4) & 0x30), hi0 = (v0 >> 4) | ((h << 2) & 0x30);
@@ -450,6 +460,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         } else {
           for (int g = 0; g < 4; ++g)
             for (int cc = 0; cc < 8; ++cc) {
+              if (pf) tl.prefetch(ahead + 8 * g + cc);
               const auto v = kq_load<kq_v64u>(blk + 8 * g + cc);
               kq_v64u lo = v & 15, hi = v >> 4;
               if constexpr (wt == weight_type::q5_k) {

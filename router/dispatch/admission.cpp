@@ -107,18 +107,19 @@ rejection admission_controller::reject(reject_reason r, double retry_after_s, st
 }
 
 rejection admission_controller::make_rejection(reject_reason r, double retry_after_s, std::string message) {
+  // A full queue is a 429, as SGLang's gateway answers it (docs/router.md, "Queue timeout").
   int status = 503;
   switch (r) {
     case reject_reason::tenant_rate:
     case reject_reason::tenant_tokens:
     case reject_reason::tenant_concurrency:
+    case reject_reason::queue_full:
+    case reject_reason::queue_tokens:
       status = 429;
       break;
     case reject_reason::priority_not_allowed:
       status = 403;
       break;
-    case reject_reason::queue_full:
-    case reject_reason::queue_tokens:
     case reject_reason::deadline:
       status = 503;
       break;

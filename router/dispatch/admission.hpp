@@ -38,8 +38,8 @@ enum class reject_reason : uint8_t {
   tenant_tokens,         // 429: tokens/min bucket lacks prompt + max_tokens
   tenant_concurrency,    // 429: max_concurrent requests already in flight
   priority_not_allowed,  // 403: priority outside a strict tenant's [min, max] (others clamp it)
-  queue_full,            // 503: cluster queue at its request cap (scaled by the class's shed fraction)
-  queue_tokens,          // 503: cluster queue at its token cap (scaled likewise)
+  queue_full,            // 429: cluster queue at its request cap (scaled by the class's shed fraction)
+  queue_tokens,          // 429: cluster queue at its token cap (scaled likewise)
   deadline,              // 503: the estimated queue wait already passes the request's deadline
 };
 inline constexpr size_t k_n_reject_reasons = 7;
@@ -64,7 +64,7 @@ struct queue_load {
 
 struct rejection {
   reject_reason reason = reject_reason::queue_full;
-  int status = 503;          // 429 tenant_*, 403 priority_not_allowed, 503 queue_* and deadline
+  int status = 503;          // 429 tenant_* and queue_*, 403 priority_not_allowed, 503 deadline
   double retry_after_s = 1;  // whole seconds, >= 1: for the Retry-After header
   std::string message;       // names the limit and its value, for the error body
 };

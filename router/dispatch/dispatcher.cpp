@@ -229,7 +229,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   e.enqueued_s = now_s;
   e.deadline_s = deadline_s;
   e.tokens = tokens;
-  if (const double qt = queue_timeout_of(*req.who); qt > 0) e.queue_deadline_s = now_s + qt;
+  if (const double qt = queue_timeout_of(req); qt > 0) e.queue_deadline_s = now_s + qt;
   queue_.push(req.model->id, e);
   if (!req.cache_key.empty() && cache_)
     cache_->record({req.cache_bypassed ? cache::event_kind::bypass : cache::event_kind::miss, req.who->name,
@@ -556,11 +556,16 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
         continue;
       }
       // stream_options.continuous_usage_stats: the usage so far in every chunk. Workers report
-      // usage in a request's last frame only, so until then it is what the router has seen.
+      // usage in a request's last frame only, so until then it is what the router has seen;
+      // the reasoning tokens are counted as finish() counts them, over the tokens so far.
       usage_info so_far = a.usage;
-      so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
-      so_far.completion_tokens = 0;
-      for (const auto& each : a.choices) so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
+      if (r.req.continuous_usage) {
+        so_far.prompt_tokens = std::max(so_far.prompt_tokens, static_cast<uint32_t>(r.prompt.size()));
+        so_far.completion_tokens = 0;
+        for (const auto& each : a.choices)
+          so_far.completion_tokens += std::max(each.completion_tokens, each.tokens_seen);
+        so_far.reasoning_tokens = reasoning_tokens_of(a);
+      }
       send_chunk(l, c, text, ends, lps, r.req.continuous_usage ? &so_far : nullptr, t_recv_s, cs.stop);
     }
   }
@@ -611,16 +616,21 @@ void dispatcher::on_embeddings(worker_ref worker, proto::embeddings& m, double n
   }
 }
 
+std::optional<uint32_t> dispatcher::reasoning_tokens_of(const active_request& a) {
+  const routed_request& r = *a.r;
+  if (!r.meta.reasoning || !r.model) return std::nullopt;
+  uint32_t n = 0;  // the tokens inside the thinking, by their own texts
+  for (const auto& cs : a.choices)
+    n += count_reasoning_tokens(r.model->tok, *r.meta.reasoning, cs.tokens, cs.finished());
+  return n;
+}
+
 void dispatcher::finish(active_request& a, double now_s) {
   const routed_request& r = *a.r;
   usage_info u = a.usage;
   u.completion_tokens = 0;
   for (const auto& cs : a.choices) u.completion_tokens += cs.completion_tokens;
-  if (r.meta.reasoning && r.model) {  // the tokens inside the thinking, by their own texts
-    u.reasoning_tokens = 0;
-    for (const auto& cs : a.choices)
-      *u.reasoning_tokens += count_reasoning_tokens(r.model->tok, *r.meta.reasoning, cs.tokens);
-  }
+  u.reasoning_tokens = reasoning_tokens_of(a);
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.cached_tokens;
   e2e_s_.observe(now_s - r.t_received_s);
@@ -913,10 +923,10 @@ void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out
     }
     active_request& a = *it->second;
     queue_timeouts_++;
-    const double qt = queue_timeout_of(*a.r->who);
+    const double qt = queue_timeout_of(*a.r);
     char waited[96];
     std::snprintf(waited, sizeof waited, "%.1f s (its queue timeout is %g s)", now_s - a.t_enqueued_s, qt);
-    api_error e = make_error(503, "overloaded_error", "queue_timeout",
+    api_error e = make_error(408, "timeout_error", "queue_timeout",
                              "the request waited in the router's queue for a free worker of '" + a.r->model->id +
                                  "' for " + waited + "; retry later");
     // When to come back: the queue's estimated wait (what is queued over the recent output
@@ -1141,7 +1151,7 @@ std::string dispatcher::render_metrics(double now_s) const {
   metric(out, "switchyard_router_expired_total", "counter", "Requests whose deadline passed in the queue.",
          static_cast<double>(expired_));
   metric(out, "switchyard_router_queue_timeouts_total", "counter",
-         "Requests answered 503 queue_timeout: still in the router's queue, never dispatched, past their queue "
+         "Requests answered 408 queue_timeout: still in the router's queue, never dispatched, past their queue "
          "timeout.",
          static_cast<double>(queue_timeouts_));
   metric(out, "switchyard_router_no_workers_total", "counter",

@@ -36,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -101,9 +102,9 @@ struct dispatcher_config {
   // not take down the fleet two workers at a time. 0: never remembered.
   double query_of_death_ttl_s = 600.0;
   // A request still in its model's queue this long after it was admitted, never dispatched,
-  // ends with 503 queue_timeout and Retry-After (docs/router.md, "Queue timeout"); a tenant's
-  // queue_timeout_s overrides it. Once dispatched it is never cut by this (a request that comes
-  // back to the queue has only its deadline). 0: off.
+  // ends with 408 queue_timeout and Retry-After (docs/router.md, "Queue timeout"); a tenant's
+  // queue_timeout_s overrides it, a request's own "queue_timeout" may shorten it. Once dispatched it is never cut by
+  // this (a request that comes back to the queue has only its deadline). 0: off.
   double queue_timeout_s = 0;
   // --otlp-endpoint: where the spans of sampled traced requests go (docs/router.md, "Tracing");
   // null: none. Outlives the dispatcher.
@@ -218,11 +219,15 @@ class dispatcher {
   void check_served(double now_s, std::vector<link_frame>& out);
   // A long gap since the last tick: this router stalled; its workers' silence is forgiven.
   void check_stall(double now_s);
-  // Queued requests past their queue timeout end with 503 queue_timeout.
+  // usage.completion_tokens_details.reasoning_tokens of `a`'s tokens so far (all its choices);
+  // nullopt for a request whose answer has no reasoning split.
+  static std::optional<uint32_t> reasoning_tokens_of(const active_request& a);
+  // Queued requests past their queue timeout end with 408 queue_timeout.
   void check_queue_timeouts(double now_s, std::vector<link_frame>& out);
-  // The queue timeout of `t`'s requests: its own, else queue_timeout_s (0: none).
-  double queue_timeout_of(const tenant& t) const {
-    return t.limits.queue_timeout_s >= 0 ? t.limits.queue_timeout_s : cfg_.queue_timeout_s;
+  // The queue timeout of `r`: its tenant's, else queue_timeout_s, shortened by the request's own
+  // (0: none).
+  double queue_timeout_of(const routed_request& r) const {
+    return r.who->limits.effective_queue_timeout(cfg_.queue_timeout_s, r.queue_timeout_s);
   }
   // Started attempts silent past try_idle_timeout_s resume from what the router has.
   void check_idle_tries(double now_s, std::vector<link_frame>& out);

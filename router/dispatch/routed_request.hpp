@@ -41,6 +41,9 @@ struct routed_request {
   double t_received_s = 0;  // request fully read
   double t_parsed_s = 0;    // validated and tokenized
   double timeout_s = 0;     // until the deadline, from t_received_s; 0: none
+  // The client's own queue timeout ("queue_timeout"; 0: none): it only shortens its tenant's
+  // (docs/router.md, "Queue timeout").
+  double queue_timeout_s = 0;
 
   // Response cache (empty key: not cacheable). The dispatcher coalesces identical in-flight
   // requests by key and, when cache_store, stores the finished response under it.

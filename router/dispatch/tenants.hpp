@@ -49,7 +49,7 @@ struct tenant_limits {
   int32_t default_priority = 0;  // used when a request gives none
   int32_t min_priority = INT32_MIN, max_priority = INT32_MAX;  // allowed range for a request's priority
   bool priority_strict = false;  // a priority outside the range is refused (403), not clamped
-  // Seconds a request may wait in the router's queue before it ends with 503 queue_timeout
+  // Seconds a request may wait in the router's queue before it ends with 408 queue_timeout
   // (docs/router.md, "Queue timeout"); 0: never; < 0: the router's --queue-timeout-s.
   double queue_timeout_s = -1;
 
@@ -59,6 +59,15 @@ struct tenant_limits {
   int32_t effective_priority(int32_t p) const {
     if (priority_strict) return p;
     return p < min_priority ? min_priority : p > max_priority ? max_priority : p;
+  }
+  // The queue timeout of a request of this tenant that asked `asked_s` ("queue_timeout"; 0: not
+  // given) under the router's `router_s` (--queue-timeout-s): the tenant's own, else the
+  // router's, and the request's when it is shorter — a client may shorten its wait, never
+  // lengthen it. 0: none.
+  double effective_queue_timeout(double router_s, double asked_s) const {
+    const double bound = queue_timeout_s >= 0 ? queue_timeout_s : router_s;
+    if (asked_s > 0 && (bound <= 0 || asked_s < bound)) return asked_s;
+    return bound;
   }
 };
 

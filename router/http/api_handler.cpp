@@ -470,12 +470,19 @@ void api_handler::run_generation(endpoint kind, const tenant& who, std::shared_p
     if (const auto spec = reasoning_of(cfg_.reasoning, m.spec.chat_template, m.tok, r->prompt, g.thinking))
       enable_reasoning(r->meta, *spec);
   }
+  // A thinking budget acts only where the answer splits (the worker closes the thinking with the
+  // text the split ends it at: docs/router.md, "Reasoning output"); elsewhere it is dropped.
+  if (!r->meta.reasoning) {
+    g.sampling.thinking_budget = 0;
+    g.sampling.thinking_end.clear();
+  }
   if (anthropic) enable_anthropic(r->meta, g, static_cast<uint32_t>(n_prompt));
   if (shape == api_shape::responses && rr != nullptr) {
     enable_responses(r->meta, *rr, history, responses_ != nullptr);
     ex = responses_exchange(std::move(ex), r->meta.responses, save_response(who, r->meta));
   }
   r->timeout_s = std::min(g.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
+  r->queue_timeout_s = g.queue_timeout_s.value_or(0);
   attach(*r, ex, req);
   submit_or_lookup(std::move(r), req);
 }
@@ -575,6 +582,7 @@ void api_handler::embeddings(const tenant& who, std::shared_ptr<http_exchange> e
   r->meta.model = er.model;  // the name the client used
   r->meta.created = unix_s_now();
   r->timeout_s = std::min(er.timeout_s.value_or(cfg_.default_timeout_s), cfg_.max_timeout_s);
+  r->queue_timeout_s = er.queue_timeout_s.value_or(0);
   attach(*r, ex, req);
   submit_(std::move(r));  // never cached: no lookup
 }

@@ -7,6 +7,7 @@
 #include "router/openai/anthropic_api.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -151,7 +152,8 @@ void translate_tool_choice(const ordered_json& v, ordered_json& out) {
 // `thinking`: {"type": "enabled", "budget_tokens": N} (N >= 1024, as Anthropic requires) or
 // {"type": "disabled"} is the template's thinking switch, chat_template_kwargs.enable_thinking
 // (docs/router.md, "Anthropic Messages API", "Thinking"); {"type": "adaptive"} leaves the template
-// its default. budget_tokens is checked, not enforced: the thinking is bounded by max_tokens alone.
+// its default. budget_tokens is the OpenAI route's thinking_token_budget: the worker closes a
+// thinking that reaches it.
 // `display` is ignored: the thinking is always returned.
 void translate_thinking(const ordered_json& v, ordered_json& out) {
   if (!v.is_object()) wrong_type("thinking", "an object", v);
@@ -172,6 +174,8 @@ void translate_thinking(const ordered_json& v, ordered_json& out) {
     reject("thinking.budget_tokens", "'thinking.budget_tokens' must be at least " +
                                          std::to_string(k_min_thinking_budget) + ", got " + dump(*budget));
   out["chat_template_kwargs"] = ordered_json{{"enable_thinking", true}};
+  // Enforced by the worker where the answer splits; a budget past int32 is no budget at all.
+  out["thinking_token_budget"] = std::min<uint64_t>(budget->get<uint64_t>(), std::numeric_limits<int32_t>::max());
 }
 
 ordered_json translate(const ordered_json& doc, bool count_only) {
@@ -200,7 +204,8 @@ ordered_json translate(const ordered_json& doc, bool count_only) {
     if (!s->is_array()) wrong_type("stop_sequences", "an array of strings", *s);
     if (!s->empty()) out["stop"] = *s;
   }
-  for (const char* name : {"temperature", "top_p", "top_k", "priority", "timeout", "cache", "ignore_eos"})
+  for (const char* name :
+       {"temperature", "top_p", "top_k", "priority", "timeout", "queue_timeout", "cache", "ignore_eos"})
     if (const ordered_json* x = field(doc, name)) out[name] = *x;
   if (const ordered_json* t = field(doc, "tools")) {
     if (!t->is_array()) wrong_type("tools", "an array of tools", *t);

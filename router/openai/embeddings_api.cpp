@@ -137,6 +137,14 @@ embedding_request parse(std::string_view body, const api_limits& limits) {
              "'timeout' must be > 0 and at most " + std::to_string(static_cast<int64_t>(k_max_timeout_s)) + " seconds");
     r.timeout_s = t;
   }
+  if (const json* v = field(doc, "queue_timeout")) {
+    if (!v->is_number()) wrong_type("queue_timeout", "a number", *v);
+    const double t = v->get<double>();
+    if (!(t > 0 && t <= k_max_timeout_s))
+      reject("queue_timeout", "'queue_timeout' must be > 0 and at most " +
+                                  std::to_string(static_cast<int64_t>(k_max_timeout_s)) + " seconds");
+    r.queue_timeout_s = t;
+  }
   return r;
 }
 

@@ -31,9 +31,11 @@ struct embedding_request {
   std::vector<std::vector<int32_t>> token_inputs;
   bool base64 = false;      // encoding_format "base64" (little-endian float32 bytes), else "float"
   uint32_t dimensions = 0;  // 0: not given; else >= 1 (the worker checks it is the model's size)
-  // As for generations: lower is more urgent; seconds until the deadline.
+  // As for generations: lower is more urgent; seconds until the deadline; seconds it may wait in
+  // the router's queue.
   std::optional<int32_t> priority;
   std::optional<double> timeout_s;
+  std::optional<double> queue_timeout_s;
   std::string user;  // informational, ignored
 
   size_t n_inputs() const { return texts.empty() ? token_inputs.size() : texts.size(); }

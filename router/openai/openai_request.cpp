@@ -14,6 +14,7 @@
 #include "common/structured/json_schema.hpp"
 #include "router/openai/api_errors.hpp"
 #include "router/openai/json_fields.hpp"
+#include "router/openai/reasoning.hpp"
 
 namespace sy::router {
 
@@ -312,6 +313,12 @@ void parse_messages(const json& doc, const api_limits& limits, generation_reques
     if (qwen3) r.thinking = qwen3;
     if (deepseek) r.thinking = deepseek;
   }
+  // vLLM's name. The worker closes the thinking after this many tokens with thinking_end's text
+  // (sampling_params; the router drops both where the answer has no reasoning split).
+  if (const json* v = field(doc, "thinking_token_budget")) {
+    r.sampling.thinking_budget = int_between(*v, "thinking_token_budget", 1, std::numeric_limits<int32_t>::max());
+    r.sampling.thinking_end = thinking_end_text();
+  }
 }
 
 void parse_stop(const json& v, const api_limits& limits, generation_request& r) {
@@ -333,7 +340,7 @@ void parse_stop(const json& v, const api_limits& limits, generation_request& r) 
   for (const json& s : v) add(s, "stop");
 }
 
-// n, stream, stream_options, echo, priority, timeout, user.
+// n, stream, stream_options, echo, priority, timeout, queue_timeout, user.
 void parse_options(const json& doc, endpoint kind, const api_limits& limits, generation_request& r) {
   if (const json* v = field(doc, "n")) r.n = int_between(*v, "n", 1, limits.max_n);
   if (const json* v = field(doc, "stream")) r.stream = as_bool(*v, "stream");
@@ -355,6 +362,14 @@ void parse_options(const json& doc, endpoint kind, const api_limits& limits, gen
              "'timeout' must be > 0 and at most " + number_text(k_max_timeout_s) + " seconds, got " + number_text(t));
     }
     r.timeout_s = t;
+  }
+  if (const json* v = field(doc, "queue_timeout")) {
+    const double t = as_number(*v, "queue_timeout");
+    if (!(t > 0 && t <= k_max_timeout_s)) {
+      reject("queue_timeout", "'queue_timeout' must be > 0 and at most " + number_text(k_max_timeout_s) +
+                                  " seconds, got " + number_text(t));
+    }
+    r.queue_timeout_s = t;
   }
   if (const json* v = field(doc, "user")) r.user = as_string(*v, "user");
 }

@@ -80,8 +80,11 @@ struct generation_request {
   // Switchyard extensions (vLLM spells priority the same way): lower is more urgent.
   std::optional<int32_t> priority;
   std::optional<double> timeout_s;  // "timeout": seconds until the request's deadline, > 0
-  std::string user;                 // OpenAI "user", informational
-  std::optional<bool> cache;        // "cache": false opts out of the response cache (no lookup, no store)
+  // "queue_timeout": seconds it may wait in the router's queue, > 0; only shortens the tenant's
+  // or the router's queue timeout (docs/router.md, "Queue timeout").
+  std::optional<double> queue_timeout_s;
+  std::string user;           // OpenAI "user", informational
+  std::optional<bool> cache;  // "cache": false opts out of the response cache (no lookup, no store)
 
   // response_format (chat and completions): {"type": "text"} (the default), {"type":
   // "json_object"}, or {"type": "json_schema", "json_schema": {"name", "schema", "strict",

@@ -119,15 +119,7 @@ ordered_json chat_token(const std::string& text, float lp) {
 
 // Chat shape: {"content": [{"token","logprob","bytes","top_logprobs":[...]}]}.
 ordered_json chat_logprobs(const std::vector<token_logprobs>& lps) {
-  ordered_json content = ordered_json::array();
-  for (const auto& t : lps) {
-    ordered_json entry = chat_token(t.token, t.logprob);
-    ordered_json top = ordered_json::array();
-    for (const auto& [text, lp] : t.top) top.push_back(chat_token(text, lp));
-    entry["top_logprobs"] = std::move(top);
-    content.push_back(std::move(entry));
-  }
-  return ordered_json{{"content", std::move(content)}};
+  return ordered_json{{"content", token_logprobs_json(lps)}};
 }
 
 ordered_json logprobs_json(const response_meta& meta, const std::vector<token_logprobs>& lps) {
@@ -145,6 +137,18 @@ ordered_json tool_call_json(const std::string& id, const parsed_tool_call& c) {
 }
 
 }  // namespace
+
+ordered_json token_logprobs_json(const std::vector<token_logprobs>& lps) {
+  ordered_json content = ordered_json::array();
+  for (const auto& t : lps) {
+    ordered_json entry = chat_token(t.token, t.logprob);
+    ordered_json top = ordered_json::array();
+    for (const auto& [text, lp] : t.top) top.push_back(chat_token(text, lp));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return content;
+}
 
 std::string format_response(const response_meta& meta, const std::vector<choice_result>& choices,
                             const usage_info& usage) {
@@ -207,8 +211,8 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
     thought = sp.feed(text, finish != finish_reason::none);
     text = thought.content;
   }
-  if (meta.anthropic) return anthropic_chunk(meta, text, finish, thought.reasoning);  // one choice: n is 1
-  if (meta.responses) return responses_chunk(meta, text, finish, thought.reasoning);  // n is 1 too
+  if (meta.anthropic) return anthropic_chunk(meta, text, finish, thought.reasoning);            // one choice: n is 1
+  if (meta.responses) return responses_chunk(meta, text, finish, thought.reasoning, logprobs);  // n is 1 too
   ordered_json j = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
   ordered_json choice = ordered_json::object();
   choice["index"] = index;

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/finish_reason.hpp"
 #include "common/tokenizer/chat_template.hpp"
 #include "router/openai/openai_request.hpp"
@@ -30,6 +32,10 @@ struct token_logprobs {
   float logprob = 0.f;
   std::vector<std::pair<std::string, float>> top;  // most likely first
 };
+
+// Tokens with their log-probabilities in the chat shape, which the Responses API's output_text
+// shares: [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}].
+nlohmann::ordered_json token_logprobs_json(const std::vector<token_logprobs>& lps);
 
 struct choice_result {
   choice_result() = default;

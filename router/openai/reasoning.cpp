@@ -21,6 +21,8 @@ size_t partial_tag_at_end(std::string_view s, std::string_view tag) {
 
 }  // namespace
 
+std::string thinking_end_text() { return "\n" + std::string(k_think_close) + "\n\n"; }
+
 bool parse_reasoning_parser(std::string_view name, reasoning_parser& out) {
   if (name == "auto") {
     out = reasoning_parser::automatic;
@@ -137,7 +139,8 @@ reasoning_split split_reasoning(const reasoning_spec& spec, std::string_view tex
   return {std::move(d.reasoning), std::move(d.content), s.reasoned()};
 }
 
-uint32_t count_reasoning_tokens(const tokenizer& tok, const reasoning_spec& spec, std::span<const int32_t> ids) {
+uint32_t count_reasoning_tokens(const tokenizer& tok, const reasoning_spec& spec, std::span<const int32_t> ids,
+                                bool done) {
   std::string text;
   std::vector<size_t> ends;  // each token's end in text
   ends.reserve(ids.size());
@@ -151,7 +154,8 @@ uint32_t count_reasoning_tokens(const tokenizer& tok, const reasoning_spec& spec
     if (first == std::string::npos || text.compare(first, k_think_open.size(), k_think_open) != 0) return 0;
     begin = first + k_think_open.size();
   }
-  const size_t end = std::min(text.find(k_think_close, begin), text.size());
+  size_t end = std::min(text.find(k_think_close, begin), text.size());
+  if (!done && end == text.size()) end -= partial_tag_at_end(text, k_think_close);
   uint32_t n = 0;
   size_t start = 0;
   for (const size_t e : ends) {

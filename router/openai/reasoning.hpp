@@ -53,6 +53,11 @@ bool prompt_opens_thinking(const tokenizer& tok, std::span<const int32_t> prompt
 // `<｜Assistant｜></think>`): the answer has no thinking.
 bool prompt_closes_thinking(std::string_view prompt_tail);
 
+// The text a worker generates to close a thinking past its budget (sampling_params::
+// thinking_budget): "\n</think>\n\n", the tag the split ends the thinking at, on a line of its
+// own as the templates write it.
+std::string thinking_end_text();
+
 // How one response's text is split.
 struct reasoning_spec {
   bool open = false;  // thinking is open before the first byte (the prompt opened it)
@@ -103,6 +108,10 @@ reasoning_split split_reasoning(const reasoning_spec& spec, std::string_view tex
 // usage.completion_tokens_details.reasoning_tokens: of the generated tokens, those whose text lies
 // (at least partly) inside the thinking, tags excluded, by the same rule as above applied to
 // the tokens' own texts.
-uint32_t count_reasoning_tokens(const tokenizer& tok, const reasoning_spec& spec, std::span<const int32_t> ids);
+// `done`: `ids` are the whole output. Not done (the usage so far of a stream), tokens that may
+// begin `</think>` are not counted yet, as the split holds their text: the count never falls as
+// more tokens come.
+uint32_t count_reasoning_tokens(const tokenizer& tok, const reasoning_spec& spec, std::span<const int32_t> ids,
+                                bool done = true);
 
 }  // namespace sy::router

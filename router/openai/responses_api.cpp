@@ -176,16 +176,37 @@ ordered_json translate_text(const ordered_json& text, ordered_json& chat) {
   return ordered_json{{"format", std::move(echo_format)}};
 }
 
+// `include` (of its values, "message.output_text.logprobs" alone: the chat route's logprobs) and
+// `top_logprobs` (the chat route's, with them; echoed either way, as the API does).
+void translate_logprobs(const ordered_json& doc, ordered_json& chat, ordered_json& echo) {
+  bool logprobs = false;
+  if (const ordered_json* v = field(doc, "include")) {
+    if (!v->is_array()) wrong_type("include", "an array of strings", *v);
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string p = "include[" + std::to_string(i) + "]";
+      const ordered_json& what = (*v)[i];
+      if (!what.is_string()) wrong_type(p, "a string", what);
+      if (what != "message.output_text.logprobs")
+        unsupported(p, "'include' value '" + what.get<std::string>() +
+                           "' (of its values only \"message.output_text.logprobs\" is supported)");
+      logprobs = true;
+    }
+  }
+  const ordered_json* top = field(doc, "top_logprobs");
+  if (top != nullptr && !top->is_number_integer()) wrong_type("top_logprobs", "an integer", *top);
+  echo["top_logprobs"] = top != nullptr ? *top : ordered_json(0);
+  if (!logprobs) return;  // as the API: top_logprobs alone returns nothing
+  chat["logprobs"] = true;
+  if (top != nullptr) chat["top_logprobs"] = *top;
+}
+
 // Fields the API has that this router refuses by name rather than ignore.
 void refuse_unsupported(const ordered_json& doc) {
   if (const ordered_json* v = field(doc, "background"); v != nullptr && !(v->is_boolean() && !v->get<bool>()))
     unsupported("background", "'background' (responses run in the request)");
-  if (const ordered_json* v = field(doc, "include"); v != nullptr && !(v->is_array() && v->empty()))
-    unsupported("include", "'include'");
   if (field(doc, "conversation") != nullptr)
     unsupported("conversation", "'conversation' (continue with previous_response_id)");
   if (field(doc, "prompt") != nullptr) unsupported("prompt", "'prompt' (prompt templates)");
-  if (field(doc, "top_logprobs") != nullptr) unsupported("top_logprobs", "'top_logprobs'");
   if (const ordered_json* r = field(doc, "reasoning")) {
     if (!r->is_object()) wrong_type("reasoning", "an object", *r);
     if (field(*r, "effort") != nullptr)
@@ -278,8 +299,9 @@ responses_request translate(const ordered_json& doc) {
     r.stream = v->get<bool>();
     chat["stream"] = r.stream;
   }
+  translate_logprobs(doc, chat, echo);
   // Switchyard's (and vLLM's) extensions, as on the other routes.
-  for (const char* name : {"top_k", "seed", "priority", "timeout", "cache", "ignore_eos"})
+  for (const char* name : {"top_k", "seed", "priority", "timeout", "queue_timeout", "cache", "ignore_eos"})
     if (const ordered_json* x = field(doc, name)) chat[name] = *x;
   // service_tier, prompt_cache_key, safety_identifier, max_tool_calls, stream_options and
   // fields the router does not know: ignored.
@@ -367,11 +389,11 @@ std::string item_id(const response_meta& meta, responses_item::kind k, size_t in
   return item_prefix(k) + std::string(hex) + "_" + std::to_string(index);
 }
 
-ordered_json output_text_part(const std::string& text) {
+ordered_json output_text_part(const std::string& text, const std::vector<token_logprobs>& logprobs = {}) {
   return ordered_json{{"type", "output_text"},
                       {"text", text},
                       {"annotations", ordered_json::array()},
-                      {"logprobs", ordered_json::array()}};
+                      {"logprobs", token_logprobs_json(logprobs)}};
 }
 
 ordered_json item_json(const responses_item& it, bool incomplete) {
@@ -379,7 +401,7 @@ ordered_json item_json(const responses_item& it, bool incomplete) {
   switch (it.type) {
     case responses_item::kind::message: {
       ordered_json content = ordered_json::array();
-      if (it.done) content.push_back(output_text_part(it.text));
+      if (it.done) content.push_back(output_text_part(it.text, it.logprobs));
       return ordered_json{{"id", it.id},
                           {"type", "message"},
                           {"status", status},
@@ -470,15 +492,20 @@ void close_item(responses_state& st, std::string& out) {
   it.done = true;
   switch (it.type) {
     case responses_item::kind::message:
+      // Logprobs that came with no text after them (a last token that makes none) end here.
+      for (auto& lp : st.pending_logprobs) it.logprobs.push_back(std::move(lp));
+      st.pending_logprobs.clear();
       emit(out, st, "response.output_text.done",
            ordered_json{{"item_id", it.id},
                         {"output_index", idx},
                         {"content_index", 0},
                         {"text", it.text},
-                        {"logprobs", ordered_json::array()}});
+                        {"logprobs", token_logprobs_json(it.logprobs)}});
       emit(out, st, "response.content_part.done",
-           ordered_json{
-               {"item_id", it.id}, {"output_index", idx}, {"content_index", 0}, {"part", output_text_part(it.text)}});
+           ordered_json{{"item_id", it.id},
+                        {"output_index", idx},
+                        {"content_index", 0},
+                        {"part", output_text_part(it.text, it.logprobs)}});
       break;
     case responses_item::kind::reasoning:
       emit(out, st, "response.reasoning_text.done",
@@ -648,15 +675,21 @@ std::string responses_response(const response_meta& meta, const std::vector<choi
   // An answer with nothing else to show is an empty message, as a stream's is.
   if (calls == 0 && (st.items.empty() || st.items.back().type != responses_item::kind::message))
     add(responses_item::kind::message, "");
+  for (responses_item& it : st.items)  // the message's text holds every token's logprob, as a stream's
+    if (it.type == responses_item::kind::message) {
+      it.logprobs = c.logprobs;
+      break;
+    }
   st.final_response = dump(response_json(meta, st, final_status(st), &usage));
   return st.final_response;
 }
 
 std::string responses_chunk(const response_meta& meta, std::string_view text, finish_reason finish,
-                            std::string_view thinking) {
+                            std::string_view thinking, const std::vector<token_logprobs>& logprobs) {
   responses_state& st = *meta.responses;
   std::string out;
   start(meta, st, out);
+  st.pending_logprobs.insert(st.pending_logprobs.end(), logprobs.begin(), logprobs.end());
   const bool done = finish != finish_reason::none;
   if (!thinking.empty()) {
     if (!open_is(st, responses_item::kind::reasoning)) open_item(meta, st, out, responses_item::kind::reasoning);
@@ -676,12 +709,16 @@ std::string responses_chunk(const response_meta& meta, std::string_view text, fi
     if (!open_is(st, responses_item::kind::message)) open_item(meta, st, out, responses_item::kind::message);
     responses_item& it = st.items[static_cast<size_t>(st.open)];
     it.text += d.content;
+    // The logprobs received since the last delta go with this one (the thinking's too).
+    ordered_json lps = token_logprobs_json(st.pending_logprobs);
+    for (auto& lp : st.pending_logprobs) it.logprobs.push_back(std::move(lp));
+    st.pending_logprobs.clear();
     emit(out, st, "response.output_text.delta",
          ordered_json{{"item_id", it.id},
                       {"output_index", st.open},
                       {"content_index", 0},
                       {"delta", d.content},
-                      {"logprobs", ordered_json::array()}});
+                      {"logprobs", std::move(lps)}});
   }
   for (const tool_call_delta& c : d.calls) {
     if (c.first)

@@ -73,6 +73,9 @@ struct responses_item {
   std::string id;
   std::string text;           // message: its output_text; reasoning: its reasoning_text; call: the arguments
   std::string name, call_id;  // function_call
+  // message, with include "message.output_text.logprobs": its output_text's logprobs (every
+  // generated token's, the thinking's included, as on the chat route).
+  std::vector<token_logprobs> logprobs;
   bool done = false;
 };
 
@@ -89,6 +92,7 @@ struct responses_state {
   std::vector<responses_item> items;
   int32_t open = -1;                                   // index of the item open, -1: none
   sy::finish_reason finish = sy::finish_reason::none;  // the choice's, set by its last chunk
+  std::vector<token_logprobs> pending_logprobs;        // received before the message item's next delta
   // The finished response object, set when the whole response or its last stream event is
   // formatted: what the store keeps (responses_record).
   std::string final_response;
@@ -103,7 +107,7 @@ void enable_responses(response_meta& meta, const responses_request& r, std::stri
 std::string responses_response(const response_meta& meta, const std::vector<choice_result>& choices,
                                const usage_info& usage);
 std::string responses_chunk(const response_meta& meta, std::string_view text, sy::finish_reason finish,
-                            std::string_view thinking = {});
+                            std::string_view thinking = {}, const std::vector<token_logprobs>& logprobs = {});
 std::string responses_stream_end(const response_meta& meta, const usage_info& usage);
 // A stream's terminal error: an `error` event, then response.failed.
 std::string responses_error_event(const response_meta& meta, const api_error& e);

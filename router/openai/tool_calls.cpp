@@ -74,6 +74,44 @@ std::optional<std::vector<parsed_tool_call>> calls_of(const tool_parse_spec& spe
   return out;
 }
 
+// The body of a DeepSeek block of calls: one or more <｜tool▁call▁begin｜>N<｜tool▁sep｜>ARGS
+// <｜tool▁call▁end｜> (V3.1's), or with the body function<｜tool▁sep｜>N\n```json\nARGS\n```
+// (V3's and R1's); the last may be cut off after its arguments. Nothing when anything else is
+// there or a call is not one.
+std::optional<std::vector<parsed_tool_call>> deepseek_calls_of(const tool_parse_spec& spec, std::string_view body) {
+  constexpr size_t npos = std::string_view::npos;
+  const std::string_view begin = k_deepseek_call_begin, end_tag = k_deepseek_call_end;
+  size_t p = body.find(begin);
+  if (p == npos || !strip(body.substr(0, p)).empty()) return std::nullopt;
+  std::vector<parsed_tool_call> out;
+  while (p != npos) {
+    const size_t from = p + begin.size(), end = body.find(end_tag, from);
+    const std::string_view call = body.substr(from, end == npos ? npos : end - from);
+    const size_t sep = call.find(k_deepseek_tool_sep);
+    if (sep == npos) return std::nullopt;
+    std::string_view name = strip(call.substr(0, sep)), args = strip(call.substr(sep + k_deepseek_tool_sep.size()));
+    if (name == "function") {
+      const size_t nl = args.find('\n');
+      if (nl == npos) return std::nullopt;
+      name = strip(args.substr(0, nl));
+      args = strip(args.substr(nl + 1));
+      if (args.starts_with("```")) args = args.substr(std::min(args.size(), args.find_first_of(k_space)));
+      if (args.ends_with("```")) args.remove_suffix(3);
+      args = strip(args);
+    }
+    const auto parsed = parse_json(args);
+    if (!parsed) return std::nullopt;
+    auto c = call_of(spec, ojson{{"name", std::string(name)}, {"arguments", *parsed}});
+    if (!c) return std::nullopt;
+    out.push_back(std::move(*c));
+    if (end == npos) break;
+    const size_t after = end + end_tag.size();
+    p = body.find(begin, after);
+    if (!strip(body.substr(after, p == npos ? npos : p - after)).empty()) return std::nullopt;
+  }
+  return out;
+}
+
 // A text that is only a call (or calls), maybe in a ``` fence.
 std::optional<std::vector<parsed_tool_call>> whole_text_calls(const tool_parse_spec& spec, std::string_view text) {
   std::string_view t = strip(text);
@@ -230,8 +268,9 @@ tool_output free_output(const tool_parse_spec& spec, std::string_view text) {
     while (ok && p != std::string_view::npos) {
       const size_t body = p + open.size();
       const size_t end = close.empty() ? std::string_view::npos : text.find(close, body);
-      auto block =
-          calls_of(spec, text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body));
+      const std::string_view inside =
+          text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
+      auto block = spec.style == tool_call_style::deepseek ? deepseek_calls_of(spec, inside) : calls_of(spec, inside);
       ok = block.has_value();
       if (ok) found.insert(found.end(), block->begin(), block->end());
       if (end == std::string_view::npos) break;

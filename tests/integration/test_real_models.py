@@ -50,6 +50,15 @@ def test_a_factual_completion_is_sensible(client):
     assert r.choices[0].text.startswith(" Italy"), r.choices[0].text
 
 
+def test_the_capital_of_france_is_paris_among_the_first_choices(client):
+    # The 270M model, greedy, goes on "the capital of the country of France" (so does llama.cpp:
+    # the references' first case); Paris is among its first choices, as in llama.cpp's top-10.
+    r = client.completions.create(model=GEMMA_ID, prompt="The capital of France is", max_tokens=1, temperature=0,
+                                  logprobs=5)
+    top = r.choices[0].logprobs.top_logprobs[0]
+    assert " Paris" in top, top
+
+
 def test_chat_prompt_tokens_equal_llama_cpps(client):
     with open(GEMMA + ".logits.json", encoding="utf-8") as f:
         ref = json.load(f)

@@ -16,10 +16,13 @@ Two small clusters:
     chat_template_kwargs) opens the thinking in the prompt, and the same output splits; off, its
     default, the prompt closes it and nothing splits.
 Checked: the split whole and streamed (reasoning deltas before any content), usage's
-reasoning_tokens, a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
+reasoning_tokens (whole, in the last usage chunk and, with continuous_usage_stats, in every chunk),
+a max_tokens cut while thinking, `enable_thinking: false`, a cache hit replayed
 with the same split (whole and streamed), the Anthropic route's thinking block (and, with the
 anthropic SDK, `thinking` enabled and disabled: the block whole and streamed with its
-signature_delta, given back and dropped) and the Responses route's reasoning item.
+signature_delta, given back and dropped) and the Responses route's reasoning item; a thinking
+budget (thinking_token_budget, Anthropic's budget_tokens, on a model whose thinking runs long)
+closing the thinking.
 """
 import json
 import os
@@ -36,6 +39,8 @@ from worker_client import Worker
 REASONING = "\nTwo and two make four.\n"
 ANSWER = "The answer is 4."
 QWEN3_OUTPUT = "<think>" + REASONING + "</think>\n\n" + ANSWER
+LONG_REASONING = "\n" + " step" * 1500 + "\n"
+LONG_OUTPUT = "<think>" + LONG_REASONING + "</think>\n\n" + ANSWER
 R1_REASONING = "Adding two and two.\n"
 R1_OUTPUT = R1_REASONING + "</think>\n\n" + ANSWER
 
@@ -156,6 +161,26 @@ def test_a_stream_sends_reasoning_deltas_then_content(qwen3):
     assert reasoning_tokens(usage) == reasoning_tokens(whole.usage)
 
 
+def test_continuous_usage_counts_the_reasoning_tokens_so_far(qwen3):
+    """stream_options.continuous_usage_stats: every chunk's usage has reasoning_tokens, the count so
+    far (never falling, never above completion_tokens), ending where the whole answer's does; the
+    last usage chunk (include_usage) agrees."""
+    whole = ask(qwen3)
+    chunks = list(client_of(qwen3).chat.completions.create(
+        model=MODEL_ID, messages=QUESTION, stream=True, extra_body={"cache": False},
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    counts = []
+    for chunk in chunks:
+        assert chunk.usage is not None, chunk
+        n = reasoning_tokens(chunk.usage)
+        assert n is not None and n <= chunk.usage.completion_tokens, chunk.usage
+        counts.append(n)
+    assert counts == sorted(counts) and 0 < counts[-1]
+    assert counts[-1] == reasoning_tokens(whole.usage)
+    assert not chunks[-1].choices  # the usage chunk
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_output_cut_while_thinking_is_all_reasoning(qwen3):
     resp = ask(qwen3, max_tokens=8)
     msg = resp.choices[0].message
@@ -253,6 +278,57 @@ def test_anthropic_thinking_disabled_is_enable_thinking_false(qwen3):
     assert prompt(off) > prompt(on)  # the empty block is in the prompt
     default = c.messages.create(**kw)
     assert prompt(default) == prompt(on) and default.content == on.content
+
+
+def test_thinking_token_budget_closes_the_thinking(qwen3):
+    """vLLM's thinking_token_budget: the worker closes a thinking still open after that many tokens
+    by writing the end of the thinking itself; the scripted worker then writes on from where its
+    script is, so the answer is the script's rest. Under the budget, nothing changes."""
+    cut = ask(qwen3, extra_body={"thinking_token_budget": 8})
+    msg = cut.choices[0].message
+    reasoning = msg.model_extra["reasoning_content"]
+    # The thinking as far as the budget went, then the line break the end text starts with.
+    assert reasoning.strip() and len(reasoning) < len(REASONING), reasoning
+    assert reasoning.endswith("\n") and REASONING.startswith(reasoning[:-1]), reasoning
+    assert 0 < reasoning_tokens(cut.usage) <= 8
+    assert msg.content and cut.choices[0].finish_reason == "stop"
+    roomy = ask(qwen3, extra_body={"thinking_token_budget": 1000})
+    assert roomy.choices[0].message.content == ANSWER
+    assert roomy.choices[0].message.model_extra["reasoning_content"] == REASONING
+
+
+@pytest.fixture(scope="module")
+def long_thinker():
+    """A Qwen3-like model whose thinking runs to more tokens than Anthropic's least budget."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(QWEN3_TEMPLATE)
+    w = Worker("--fault-inject", "sim:0:" + LONG_OUTPUT, "--chat-template", f.name)
+    r = Router([w.endpoint])
+    yield r
+    r.stop()
+    w.stop()
+    os.unlink(f.name)
+
+
+def test_anthropic_budget_tokens_is_enforced(long_thinker):
+    """thinking.budget_tokens closes a thinking that reaches it: the thinking block holds at most
+    that many tokens' text, and the text block follows (whole and streamed)."""
+    c = anthropic.Anthropic(base_url=long_thinker.url, api_key="anything", max_retries=0, timeout=300)
+    kw = dict(model=MODEL_ID, max_tokens=2000, messages=QUESTION, extra_body={"cache": False},
+              thinking={"type": "enabled", "budget_tokens": 1024})
+    m = c.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"], m.content
+    thought = m.content[0].thinking
+    assert thought.endswith("\n") and LONG_REASONING.startswith(thought[:-1])
+    assert 300 < thought.count(" step") < 1024  # at most one word a token, and cut before the script's end
+    assert m.content[1].text and m.stop_reason == "end_turn"
+    assert m.usage.output_tokens > 1024
+    with c.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in m.content]
+    # A budget the thinking fits in changes nothing.
+    roomy = c.messages.create(**dict(kw, thinking={"type": "enabled", "budget_tokens": 2500}))
+    assert roomy.content[0].thinking == LONG_REASONING and roomy.content[1].text == ANSWER
 
 
 def test_the_responses_route_answers_with_a_reasoning_item(qwen3):

@@ -8,7 +8,7 @@ taken back, in the input and through previous_response_id alike; text.format jso
 answered with JSON that validates, and the SDK's responses.parse with a pydantic model; previous_response_id chaining through real Redis giving the
 prompt the whole conversation gives, and its input items; GET and DELETE of stored responses, per
 tenant; store:
-false; the errors (400 naming the field, 404 for an unknown previous_response_id); and a router
+false; output_text logprobs (include and top_logprobs), whole and streamed; the errors (400 naming the field, 404 for an unknown previous_response_id); and a router
 without Redis, which answers but stores nothing.
 """
 import json
@@ -136,6 +136,30 @@ def test_stream_events_add_up_to_the_response(client):
             pass
         replayed = s.get_final_response()
     assert replayed.output_text == whole.output_text
+
+
+def test_output_text_logprobs(client):
+    """include message.output_text.logprobs and top_logprobs: every output token with its logprob
+    and alternatives, the same as the chat route's for the same prompt at temperature 0; streamed,
+    the deltas' logprobs add up to the whole's; without the include, none."""
+    kw = dict(input=HELLO, max_output_tokens=24, top_logprobs=3, include=["message.output_text.logprobs"])
+    whole = create(client, **kw)
+    part = whole.output[0].content[0]
+    assert whole.usage.output_tokens == len(part.logprobs) > 0
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    for lp in part.logprobs:
+        assert lp.logprob <= 0 and bytes(lp.bytes).decode("utf-8", "replace") == lp.token
+        assert len(lp.top_logprobs) == 3 and lp.top_logprobs[0].logprob >= lp.top_logprobs[-1].logprob
+        assert lp.logprob <= lp.top_logprobs[0].logprob + 1e-4  # greedy: the top one was chosen
+    chat = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": HELLO}], max_tokens=24,
+                                          temperature=0, logprobs=True, top_logprobs=3, extra_body=LIVE)
+    assert [lp.token for lp in part.logprobs] == [lp.token for lp in chat.choices[0].logprobs.content]
+    events = list(create(client, stream=True, **kw))
+    streamed = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert [(lp.token, lp.logprob) for lp in streamed] == [(lp.token, lp.logprob) for lp in part.logprobs]
+    assert events[-1].response.output[0].content[0].logprobs == part.logprobs
+    plain = create(client, input=HELLO, max_output_tokens=4, top_logprobs=3)  # top_logprobs alone: none, as the API
+    assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs == 3
 
 
 def test_max_output_tokens_is_incomplete(client):
@@ -275,7 +299,8 @@ def test_store_false_is_not_kept(client):
     ({"input": HELLO, "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": HELLO, "tool_choice": {"type": "file_search"}}, "tool_choice.type"),
     ({"input": HELLO, "background": True}, "background"),
-    ({"input": HELLO, "include": ["reasoning.encrypted_content"]}, "include"),
+    ({"input": HELLO, "include": ["reasoning.encrypted_content"]}, "include[0]"),
+    ({"input": HELLO, "include": ["message.output_text.logprobs"], "top_logprobs": 50}, "top_logprobs"),
     ({"input": HELLO, "conversation": "conv_1"}, "conversation"),
     ({"input": HELLO, "reasoning": {"effort": "high"}}, "reasoning.effort"),
     ({"input": HELLO, "max_output_tokens": 0}, "max_output_tokens"),

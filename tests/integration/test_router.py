@@ -369,7 +369,7 @@ def test_priority_interactive_overtakes_queued_batch_work():
         w.stop()
 
 
-def test_queue_cap_gives_503_with_retry_after():
+def test_queue_cap_gives_429_with_retry_after():
     w = Worker("--kv-blocks", "128", "--max-running", "1")
     r = Router([w.endpoint], "--local-queue", "0", "--max-queued-requests", "1")
     try:
@@ -382,7 +382,7 @@ def test_queue_cap_gives_503_with_retry_after():
             assert time.time() < deadline, "the second request never queued"
             time.sleep(0.05)
         status, headers, raw = r.post("/v1/completions", body)
-        assert status == 503 and int(headers["Retry-After"]) >= 1
+        assert status == 429 and int(headers["Retry-After"]) >= 1  # a full queue, as SGLang's gateway says
         assert json.loads(raw)["error"]["code"] == "queue_full"
         for t in threads:
             t.join(300)
@@ -394,8 +394,9 @@ def test_queue_cap_gives_503_with_retry_after():
 
 def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
     """One slow request holds the only worker slot for longer than the queue timeout: requests
-    queued behind it end with 503 queue_timeout and Retry-After (a stream with its error event),
-    a tenant without a queue timeout waits its turn, and the slow one is never cut."""
+    queued behind it end with 408 queue_timeout and Retry-After (a stream with its error event),
+    a tenant without a queue timeout waits its turn, and the slow one is never cut. A request's own
+    `queue_timeout` shortens the wait (even where its tenant has none) and cannot lengthen it."""
     cfg = {"tenants": [{"name": "std", "keys": ["sk-std"]},
                        {"name": "patient", "keys": ["sk-patient"], "queue_timeout_s": 0},
                        {"name": "ops", "keys": ["sk-ops"], "admin": True}]}
@@ -425,13 +426,21 @@ def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
         patient_t.start()
         client = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-std", max_retries=0, timeout=60)
         t0 = time.time()
-        with pytest.raises(openai.APIStatusError) as err:
-            client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=4)
+        with pytest.raises(openai.APIStatusError) as err:  # asks for 30 s: the router's 1 s holds
+            client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=4, extra_body={"queue_timeout": 30})
         waited = time.time() - t0
-        assert err.value.status_code == 503
-        assert err.value.body["code"] == "queue_timeout" and err.value.body["type"] == "overloaded_error"
+        assert err.value.status_code == 408
+        assert err.value.body["code"] == "queue_timeout" and err.value.body["type"] == "timeout_error"
         assert int(err.value.response.headers["retry-after"]) >= 1
         assert 0.9 <= waited < 10, waited
+        # A patient tenant's client that asks for its own queue timeout gets it.
+        hasty = openai.OpenAI(base_url=r.url + "/v1", api_key="sk-patient", max_retries=0, timeout=60)
+        t0 = time.time()
+        with pytest.raises(openai.APIStatusError) as err:
+            hasty.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                          extra_body={"queue_timeout": 0.3})
+        assert err.value.status_code == 408 and err.value.body["code"] == "queue_timeout"
+        assert time.time() - t0 < 10
         # A stream's head went out when it was admitted: it ends with the error event and [DONE].
         status, _, raw = r.post("/v1/completions", {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 4,
                                                     "stream": True}, headers=std)
@@ -445,7 +454,8 @@ def test_queue_timeout_ends_only_requests_still_queued(tmp_path):
         assert took > 1.5, "the slow request must outlast the queue timeout for this test to mean anything"
         assert results["patient"][0] == 200  # waited longer than 1 s behind the slow one
         assert results["patient"][3] > 1.0
-        assert r.metrics()["switchyard_router_queue_timeouts_total"] == 2
+        assert r.metrics()["switchyard_router_queue_timeouts_total"] == 3
+        assert r.metrics()['switchyard_router_requests_total{status="408"}'] == 3
     finally:
         r.stop()
         w.stop()

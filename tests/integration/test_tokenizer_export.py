@@ -107,6 +107,27 @@ def test_exported_v31_template_reads_its_thinking_switch(tmp):
         base + "<think>"
 
 
+def test_exported_thinking_templates_render_the_templates_own_text(tmp):
+    # Qwen3's, R1's and V3.1's templates exported as Switchyard renders them give, under
+    # transformers, what the templates themselves give (jinja2, recorded in the fixture): past
+    # thinking dropped or rewritten, switches honoured.
+    fx = json.load(open(os.path.join(FIXTURES, "chat_templates.json"), encoding="utf-8"))
+    conversations = {c["name"]: c["messages"] for c in fx["thinking_conversations"]}
+    small = CASES["qwen2"][0] if os.path.exists(CASES["qwen2"][0]) else MODEL
+    checked = 0
+    for s in fx["sources"]:
+        if "template_renders" not in s:
+            continue
+        tok = export(small, os.path.join(tmp, "think-" + s["file"]), "--chat-template",
+                     os.path.join(FIXTURES, "chat_templates", s["file"]))
+        for r in s["template_renders"]:
+            got = tok.apply_chat_template(conversations[r["conversation"]], tokenize=False,
+                                          add_generation_prompt=r["add_generation_prompt"], **r.get("kwargs", {}))
+            assert got == r["text"], (s["file"], r["conversation"], r["add_generation_prompt"], r.get("kwargs"))
+            checked += 1
+    assert checked >= 3 * 2 * len(conversations)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_exported_chat_prompt_tokenizes_to_the_workers_ids(tmp, name):
     model, _ = CASES[name]

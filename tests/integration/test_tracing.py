@@ -6,7 +6,8 @@ within it, attributes present. Without a traceparent, or with a malformed one: a
 receiver down: requests still succeed and switchyard_router_trace_spans_dropped_total rises.
 With a real redis-server (--redis) and a tenants file: a cache hit's server span and its lookup
 child, a coalesced pair linked to the leader's trace, and refusals (a 429 from a tenant's rate, a
-validation 400) as server spans with their status and error code.
+validation 400) as server spans with their status and error code. Failures after admission (a
+queue timeout, a worker's error) end the server span and the phase they ended in with ERROR.
 """
 import http.server
 import json
@@ -308,3 +309,52 @@ def test_refusals_before_admission_have_server_spans(cached):
     time.sleep(2.5)  # two export intervals
     with rx.lock:
         assert not [s for s in rx.spans if s["traceId"] == quiet]
+
+
+def error_spans(rx, trace, n, status, code, phase):
+    """The server span and the phase span `phase` of a request that ended with `status`: both
+    ERROR with the error code; the server span says the status."""
+    server, children = server_span(rx, trace, n)
+    a = attrs(server)
+    assert a["http.response.status_code"] == str(status) and a["error.type"] == code, a
+    assert server["status"] == {"code": 2, "message": code}
+    (ended,) = [c for c in children if c["name"] == phase]
+    assert ended["status"].get("code") == 2, ended
+    assert all(c["parentSpanId"] == server["spanId"] for c in children)
+    return server, children
+
+
+def test_errors_after_admission_have_error_spans(receiver):
+    """Failures after admission are traced like refusals: a queue timeout (408, still queued) ends
+    its server span and its queue span with ERROR; a worker's failure (502, after dispatch) its
+    server span and its prefill span."""
+    slow = Worker("--kv-blocks", "128", "--max-running", "1", "--fault-inject", "slow-step:25")
+    broken = Worker("--fault-inject", "step-throw")
+    rs = Router([slow.endpoint], *otlp_opts(receiver), "--local-queue", "0", "--queue-timeout-s", "0.5")
+    rb = Router([broken.endpoint], *otlp_opts(receiver), "--max-attempts", "1")
+    try:
+        hold = threading.Thread(target=rs.post, args=("/v1/completions", {
+            "model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 120, "ignore_eos": True}),
+            kwargs={"timeout": 300})
+        hold.start()
+        deadline = time.time() + 60
+        while rs.metrics().get(f'switchyard_router_active_requests{{model="{MODEL_ID}"}}', 0) < 1:
+            assert time.time() < deadline, "the slow request never arrived"
+            time.sleep(0.05)
+        waited = "f" * 31 + "1"
+        status, _, raw = rs.post("/v1/chat/completions", CHAT, headers=traceparent(waited))
+        assert status == 408 and json.loads(raw)["error"]["code"] == "queue_timeout", raw
+        _, children = error_spans(receiver, waited, 2, 408, "queue_timeout", "queue")
+        assert [c["name"] for c in children] == ["queue"]  # never dispatched: no prefill, no decode
+        failed = "f" * 31 + "2"
+        status, _, raw = rb.post("/v1/chat/completions", CHAT, headers=traceparent(failed))
+        assert status == 502, raw
+        code = json.loads(raw)["error"]["code"]
+        _, children = error_spans(receiver, failed, 3, 502, code, "prefill")
+        assert {c["name"] for c in children} == {"queue", "prefill"}
+        hold.join(300)
+    finally:
+        rs.stop()
+        rb.stop()
+        slow.stop()
+        broken.stop()

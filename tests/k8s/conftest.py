@@ -12,6 +12,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
 
 from k8s_net import netns_available, sweep_stale  # noqa: E402
 from support import SKIPPED_EXIT as SKIP, in_ci  # noqa: E402

@@ -3,7 +3,9 @@ with the project's binaries, and the clients. Closing it removes every process, 
 bridge and the /etc/netns files, whatever state the test left."""
 import math
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 
 from k8s_dns import DnsServer
@@ -16,26 +18,61 @@ from cluster import MODEL_ID, ROUTER
 from http_load import rss_bytes
 from worker_client import MODEL, WORKER, parse_prometheus
 
+import deploy_common
+
 WORKER_SERVICE = "workers.switchyard.svc.cluster.local"
 WORKER_PORT, METRICS_PORT = 5555, 9100
+# The TTL of the cluster DNS's answers for Services (CoreDNS's kubernetes plugin's default), which
+# the overlay's minReadySeconds and worker preStop are sized for.
+CLUSTER_DNS_TTL_S = 5
 
 
 class Cluster:
     # Heartbeat timeout: 5 s, not the router's 2 s default, so that a worker starved of CPU for a
     # moment on a small shared machine is not declared dead (and its streams ended) in scenarios
     # where no worker dies; the SIGKILL scenario sets its own.
-    def __init__(self, logdir, dns_interval_s=1.0, router_lag_s=0.5, heartbeat_timeout_ms=5000, grace_s=30.0):
+    #
+    # With `overlay` (k8s_manifest.load()), the pods are the rendered overlay's instead: its
+    # command lines (tenants, CURVE link keys, Redis, the metrics port), probes, preStop, grace
+    # periods and the Service names it uses, with a Redis pod; the other timing arguments then
+    # do not apply.
+    def __init__(self, logdir, dns_interval_s=1.0, router_lag_s=0.5, heartbeat_timeout_ms=5000, grace_s=30.0,
+                 overlay=None):
         self.logdir = logdir
+        self.overlay = overlay
         self.dns_interval_s = dns_interval_s
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.grace_s = grace_s
         self.model = MODEL_ID
+        self.api_key = None
+        self.worker_service = WORKER_SERVICE
+        self.router_metrics_port, self.worker_metrics_port = ROUTER_PORT, METRICS_PORT
+        services = {}
+        self.pod_root = None
+        if overlay:
+            r, w = overlay.router, overlay.worker
+            self.dns_interval_s = float(deploy_common.flag_value(r.argv("r", "", ""), "--dns-interval-s"))
+            self.heartbeat_timeout_ms = None
+            self.api_key = overlay.api_key()
+            self.worker_service = overlay.service_name("switchyard-worker")
+            services = {"redis": overlay.service_name("switchyard-redis")}
+            self.router_metrics_port, self.worker_metrics_port = r.port("metrics"), w.port("metrics")
+            self.model = os.path.basename(deploy_common.flag_value(w.argv("w", "", ""), "--model"))[:-len(".gguf")]
+            self.pod_root = tempfile.mkdtemp(prefix="sy-k8s-pods-")  # the Secret volumes (0700: root only)
+            for t in (r, w, overlay.redis):
+                t.materialize(self.pod_root)
         self.loads = []
+        self.proxy = None
         self.net = Network()
-        self.dns = self.kubelet = None
+        self.dns = self.kubelet = self.dns_cache = None
         try:
-            self.dns = DnsServer(self.net, logdir)
-            self.kubelet = Kubelet(self.net, self.dns, logdir, WORKER_SERVICE, router_lag_s=router_lag_s)
+            # With the overlay: answers with CoreDNS's TTL, and the pods ask a caching forwarder
+            # (CoreDNS's cache, NodeLocal DNSCache) that keeps them that long.
+            self.dns = DnsServer(self.net, logdir, ttl=CLUSTER_DNS_TTL_S if overlay else 0)
+            if overlay:
+                self.dns_cache = DnsServer(self.net, logdir, upstream=self.dns, name="dns-cache")
+            self.kubelet = Kubelet(self.net, self.dns, logdir, self.worker_service, router_lag_s=router_lag_s,
+                                   services=services)
         except Exception:
             self.close()
             raise
@@ -46,20 +83,46 @@ class Cluster:
         """Long enough for every router to re-resolve (one interval) and a margin."""
         return self.dns_interval_s + 1.0
 
-    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None, model=None):
+    def overlay_pod(self, template, kind, name=None, pending_s=0):
+        """A pod of the overlay's Deployment `template` (k8s_manifest.Template): its command line,
+        environment and probes; the Secret volumes under pod_root, the models volume = the
+        model's folder here; resolv.conf as the kubelet writes it for the namespace."""
+        binary = {"router": ROUTER, "worker": WORKER}.get(kind)
+        models = os.path.dirname(MODEL)
+
+        def argv(ip, name):
+            a = template.argv(name, self.pod_root, models)
+            return a if template.container.get("command") else [binary, *a]
+
+        return self.kubelet.create(kind, argv, template.probes, name=name, resolver=self.dns_cache.ip,
+                                   search=self.overlay.search(), env_fn=template.env, prefix=template.name + "-",
+                                   pending_s=pending_s)
+
+    def template(self, pod):
+        return {"router": self.overlay.router, "worker": self.overlay.worker, "redis": self.overlay.redis}[pod.kind] \
+            if self.overlay else None
+
+    def redis(self):
+        return self.overlay_pod(self.overlay.redis, "redis")
+
+    def worker(self, max_running=4, kv_blocks=128, extra=(), name=None, model=None, pending_s=0):
+        if self.overlay:
+            return self.overlay_pod(self.overlay.worker, "worker", name, pending_s)
         drain = ["--drain-timeout-s", str(int(self.grace_s - self.default_pre_stop_s() - 3))] \
             if has_flag(WORKER, "--drain-timeout-s") else []
 
         def argv(ip):
-            return [WORKER, "serve", "--model", model or MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}", "--metrics-host",
-                    "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--threads", "1", "--kv-blocks", str(kv_blocks),
+            return [WORKER, "serve", "--model", model or MODEL, "--listen", f"tcp://0.0.0.0:{WORKER_PORT}",
+                    "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT), "--threads", "1", "--kv-blocks", str(kv_blocks),
                     "--max-running", str(max_running), "--max-context", "512", "--worker-id", f"worker-{ip}", *drain,
                     *extra]
 
-        # Readiness: the worker's /ready once it has one (404 before), else /health.
-        return self.kubelet.create("worker", argv, METRICS_PORT, ["/ready", "/health"], name=name)
+        probes = self.kubelet.readiness_probe(METRICS_PORT, "/ready")
+        return self.kubelet.create("worker", lambda ip, _: argv(ip), probes, name=name)
 
     def router(self, extra=(), name=None):
+        if self.overlay:
+            return self.overlay_pod(self.overlay.router, "router", name)
         drain = ["--drain-timeout-s", str(int(self.grace_s - self.default_pre_stop_s() - 3))] \
             if has_flag(ROUTER, "--drain-timeout-s") else []
 
@@ -70,29 +133,41 @@ class Cluster:
                     f"{WORKER_SERVICE}:{WORKER_PORT}", "--dns-interval-s", str(self.dns_interval_s),
                     "--http-threads", "1", "--router-id", f"router-{ip}", *hb, *drain, *extra]
 
-        return self.kubelet.create("router", argv, ROUTER_PORT, ["/ready"], resolver=self.dns.ip, name=name)
+        probes = self.kubelet.readiness_probe(ROUTER_PORT, "/ready")
+        return self.kubelet.create("router", lambda ip, _: argv(ip), probes, resolver=self.dns.ip, name=name)
 
-    def start(self, workers=0, routers=0, worker_kw=None, router_kw=None, timeout=60):
-        ws = [self.worker(**(worker_kw or {})) for _ in range(workers)]
-        rs = [self.router(**(router_kw or {})) for _ in range(routers)]
+    def start(self, workers=None, routers=None, worker_kw=None, router_kw=None, timeout=60):
+        """`workers` and `routers` pods (with the overlay: its replicas by default, and its Redis
+        first), once all are ready."""
+        if self.overlay:
+            workers = self.overlay.worker.replicas if workers is None else workers
+            routers = self.overlay.router.replicas if routers is None else routers
+            self.kubelet.wait_ready(self.redis(), timeout)
+        ws = [self.worker(**(worker_kw or {})) for _ in range(workers or 0)]
+        rs = [self.router(**(router_kw or {})) for _ in range(routers or 0)]
         self.kubelet.wait_ready(ws + rs, timeout)
         return ws, rs
 
-    def delete(self, pod, pre_stop_s=None, grace_s=None):
-        return self.kubelet.delete(pod, self.default_pre_stop_s() if pre_stop_s is None else pre_stop_s,
-                                   self.grace_s if grace_s is None else grace_s)
+    def delete(self, pod, pre_stop_s=None, grace_s=None, before_sigterm=None):
+        """Graceful deletion: the overlay's preStop and grace period for its pods, else the suite's."""
+        t = self.template(pod)
+        if pre_stop_s is None:
+            pre_stop_s = t.pre_stop_s if t else self.default_pre_stop_s()
+        if grace_s is None:
+            grace_s = t.grace_s if t else self.grace_s
+        return self.kubelet.delete(pod, pre_stop_s, grace_s, before_sigterm)
 
     # ---- observation -------------------------------------------------------------------------
 
     def metrics(self, pod):
-        port = ROUTER_PORT if pod.kind == "router" else METRICS_PORT
+        port = self.router_metrics_port if pod.kind == "router" else self.worker_metrics_port
         status, body = http_get(pod.ip, port, "/metrics", timeout=2)
         if status != 200:
             raise RuntimeError(f"/metrics of {pod.name}: {status} {body!r}")
         return parse_prometheus(body.decode())
 
     def status(self, pod, path):
-        port = ROUTER_PORT if pod.kind == "router" else METRICS_PORT
+        port = ROUTER_PORT if pod.kind == "router" else self.worker_metrics_port
         return http_get(pod.ip, port, path, timeout=2)[0]
 
     @staticmethod
@@ -163,7 +238,7 @@ class Cluster:
 
     # ---- clients -----------------------------------------------------------------------------
 
-    def load(self, concurrency, routers=None, max_tokens=24, name="load"):
+    def load(self, concurrency, routers=None, max_tokens=24, name="load", tag="", timeouts=(90.0, 30.0)):
         """Closed-loop streaming clients; through the readiness-following Service unless a fixed
         list of router pods is given (then round robin over them)."""
         if routers is None:
@@ -178,9 +253,20 @@ class Cluster:
             def pick():
                 n[0] += 1
                 return ips[n[0] % len(ips)]
-        ld = Load(pick, self.model, concurrency, max_tokens, name)
+        ld = Load(pick, self.model, concurrency, max_tokens, name, key=self.api_key, tag=tag, timeouts=timeouts)
         self.loads.append(ld)
         return ld
+
+    def cluster_ip(self):
+        """The router Service's ClusterIP (k8s_proxy: kube-proxy), once it forwards to the ready
+        routers."""
+        from k8s_proxy import ClusterIP
+        if self.proxy is None:
+            self.proxy = ClusterIP(self.net, self.kubelet.router_service, ROUTER_PORT)
+        ready = {p.ip for p in self.kubelet.live("router") if p.ready and not p.terminating}
+        self.wait_until("the ClusterIP forwarding to the ready routers",
+                        lambda: ready and set(self.proxy.applied or ()) == ready, self.proxy.service.lag_s + 5, 0.05)
+        return self.proxy.ip
 
     def close(self):
         for ld in self.loads:
@@ -189,9 +275,15 @@ class Cluster:
             self.kubelet.close()
         for ld in self.loads:
             ld.abort()
+        if self.proxy:
+            self.proxy.close()
+        if self.dns_cache:
+            self.dns_cache.stop()
         if self.dns:
             self.dns.stop()
         self.net.close()
+        if self.pod_root:
+            shutil.rmtree(self.pod_root, ignore_errors=True)
 
     def report(self):
         return self.kubelet.report() if self.kubelet else ""

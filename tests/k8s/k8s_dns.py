@@ -85,8 +85,13 @@ def dns_query(server, name, qtype=A, timeout=1.0, flags_out=None, tcp_on_truncat
 
 
 class DnsServer:
-    def __init__(self, net, logdir, domain="cluster.local"):
-        self.host = net.add_host("dns")
+    """The cluster DNS. `ttl`: the TTL of its answers (0: nothing caches them; CoreDNS's
+    kubernetes plugin answers with 5). With `upstream` (another DnsServer) it is instead a
+    caching forwarder in front of it, as CoreDNS's cache plugin or NodeLocal DNSCache: answers
+    are kept for their TTL (negative answers are not cached)."""
+
+    def __init__(self, net, logdir, domain="cluster.local", ttl=0, upstream=None, name="dns"):
+        self.host = net.add_host(name)
         self.ip = self.host.ip
         self.domain = domain
         self.dir = tempfile.mkdtemp(prefix="sy-k8s-dns-")  # private (0700): only dnsmasq, as root, reads it
@@ -95,12 +100,13 @@ class DnsServer:
         self.paused = False
         self._lock = threading.Lock()
         self._write()
-        self.log = open(os.path.join(logdir, "dnsmasq.log"), "w")
+        self.log = open(os.path.join(logdir, "dnsmasq.log" if name == "dns" else f"{name}.log"), "w")
+        serve = [f"--server={upstream.ip}", "--cache-size=1000"] if upstream else \
+            ["--addn-hosts=" + self.hosts_file, f"--local=/{domain}/", f"--local-ttl={ttl}"]
         self.proc = subprocess.Popen(self.host.exec_argv([
-            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-            "--addn-hosts=" + self.hosts_file, f"--local=/{domain}/", "--listen-address=" + self.ip,
-            "--bind-interfaces", "--port=53", "--user=root", "--local-ttl=0", "--no-negcache", "--pid-file=",
-            "--log-queries", "--log-facility=-"]), stdout=self.log, stderr=subprocess.STDOUT)
+            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", *serve,
+            "--listen-address=" + self.ip, "--bind-interfaces", "--port=53", "--user=root", "--no-negcache",
+            "--pid-file=", "--log-queries", "--log-facility=-"]), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -45,14 +45,18 @@ def _error_code(raw):
         return None
 
 
-def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
-    """POST /v1/completions (streamed when body says so) to router:8000; returns an Outcome."""
+def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0, key=None):
+    """POST /v1/completions (streamed when body says so) to router:8000, with `key` as the bearer
+    token when given (routers with --tenants); returns an Outcome."""
     o = Outcome(router, i)
     deadline = time.monotonic() + timeout
     c = http.client.HTTPConnection(router, ROUTER_PORT, timeout=chunk_timeout)
     try:
         payload = json.dumps(body).encode()
-        c.request("POST", "/v1/completions", payload, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        c.request("POST", "/v1/completions", payload, headers)
         r = c.getresponse()
         o.status = r.status
         if r.status != 200:
@@ -108,17 +112,20 @@ def completion(router, body, i=0, timeout=90.0, chunk_timeout=30.0):
         c.close()
 
 
-def story(i, max_tokens=24):
-    # Short distinct prompts (under one KV block): no prefix affinity, dispatch goes to the least loaded.
-    return {"model": None, "prompt": f"Story {i}: once upon a time", "max_tokens": max_tokens, "stream": True,
+def story(i, max_tokens=24, tag=""):
+    # Short distinct prompts (under one KV block): no prefix affinity, dispatch goes to the least
+    # loaded. `tag` keeps two loads' prompts apart (a router with Redis answers a repeat from its cache).
+    return {"model": None, "prompt": f"Story {tag}{i}: once upon a time", "max_tokens": max_tokens, "stream": True,
             "ignore_eos": True, "temperature": 0}
 
 
 class Load:
     """`concurrency` closed-loop clients; each picks a router per request with `pick()`."""
 
-    def __init__(self, pick, model, concurrency, max_tokens=24, name="load"):
-        self.pick, self.model, self.max_tokens, self.name = pick, model, max_tokens, name
+    def __init__(self, pick, model, concurrency, max_tokens=24, name="load", key=None, tag="", timeouts=(90.0, 30.0)):
+        """`timeouts`: (whole request, silence between two chunks) in seconds."""
+        self.pick, self.model, self.max_tokens, self.name, self.key = pick, model, max_tokens, name, key
+        self.tag, self.timeouts = tag, timeouts
         self.outcomes = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,9 +152,9 @@ class Load:
                 self._record(o)
                 self._stop.wait(0.2)
                 continue
-            body = story(i, self.max_tokens)
+            body = story(i, self.max_tokens, self.tag)
             body["model"] = self.model
-            self._record(completion(router, body, i))
+            self._record(completion(router, body, i, *self.timeouts, key=self.key))
 
     def _record(self, o):
         with self._lock:
@@ -194,3 +201,64 @@ def assert_no_failures(outcomes, at_least=1):
     assert_all_terminal(outcomes)
     failed = [o for o in outcomes if o.kind != "ok"]
     assert not failed, f"{len(failed)} of {len(outcomes)} requests failed: {failed[:8]}; {summary(outcomes)}"
+
+
+class SdkLoad:
+    """`concurrency` closed-loop clients of the OpenAI Python SDK, each with its own client (an
+    httpx pool: keep-alive connections reused across requests, the SDK's default retries of
+    connection errors and 408/409/429/5xx before a response starts) on `base_url` (a Service's
+    ClusterIP). Outcomes as Load's: a stream cut after it started is `transport` (the SDK does
+    not retry it), an API error with a status is `error` with its code."""
+
+    def __init__(self, base_url, key, model, concurrency, max_tokens=24, tag="sdk"):
+        import openai
+        self.outcomes = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._clients = [openai.OpenAI(base_url=base_url, api_key=key, timeout=60.0) for _ in range(concurrency)]
+        self._threads = [threading.Thread(target=self._run, args=(i, model, max_tokens, tag), name=f"sdk-{i}",
+                                          daemon=True) for i in range(concurrency)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, slot, model, max_tokens, tag):
+        import openai
+        client, n = self._clients[slot], 0
+        while not self._stop.is_set():
+            n += 1
+            o = Outcome("service", f"{slot}.{n}")
+            try:
+                stream = client.completions.create(model=model, prompt=f"Story {tag}{slot}.{n}: once upon a time",
+                                                   max_tokens=max_tokens, temperature=0, stream=True,
+                                                   extra_body={"ignore_eos": True})
+                o.status = 200
+                for chunk in stream:
+                    for ch in chunk.choices:
+                        o.tokens += 1
+                        o.text += ch.text or ""
+                        o.finish = ch.finish_reason or o.finish
+                o.kind = "ok" if o.finish else "transport"
+                o.detail = "" if o.finish else "stream ended without a finish_reason"
+            except openai.APIStatusError as e:
+                o.kind, o.status = "error", e.status_code
+                o.code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+                o.code = o.code or e.code or str(e.status_code)
+                o.detail = str(e)
+            except (openai.APIError, OSError, ValueError) as e:  # connection, timeout, cut stream
+                o.kind, o.detail = "transport", f"{type(e).__name__}: {e}"
+            except Exception as e:  # noqa: BLE001 - httpx errors raised mid-stream
+                o.kind, o.detail = "transport", f"{type(e).__name__}: {e}"
+            o.t_end = time.monotonic()
+            with self._lock:
+                self.outcomes.append(o)
+
+    def stop(self, timeout=120):
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        assert not alive, f"SDK clients still waiting for an answer after {timeout} s: {alive}"
+        for c in self._clients:
+            c.close()
+        return list(self.outcomes)

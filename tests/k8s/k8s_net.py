@@ -18,9 +18,9 @@ _live_lock = threading.Lock()
 OWNERS = "/run/sy-k8s"  # one file per live network: its prefix, holding the owning process's pid
 
 
-def sh(*argv, check=True, timeout=20):
+def sh(*argv, check=True, timeout=20, input=None):
     """Runs a command (no shell); raises with its stderr when it fails and `check` is set."""
-    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input)
     if check and p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
     return p
@@ -117,12 +117,17 @@ class Host:
     def exec_argv(self, argv):
         return ["ip", "netns", "exec", self.ns, *argv]
 
-    def set_resolver(self, nameserver, timeout_s=1, attempts=1):
+    def set_resolver(self, nameserver, timeout_s=1, attempts=1, search=None):
         """/etc/resolv.conf (and a hosts file with only localhost) as processes in this namespace see
-        them: `ip netns exec` bind-mounts /etc/netns/<ns>/* over /etc/*."""
+        them: `ip netns exec` bind-mounts /etc/netns/<ns>/* over /etc/*. With a `search` list it is
+        the one the kubelet writes for a ClusterFirst pod: the namespace's search domains and
+        ndots:5 (glibc's own timeout and attempts)."""
         os.makedirs(self.etc_dir, exist_ok=True)
         with open(os.path.join(self.etc_dir, "resolv.conf"), "w") as f:
-            f.write(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:{attempts}\n")
+            if search:
+                f.write(f"search {' '.join(search)}\nnameserver {nameserver}\noptions ndots:5\n")
+            else:
+                f.write(f"nameserver {nameserver}\noptions timeout:{timeout_s} attempts:{attempts}\n")
         with open(os.path.join(self.etc_dir, "hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n::1 localhost\n")
 
@@ -214,7 +219,7 @@ class Network:
             if self._closed:
                 raise RuntimeError("network closed")
             index = self._next
-            if index > 254:
+            if index > 253:  # .254: the router Service's ClusterIP (k8s_proxy)
                 raise RuntimeError("the test's /24 is exhausted")
             self._next += 1
             h = Host(self, name, index)
@@ -308,6 +313,8 @@ def sweep_stale():
             name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
             if name.startswith(prefix):
                 sh("ip", "link", "del", name, check=False)
+        for table in (f"{prefix}kp", f"{prefix}kpf") if shutil.which("nft") else ():  # k8s_proxy's tables
+            sh("nft", f"delete table ip {table}", check=False)
         os.remove(path)
         swept.append(prefix)
     if swept:

@@ -64,8 +64,18 @@ class ExactModel:
         self.hd = field(r, a + "attention.key_length", n_embd // self.n_head)
         self.neox = self.arch != "llama"
         self.gemma = self.arch == "gemma3"
-        # Gemma 3: 5 of every 6 layers see a window of the last `window` tokens, with RoPE base 10k.
+        # Gemma 3: 5 of every 6 layers (or attention.sliding_window_pattern: a period, or a
+        # boolean per layer) see a window of the last `window` tokens, with RoPE base 10k (or
+        # rope.freq_base_swa); logits soft-capped where final_logit_softcapping is given.
         self.window = field(r, a + "attention.sliding_window", 0) if self.gemma else 0
+        pattern = field(r, a + "attention.sliding_window_pattern", 6)
+        if isinstance(pattern, (list, tuple)):
+            self.local = [bool(b) for b in pattern]
+        else:
+            self.local = [pattern == 0 or l % pattern < pattern - 1 for l in range(self.n_layer)]
+        self.local = [self.window > 0 and b for b in self.local]
+        self.base_swa = field(r, a + "rope.freq_base_swa", 10000.0)
+        self.softcap = field(r, a + "final_logit_softcapping", 0.0) if self.gemma else 0.0
         self.embd_scale = np.sqrt(n_embd) if self.gemma else 1.0
         self.ff = self.w.get("rope_freqs.weight")
         # Phi-3 LongRoPE at the references' 512-token context: the short factors, cos and sin
@@ -116,7 +126,7 @@ class ExactModel:
         group = self.n_head // self.n_kv
         for l in range(self.n_layer):
             p = f"blk.{l}."
-            local = self.window > 0 and l % 6 != 5
+            local = self.local[l]
             h = self.rms(x, w[p + "attn_norm.weight"])
             q, k, v = h @ w[p + "attn_q.weight"].T, h @ w[p + "attn_k.weight"].T, h @ w[p + "attn_v.weight"].T
             if p + "attn_q.bias" in w:
@@ -124,7 +134,7 @@ class ExactModel:
             q, k = q.reshape(n, self.n_head, hd), k.reshape(n, self.n_kv, hd)
             if p + "attn_q_norm.weight" in w:
                 q, k = self.rms(q, w[p + "attn_q_norm.weight"]), self.rms(k, w[p + "attn_k_norm.weight"])
-            base = 10000.0 if local else self.base
+            base = self.base_swa if local else self.base
             q, k = self.rope(q, pos, base), self.rope(k, pos, base)
             v = v.reshape(n, self.n_kv, hd)
             k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -145,7 +155,8 @@ class ExactModel:
             if self.gemma:
                 o = self.rms(o, w[p + "post_ffw_norm.weight"])
             x = x + o
-        return self.rms(x, w["output_norm.weight"]) @ self.out.T
+        out = self.rms(x, w["output_norm.weight"]) @ self.out.T
+        return self.softcap * np.tanh(out / self.softcap) if self.softcap else out
 
 
 def top_pairs(row):

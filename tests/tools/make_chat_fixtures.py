@@ -11,7 +11,7 @@ generation prompt:
            equal those of the source (null when llama.cpp recognises none); SOURCES below names the
            one expected, and the tool stops if llama.cpp disagrees.
 
-Switchyard differs from llama.cpp in two places on purpose: a ChatML template's fixed default
+Switchyard differs from llama.cpp in a few places on purpose: a ChatML template's fixed default
 system prompt (SmolLM2's, Qwen2.5's) is kept. For those sources llama.cpp is given the
 conversation with that system message in front (when it does not start with one), which is
 what the template itself renders; the prompt is stored as `default_system`. And a DeepSeek-R1
@@ -21,14 +21,18 @@ GENERATION_SUFFIX appends it to llama.cpp's renderings with the generation promp
 default: `thinking` off) there and writes `</think>` at the start of every past assistant turn:
 ASSISTANT_PREFIX puts that in front of each assistant message's content given to llama.cpp (as
 for the default system prompt, what the template itself renders), stored as `assistant_prefix`.
+Qwen3's template gives a final assistant turn without thinking an empty thinking block:
+FINAL_ASSISTANT_PREFIX does the same for llama.cpp, stored as `final_assistant_prefix`.
 
 Past turns' thinking, which Qwen3's and R1's templates drop and llama.cpp keeps, is recorded from
 the templates themselves: jinja2 renders THINKING_CONVERSATIONS with each file of
 THINKING_SOURCES (as Hugging Face's apply_chat_template does: sandboxed, trim_blocks,
 lstrip_blocks; bos_token empty, since Switchyard's text never starts with BOS) into
 `template_renders`. They hold no system message, which R1's and V3.1's templates place apart
-from llama.cpp's deepseek3. TEMPLATE_KWARGS adds renderings with template variables set (V3.1's
-`thinking` switch), each entry with its `kwargs`.
+from llama.cpp's deepseek3. TEMPLATE_KWARGS adds renderings with template variables set
+(Qwen3's `enable_thinking`, V3.1's `thinking` switch), each entry with its `kwargs`;
+THINKING_SKIP leaves out conversations (recorded as `template_renders_skip`) where a template
+differs from llama.cpp outside the thinking.
 
 Usage (llama.cpp built by tests/tools/build_llamacpp.sh build/llama.cpp; a Python with numpy and
 typing_extensions, which importing llama_cpp needs; jinja2, when present, syntax-checks the files):
@@ -93,6 +97,13 @@ ASSISTANT_PREFIX = {
     "deepseek-v3.1.jinja": "</think>",
 }
 
+# file -> what the template writes in front of the content of a conversation's last message
+# when that is an assistant turn answering a user (Qwen3 gives such a turn without thinking an
+# empty thinking block); Switchyard renders it too, so llama.cpp is given the conversation with it.
+FINAL_ASSISTANT_PREFIX = {
+    "qwen3.jinja": "<think>\n\n</think>\n\n",
+}
+
 
 def msg(role, content):
     return {"role": role, "content": content}
@@ -102,7 +113,16 @@ THINKING_SOURCES = ["qwen3.jinja", "deepseek-r1-distill.jinja", "deepseek-v3.1.j
 
 # file -> template variables to render THINKING_CONVERSATIONS with too (beyond none at all).
 TEMPLATE_KWARGS = {
+    "qwen3.jinja": [{"enable_thinking": True}, {"enable_thinking": False}],
     "deepseek-v3.1.jinja": [{"thinking": True}, {"thinking": False}],
+}
+
+# file -> THINKING_CONVERSATIONS it is not rendered with, where the template and llama.cpp's
+# format differ outside the thinking and Switchyard follows llama.cpp (docs/worker.md): V3.1's
+# template writes no generation prompt after an assistant turn and no <｜Assistant｜> between two
+# assistant turns.
+THINKING_SKIP = {
+    "deepseek-v3.1.jinja": ["ends_with_thinking", "ends_with_answer", "untidy_thinking", "tool_steps"],
 }
 
 
@@ -149,6 +169,33 @@ THINKING_CONVERSATIONS = [
     ]),
     ("several_closes", [msg("user", "Hi"), msg("assistant", "<think>a</think>b</think>\n\nHello"), msg("user", "Bye")]),
     ("no_thinking", [msg("user", "Hi"), msg("assistant", "Hello"), msg("user", "Bye")]),
+    # Qwen3 rewrites the assistant turns after the last user query: the last one, and any other
+    # with thinking, as "<think>\nREASONING\n</think>\n\nANSWER" (untidy tags tidied, an answer
+    # without thinking given an empty block); a user turn that is only a <tool_response> is not a
+    # query, so the steps of the answer being written keep their thinking.
+    ("ends_with_thinking", [msg("user", "Hi"), msg("assistant", "<think>a</think>b")]),
+    ("ends_with_answer", [msg("user", "Hi"), msg("assistant", "\nHello")]),
+    ("untidy_thinking", [
+        msg("user", "Q1"),
+        msg("assistant", "Sure. <think>\n\n r \n\n</think>\n\n\nans"),
+        msg("user", "Q2"),
+        msg("assistant", "pre<think>x<think>y\n</think>\nz</think>w"),
+    ]),
+    ("tool_steps", [
+        msg("user", "Q"),
+        msg("assistant", "<think>\nplan\n</think>\n\nstep one"),
+        msg("user", "<tool_response>\n42\n</tool_response>"),
+        msg("assistant", "<think></think>\n\nstep two"),
+        msg("assistant", "no thinking"),
+        msg("user", "<tool_response>\n43\n</tool_response>"),
+    ]),
+    ("query_after_tool", [
+        msg("user", "<tool_response>\n1\n</tool_response>"),
+        msg("assistant", "<think>t</think>one"),
+        msg("user", "Q <tool_response>"),
+        msg("assistant", "<think>u</think>two"),
+        msg("user", "<tool_response>2</tool_response>"),
+    ]),
 ]
 
 
@@ -171,7 +218,7 @@ def render(tmpl, messages, add_generation_prompt):
     return buf.raw[:n].decode("utf-8")
 
 
-def render_all(tmpl, default_system="", generation_suffix="", assistant_prefix=""):
+def render_all(tmpl, default_system="", generation_suffix="", assistant_prefix="", final_assistant_prefix=""):
     """[{conversation, add_generation_prompt, text}] for every conversation, or None."""
     out = []
     for name, messages in CONVERSATIONS:
@@ -180,6 +227,9 @@ def render_all(tmpl, default_system="", generation_suffix="", assistant_prefix="
         if assistant_prefix:
             messages = [msg(m["role"], assistant_prefix + m["content"]) if m["role"] == "assistant" else m
                         for m in messages]
+        if final_assistant_prefix and messages and messages[-1]["role"] == "assistant" and \
+                any(m["role"] == "user" for m in messages):
+            messages = messages[:-1] + [msg("assistant", final_assistant_prefix + messages[-1]["content"])]
         for gen in (True, False):
             text = render(tmpl, messages, gen)
             if text is None:
@@ -197,6 +247,8 @@ def template_renders(file, source):
     out = []
     for kwargs in [{}] + TEMPLATE_KWARGS.get(file, []):
         for name, messages in THINKING_CONVERSATIONS:
+            if name in THINKING_SKIP.get(file, []):
+                continue
             for gen in (True, False):
                 r = {"conversation": name, "add_generation_prompt": gen}
                 if kwargs:
@@ -262,11 +314,15 @@ def main():
         }
         if file in ASSISTANT_PREFIX:
             entry["assistant_prefix"] = ASSISTANT_PREFIX[file]
+        if file in FINAL_ASSISTANT_PREFIX:
+            entry["final_assistant_prefix"] = FINAL_ASSISTANT_PREFIX[file]
         entry["renders"] = render_all(source, default_system, GENERATION_SUFFIX.get(file, ""),
-                                      ASSISTANT_PREFIX.get(file, "")) if expected in FORMATS else []
+                                      ASSISTANT_PREFIX.get(file, ""),
+                                      FINAL_ASSISTANT_PREFIX.get(file, "")) if expected in FORMATS else []
         sources.append(entry)
         if file in THINKING_SOURCES:
             sources[-1]["template_renders"] = template_renders(file, source)
+            sources[-1]["template_renders_skip"] = THINKING_SKIP.get(file, [])
         print(f"{file:40s} {expected or '(none)':18s} {'also matches ' + str(matches) if len(matches) > 1 else ''}")
 
     doc = {

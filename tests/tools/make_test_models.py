@@ -274,6 +274,12 @@ FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q
 # test prompts cross it and block boundaries).
 FAMILY_SHAPE = {"qwen3": dict(head_dim=128), "gemma3": dict(head_dim=128, n_head_kv=1, n_layer=6, window=12)}
 SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2, "8b": 3}  # fixed, so a new shape changes no existing file
+# Gemma 3 keys the common files leave out but other converters and checkpoints write, each set
+# away from llama.cpp's default so that a runtime ignoring one gives other logits: the
+# sliding-window layers as a per-layer array (default: 5 of every 6), the windowed layers' RoPE
+# base (default 10k) and a final logit soft-cap (default none). The same weights and vocabulary
+# as the gemma3 file, in its own file, gemma3/gemma3-keys-f16.gguf.
+GEMMA3_KEYS = dict(pattern=[True, False, True, True, False, True], freq_base_swa=20000.0, softcap=30.0)
 
 # llama.cpp ftype per weight-type name (llama_cpp.LLAMA_FTYPE_*).
 FTYPES = {
@@ -321,7 +327,7 @@ def add_spm_vocab(w, vocab_size, control, eos, add_bos, space_prefix):
     return tokens
 
 
-def write_family(family, shape, path, arch=None):
+def write_family(family, shape, path, arch=None, gemma3_keys=None):
     s = dict(SHAPES[shape])
     s.update(FAMILY_SHAPE.get(family, {}) if shape == "tiny" else {})
     E, F, L, H, HKV = s["n_embd"], s["n_ff"], s["n_layer"], s["n_head"], s["n_head_kv"]
@@ -382,6 +388,10 @@ def write_family(family, shape, path, arch=None):
         # chat template in the file (as the common conversions ship it), a short sliding window.
         w.add_rope_freq_base(1000000.0)
         w.add_sliding_window(s["window"])
+        if gemma3_keys:
+            w.add_sliding_window_pattern(gemma3_keys["pattern"])
+            w.add_rope_freq_base_swa(gemma3_keys["freq_base_swa"])
+            w.add_final_logit_softcapping(gemma3_keys["softcap"])
         tokens = add_spm_vocab(w, s["vocab"], ["<start_of_turn>", "<end_of_turn>"], None, True, False)
     elif family == "phi3":
         # Phi-3.5-mini's layout: SentencePiece vocabulary with its chat markers, fused attn_qkv and
@@ -546,6 +556,20 @@ def main():
                 manifest["models"].append({"family": family, "type": t, "shape": args.shape,
                                            "path": os.path.relpath(dst, args.out)})
                 have.add((family, t, args.shape))
+    # The Gemma 3 file with the optional keys (GEMMA3_KEYS), checked as a gemma3 file like the others.
+    if args.shape == "tiny" and "gemma3" in args.families.split(","):
+        src = os.path.join(args.out, "gemma3", "gemma3-keys-f32.gguf")
+        dst = os.path.join(args.out, "gemma3", "gemma3-keys-f16.gguf")
+        if not os.path.exists(dst):
+            print(f"make_test_models: writing {dst}", file=sys.stderr)
+            write_family("gemma3", "tiny", src + ".part", gemma3_keys=GEMMA3_KEYS)
+            os.replace(src + ".part", src)
+            quantize(src, dst, "f16")
+            os.remove(src)
+        rel = os.path.relpath(dst, args.out)
+        if all(m["path"] != rel for m in manifest["models"]):
+            manifest["models"].append({"family": "gemma3", "type": "f16", "shape": "tiny", "variant": "keys",
+                                       "path": rel})
     # Files a worker must refuse with one clear error (tests/unit/test_model_families.cpp): an
     # architecture it does not implement, and weight types it does not load (Q2_K: q2_K/q3_K).
     if args.shape == "tiny":

@@ -249,7 +249,7 @@ TEST_CASE("admission: the request cap sheds batch, then standard, then interacti
   CHECK(admitted(at(59, 1)));
   rejection r = rejected(at(60, 1));
   CHECK(r.reason == reject_reason::queue_full);
-  CHECK(r.status == 503);
+  CHECK(r.status == 429);       // a full queue: SGLang's gateway's status
   CHECK(r.retry_after_s == 3);  // est_wait_s 2.3, rounded up
   CHECK_THAT(r.message, Catch::Contains("batch") && Catch::Contains("limit 60"));
   CHECK(admitted(at(60, 0)));
@@ -270,7 +270,7 @@ TEST_CASE("admission: the token cap sheds by class too", "[admission]") {
   CHECK(admitted(at(599, 1)));
   rejection r = rejected(at(600, 1));
   CHECK(r.reason == reject_reason::queue_tokens);
-  CHECK(r.status == 503);
+  CHECK(r.status == 429);
   CHECK(r.retry_after_s == 1);  // no wait estimate: at least 1
   CHECK(admitted(at(600, 0)));
   CHECK(rejected(at(900, 0)).reason == reject_reason::queue_tokens);

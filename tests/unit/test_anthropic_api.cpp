@@ -3,6 +3,7 @@
 // are 400s naming the field in Anthropic's terms; responses, stream events and errors have
 // Anthropic's shapes, and a stream's tool_use input adds up to the non-streamed input.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
@@ -163,6 +164,11 @@ TEST_CASE("anthropic: thinking enabled or disabled is the template's thinking sw
            thinking + "}";
   };
   CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 1024})")).thinking == true);
+  // budget_tokens is the worker's thinking budget (thinking_token_budget on the OpenAI route).
+  CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 1500})")).sampling.thinking_budget == 1500);
+  CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 99999999999})")).sampling.thinking_budget ==
+        std::numeric_limits<int32_t>::max());
+  CHECK(parse_ok(with(R"({"type": "disabled"})")).sampling.thinking_budget == 0);
   CHECK(parse_ok(with(R"({"type": "enabled", "budget_tokens": 100000, "display": "summarized"})")).thinking == true);
   CHECK(parse_ok(with(R"({"type": "disabled"})")).thinking == false);
   CHECK_FALSE(parse_ok(with(R"({"type": "adaptive"})")).thinking.has_value());  // the template's default

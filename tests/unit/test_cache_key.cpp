@@ -86,6 +86,11 @@ TEST_CASE("changing any single field changes the key", "[cache_key]") {
       {"stop order", [](key_input& k) { std::swap(k.sampling.stop[0], k.sampling.stop[1]); }},
       {"stop removed", [](key_input& k) { k.sampling.stop.pop_back(); }},
       {"stop empty string added", [](key_input& k) { k.sampling.stop.push_back(""); }},
+      {"thinking budget",
+       [](key_input& k) {
+         k.sampling.thinking_budget = 64;
+         k.sampling.thinking_end = "\n</think>\n\n";
+       }},
       {"tools", [](key_input& k) { k.tools = "auto\n\nparallel\n{}"; }},
       {"tools and a constraint",
        [](key_input& k) {

@@ -255,14 +255,19 @@ TEST_CASE("chat template: DeepSeek-R1 distills render deepseek3, open the thinki
 
 TEST_CASE("chat template: past thinking renders as Qwen3's, R1's and V3.1's own templates render it") {
   // Recorded with jinja2 from the templates themselves (tests/tools/make_chat_fixtures.py), some
-  // with template variables set (`kwargs`: DeepSeek-V3.1's `thinking`).
+  // with template variables set (`kwargs`: Qwen3's `enable_thinking`, DeepSeek-V3.1's `thinking`).
   const auto convs = conversations_in(fixture().at("thinking_conversations"));
-  size_t n = 0, n_kwargs = 0;
+  size_t n_sources = 0;
   for (const json& s : fixture().at("sources")) {
     if (!s.contains("template_renders")) continue;
+    ++n_sources;
     const std::string file = s.at("file");
     const chat_template t = chat_template::parse(template_source(file));
     CHECK((t.drops_past_thinking || t.closes_past_thinking));
+    // Every conversation but the skipped ones (where the template differs from llama.cpp outside
+    // the thinking), with and without the generation prompt, unset and under each variable set.
+    const size_t n_skipped = s.at("template_renders_skip").size();
+    size_t n = 0, n_kwargs = 0;
     for (const json& r : s.at("template_renders")) {
       const std::string conv = r.at("conversation");
       const bool gen = r.at("add_generation_prompt");
@@ -277,9 +282,12 @@ TEST_CASE("chat template: past thinking renders as Qwen3's, R1's and V3.1's own 
       CHECK(t.apply(convs.at(conv), gen, {}, thinking) == r.at("text").get<std::string>());
       ++n;
     }
+    INFO(file);
+    CHECK(n_skipped < convs.size());
+    CHECK(n == (n_kwargs == 0 ? 1 : 3) * 2 * (convs.size() - n_skipped));
+    CHECK(n_kwargs == (file == "deepseek-r1-distill.jinja" ? 0 : 2) * 2 * (convs.size() - n_skipped));
   }
-  CHECK(n == (3 + 2) * 2 * convs.size());
-  CHECK(n_kwargs == 2 * 2 * convs.size());
+  CHECK(n_sources == 3);
   const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));
   CHECK(qwen3.thinking_switch);
   CHECK(qwen3.default_system.empty());
@@ -315,7 +323,7 @@ TEST_CASE("chat template: Qwen3 drops the thinking of turns before the last user
   // Writing the tag (an empty thinking block) is not dropping it.
   CHECK_FALSE(chat_template::parse("<|im_start|>{{ '<think>\\n\\n</think>\\n\\n' }}").drops_past_thinking);
   CHECK(chat_template::parse("<|im_start|>{{ c.split(\"</think>\")[-1] }}").drops_past_thinking);
-  CHECK_THAT(t.to_jinja(false), Contains("loop.index0 <= ns_past.last_user") && Contains(".lstrip('\\n')"));
+  CHECK_THAT(t.to_jinja(false), Contains("loop.index0 > ns_past.last_query") && Contains(".lstrip('\\n')"));
 }
 
 TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and closes past thinking") {
@@ -341,12 +349,19 @@ TEST_CASE("chat template: DeepSeek-V3.1 switches thinking by `thinking` and clos
   // Only the first </think> ends the dropped part, as the template's split('</think>', 1)[1].
   CHECK(v31.apply({{"user", "a"}, {"assistant", "x</think>y</think>z"}}, false) ==
         "<｜User｜>a<｜Assistant｜></think>y</think>z<｜end▁of▁sentence｜>");
-  // Tool turns go the Hermes way (as for every deepseek3 template), past calls closed the same.
+  // Tool turns in DeepSeek's tokens, as V3.1's template writes them (every deepseek3 template:
+  // common/tokenizer/chat_tools.cpp), past calls closed the same; the tool list after the system prompt.
   const std::string with_call =
       v31.apply({{"user", "Weather?"}, {"assistant", "", {{"c1", "weather", "{}"}}}, {"tool", "sunny", {}, "c1"}}, true,
                 {}, true);
-  CHECK_THAT(with_call, Contains("<｜Assistant｜></think><tool_call>") && Contains("sunny"));
+  CHECK_THAT(with_call,
+             Contains("<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>weather<｜tool▁sep｜>{}"
+                      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny"
+                      "<｜tool▁output▁end｜>"));
   CHECK(with_call.ends_with("<｜Assistant｜><think>"));
+  const std::vector<sy::chat_tool> tools = {{"weather", R"({"type":"function","function":{"name":"weather"}})", ""}};
+  CHECK(v31.apply({{"system", "Be brief."}, {"user", "Weather?"}}, true, tools).rfind("Be brief.\n\n## Tools\n", 0) ==
+        0);
 
   // Qwen3's switch and R1's templates are untouched: their defaults stay on and open.
   const chat_template qwen3 = chat_template::parse(template_source("qwen3.jinja"));

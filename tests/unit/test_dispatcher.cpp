@@ -79,8 +79,9 @@ struct request_opts {
   int32_t n = 1;
   int32_t max_tokens = 16;
   double timeout_s = 0;
-  std::string api_key{};  // picks the tenant
-  bool gone = false;      // the client left before the dispatcher saw the request
+  double queue_timeout_s = 0;  // the request's own "queue_timeout"
+  std::string api_key{};       // picks the tenant
+  bool gone = false;           // the client left before the dispatcher saw the request
   std::string model = k_model;
   bool start_stream_throws = false;  // the exchange fails to start the stream
   std::string cache_key{};           // cacheable: identical requests in flight are coalesced
@@ -176,6 +177,7 @@ struct harness {
     r->meta.kind = r->req.kind;
     r->t_received_s = r->t_parsed_s = now_s;
     r->timeout_s = o.timeout_s;
+    r->queue_timeout_s = o.queue_timeout_s;
     r->cache_key = o.cache_key;
     const uint64_t id = r->id;
     d.on_request(std::move(r), now_s, out);
@@ -466,7 +468,7 @@ TEST_CASE("dispatcher: a priority outside the tenant's range runs clamped and sa
             "switchyard_router_admission_rejections_total{reason=\"priority_not_allowed\"} 1\n") != std::string::npos);
 }
 
-TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
+TEST_CASE("dispatcher: a full cluster queue answers 429 queue_full") {
   dispatcher_config cfg = test_config(/*local_queue=*/0);
   cfg.admission.max_queued_requests = 1;
   cfg.admission.shed_fraction = {1.0, 1.0, 1.0};  // no class is shed early: the cap is exactly 1
@@ -479,11 +481,11 @@ TEST_CASE("dispatcher: a full cluster queue answers 503 queue_full") {
 
   const auto refused = h.request({}, 0.3);
   REQUIRE(refused.ex->log == std::vector<std::string>{"respond"});
-  CHECK(refused.ex->responses[0].status == 503);
+  CHECK(refused.ex->responses[0].status == 429);
   CHECK_FALSE(header(refused.ex->responses[0].headers, "Retry-After").empty());
   const json b = refused.ex->body();
   CHECK(b["error"]["code"] == "queue_full");
-  CHECK(b["error"]["type"] == "overloaded_error");
+  CHECK(b["error"]["type"] == "rate_limit_error");
   CHECK(h.d.queued() == 1);
   CHECK(h.d.active() == 2);
   CHECK(h.d.render_metrics(10.0).find("switchyard_router_admission_rejections_total{reason=\"queue_full\"} 1\n") !=
@@ -950,7 +952,7 @@ TEST_CASE("dispatcher: a request whose deadline passes in the queue gets 504") {
 }
 
 TEST_CASE(
-    "dispatcher: a request still queued past its queue timeout gets 503 queue_timeout, a running one is not cut") {
+    "dispatcher: a request still queued past its queue timeout gets 408 queue_timeout, a running one is not cut") {
   dispatcher_config cfg = test_config(/*local_queue=*/0);
   cfg.queue_timeout_s = 1.0;
   auto tenants = tenant_registry::parse(R"({"tenants": [
@@ -970,18 +972,18 @@ TEST_CASE(
   CHECK(hasty.ex->log.empty());  // 0.4 s: not yet
   h.d.tick(0.9, h.out);          // 0.6 s: past its tenant's 0.5 s
   REQUIRE(hasty.ex->log == std::vector<std::string>{"respond"});
-  CHECK(hasty.ex->responses[0].status == 503);
+  CHECK(hasty.ex->responses[0].status == 408);
   CHECK(hasty.ex->body()["error"]["code"] == "queue_timeout");
   CHECK(queued.ex->log.empty());
   h.heartbeat(0, 1.25);
   h.d.tick(1.25, h.out);  // 1.05 s: past the router's 1 s
   REQUIRE(queued.ex->log == std::vector<std::string>{"respond"});
   const http_response& resp = queued.ex->responses[0];
-  CHECK(resp.status == 503);
+  CHECK(resp.status == 408);
   CHECK(std::stoi(header(resp.headers, "Retry-After")) >= 1);
   const json b = queued.ex->body();
   CHECK(b["error"]["code"] == "queue_timeout");
-  CHECK(b["error"]["type"] == "overloaded_error");
+  CHECK(b["error"]["type"] == "timeout_error");
   CHECK_THAT(b["error"]["message"].get<std::string>(), Catch::Contains("queue timeout is 1 s"));
   // A stream's head went out at admission: it ends with the error event.
   CHECK(streamed.ex->log.back() == "end_stream");
@@ -999,6 +1001,38 @@ TEST_CASE(
   h.tokens(0, wire(running.id, 1), 1, " jumps", 1, 30.1, "stop", 4, 0);  // the slot frees: the patient one runs
   CHECK(running.ex->responses.at(0).status == 200);
   CHECK(submits(h.take(), 0).size() == 1);
+}
+
+TEST_CASE("dispatcher: a request's own queue_timeout shortens its tenant's, never lengthens it") {
+  dispatcher_config cfg = test_config(/*local_queue=*/0);
+  cfg.queue_timeout_s = 2.0;
+  auto tenants = tenant_registry::parse(R"({"tenants": [
+      {"name": "std", "keys": ["sk-std"]}, {"name": "patient", "keys": ["sk-patient"], "queue_timeout_s": 0}]})");
+  harness h(cfg, std::move(tenants));
+  start_workers(h, 1, /*max_running=*/1);
+  const auto running = h.request({.api_key = "sk-std"}, 0.1);  // holds the only slot
+  const auto shorter = h.request({.queue_timeout_s = 0.5, .api_key = "sk-std", .prompt = "one"}, 0.2);
+  const auto longer = h.request({.queue_timeout_s = 60, .api_key = "sk-std", .prompt = "two"}, 0.2);
+  const auto patient = h.request({.queue_timeout_s = 1.0, .api_key = "sk-patient", .prompt = "three"}, 0.2);
+  CHECK(submits(h.take(), 0).size() == 1);
+  h.heartbeat(0, 0.6);
+  h.d.tick(0.6, h.out);  // 0.4 s
+  CHECK(shorter.ex->log.empty());
+  h.heartbeat(0, 0.8);
+  h.d.tick(0.8, h.out);  // 0.6 s: past its own 0.5 s
+  REQUIRE(shorter.ex->log == std::vector<std::string>{"respond"});
+  CHECK(shorter.ex->responses[0].status == 408);
+  CHECK_THAT(shorter.ex->body()["error"]["message"].get<std::string>(), Catch::Contains("queue timeout is 0.5 s"));
+  h.heartbeat(0, 1.3);
+  h.d.tick(1.3, h.out);  // 1.1 s: a tenant without a queue timeout still honours its client's
+  REQUIRE(patient.ex->log == std::vector<std::string>{"respond"});
+  CHECK(patient.ex->responses[0].status == 408);
+  CHECK(longer.ex->log.empty());
+  h.heartbeat(0, 2.3);
+  h.d.tick(2.3, h.out);  // 2.1 s: 60 s asked, the router's 2 s applies
+  REQUIRE(longer.ex->log == std::vector<std::string>{"respond"});
+  CHECK(longer.ex->responses[0].status == 408);
+  CHECK(running.ex->log.empty());
 }
 
 TEST_CASE("dispatcher: a request that comes back to the queue after its worker died is not cut by the queue timeout") {

@@ -55,10 +55,11 @@ TEST_CASE("embeddings input: a string, strings, token ids, arrays of token ids",
   CHECK(nested.base64);
   CHECK(nested.dimensions == 576);
 
-  auto fmt = ok(R"({"model":"m","input":"x","encoding_format":"float","priority":-3,"timeout":2.5})");
+  auto fmt = ok(R"({"model":"m","input":"x","encoding_format":"float","priority":-3,"timeout":2.5,"queue_timeout":1})");
   CHECK_FALSE(fmt.base64);
   CHECK(fmt.priority == -3);
   CHECK(fmt.timeout_s == 2.5);
+  CHECK(fmt.queue_timeout_s == 1);
   CHECK(ok(R"({"model":"m","input":"x","encoding_format":null,"dimensions":null})").dimensions == 0);
 }
 
@@ -91,6 +92,7 @@ TEST_CASE("bad embeddings requests are 400s naming the field", "[embeddings]") {
       {R"({"model":"m","input":"x","dimensions":"8"})", "dimensions", "invalid_type"},
       {R"({"model":"m","input":"x","user":5})", "user", "invalid_type"},
       {R"({"model":"m","input":"x","timeout":0})", "timeout", "invalid_value"},
+      {R"({"model":"m","input":"x","queue_timeout":-1})", "queue_timeout", "invalid_value"},
       {R"({"model":"m","input":"x")", "", "invalid_json"},
       {R"(["model"])", "", "invalid_json"},
   };

@@ -68,7 +68,7 @@ TEST_CASE("completions request with every field parses into the native struct", 
     "stream_options": {"include_usage": true}, "echo": true, "temperature": 0.5, "top_p": 0.9,
     "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5,
     "frequency_penalty": -0.5, "seed": -1, "max_tokens": 100, "stop": ["\n", "END"],
-    "ignore_eos": true, "logprobs": 5, "priority": -3, "timeout": 2.5, "user": "alice",
+    "ignore_eos": true, "logprobs": 5, "priority": -3, "timeout": 2.5, "queue_timeout": 0.5, "user": "alice",
     "some_future_field": {"x": [1, 2]}, "suffix": null
   })");
   CHECK(r.kind == endpoint::completions);
@@ -98,6 +98,8 @@ TEST_CASE("completions request with every field parses into the native struct", 
   CHECK(*r.priority == -3);
   REQUIRE(r.timeout_s.has_value());
   CHECK(*r.timeout_s == 2.5);
+  REQUIRE(r.queue_timeout_s.has_value());
+  CHECK(*r.queue_timeout_s == 0.5);
   CHECK(r.user == "alice");
   CHECK(r.sampling.repeat_last_n == proto::wire_sampling{}.repeat_last_n);
 }
@@ -378,6 +380,8 @@ TEST_CASE("bad requests are rejected with the exact status, code and param", "[o
       {"timeout negative", C, cmp(R"("timeout":-1)"), "invalid_value", "timeout"},
       {"timeout a string", C, cmp(R"("timeout":"5")"), "invalid_type", "timeout"},
       {"timeout absurdly long", C, cmp(R"("timeout":1e300)"), "invalid_value", "timeout"},
+      {"queue_timeout zero", C, cmp(R"("queue_timeout":0)"), "invalid_value", "queue_timeout"},
+      {"queue_timeout a string", C, cmp(R"("queue_timeout":"5")"), "invalid_type", "queue_timeout"},
       {"user a number", H, chat(R"("user":5)"), "invalid_type", "user"},
       // messages
       {"missing messages", H, R"({"model":"m"})", "missing_required_parameter", "messages"},
@@ -982,4 +986,16 @@ TEST_CASE("chat_template_kwargs: enable_thinking and thinking are read, other ke
       router::parse_tokenize_request("{" + msgs + R"(,"chat_template_kwargs":{"enable_thinking":false}})", {});
   REQUIRE(std::holds_alternative<router::tokenize_request>(t));
   CHECK(std::get<router::tokenize_request>(t).thinking == false);
+}
+
+TEST_CASE("thinking_token_budget (vLLM's) is the sampling's thinking budget", "[openai_api]") {
+  const std::string msgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + "}").sampling.thinking_budget == 0);
+  CHECK(parse_ok(endpoint::chat_completions, "{" + msgs + R"(,"thinking_token_budget":64})").sampling.thinking_budget ==
+        64);
+  for (const char* bad : {R"(,"thinking_token_budget":0})", R"(,"thinking_token_budget":-1})"}) {
+    const api_error e = parse_err(endpoint::chat_completions, "{" + msgs + bad);
+    CHECK((e.code == "invalid_value" && e.param == "thinking_token_budget"));
+  }
+  CHECK(parse_err(endpoint::chat_completions, "{" + msgs + R"(,"thinking_token_budget":"8"})").code == "invalid_type");
 }

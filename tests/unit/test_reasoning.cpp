@@ -188,6 +188,19 @@ TEST_CASE("reasoning: reasoning_tokens counts the tokens inside the thinking", "
     const auto cut = tok.encode("<think>abc");  // never closed
     CHECK(router::count_reasoning_tokens(tok, k_closed, cut) == 3);
     CHECK(router::count_reasoning_tokens(tok, k_open, tok.encode("ab</think>c")) == 2);
+    // So far (a stream's usage): a token that may begin </think> waits, so the count never falls.
+    const auto ids_so_far = tok.encode("<think>abc</th");
+    CHECK(router::count_reasoning_tokens(tok, k_closed, ids_so_far, /*done=*/false) == 3);
+    CHECK(router::count_reasoning_tokens(tok, k_closed, ids_so_far, /*done=*/true) == ids_so_far.size() - 7);
+    uint32_t last = 0;
+    std::vector<int32_t> grown;
+    for (const int32_t t : ids) {
+      grown.push_back(t);
+      const uint32_t n = router::count_reasoning_tokens(tok, k_closed, grown, /*done=*/false);
+      CHECK(n >= last);
+      last = n;
+    }
+    CHECK(last == router::count_reasoning_tokens(tok, k_closed, ids));
   }
   SECTION("tags as single tokens, the end of generation after the answer") {
     const sy::tokenizer tok = sy::tokenizer::from_spec(vocab_with_tags());

@@ -192,7 +192,9 @@ TEST_CASE("responses: bad and unsupported fields are 400s naming the field") {
            {R"({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}})",
             "text.format.schema"},
            {R"({"model": "m", "input": "x", "background": true})", "background"},
-           {R"({"model": "m", "input": "x", "include": ["file_search_call.results"]})", "include"},
+           {R"({"model": "m", "input": "x", "include": ["file_search_call.results"]})", "include[0]"},
+           {R"({"model": "m", "input": "x", "include": "message.output_text.logprobs"})", "include"},
+           {R"({"model": "m", "input": "x", "top_logprobs": "5"})", "top_logprobs"},
            {R"({"model": "m", "input": "x", "conversation": "conv_1"})", "conversation"},
            {R"({"model": "m", "input": "x", "prompt": {"id": "p"}})", "prompt"},
            {R"({"model": "m", "input": "x", "reasoning": {"effort": "low"}})", "reasoning.effort"},
@@ -339,6 +341,55 @@ TEST_CASE("responses: a text stream is the documented event sequence and adds up
   c.text = "Hello";
   c.finish_reason = sy::finish_reason::stop;
   CHECK(json::parse(router::format_response(whole, {c}, {5, 2, 0}))["output"] == done["output"]);
+}
+
+TEST_CASE("responses: include message.output_text.logprobs and top_logprobs are the chat route's logprobs") {
+  const auto asked = parse_ok(R"({"model": "m", "input": "x", "include": ["message.output_text.logprobs"],
+                                  "top_logprobs": 2})");
+  const auto g = chat_of(asked);
+  CHECK(g.want_logprobs);
+  CHECK(g.sampling.logprobs == 2);
+  CHECK(json::parse(asked.echo)["top_logprobs"] == 2);
+  // top_logprobs alone returns nothing, as the API's; without either, none.
+  CHECK_FALSE(chat_of(parse_ok(R"({"model": "m", "input": "x", "top_logprobs": 2})")).want_logprobs);
+  CHECK(parse_err(R"({"model": "m", "input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 99})")
+            .param == "top_logprobs");
+
+  const std::vector<router::token_logprobs> lps = {{"Hel", -0.5f, {{"Hel", -0.5f}, {"He", -1.5f}}},
+                                                   {"lo", -0.25f, {{"lo", -0.25f}, {"p", -2.f}}}};
+  auto whole = meta_for(asked, g);
+  router::choice_result c;
+  c.text = "Hello";
+  c.finish_reason = sy::finish_reason::stop;
+  c.logprobs = lps;
+  const json body = json::parse(router::format_response(whole, {c}, {5, 2, 0}));
+  const json& part = body["output"][0]["content"][0];
+  REQUIRE(part["logprobs"].size() == 2);
+  CHECK(part["logprobs"][0]["token"] == "Hel");
+  CHECK(part["logprobs"][0]["logprob"] == -0.5);
+  CHECK(part["logprobs"][0]["bytes"] == json::array({72, 101, 108}));
+  CHECK(part["logprobs"][1]["top_logprobs"][1] == json{{"token", "p"}, {"logprob", -2.0}, {"bytes", {112}}});
+
+  // Streamed: each delta carries the logprobs received with it; a token that makes no text yet
+  // has its logprob go with the next delta. They add up to the whole response's.
+  auto meta = meta_for(asked, g);
+  std::vector<std::pair<std::string, json>> all;
+  for (const auto& piece : {router::format_chunk(meta, 0, "", true, sy::finish_reason::none, {lps[0]}),
+                            router::format_chunk(meta, 0, "Hello", false, sy::finish_reason::none, {lps[1]}),
+                            router::format_chunk(meta, 0, "", false, sy::finish_reason::stop, {})})
+    for (auto& e : events(piece)) all.push_back(e);
+  for (const auto& piece : router::format_stream_end(meta, {5, 2, 0}, false))
+    for (auto& e : events(piece)) all.push_back(e);
+  json streamed = json::array();
+  for (const auto& [name, data] : all)
+    if (name == "response.output_text.delta")
+      for (const auto& lp : data["logprobs"]) streamed.push_back(lp);
+  CHECK(streamed == part["logprobs"]);
+  const auto done =
+      std::find_if(all.begin(), all.end(), [](const auto& e) { return e.first == "response.output_text.done"; });
+  REQUIRE(done != all.end());
+  CHECK(done->second["logprobs"] == part["logprobs"]);
+  CHECK(all.back().second["response"]["output"] == body["output"]);
 }
 
 TEST_CASE("responses: a streamed function call's arguments add up to the non-streamed call") {

@@ -47,6 +47,7 @@ void change(int32_t& v) { v = v + 1; }
 void change(uint64_t& v) { v = v + (uint64_t{1} << 40); }
 void change(bool& v) { v = !v; }
 void change(std::vector<std::string>& v) { v.push_back("x"); }
+void change(std::string& v) { v += "x"; }
 
 // `p` with only its i-th visited field changed; `name` gets that field's name.
 sampling_params with_field_changed(sampling_params p, size_t i, std::string& name) {
@@ -70,7 +71,9 @@ sampling_params typical() {
           .has_seed = true,
           .max_tokens = 32,
           .stop = {"\n\n"},
-          .logprobs = 2};
+          .logprobs = 2,
+          .thinking_budget = 16,
+          .thinking_end = "\n</think>\n\n"};
 }
 
 std::string key_of(const sampling_params& p) {
@@ -87,7 +90,7 @@ std::string key_of(const sampling_params& p) {
 TEST_CASE("visit_fields visits every field of sampling_params", "[sampling_params]") {
   // Fails when a field is added to the struct but not to visit_fields(): such a field would be
   // neither on the wire nor in the response-cache key.
-  STATIC_REQUIRE(aggregate_field_count<sampling_params>() >= 12);  // the counting works (12 in 2026)
+  STATIC_REQUIRE(aggregate_field_count<sampling_params>() >= 14);  // the counting works (14 in 2026)
   CHECK(visited_field_count() == aggregate_field_count<sampling_params>());
 }
 
@@ -152,6 +155,9 @@ TEST_CASE("validate: one rule for every range, top_p = 0 refused", "[sampling_pa
       {"stop[0]", [](sampling_params& p) { p.stop = {std::string(sy::k_max_stop_bytes + 1, 's')}; }},
       {"logprobs", [](sampling_params& p) { p.logprobs = sy::k_max_top_logprobs + 1; }},
       {"logprobs", [](sampling_params& p) { p.logprobs = -1; }},
+      {"thinking_budget", [](sampling_params& p) { p.thinking_budget = -1; }},
+      {"thinking_end", [](sampling_params& p) { p.thinking_end = "\n "; }},
+      {"thinking_end", [](sampling_params& p) { p.thinking_end = std::string(sy::k_max_stop_bytes + 1, 'e'); }},
   };
   for (const bad_case& c : cases) {
     sampling_params p = typical();

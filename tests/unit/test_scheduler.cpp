@@ -658,6 +658,33 @@ TEST_CASE("sliding window: the KV budget splits so as many max-context sequences
   CHECK(split_kv_budget(3, 15, 512, 64, 16, 2048, 512).n_global_blocks == 64);
 }
 
+TEST_CASE(
+    "sliding window: the split is fixed by the served context, and costs short sequences nothing at a short one") {
+  // The split is made once, from --max-context (docs/worker.md, "Budget"). Served no longer than
+  // the window, both pools get every block: short sequences fit as many as without the release.
+  for (const int64_t max_context : {64, 500, 512}) {
+    INFO("max_context " << max_context);
+    const kv_window_split s = split_kv_budget(3, 15, 512, 896, 16, max_context, 512);
+    CHECK(s.window == 512);
+    CHECK(s.n_global_blocks == 896);
+    CHECK(s.n_window_blocks == 896);
+  }
+  // A longer context moves bytes from the window pool to the main pool: more long sequences, and
+  // sequences no longer than the window (33 blocks at most) bound by the smaller window pool.
+  int32_t last_window = 896, last_main = 896;
+  for (const int64_t max_context : {1024, 2048, 4096, 8192, 32768}) {
+    INFO("max_context " << max_context);
+    const kv_window_split s = split_kv_budget(3, 15, 512, 896, 16, max_context, 512);
+    CHECK(s.n_window_blocks < last_window);
+    CHECK(s.n_global_blocks > last_main);
+    CHECK(int64_t{s.n_global_blocks} * 3 + int64_t{s.n_window_blocks} * 15 <= 896 * 18);
+    const int64_t long_seqs = (max_context + 15) / 16;
+    CHECK(s.n_global_blocks / long_seqs >= 896 / long_seqs);  // never fewer long sequences than off
+    last_window = s.n_window_blocks;
+    last_main = s.n_global_blocks;
+  }
+}
+
 TEST_CASE("sliding window: blocks behind the window go back to the window pool as it moves, exact counts") {
   scheduler_config cfg;
   cfg.max_tokens_per_step = 64;  // the whole prompt in one step

@@ -208,6 +208,23 @@ TEST_CASE("parse: queue_timeout_s is a tenant's own queue timeout, unset the rou
              Catch::Contains("'queue_timeout_s' must be a number"));
 }
 
+TEST_CASE("effective_queue_timeout: a request's own queue timeout only shortens the bound", "[tenants]") {
+  tenant_registry r = tenant_registry::parse(R"({"tenants": [
+      {"name": "a", "keys": ["ka"], "queue_timeout_s": 2.5}, {"name": "b", "keys": ["kb"], "queue_timeout_s": 0},
+      {"name": "c", "keys": ["kc"]}]})");
+  const tenant_limits &own = r.tenants()[0].limits, &never = r.tenants()[1].limits, &router = r.tenants()[2].limits;
+  CHECK(own.effective_queue_timeout(10, 0) == 2.5);   // nothing asked: the tenant's
+  CHECK(own.effective_queue_timeout(10, 1) == 1);     // shorter: the request's
+  CHECK(own.effective_queue_timeout(10, 60) == 2.5);  // longer: capped at the tenant's
+  CHECK(router.effective_queue_timeout(10, 0) == 10);
+  CHECK(router.effective_queue_timeout(10, 3) == 3);
+  CHECK(router.effective_queue_timeout(10, 30) == 10);
+  CHECK(router.effective_queue_timeout(0, 0) == 0);  // off everywhere
+  CHECK(router.effective_queue_timeout(0, 4) == 4);  // no bound: the client may still set one
+  CHECK(never.effective_queue_timeout(10, 0) == 0);
+  CHECK(never.effective_queue_timeout(10, 4) == 4);
+}
+
 TEST_CASE("parse: unknown fields are errors naming the field", "[tenants]") {
   CHECK_THAT(parse_error(one_tenant(R"("name": "a", "keys": ["k"], "request_per_s": 5)")),
              Catch::Contains("tenant 'a'") && Catch::Contains("unknown field 'request_per_s'"));

@@ -298,10 +298,14 @@ TEST_CASE("each family renders tools, past calls and results by its convention",
   const std::string g = sy::chat_template::parse("gemma").apply(round, true, tools);
   CHECK_THAT(g, Contains("<tools>"));
   CHECK_THAT(g, Contains("<start_of_turn>user\n<tool_response>\n12:00\n</tool_response><end_of_turn>"));
+  // deepseek3: DeepSeek's own tokens, as V3.1's template writes past calls and results.
   const std::string d = sy::chat_template::parse("deepseek3").apply(round, true, tools);
-  CHECK_THAT(d, Contains("<tools>"));
-  CHECK_THAT(d, Contains("<｜Assistant｜><tool_call>\n{\"name\": \"get_time\""));
-  CHECK_THAT(d, Contains("<｜User｜><tool_response>\n12:00\n</tool_response><｜Assistant｜>"));
+  CHECK(d.rfind("## Tools\n", 0) == 0);
+  CHECK_THAT(d, Contains("\n" + tools[0].definition + "\n"));
+  CHECK_THAT(d,
+             Contains("<｜User｜>time?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>"
+                      "{\"zone\":\"UTC\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+                      "<｜tool▁output▁begin｜>12:00<｜tool▁output▁end｜><｜Assistant｜>"));
 }
 
 TEST_CASE("tool calls parse out of each family's text", "[tools]") {
@@ -328,6 +332,43 @@ TEST_CASE("tool calls parse out of each family's text", "[tools]") {
     out = router::parse_tool_output(h, text);
     CHECK(out.calls.empty());
     CHECK(out.has_content);
+    CHECK(out.content == text);
+  }
+
+  // DeepSeek's tokens: V3.1's call body (name, separator, arguments), several calls in one block,
+  // text before it; V3's and R1's body (function, separator, name and a fenced JSON block).
+  const auto ds = spec(tool_call_style::deepseek);
+  out = router::parse_tool_output(
+      ds,
+      "Checking both.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": \"CET\"}<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>");
+  REQUIRE(out.calls.size() == 2);
+  CHECK(out.content == "Checking both.");
+  CHECK(out.calls[0].name == "get_weather");
+  CHECK(out.calls[0].arguments == R"({"city":"Paris"})");
+  CHECK(out.calls[1].name == "get_time");
+  CHECK(out.calls[1].arguments == R"({"zone":"CET"})");
+  out = router::parse_tool_output(ds,
+                                  "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n"
+                                  "{\"zone\": \"UTC\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  REQUIRE(out.calls.size() == 1);
+  CHECK(out.calls[0].name == "get_time");
+  CHECK(out.calls[0].arguments == R"({"zone":"UTC"})");
+  CHECK_FALSE(out.has_content);
+  // Cut off after the last call's arguments (the model stopped there): still a call.
+  out = router::parse_tool_output(ds, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}");
+  REQUIRE(out.calls.size() == 1);
+  CHECK(out.calls[0].arguments == "{}");
+  // An undeclared function, no separator, broken JSON, text between calls: content, as written.
+  for (const std::string text :
+       {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>rm_rf<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time {}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\"<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜>and"
+        "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"}) {
+    out = router::parse_tool_output(ds, text);
+    CHECK(out.calls.empty());
     CHECK(out.content == text);
   }
 
@@ -387,6 +428,12 @@ TEST_CASE("a stream cut anywhere adds up to the whole-text parse", "[tools]") {
   }
   check_stream_matches_whole(spec(tool_call_style::mistral),
                              "[TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}]");
+  for (const std::string text :
+       {"Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": \"UTC\"}<｜tool▁call▁end｜>"
+        "<｜tool▁calls▁end｜>",
+        "No call here, only <｜tool▁ and text."}) {
+    check_stream_matches_whole(spec(tool_call_style::deepseek), text);
+  }
   const auto k = spec(tool_call_style::hermes, true);
   for (const std::string text :
        {"[{\"name\": \"get_time\", \"arguments\": {\"zone\": \"U\\\"T C\" } },\n {\"name\": \"get_weather\", "

@@ -145,6 +145,11 @@ std::optional<submit_error> engine::submit(const std::string& id, std::vector<to
     for (const token_id t : resumed) lr->gstate = m.accept(lr->gstate, model_.vocab().token_bytes(t));
     lr->grammar = std::move(constraint);
   }
+  // A thinking budget (never under a grammar: the grammar decides every token there).
+  if (params.thinking_budget > 0 && !lr->grammar) {
+    lr->thinking.emplace(params.thinking_budget, params.thinking_end, model_.vocab());
+    for (const token_id t : resumed) lr->thinking->replay(t);
+  }
   // The backend samples what its sampler can: no logprobs (they need the row), no repetition
   // penalty (it needs the history).
   lr->on_backend = backend_->samples() && params.logprobs == 0 &&
@@ -415,7 +420,8 @@ void engine::step(int64_t now_ms, std::vector<request_event>& events) {
     if (!s.sample) continue;
     live_request& lr = *live_.at(s.id);
     pick& p = picks_[row++];
-    const token_id tok = p.token;
+    // A thinking past its budget is closed: the end text's tokens replace what was sampled.
+    const token_id tok = lr.thinking ? lr.thinking->pick(p.token) : p.token;
     bool stop = false;
     request_event& ev = event_for(s.id, events);
     ev.add_completion_token(tok, std::move(p.logprobs), lr.params.logprobs > 0);

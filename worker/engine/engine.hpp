@@ -30,6 +30,7 @@
 #include "worker/engine/sampler.hpp"
 #include "worker/engine/scheduler.hpp"
 #include "worker/engine/stop_matcher.hpp"
+#include "worker/engine/thinking_budget.hpp"
 #include "worker/engine/token_mask.hpp"
 #include "worker/model/cpu_backend.hpp"
 #include "worker/model/forward_backend.hpp"
@@ -180,11 +181,12 @@ class engine {
     sampler smp;
     stop_matcher stops;
     stream_decoder decoder;
-    std::vector<float> raw_logits;           // requests with logprobs: the row before sampling changed it
-    bool on_backend = false;                 // sampled by the backend (only the token id comes back)
-    uint64_t backend_seed = 0;               // its seed there: params.seed, or drawn once at submit
-    std::shared_ptr<grammar_masks> grammar;  // constrained decoding, else null
-    grammar::matcher_state gstate;           // after the output so far (survives preemption)
+    std::vector<float> raw_logits;            // requests with logprobs: the row before sampling changed it
+    bool on_backend = false;                  // sampled by the backend (only the token id comes back)
+    uint64_t backend_seed = 0;                // its seed there: params.seed, or drawn once at submit
+    std::shared_ptr<grammar_masks> grammar;   // constrained decoding, else null
+    grammar::matcher_state gstate;            // after the output so far (survives preemption)
+    std::optional<thinking_budget> thinking;  // params.thinking_budget set (and no grammar)
     live_request(std::string n, const sampling_params& p, const tokenizer& tok)
         : name(std::move(n)), params(p), smp(p), stops(p.stop), decoder(tok) {}
   };

@@ -280,6 +280,8 @@ void cpu_forward::output_logits(std::vector<float>& logits) {
   const int64_t n_out = static_cast<int64_t>(out_rows_.size());
   logits.resize(static_cast<size_t>(n_out * hp.n_vocab));
   if (n_out > 0) model_.output().forward_gemv(xn_.data(), E, n_out, logits.data(), hp.n_vocab, pool_);
+  if (const float cap = hp.final_logit_softcap; cap > 0)
+    for (float& v : logits) v = cap * std::tanh(v / cap);
 }
 
 bool cpu_forward::run_layers(std::span<const batch_seq> batch, kv_arena& kv, kv_arena* window_kv) {

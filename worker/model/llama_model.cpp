@@ -46,6 +46,27 @@ std::vector<float> load_vector(const gguf::file& f, const std::string& name, int
   return out;
 }
 
+namespace {
+
+// Which layers slide, as llama.cpp reads `key`: absent, every 6th layer (l % 6 == 5) is global;
+// an integer n, layer l slides when n is 0 or l % n < n - 1; an array of booleans, one per layer.
+std::vector<bool> sliding_window_layers(const gguf::file& f, const std::string& key, int64_t n_layer,
+                                        const std::string& path) {
+  std::vector<bool> out(static_cast<size_t>(n_layer));
+  const gguf::value* v = f.find(key);
+  if (v && v->type == gguf::value_type::array) {
+    if (v->elem_type != gguf::value_type::boolean || static_cast<int64_t>(v->items.size()) != n_layer)
+      throw std::runtime_error(path + ": " + key + " must hold one boolean per layer");
+    for (size_t l = 0; l < out.size(); ++l) out[l] = v->items[l].u != 0;
+    return out;
+  }
+  const uint64_t n = v ? v->as_uint() : 6;
+  for (size_t l = 0; l < out.size(); ++l) out[l] = n == 0 || l % n < n - 1;
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thread_pool& pool) {
   std::unique_ptr<llama_model> m(new llama_model(gguf::file::open(path)));
   const gguf::file& f = m->file_;
@@ -89,19 +110,27 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   hp.qkv_bias = hp.arch == "qwen2";
   hp.qk_norm = qwen3 || gemma3;
   hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.head_dim));
+  std::vector<bool> windowed_layers;  // gemma3: per layer, whether it is a sliding-window one
   if (gemma3) {
     // As llama.cpp runs Gemma 3: GELU (tanh form), norms after attention and FFN, embeddings
-    // times sqrt(n_embd); sliding-window layers are 5 of every 6 (layer l is global when
-    // l % 6 == 5), with RoPE base 10k unscaled; the 27B (62 layers) scales scores by
-    // 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim).
+    // times sqrt(n_embd); with attention.sliding_window (a file without it, or with 0, has
+    // global layers only), sliding-window layers are 5 of every 6 (layer l is global when
+    // l % 6 == 5) unless attention.sliding_window_pattern says otherwise, with RoPE base 10k
+    // (rope.freq_base_swa where given) unscaled; the 27B (62 layers) scales scores by
+    // 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim); logits are soft-capped
+    // (cap * tanh(logit / cap)) where the file gives final_logit_softcapping.
     hp.act = ffn_activation::gelu_tanh;
     hp.post_norms = true;
     hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
-    hp.sliding_window = static_cast<int64_t>(f.get_uint(a + "attention.sliding_window"));
-    if (hp.sliding_window <= 0) throw std::runtime_error(path + ": " + a + "attention.sliding_window must be positive");
-    hp.rope_base_swa = 10000.f;
+    hp.sliding_window = static_cast<int64_t>(f.get_uint_or(a + "attention.sliding_window", 0));
+    if (hp.sliding_window > 0)
+      windowed_layers = sliding_window_layers(f, a + "attention.sliding_window_pattern", hp.n_layer, path);
+    hp.rope_base_swa = static_cast<float>(f.get_float_or(a + "rope.freq_base_swa", 10000.0));
     hp.rope_freq_scale_swa = 1.f;
     if (hp.n_layer == 62) hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+    hp.final_logit_softcap = static_cast<float>(f.get_float_or(a + "final_logit_softcapping", 0.0));
+    if (!(hp.final_logit_softcap >= 0) || !(hp.rope_base_swa > 0))
+      throw std::runtime_error(path + ": " + a + "final_logit_softcapping or rope.freq_base_swa is invalid");
   }
   // RoPE scaling: linear (positions divided by the factor) is applied; Llama 3.1+ scaling comes as
   // the per-frequency divisors in rope_freqs.weight; YaRN and others are refused by name.
@@ -176,7 +205,7 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
       L.post_attn_norm = load_vector(f, p + "post_attention_norm.weight", E);
       L.post_ffn_norm = load_vector(f, p + "post_ffw_norm.weight", E);
     }
-    L.windowed = hp.sliding_window > 0 && i % 6 != 5;
+    L.windowed = !windowed_layers.empty() && windowed_layers[static_cast<size_t>(i)];
     if (hp.qkv_bias) {
       L.bq = load_vector(f, p + "attn_q.bias", Q);
       L.bk = load_vector(f, p + "attn_k.bias", KV);

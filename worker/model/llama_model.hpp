@@ -65,6 +65,7 @@ struct llama_hparams {
   int64_t sliding_window = 0;  // 0: every layer attends to the whole context
   float rope_base_swa = 10000.f;
   float rope_freq_scale_swa = 1.f;
+  float final_logit_softcap = 0.f;  // gemma3 where the file gives one: logits cap * tanh(logit / cap)
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
