@@ -13,10 +13,10 @@ import openai
 import pytest
 
 from cluster import MODEL_ID, Router
-from support import skip_test
+from support import needs_model, skip_test
 from worker_client import MODEL, WORKER, Worker, tokenize
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the worker's --served-model-name (a '/' inside)
 SHORT = "smollm2"                               # a second one on the worker

@@ -16,10 +16,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from cluster import MODEL_ID, Router
-from support import skip_test
-from worker_client import MODEL, WORKER, Client, Worker
+from support import needs_model, skip_test
+from worker_client import WORKER, Client, Worker
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 HELLO = msgpack.packb({"version": 1, "router_id": "intruder"})
 
