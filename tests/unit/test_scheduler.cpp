@@ -660,8 +660,8 @@ TEST_CASE("sliding window: the KV budget splits so as many max-context sequences
 
 TEST_CASE(
     "sliding window: the split is fixed by the served context, and costs short sequences nothing at a short one") {
-  // The split is made once, from --max-context (docs/worker.md, "Budget"). Served no longer than
-  // the window, both pools get every block: short sequences fit as many as without the release.
+  // The split is made once, from --max-context (docs/worker.md, "Sliding-window layers in the KV cache"). Served no
+  // longer than the window, both pools get every block: short sequences fit as many as without the release.
   for (const int64_t max_context : {64, 500, 512}) {
     INFO("max_context " << max_context);
     const kv_window_split s = split_kv_budget(3, 15, 512, 896, 16, max_context, 512);

@@ -29,7 +29,7 @@ std::string run(thinking_budget& b, const std::string& text, size_t n_emit) {
 
 }  // namespace
 
-TEST_CASE("thinking_budget: past the budget, the end text replaces what is sampled; then sampling goes on",
+TEST_CASE("thinking_budget: past the budget, the end text replaces what is sampled, then sampling goes on",
           "[thinking_budget]") {
   const std::string end = "\n</think>\n\n";
   const size_t n_end = vocab().encode(end, {.add_special = false}).size();
