@@ -161,18 +161,12 @@ std::span<const route> api_handler::routes() {
   // One line per route: method, path pattern, who may call it, API family, handler (then: a
   // generation, the most body it reads before its key is checked). docs/router.md, "Routes".
   static constexpr route table[] = {
-      {"GET", "/health", open, oa,
-       [](h&, c& r) {
-         r.ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
-       }},
+      {"GET", "/health", open, oa, health_route},
       {"GET", "/ready", open, oa, [](h& a, c& r) { a.ready(*r.ex); }},
       {"GET", "/dashboard/login", open, oa, [](h& a, c& r) { a.dashboard_login(*r.ex, *r.req, r.request_id); }},
       {"POST", "/dashboard/login", open, oa, [](h& a, c& r) { a.dashboard_login(*r.ex, *r.req, r.request_id); }, false,
        k_login_body},
-      {"GET", "/metrics", admin, oa,
-       [](h& a, c& r) {
-         r.ex->respond({200, "text/plain; version=0.0.4", {}, a.metrics()});
-       }},
+      {"GET", "/metrics", admin, oa, metrics_route},
       {"GET", "/version", key, oa,
        [](h&, c& r) {
          r.ex->respond({200, "application/json", {}, format_version()});
@@ -732,16 +726,35 @@ void api_handler::cache_stats(std::shared_ptr<http_exchange> ex, const http_requ
   });
 }
 
+std::span<const route> api_handler::metrics_routes() {
+  using enum route_access;
+  constexpr api_family oa = api_family::openai;
+  // The same handlers as the API port's lines; every route here is open (the port is the
+  // scraper's, kept off the API's network path).
+  static constexpr route table[] = {
+      {"GET", "/metrics", open, oa, metrics_route},
+      {"GET", "/health", open, oa, health_route},  // liveness, off the client port's load
+  };
+  return table;
+}
+
+void api_handler::health_route(api_handler&, route_call& c) {
+  c.ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
+}
+
+void api_handler::metrics_route(api_handler& a, route_call& c) {
+  c.ex->respond({200, "text/plain; version=0.0.4", {}, a.metrics()});
+}
+
 void api_handler::metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req) {
-  if (req.path == "/metrics" && req.method == "GET") {
-    ex->respond({200, "text/plain; version=0.0.4", {}, metrics()});
+  const route_match m = match_route(metrics_routes(), req.method, req.path);
+  if (!m.found || m.found->access != route_access::open) {
+    ex->respond({404, "text/plain", {}, "only GET /metrics and GET /health here\n"});
     return;
   }
-  if (req.path == "/health" && req.method == "GET") {  // liveness, off the client port's load
-    ex->respond({200, "application/json", {}, "{\"status\":\"ok\"}"});
-    return;
-  }
-  ex->respond({404, "text/plain", {}, "only GET /metrics and GET /health here\n"});
+  route_call call{std::move(ex), nullptr, request_id_for(req), nullptr, m.family};
+  call.req = std::make_shared<http_request>(std::move(req));
+  m.found->handle(*this, call);
 }
 
 void api_handler::dashboard_login(http_exchange& ex, const http_request& req, const std::string& request_id) {

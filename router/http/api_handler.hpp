@@ -70,14 +70,20 @@ class api_handler {
   // body the pool has no room for is refused with 503 `router_busy` and Retry-After. Set once
   // before requests arrive; without it that work runs on the I/O thread.
   void set_prep_pool(work_pool* p) { prep_ = p; }
-  // The separate metrics listener (--metrics-port): GET /metrics without a key (the port is for
-  // the cluster's scraper, kept off the API's network path) and GET /health (liveness that a
-  // flood of clients on the API port cannot fail), 404 for anything else.
+  // The separate metrics listener (--metrics-port): the routes of metrics_routes(), 404 for
+  // anything else.
   void metrics_listener(std::shared_ptr<http_exchange> ex, http_request&& req);
   // The route table (router/http/api_routes.hpp): one line per route.
   static std::span<const route> routes();
+  // The metrics listener's table: GET /metrics without a key (the port is for the cluster's
+  // scraper, kept off the API's network path) and GET /health (liveness that a flood of clients
+  // on the API port cannot fail); every route open.
+  static std::span<const route> metrics_routes();
 
  private:
+  // GET /health (liveness) and GET /metrics: lines of both route tables.
+  static void health_route(api_handler& a, route_call& c);
+  static void metrics_route(api_handler& a, route_call& c);
   // GET /ready: 200 when some worker is ready and the router is not shutting down.
   void ready(http_exchange& ex);
   // GET /dashboard/chart.js: the dashboard's chart library.

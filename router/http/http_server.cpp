@@ -27,7 +27,7 @@
 // (max_stream_buffer_bytes in the process, the kernel's send buffer outside it).
 #include "router/http/http_server.hpp"
 
-#include "common/json_text.hpp"
+#include "router/base/api_error.hpp"
 
 #include <algorithm>
 #include <array>
@@ -92,18 +92,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-// An OpenAI-style error body.
-std::string json_error(std::string_view message, std::string_view type, std::string_view code) {
-  std::string out = R"({"error":{"message":")";
-  append_json_escaped(out, message);
-  out += R"(","type":")";
-  append_json_escaped(out, type);
-  out += R"(","param":null,"code":")";
-  append_json_escaped(out, code);
-  out += "\"}}";
-  return out;
 }
 
 // Extra headers from the handler must not break framing or inject lines.
@@ -479,12 +467,9 @@ class connection : public std::enable_shared_from_this<connection> {
       const size_t want = declared ? static_cast<size_t>(*declared) : core_.config.max_body_bytes;
       if (!core_.reserve_body(want)) {
         core_.counters.body_budget_refusals.fetch_add(1, std::memory_order_relaxed);
-        http_response r;
-        r.status = 503;
-        r.headers.emplace_back("Retry-After", "1");
-        r.body = json_error("the router is reading as many request bodies as it can hold; retry shortly",
-                            "overloaded_error", "router_busy");
-        refuse(std::move(r));
+        refuse(error_response(make_error(503, "overloaded_error", "router_busy",
+                                         "the router is reading as many request bodies as it can hold; retry shortly"),
+                              {}));
         return false;
       }
       body_reserved_ = want;
@@ -514,11 +499,8 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // An error while reading a request: no exchange exists; the connection ends after it.
   void send_error_and_close(int status, const std::string& message, std::string_view code) {
-    const auto type = status == 408 ? std::string_view("timeout_error") : std::string_view("invalid_request_error");
-    http_response r;
-    r.status = status;
-    r.body = json_error(message, type, code);
-    refuse(std::move(r));
+    const char* type = status == 408 ? "timeout_error" : "invalid_request_error";
+    refuse(error_response(make_error(status, type, std::string(code), message), {}));
   }
 
   // Answers a request that will not be read to its end; the connection ends after it.
@@ -880,7 +862,7 @@ void connection::call_handler(const std::shared_ptr<exchange>& ex, http_request&
     ex->end_stream();
     close_after_response_ = true;
   } else {
-    ex->respond({500, "application/json", {}, json_error("internal server error", "server_error", "internal_error")});
+    ex->respond(error_response(make_error(500, "server_error", "internal_error", "internal server error"), {}));
   }
 }
 

@@ -15,24 +15,10 @@
 
 #include "common/tokenizer/chat_template.hpp"
 #include "common/wire/protocol.hpp"
+#include "router/base/api_error.hpp"
 #include "router/openai/tool_calls.hpp"
 
 namespace sy::router {
-
-// An error as the client sees it: HTTP status + OpenAI error body
-// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}.
-struct api_error {
-  int status = 400;
-  std::string type = "invalid_request_error";  // invalid_request_error, authentication_error,
-                                               // permission_error, not_found_error,
-                                               // rate_limit_error, overloaded_error, server_error
-  std::string code;                            // machine-readable, e.g. "invalid_type", "model_not_found"; may be empty
-  std::string param;    // the offending field ("max_tokens", "messages[1].content"); may be empty
-  std::string message;  // names the field and what was wrong
-  // When to retry, in seconds (0: the responder's default; router/openai/api_errors.hpp says which
-  // statuses carry Retry-After).
-  double retry_after_s = 0;
-};
 
 api_error bad_request(std::string param, std::string message, std::string code = "invalid_value");
 // 404 not_found_error, e.g. code "model_not_found".

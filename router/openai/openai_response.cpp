@@ -278,15 +278,6 @@ std::string format_usage_chunk(const response_meta& meta, const usage_info& usag
   return dump(j);
 }
 
-std::string format_error(const api_error& e) {
-  ordered_json err = ordered_json::object();
-  err["message"] = e.message;
-  err["type"] = e.type;
-  err["param"] = e.param.empty() ? ordered_json(nullptr) : ordered_json(e.param);
-  err["code"] = e.code.empty() ? ordered_json(nullptr) : ordered_json(e.code);
-  return dump(ordered_json{{"error", std::move(err)}});
-}
-
 std::string format_error(const response_meta& meta, const api_error& e) {
   return format_error(meta.anthropic ? api_family::anthropic : api_family::openai, e);
 }

@@ -123,8 +123,7 @@ std::string format_chunk(const response_meta& meta, int32_t index, std::string_v
                          const usage_info* usage = nullptr, std::string_view stop = {});
 std::string format_usage_chunk(const response_meta& meta, const usage_info& usage);
 
-// {"error": {...}} — also the payload of a terminal SSE error event.
-std::string format_error(const api_error& e);
+// format_error(const api_error&), {"error": {...}}: router/base/api_error.hpp.
 // The error body in the shape of meta's API (Anthropic's {"type":"error",...} or the above).
 std::string format_error(const response_meta& meta, const api_error& e);
 // A stream's last events after its chunks: the usage chunk (include_usage) and [DONE]; for

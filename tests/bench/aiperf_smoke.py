@@ -26,18 +26,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 import bench_venv  # noqa: E402
 from cluster import Router  # noqa: E402
+from support import skip_script as skip  # noqa: E402
 from worker_client import BUILD, MODEL, WORKER, Worker  # noqa: E402
 
 SERVED = "HuggingFaceTB/SmolLM2-135M-Instruct"
 ISL, OSL = 64, 16
-
-
-def skip(reason):
-    if os.environ.get("CI"):
-        print("FAIL (CI): " + reason)
-        sys.exit(1)
-    print("SKIP: " + reason)
-    sys.exit(77)
 
 
 def aiperf(bin_dir, url, tokenizer, out, count, *extra):

@@ -8,18 +8,15 @@ A single test that skips among others that ran is held to the same rule: with CI
 failure, naming the reason, unless the test is marked `may_skip` — a limit of the machine that no
 setup script can lift (a descriptor ceiling), said in the marker's reason."""
 import collections
-import os
 
 import pytest
 
+from support import SKIPPED_EXIT, in_ci
 from worker_client import end_spawned
 
-SKIPPED_EXIT = 77
 _outcomes = collections.defaultdict(collections.Counter)  # module -> {"passed"/"failed"/"skipped": n}
 
 
-def _ci():
-    return os.environ.get("CI", "") not in ("", "0", "false")
 
 
 def pytest_configure(config):
@@ -30,7 +27,7 @@ def pytest_configure(config):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if rep.skipped and not hasattr(rep, "wasxfail") and _ci() and item.get_closest_marker("may_skip") is None:
+    if rep.skipped and not hasattr(rep, "wasxfail") and in_ci() and item.get_closest_marker("may_skip") is None:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = f"skipped under CI, which promises every prerequisite: {reason}"
@@ -67,7 +64,7 @@ def pytest_sessionfinish(session, exitstatus):
     skipped_all = sorted(m for m, c in _outcomes.items() if c["skipped"] and not c["passed"] and not c["failed"])
     if not skipped_all or exitstatus not in (0, 5):
         return
-    ci = _ci()
+    ci = in_ci()
     for m in skipped_all:
         line = f"{m}: every test skipped" + (" under CI: a prerequisite is missing" if ci else "")
         if reporter:

@@ -5,7 +5,6 @@ else (a read that timed out, a malformed or truncated answer) is an outcome of i
 soak and chaos tests count as a failure."""
 import json
 import socket
-import time
 
 OK = "ok"
 CANCELLED = "cancelled"  # by the client: it closed the connection on purpose
@@ -146,13 +145,3 @@ def rss_bytes(pid):
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def wait_until(what, cond, timeout=30.0, every=0.1):
-    """Polls `cond` until it returns something true (returned) or `timeout` passes (AssertionError)."""
-    deadline = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)

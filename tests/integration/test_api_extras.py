@@ -13,9 +13,10 @@ import openai
 import pytest
 
 from cluster import MODEL_ID, Router
+from support import needs_model, skip_test
 from worker_client import MODEL, WORKER, Worker, tokenize
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the worker's --served-model-name (a '/' inside)
 SHORT = "smollm2"                               # a second one on the worker
@@ -86,7 +87,10 @@ def fetch_tokenizer(cluster, name, into):
 
 
 def test_tokenizer_files_from_the_router_load_in_transformers_and_give_the_workers_ids(cluster):
-    transformers = pytest.importorskip("transformers") if not os.environ.get("CI") else __import__("transformers")
+    try:
+        import transformers
+    except ImportError:
+        skip_test("transformers is not installed (deploy/setup.sh)")
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as exported:
         fetch_tokenizer(cluster, HF_ID, d)
         tok = transformers.AutoTokenizer.from_pretrained(d)

@@ -5,19 +5,14 @@ named 502. The faults are the worker's test-only `--fault-inject` modes
 (worker/cli/fault_injection.hpp): the real engine path fails, nothing is faked."""
 import concurrent.futures
 import json
-import os
 import socket
 import time
 
-import pytest
-
 from cluster import MODEL_ID, Router
-from worker_client import MODEL, Worker
+from support import require_model, wait_for
+from worker_client import Worker
 
-if not os.path.exists(MODEL):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"model not downloaded: {MODEL} (deploy/setup.sh)")
-    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+require_model()
 
 MARKER = "QUERY-OF-DEATH-7f3a"
 
@@ -26,15 +21,6 @@ def complete(router, prompt, max_tokens=4, timeout=60):
     status, _, body = router.post("/v1/completions", {"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens,
                                                       "temperature": 0}, timeout=timeout)
     return status, json.loads(body)
-
-
-def wait_for(what, cond, timeout=30, every=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_black_hole_worker_is_ejected_and_requests_still_succeed():

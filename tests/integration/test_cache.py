@@ -4,7 +4,6 @@ stream replay (the stop string that ended a choice named as live), request coale
 killed or paused under load, and /v1/cache/stats."""
 import concurrent.futures
 import json
-import os
 import shutil
 import signal
 import socket
@@ -16,10 +15,11 @@ import openai
 import pytest
 
 from cluster import MODEL_ID, Redis, Router
-from worker_client import BUILD, MODEL, Worker, free_port, tokenize
+from support import needs_model, poll
+from worker_client import BUILD, Worker, free_port, tokenize
 
 pytestmark = [
-    pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)"),
+    needs_model,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed"),
 ]
 
@@ -78,8 +78,8 @@ def generations(worker, expect=None):
         m = worker.metrics()
         return m[FINISHED + '{reason="stop"}'] + m[FINISHED + '{reason="length"}']
     if expect is not None:
-        return wait_for(lambda: count() == expect and count(), timeout=2) or count()
-    wait_for(lambda: (lambda m: m["switchyard_worker_requests_running"] + m["switchyard_worker_requests_waiting"] == 0)(
+        return poll(lambda: count() == expect and count(), timeout=2) or count()
+    poll(lambda: (lambda m: m["switchyard_worker_requests_running"] + m["switchyard_worker_requests_waiting"] == 0)(
         worker.metrics()), timeout=2)
     return count()
 
@@ -96,7 +96,7 @@ def stored(router, body, headers=None, path="/v1/completions"):
     fire-and-forget: an immediate identical request could look up before it lands)."""
     before = router.metrics()[STORES]
     out = completion(router, body, headers=headers, path=path)
-    assert wait_for(lambda: router.metrics()[STORES] > before, 2), "the answer was not stored"
+    assert poll(lambda: router.metrics()[STORES] > before, 2), "the answer was not stored"
     return out
 
 
@@ -117,16 +117,6 @@ def sse_events(raw):
 
 def body_for(prompt, **kw):
     return {"model": MODEL_ID, "prompt": prompt, "max_tokens": 4, "temperature": 0, **kw}
-
-
-def wait_for(pred, timeout=5.0, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 # ---- hit / miss ---------------------------------------------------------------------------------
@@ -186,7 +176,7 @@ def test_every_output_affecting_parameter_changes_the_key(router, worker):
     assert x != "hit", "chat vs completions"
     # Each variant really went to the worker (n=2 is two generations) and is now stored apart.
     assert generations(worker, g0 + len(variants) + 1 + 1) == g0 + len(variants) + 1 + 1
-    assert wait_for(lambda: router.metrics()[STORES] == s0 + len(variants) + 1, 2)
+    assert poll(lambda: router.metrics()[STORES] == s0 + len(variants) + 1, 2)
     for name, body in variants.items():
         assert completion(router, body)[0] == "hit", name
     x, chat_again = completion(router, chat, path="/v1/chat/completions")
@@ -243,7 +233,7 @@ def test_no_cache_skips_the_lookup_but_stores(router, worker):
     assert generations(worker, g0 + 1) == g0 + 1
     fresh = body_for("What is the capital of Portugal?")
     completion(router, fresh, headers={"Cache-Control": "no-cache"})
-    assert wait_for(lambda: completion(router, fresh)[0] == "hit", timeout=2)
+    assert poll(lambda: completion(router, fresh)[0] == "hit", timeout=2)
 
 
 def test_ttl_expiry(worker, redis):
@@ -254,7 +244,7 @@ def test_ttl_expiry(worker, redis):
         assert completion(r, body)[0] == "hit"
         g0 = generations(worker)
         # Asked again until the entry has expired: hits until then, then one miss that generates.
-        assert wait_for(lambda: completion(r, body)[0] is None, timeout=10, step=0.1)
+        assert poll(lambda: completion(r, body)[0] is None, timeout=10, every=0.1)
         assert generations(worker, g0 + 1) == g0 + 1
     finally:
         r.stop()
@@ -329,7 +319,7 @@ def test_stream_replay_matches_the_live_stream(router):
     kw = dict(model=MODEL_ID, prompt="The three primary colours are", max_tokens=16, temperature=0)
     s0 = router.metrics()[STORES]
     whole = client.completions.create(**kw)
-    assert wait_for(lambda: router.metrics()[STORES] > s0, 2)
+    assert poll(lambda: router.metrics()[STORES] > s0, 2)
     raw_resp = client.completions.with_raw_response.create(stream=True, stream_options={"include_usage": True}, **kw)
     assert raw_resp.headers.get("x-cache") == "hit"
     chunks = list(raw_resp.parse())
@@ -393,7 +383,7 @@ def test_ten_identical_concurrent_requests_run_one_generation(router, worker):
     hits, coalesced = kinds.count("hit"), kinds.count("coalesced")
     assert kinds.count(None) == 1 and hits + coalesced == 9, kinds
     assert generations(worker) == g0 + 1
-    m = wait_for(lambda: (lambda m: m if m["switchyard_router_coalesced_total"] ==
+    m = poll(lambda: (lambda m: m if m["switchyard_router_coalesced_total"] ==
                           m0["switchyard_router_coalesced_total"] + coalesced else None)(router.metrics()), 2)
     assert m, "switchyard_router_coalesced_total did not count the coalesced requests"
     assert coalesced >= 8  # all sent at once: at most a straggler comes after the generation ends
@@ -462,7 +452,7 @@ def test_a_stream_joining_mid_generation_gets_the_whole_text(router, worker):
                           if e != "[DONE]" and e["choices"])
     assert "".join(e["choices"][0]["text"] for e in follower[:-2]) == leader_text
     assert generations(worker) == g0 + 1
-    assert wait_for(lambda: router.metrics()["switchyard_router_coalesced_total"] == c0 + 1, 2)
+    assert poll(lambda: router.metrics()["switchyard_router_coalesced_total"] == c0 + 1, 2)
 
 
 def test_catch_ups_longer_than_the_stream_buffer_are_paced_not_cut(own_redis_router, worker):
@@ -500,7 +490,7 @@ def test_followers_finish_and_store_when_the_first_client_leaves(router, worker)
     leader, _ = open_stream(router, body)
     results = {}
     t = post_in_thread(router, body, results, "f")
-    assert wait_for(lambda: router.metrics()["switchyard_router_coalesced_total"] == c0 + 1, 5)
+    assert poll(lambda: router.metrics()["switchyard_router_coalesced_total"] == c0 + 1, 5)
     leader.close()  # the request that started the generation goes away; its follower still listens
     t.join(60)
     status, h, raw = results["f"]
@@ -509,7 +499,7 @@ def test_followers_finish_and_store_when_the_first_client_leaves(router, worker)
     assert j["usage"]["completion_tokens"] == 64
     assert generations(worker) == g0 + 1
     assert worker.metrics()[FINISHED + '{reason="cancelled"}'] == cancelled0
-    assert wait_for(lambda: router.metrics()[STORES] == s0 + 1, 2)
+    assert poll(lambda: router.metrics()[STORES] == s0 + 1, 2)
     x, again = completion(router, body)
     assert x == "hit" and text_of(again) == j["choices"][0]["text"]
 
@@ -543,7 +533,7 @@ def test_redis_killed_then_restarted(own_redis_router, worker):
     red.log.close()
     restarted = Redis(red.port)
     red.proc, red.log = restarted.proc, restarted.log
-    assert wait_for(lambda: completion(r, body)[0] == "hit", timeout=15, step=0.25)
+    assert poll(lambda: completion(r, body)[0] == "hit", timeout=15, every=0.25)
 
 
 def test_redis_paused_lookups_time_out_fast(own_redis_router, worker):
@@ -564,7 +554,7 @@ def test_redis_paused_lookups_time_out_fast(own_redis_router, worker):
         assert lat["switchyard_router_cache_lookup_seconds_count"] >= 6
     finally:
         red.signal(signal.SIGCONT)
-    assert wait_for(lambda: completion(r, body)[0] == "hit", timeout=15, step=0.25)
+    assert poll(lambda: completion(r, body)[0] == "hit", timeout=15, every=0.25)
 
 
 class DelayProxy:
@@ -637,7 +627,7 @@ def test_a_slow_redis_is_taken_off_the_request_path(worker, redis):
         # The 12 repeats of one prompt coalesce or run; the 12 distinct ones each run.
         assert generations(worker) - g0 >= 13
         proxy.delay_s = 0
-        assert wait_for(lambda: completion(r, body)[0] == "hit", timeout=20, step=0.25)
+        assert poll(lambda: completion(r, body)[0] == "hit", timeout=20, every=0.25)
     finally:
         r.stop()
         proxy.stop()
@@ -683,7 +673,7 @@ def test_cache_stats_match_the_workload(own_redis_router, worker):
         assert s["complete"] is True
         return s
 
-    s = wait_for(lambda: (lambda s: s if all(s["totals"][k] == v for k, v in seen.items()) else None)(totals()), 3)
+    s = poll(lambda: (lambda s: s if all(s["totals"][k] == v for k, v in seen.items()) else None)(totals()), 3)
     assert s, (totals()["totals"], seen)
     t = s["totals"]
     assert t["requests"] == sum(seen.values())

@@ -16,17 +16,16 @@ import signal
 import threading
 import time
 
-import pytest
-
 from cluster import MODEL_ID, Redis, Router
-from http_load import HUNG, OK, request, wait_until
+from http_load import HUNG, OK, request
+from support import skip_module, wait_for
 from worker_client import MODEL, Worker
 
-# A visible skip, and a failure under CI (conftest.py).
+# A visible skip, and a failure under CI (support.py).
 if not os.path.exists(MODEL):
-    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+    skip_module("model not downloaded (deploy/setup.sh)")
 if shutil.which("redis-server") is None:
-    pytest.skip("redis-server not installed (deploy/setup.sh)", allow_module_level=True)
+    skip_module("redis-server not installed (deploy/setup.sh)")
 
 HEARTBEAT_MS = 3000  # not shorter: on a loaded 2-core machine a live worker must not look dead
 # Each request's deadline: with no worker left it ends with a 504 by then. Not shorter: with one
@@ -121,7 +120,7 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
 
     def progress(n):  # lets n more requests end under the current conditions
         target = load.count() + n
-        wait_until(f"{n} more requests to end", lambda: load.count() >= target, timeout=60)
+        wait_for(f"{n} more requests to end", lambda: load.count() >= target, timeout=60)
 
     def event(what):
         """Records the fault about to happen; returns settle(), which waits until every request
@@ -129,7 +128,7 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
         attempts end a request with 502 retries_exhausted, by design: the query-of-death bound)."""
         t = time.time()
         events.append((t, what))
-        return lambda: wait_until(f"the requests in flight at '{what}' to end", lambda: load.started_after(t),
+        return lambda: wait_for(f"the requests in flight at '{what}' to end", lambda: load.started_after(t),
                                   timeout=CLIENT_READ_S)
 
     try:
@@ -138,23 +137,23 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
 
         settle = event("kill -9 worker 0")
         workers[0].stop(sig=signal.SIGKILL)
-        wait_until("worker 0 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
+        wait_for("worker 0 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
         settle()
         progress(6)
 
         event("restart worker 0 at the same address")
         workers[0] = Worker(*WORKER_ARGS, port=workers[0].port)
-        wait_until("worker 0 back", lambda: ready_workers() == 2, timeout=30)
+        wait_for("worker 0 back", lambda: ready_workers() == 2, timeout=30)
         progress(12)
 
         settle = event("SIGSTOP worker 1")
         workers[1].proc.send_signal(signal.SIGSTOP)
-        wait_until("worker 1 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
+        wait_for("worker 1 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
         settle()
         progress(6)
         event("SIGCONT worker 1")
         workers[1].proc.send_signal(signal.SIGCONT)
-        wait_until("worker 1 back", lambda: ready_workers() == 2, timeout=30)
+        wait_for("worker 1 back", lambda: ready_workers() == 2, timeout=30)
         progress(12)
 
         # Killed and started again at once, at the same address: the router may see the new
@@ -163,7 +162,7 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
         workers[1].stop(sig=signal.SIGKILL)
         workers[1] = Worker(*WORKER_ARGS, port=workers[1].port)
         settle()
-        wait_until("worker 1 serving again", lambda: ready_workers() == 2, timeout=30)
+        wait_for("worker 1 serving again", lambda: ready_workers() == 2, timeout=30)
         progress(12)
 
         # Overlapping faults: a worker paused past the heartbeat timeout and Redis killed at the
@@ -172,18 +171,18 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
         workers[0].proc.send_signal(signal.SIGSTOP)
         redis.proc.kill()
         redis.proc.wait()
-        wait_until("worker 0 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
+        wait_for("worker 0 declared dead", lambda: ready_workers() == 1, timeout=HEARTBEAT_MS / 1000 + 20)
         settle()
         progress(6)
         event("SIGCONT worker 0, Redis still down")
         workers[0].proc.send_signal(signal.SIGCONT)
-        wait_until("worker 0 back", lambda: ready_workers() == 2, timeout=30)
+        wait_for("worker 0 back", lambda: ready_workers() == 2, timeout=30)
         progress(12)
         event("restart Redis at the same port")
         redis.stop()
         redis = Redis(port=redis.port)
         hits_before = cache_hits()
-        wait_until("cache hits again", lambda: cache_hits() > hits_before, timeout=30)
+        wait_for("cache hits again", lambda: cache_hits() > hits_before, timeout=30)
         events.append((time.time(), "cache hits again"))
 
         event("kill -9 every worker")
@@ -218,7 +217,7 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
                 m['switchyard_router_cache_lookups_total{status="hit"}']
         m = router.metrics()
         print("router answers:", router_count(m), "sent:", load.sent)
-        m = wait_until("every request counted by the router", lambda: (lambda m: router_count(m) == load.sent and m)(
+        m = wait_for("every request counted by the router", lambda: (lambda m: router_count(m) == load.sent and m)(
             router.metrics()), timeout=10)
         assert sum(v for k, v in m.items() if k.startswith("switchyard_router_active_requests{")) == 0
         shown = ("resumed_total", "redispatched_total", "retries_total", 'status="hit"}', 'status="error"}',
@@ -230,7 +229,7 @@ def test_chaos_under_load_every_request_completes_or_ends_with_a_named_error():
 
         # A worker back at a known address: the cluster serves again.
         workers[0] = Worker(*WORKER_ARGS, port=workers[0].port)
-        wait_until("a worker back", lambda: ready_workers() == 1, timeout=30)
+        wait_for("a worker back", lambda: ready_workers() == 1, timeout=30)
         res = request(router.port, "/v1/completions", {"model": MODEL_ID, "prompt": "Still there?", "max_tokens": 4},
                       timeout=CLIENT_READ_S)
         assert res.outcome == OK, res

@@ -22,10 +22,11 @@ from html.parser import HTMLParser
 import pytest
 
 from cluster import MODEL_ID, Redis, Router
-from worker_client import BUILD, MODEL, ROOT, Worker, free_port, spawn
+from support import needs_model
+from worker_client import BUILD, ROOT, Worker, free_port, spawn
 
 pytestmark = [
-    pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)"),
+    needs_model,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (deploy/setup.sh)"),
 ]
 

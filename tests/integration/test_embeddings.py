@@ -8,16 +8,16 @@ error shape; a worker started without --embeddings answered 501 embeddings_not_s
 """
 import base64
 import json
-import os
 import struct
 
 import openai
 import pytest
 
 from cluster import MODEL_ID, Router
-from worker_client import MODEL, Worker
+from support import needs_model
+from worker_client import Worker
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 KEY = "sk-embeddings-test"
 HIDDEN = 576  # SmolLM2-135M's hidden size

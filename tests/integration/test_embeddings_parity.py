@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from cluster import MODEL_ID, Router
+from support import needs_model
 from worker_client import BUILD, MODEL, ROOT, Worker
 
 # Measured on SmolLM2-135M Q4_1 with the AMX and the AVX2 kernels alike: 0.9988 for the shortest
@@ -44,7 +45,7 @@ def llamacpp_dir():
 
 LCPP = llamacpp_dir()
 pytestmark = [
-    pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)"),
+    needs_model,
     pytest.mark.skipif(LCPP is None, reason="no llama.cpp library (ctest -R models/generate builds it: "
                                             "tests/tools/build_llamacpp.sh)"),
 ]

@@ -3,17 +3,15 @@ their KV block events to two routers; a shared-prefix workload alternated across
 the same prefix-cache hit rate as the same load through one router, because both routers hold the
 exact view of every worker's cache. Prints TTFT figures (not asserted: timing)."""
 import json
-import os
 import time
 import urllib.request
 
-import pytest
-
 import kv_workload
 from cluster import MODEL_ID, Router
-from worker_client import MODEL, Worker
+from support import needs_model, wait_for
+from worker_client import Worker
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 N_PREFIXES, N_ROUNDS, N_WORDS = 8, 4, 160  # ~190-token shared prefixes
 
@@ -40,16 +38,6 @@ def completion(router, prompt):
                 usage = chunk["usage"]
     assert ttft is not None and usage is not None, lines
     return ttft, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
-
-
-def wait_for(what, cond, timeout=30.0, every=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def views(router, workers):

@@ -7,16 +7,12 @@ import os
 import signal
 import time
 
-import pytest
-
 from cluster import MODEL_ID, Router
-from http_load import OK, request, stream_text, wait_until as wait_for
-from worker_client import MODEL, Worker
+from http_load import OK, request, stream_text
+from support import require_model, wait_for
+from worker_client import Worker
 
-if not os.path.exists(MODEL):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"model not downloaded: {MODEL} (deploy/setup.sh)")
-    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+require_model()
 
 
 def stream_body(i, max_tokens):

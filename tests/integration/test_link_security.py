@@ -16,9 +16,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from cluster import MODEL_ID, Router
-from worker_client import MODEL, WORKER, Client, Worker
+from support import needs_model, skip_test
+from worker_client import WORKER, Client, Worker
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 HELLO = msgpack.packb({"version": 1, "router_id": "intruder"})
 
@@ -172,9 +173,7 @@ def test_a_worker_sending_a_frame_over_the_routers_limit_is_disconnected():
 def faketime_or_skip():
     path = shutil.which("faketime")
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("faketime is not installed (deploy/setup.sh installs it)")
-        pytest.skip("faketime is not installed (deploy/setup.sh installs it)")
+        skip_test("faketime is not installed (deploy/setup.sh installs it)")
     return path
 
 

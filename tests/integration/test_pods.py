@@ -14,23 +14,12 @@ import threading
 import time
 
 import openai
-import pytest
 
 from cluster import MODEL_ID, ROUTER, Router
+from support import needs_model, wait_for
 from worker_client import MODEL, WORKER, Client, Worker, free_port, http_get, spawn, tokenize
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
-
-
-def wait_for(what, cond, timeout=20.0, every=0.1):
-    """Polls cond() until it returns something truthy; fails the test after `timeout` seconds."""
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+pytestmark = needs_model
 
 
 def stream(port, body, out, key):

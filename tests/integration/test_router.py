@@ -1,7 +1,6 @@
 """The router in front of real workers, driven over real HTTP: the official openai SDK, bad
 input, tenants and limits, priorities, a worker killed mid-stream, client disconnects."""
 import json
-import os
 import resource
 import socket
 import subprocess
@@ -12,9 +11,10 @@ import openai
 import pytest
 
 from cluster import MODEL_ID, Router, raw_http
-from worker_client import MODEL, Worker
+from support import needs_model
+from worker_client import Worker
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 QUESTION = "How do I register an account on a website?"
 

@@ -9,22 +9,17 @@ with real router and worker processes over real sockets.
   run to the end.
 """
 import json
-import os
 import socket
 import statistics
 import threading
 import time
 
-import pytest
-
 from cluster import MODEL_ID, ROUTER_SANITIZED, Router
-from http_load import rss_bytes, wait_until
-from worker_client import MODEL, Worker
+from http_load import rss_bytes
+from support import require_model, wait_for
+from worker_client import Worker
 
-if not os.path.exists(MODEL):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"model not downloaded: {MODEL} (deploy/setup.sh)")
-    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+require_model()
 
 
 def rss_mb(pid):
@@ -81,7 +76,7 @@ def test_two_hundred_streams_that_stop_reading_are_closed_and_their_kv_freed():
             return m["switchyard_router_http_write_stalls_total"] >= 200 and \
                 m[f'switchyard_router_active_requests{{model="{MODEL_ID}"}}'] == 0
 
-        wait_until("all 200 stalled streams closed and cancelled", all_closed, timeout=120, every=0.2)
+        wait_for("all 200 stalled streams closed and cancelled", all_closed, timeout=120, every=0.2)
         m = r.metrics()
         assert m["switchyard_router_http_write_stalls_total"] == 200
         assert m["switchyard_router_client_cancels_total"] == 200
@@ -91,7 +86,7 @@ def test_two_hundred_streams_that_stop_reading_are_closed_and_their_kv_freed():
             return wm["switchyard_worker_requests_running"] == 0 and wm["switchyard_worker_requests_waiting"] == 0 \
                 and wm["switchyard_worker_kv_blocks_free"] == wm["switchyard_worker_kv_blocks_total"]
 
-        wait_until("the worker idle with every KV block free", worker_idle, timeout=20, every=0.2)
+        wait_for("the worker idle with every KV block free", worker_idle, timeout=20, every=0.2)
         assert w.metrics()['switchyard_worker_requests_finished_total{reason="cancelled"}'] == 200
         print(f"router RSS {base_rss:.0f} MB before, peak {peak_rss:.0f} MB while 200 clients hung")
         if ROUTER_SANITIZED:
@@ -330,7 +325,7 @@ def test_big_bodies_are_prepared_off_the_io_thread_and_shed_when_the_prep_pool_i
         threads = [threading.Thread(target=send) for _ in range(8)]
         for t in threads:
             t.start()
-        wait_until("a body waiting for the prep thread",
+        wait_for("a body waiting for the prep thread",
                    lambda: r.metrics().get("switchyard_router_prep_waiting", 0) >= 1, 10, 0.01)
         status, _, _ = r.get("/health", timeout=30)
         health_at = time.monotonic()

@@ -11,17 +11,16 @@ import os
 import random
 import shutil
 
-import pytest
-
 from cluster import MODEL_ID, ROUTER_SANITIZED, Redis, Router
-from http_load import CANCELLED, OK, error_outcome, request, rss_bytes, stream_text, wait_until
+from http_load import CANCELLED, OK, error_outcome, request, rss_bytes, stream_text
+from support import skip_module, wait_for
 from worker_client import MODEL, Worker
 
-# A visible skip, and a failure under CI (conftest.py).
+# A visible skip, and a failure under CI (support.py).
 if not os.path.exists(MODEL):
-    pytest.skip("model not downloaded (deploy/setup.sh)", allow_module_level=True)
+    skip_module("model not downloaded (deploy/setup.sh)")
 if shutil.which("redis-server") is None:
-    pytest.skip("redis-server not installed (deploy/setup.sh)", allow_module_level=True)
+    skip_module("redis-server not installed (deploy/setup.sh)")
 
 # 1,500 by default: about a minute on the 2-core CI machine (about 65 CPU-seconds per 1,000
 # requests, router, workers and client together).
@@ -146,7 +145,7 @@ def test_soak_thousands_of_mixed_requests_end_cleanly_and_leave_nothing_behind()
                         for m in ms)
             return quiet and metric_sum(rm, "switchyard_router_active_requests{") == 0 and (ms, rm)
 
-        ms, rm = wait_until("workers and router to go idle", settled, timeout=30)
+        ms, rm = wait_for("workers and router to go idle", settled, timeout=30)
         cancels = sum(by_kind[(k, CANCELLED)] for k in ("cancel_stream", "disconnect"))
         assert rm["switchyard_router_client_cancels_total"] >= by_kind[("cancel_stream", CANCELLED)]
         assert rm["switchyard_router_client_cancels_total"] <= cancels

@@ -11,7 +11,6 @@ queue timeout, a worker's error) end the server span and the phase they ended in
 """
 import http.server
 import json
-import os
 import re
 import shutil
 import threading
@@ -20,9 +19,10 @@ import time
 import pytest
 
 from cluster import MODEL_ID, Redis, Router
-from worker_client import MODEL, Worker, free_port
+from support import needs_model
+from worker_client import Worker, free_port
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"

@@ -1,14 +1,14 @@
 """A real switchyard-worker process driven over ZeroMQ like a router drives it: concurrent
 streaming, cancel, drain, deadlines, malformed frames, metrics. Needs the model (deploy/setup.sh)."""
-import os
 import time
 
 import msgpack
 import pytest
 
+from support import needs_model
 from worker_client import MODEL, Client, Worker, tokenize
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="model not downloaded (deploy/setup.sh)")
+pytestmark = needs_model
 
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "How do I register an account?",
              "List three prime numbers.", "Explain what a CPU cache is.", "Why is the sky blue?"]

@@ -15,15 +15,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
 
 from k8s_net import netns_available, sweep_stale  # noqa: E402
-
-SKIP = 77
+from support import SKIPPED_EXIT as SKIP, in_ci  # noqa: E402
 
 
 def _environment_problem():
     """(exit code, reason) when the suite cannot run here, else None."""
     ok, why = netns_available()
     if not ok:
-        if os.environ.get("CI"):
+        if in_ci():
             return 1, f"CI is set and the multi-host suite cannot run: {why}"
         return SKIP, f"skipped: {why}"
     from cluster import ROUTER

@@ -1,11 +1,10 @@
 // The real model, loaded once per test binary and shared by its test cases; tests that need it
 // start with REQUIRE_MODEL(), which skips them (ctest: Skipped; a failure under CI) when the file
-// was not downloaded (prerequisite.hpp).
+// was not downloaded (prerequisite.hpp's SY_REQUIRE_MODEL_FILE).
 #pragma once
 
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <memory>
 
 #include "kernels/cpu/thread_pool.hpp"
@@ -22,7 +21,7 @@ struct model_env {
 inline model_env* env() {
   static std::unique_ptr<model_env> e = [] {
     auto r = std::make_unique<model_env>();
-    if (std::ifstream(model_path()).good()) r->model = llama_model::load(model_path(), r->pool);
+    if (model_present()) r->model = llama_model::load(model_path(), r->pool);
     return r;
   }();
   return e.get();
@@ -30,8 +29,8 @@ inline model_env* env() {
 
 }  // namespace sy::test
 
-#define REQUIRE_MODEL()                                                                           \
-  do {                                                                                            \
-    if (!::sy::test::env()->model)                                                                \
-      SY_SKIP_TEST("model not found at " << ::sy::test::model_path() << "; run deploy/setup.sh"); \
+#define REQUIRE_MODEL()                \
+  do {                                 \
+    SY_REQUIRE_MODEL_FILE();           \
+    REQUIRE(::sy::test::env()->model); \
   } while (0)

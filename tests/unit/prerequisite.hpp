@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -42,6 +43,8 @@ inline std::string model_path() {
   const char* v = std::getenv("SY_MODEL");
   return v != nullptr && *v != '\0' ? std::string(v) : std::string(SY_MODEL_PATH);
 }
+// Whether model_path() can be read (SY_REQUIRE_MODEL_FILE).
+inline bool model_present() { return std::ifstream(model_path()).good(); }
 #endif
 
 }  // namespace sy::test
@@ -56,4 +59,12 @@ inline std::string model_path() {
     ::sy::test::skip_reasons().push_back(sy_skip_text_.str());                               \
     SUCCEED("skipped: " << sy_skip_text_.str());                                             \
     return;                                                                                  \
+  } while (0)
+
+// Skips the current test (a failure under CI) when the model file was not downloaded: the one
+// model prerequisite of every C++ test (model_env.hpp's REQUIRE_MODEL starts with it).
+#define SY_REQUIRE_MODEL_FILE()                                                                   \
+  do {                                                                                            \
+    if (!::sy::test::model_present())                                                             \
+      SY_SKIP_TEST("model not found at " << ::sy::test::model_path() << "; run deploy/setup.sh"); \
   } while (0)

@@ -1349,6 +1349,31 @@ TEST_CASE("api routes: every route resolves to itself, an unknown path to 404 an
   CHECK_FALSE(path_matches("/v1/responses/{id}", "/v1/responses/a/b"));
 }
 
+TEST_CASE("api_handler: the metrics listener serves its own table's routes without a key, 404 for the rest") {
+  harness h(test_config(), tenant_registry::parse(R"({"tenants": [{"name": "t", "keys": ["k"]}]})"));
+  auto status = std::make_shared<router_status>();
+  api_handler api(
+      api_config{}, h.tenants, h.models, [](std::shared_ptr<routed_request>) {}, [](uint64_t) {}, status, nullptr);
+  for (const route& r : api_handler::metrics_routes()) CHECK(r.access == route_access::open);
+  auto call = [&](const std::string& method, const std::string& path) {
+    http_request req;
+    req.method = method;
+    req.target = req.path = path;
+    auto ex = std::make_shared<fake_exchange>();
+    api.metrics_listener(ex, std::move(req));
+    REQUIRE(ex->responses.size() == 1);
+    return ex->responses.at(0);
+  };
+  const auto metrics = call("GET", "/metrics");
+  CHECK(metrics.status == 200);
+  CHECK(metrics.content_type == "text/plain; version=0.0.4");
+  CHECK(metrics.body.find("switchyard_router_") != std::string::npos);
+  CHECK(call("GET", "/health").status == 200);
+  CHECK(call("GET", "/v1/models").status == 404);
+  CHECK(call("POST", "/metrics").status == 404);
+  CHECK(call("GET", "/ready").status == 404);
+}
+
 TEST_CASE("api_handler: keys are checked from the route table, 404 and 405 are JSON errors, 405 with Allow") {
   harness h(test_config(), tenant_registry::parse(R"({"tenants": [{"name": "t", "keys": ["k"]},
                                                     {"name": "ops", "keys": ["adm"], "admin": true}]})"));

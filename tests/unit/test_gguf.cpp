@@ -515,8 +515,7 @@ TEST_CASE("gguf: open() maps a file from disk", "[gguf]") {
 }
 
 TEST_CASE("gguf: real model file", "[gguf][model]") {
-  if (!std::filesystem::exists(sy::test::model_path()))
-    SY_SKIP_TEST("model file " << sy::test::model_path() << " absent");
+  SY_REQUIRE_MODEL_FILE();
   const file f = file::open(sy::test::model_path());
   CHECK(f.version() == 3);
   CHECK(f.get_string("general.architecture") == "llama");

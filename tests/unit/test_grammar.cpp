@@ -315,8 +315,7 @@ TEST_CASE("json_schema: what cannot be enforced is refused by name") {
 }
 
 TEST_CASE("token masks: exactly the tokens that keep the grammar alive, on the SmolLM2 vocabulary") {
-  if (!std::ifstream(sy::test::model_path()).good())
-    SY_SKIP_TEST("model not found at " << sy::test::model_path() << "; run deploy/setup.sh");
+  SY_REQUIRE_MODEL_FILE();
   const auto f = gguf::file::open(sy::test::model_path());
   const tokenizer vocab = tokenizer::from_gguf(f);
   auto vb = std::make_shared<const vocab_bytes>(vocab);

@@ -794,6 +794,22 @@ TEST_CASE("format_error writes the OpenAI error body with nulls for empty fields
   CHECK(o["error"]["message"] == "try later " + k_replacement);
 }
 
+TEST_CASE("format_error's body is byte for byte what a JSON library writes of it", "[openai_api]") {
+  // router/base/api_error.cpp writes it without one (the HTTP server's refusals use it too).
+  api_error e = router::make_error(413, "invalid_request_error", "body_too_large", "a \"quoted\"\\ line\n\x01\ttab é");
+  const json want = {{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", e.code}}}};
+  nlohmann::ordered_json ordered;
+  ordered["error"]["message"] = e.message;
+  ordered["error"]["type"] = e.type;
+  ordered["error"]["param"] = nullptr;
+  ordered["error"]["code"] = e.code;
+  CHECK(router::format_error(e) == ordered.dump());
+  CHECK(parsed(router::format_error(e)) == want);
+  e.param = "max_tokens";
+  ordered["error"]["param"] = e.param;
+  CHECK(router::format_error(e) == ordered.dump());
+}
+
 TEST_CASE("an error from parsing formats into a parseable error body", "[openai_api]") {
   const api_error e = parse_err(endpoint::completions, "{\"model\":\"m\",\"prompt\":\"\xFF\"}");
   const json j = parsed(router::format_error(e));

@@ -41,16 +41,18 @@ struct model_assets {
 
 const model_assets* assets() {
   static const std::unique_ptr<model_assets> a = []() -> std::unique_ptr<model_assets> {
-    if (!std::filesystem::exists(sy::test::model_path())) return nullptr;
+    if (!sy::test::model_present()) return nullptr;
     const auto f = sy::gguf::file::open(sy::test::model_path());
     return std::make_unique<model_assets>(model_assets{tokenizer::from_gguf(f), chat_template::from_gguf(f)});
   }();
   return a.get();
 }
 
+// The model's tokenizer and template as `var`; skips without the model (prerequisite.hpp).
 #define SY_REQUIRE_MODEL(var)         \
+  SY_REQUIRE_MODEL_FILE();            \
   const model_assets* var = assets(); \
-  if (var == nullptr) SY_SKIP_TEST("model file " << sy::test::model_path() << " not found")
+  REQUIRE(var != nullptr)
 
 json read_fixture(const char* name) {
   const std::string path = std::string(SY_FIXTURES_DIR) + "/" + name;

@@ -13,7 +13,7 @@
 //                     worker it is sent to.
 //   slow-step:MS      every forward step takes MS milliseconds longer (a big model's prefill on a
 //                     loaded CPU): the engine is silent that long, the link must keep the worker
-//                     alive in its routers' eyes (worker/service/link_actor.hpp).
+//                     alive in its routers' eyes (worker/service/worker_link.hpp).
 //   sim:MS            no forward at all: each step takes MS milliseconds and streams the words of a
 //                     fixed script, so that dozens of workers run on a few cores (the multi-host
 //                     suite's scale scenario: discovery, fan-out and router cost per worker).
