@@ -344,17 +344,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
   for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
     const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
     const int64_t p0 = j0 % bs;
-    if (p0 == 0) {
-      // Blocks are scattered in memory, so the hardware prefetcher cannot run ahead: fetch the
-      // K slice two blocks on.
-      const int64_t bytes = kv_row_bytes(T, head_dim) * bs, b = j0 / bs;
-      if (b == 0)
-        for (int64_t c = 0; c < bytes && bs < n_keys; c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.k_blocks[1]) + head_off + c, _MM_HINT_T0);
-      if ((b + 2) * bs < n_keys)
-        for (int64_t c = 0; c < bytes; c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.k_blocks[b + 2]) + head_off + c, _MM_HINT_T0);
-    }
+    if (p0 == 0) prefetch_key_slices(kv, head_off, kv_row_bytes(T, head_dim) * bs, j0 / bs, n_keys);
     for (int64_t h0 = 0; h0 < n_q;) {
       const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
       float* o[8];

@@ -116,6 +116,20 @@ void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_
 // result depends only on its own inputs, never on n_q (bitwise): a group of one is the same.
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked = 0);
+// At the start of key block b of a heads-layout view: the K slices (slice_bytes from head_off in
+// each block) two blocks on, and at b == 0 also the next one, on their way into L1. Blocks are
+// scattered in memory, so the hardware prefetcher cannot run ahead of the scores.
+inline void prefetch_key_slices(const kv_layer_view& kv, int64_t head_off, int64_t slice_bytes, int64_t b,
+                                int64_t n_keys) {
+  const int64_t bs = kv.block_size;
+  auto fetch = [&](int64_t blk) {
+    for (int64_t c = 0; c < slice_bytes; c += 64)
+      __builtin_prefetch(static_cast<const char*>(kv.k_blocks[blk]) + head_off + c, 0, 3);
+  };
+  if (b == 0 && bs < n_keys) fetch(1);
+  if ((b + 2) * bs < n_keys) fetch(b + 2);
+}
+
 // attend_group on AVX-512 (attention_avx512.cpp), bitwise its results: f16/f32 heads-layout caches
 // with head_dim and block_size multiples of 16; false (nothing done) for any other. Only where
 // use_avx512_kernels(); attend_group calls it there.

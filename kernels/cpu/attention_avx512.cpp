@@ -119,15 +119,7 @@ void attend_group_dm16(const float* q, int64_t n_q, int64_t n_keys, const kv_lay
   for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
     const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
     const int64_t p0 = j0 % bs;
-    if (p0 == 0) {  // as attention.cpp: the K slice two blocks on (the first block's next at the start)
-      const int64_t b = j0 / bs;
-      if (b == 0 && bs < n_keys)
-        for (int64_t c = 0; c < slice_bytes; c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.k_blocks[1]) + head_off + c, _MM_HINT_T0);
-      if ((b + 2) * bs < n_keys)
-        for (int64_t c = 0; c < slice_bytes; c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.k_blocks[b + 2]) + head_off + c, _MM_HINT_T0);
-    }
+    if (p0 == 0) prefetch_key_slices(kv, head_off, slice_bytes, j0 / bs, n_keys);
     for (int64_t h0 = 0; h0 < n_q;) {
       const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
       float* o[8];
