@@ -46,13 +46,6 @@ inline float load1(const void* row, int64_t d) {
   }
 }
 
-// Softmax of a row of scores whose first n_masked keys are outside a sliding window: they get
-// -inf, which the vector exp turns into exactly 0, so they add nothing to the values.
-inline void masked_softmax(float* scores, int64_t n_keys, int64_t n_masked) {
-  for (int64_t j = 0; j < n_masked; ++j) scores[j] = -INFINITY;
-  softmax_inplace(scores, n_keys);
-}
-
 template <kv_type T>
 void attend(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head, int64_t head_dim, float scale,
             float* scores, float* out, int64_t n_masked) {

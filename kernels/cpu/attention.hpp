@@ -10,11 +10,13 @@
 // needs head_dim % 32 == 0 (kv_type_error says so).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace sy::cpu {
@@ -116,6 +118,13 @@ void attend_head(const float* q, int64_t n_keys, const kv_layer_view& kv, int64_
 // result depends only on its own inputs, never on n_q (bitwise): a group of one is the same.
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked = 0);
+// Softmax of a row of scores whose first n_masked keys are outside a sliding window: they get
+// -inf, which the vector exp turns into exactly 0, so they add nothing to the values.
+inline void masked_softmax(float* scores, int64_t n_keys, int64_t n_masked) {
+  for (int64_t j = 0; j < n_masked; ++j) scores[j] = -INFINITY;
+  softmax_inplace(scores, n_keys);
+}
+
 // At the start of key block b of a heads-layout view: the K slices (slice_bytes from head_off in
 // each block) two blocks on, and at b == 0 also the next one, on their way into L1. Blocks are
 // scattered in memory, so the hardware prefetcher cannot run ahead of the scores.

@@ -128,11 +128,7 @@ void attend_group_dm16(const float* q, int64_t n_q, int64_t n_keys, const kv_lay
       h0 += H;
     }
   }
-  for (int64_t g = 0; g < n_q; ++g) {
-    float* s = scores + g * stride;
-    for (int64_t j = 0; j < n_masked; ++j) s[j] = -INFINITY;  // outside the sliding window
-    softmax_inplace(s, n_keys);
-  }
+  for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * stride, n_keys, n_masked);
   // Values: 64 output elements of up to 6 heads per pass (24 accumulators), or 32 / 16 of more.
   for (int64_t d0 = 0; d0 < head_dim;) {
     const int64_t left = head_dim - d0;

@@ -119,6 +119,15 @@ def story(i, max_tokens=24, tag=""):
             "ignore_eos": True, "temperature": 0}
 
 
+def join_all(threads, timeout, who):
+    """Waits up to `timeout` s in all for `threads` to end; fails naming those still waiting."""
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.1, deadline - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"{who} still waiting for an answer after {timeout} s: {alive}"
+
+
 class Load:
     """`concurrency` closed-loop clients; each picks a router per request with `pick()`."""
 
@@ -178,11 +187,7 @@ class Load:
     def stop(self, timeout=120):
         """Lets every request in flight end (bounded), returns all outcomes."""
         self._stop.set()
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.1, deadline - time.monotonic()))
-        alive = [t.name for t in self._threads if t.is_alive()]
-        assert not alive, f"clients still waiting for an answer after {timeout} s: {alive}"
+        join_all(self._threads, timeout, "clients")
         return list(self.outcomes)
 
 
@@ -254,11 +259,7 @@ class SdkLoad:
 
     def stop(self, timeout=120):
         self._stop.set()
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.1, deadline - time.monotonic()))
-        alive = [t.name for t in self._threads if t.is_alive()]
-        assert not alive, f"SDK clients still waiting for an answer after {timeout} s: {alive}"
+        join_all(self._threads, timeout, "SDK clients")
         for c in self._clients:
             c.close()
         return list(self.outcomes)
