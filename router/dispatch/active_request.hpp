@@ -73,7 +73,13 @@ struct active_request {
   uint32_t attempt = 0;       // dispatches so far; the wire id carries it
   uint32_t failures = 0;      // dispatches a worker failed (lost it, or ended it with a worker error)
   uint32_t gaps = 0;          // attempts ended because a frame of theirs was lost on the link
-  uint32_t workers_lost = 0;  // attempts whose worker died (or restarted) while running it
+  // Attempts whose worker died (or restarted) while running it, having been heard from shortly
+  // before the attempt reached it (worker_alive_at_dispatch): the query-of-death evidence.
+  uint32_t workers_lost = 0;
+  // The current attempt's worker had been heard from within half the heartbeat timeout when the
+  // attempt was sent: it was alive to receive it. A worker already silent then (killed with the
+  // rest of the fleet, its death not yet noticed) is not evidence against the prompt.
+  bool worker_alive_at_dispatch = false;
   // The current attempt's last tokens frame (0: none yet): a started attempt silent past the
   // try-idle timeout lost its frames or its worker lost it.
   double t_last_frame_s = 0;

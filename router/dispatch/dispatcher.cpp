@@ -306,6 +306,7 @@ void dispatcher::dispatch(active_request& a, worker_ref worker, double now_s, st
   if (a.attempt == 1) retries_.on_request(now_s);  // first attempts fund the retry budget
   a.t_dispatched_s = now_s;
   a.t_last_frame_s = 0;  // none of this attempt yet
+  a.worker_alive_at_dispatch = now_s - pool_.at(worker).last_seen_s <= cfg_.pool.heartbeat_timeout_s / 2;
   queue_wait_s_.observe(now_s - a.t_enqueued_s);
   if (r.embed) {  // POST /v1/embeddings: one embed, answered by one embeddings message
     proto::embed e;
@@ -890,7 +891,7 @@ void dispatcher::requeue_or_fail(worker_ref worker, double now_s, std::vector<li
   bool charged = true;
   for (const uint64_t id : ids) {
     active_request& a = *active_.at(id);
-    a.workers_lost++;
+    if (a.worker_alive_at_dispatch) a.workers_lost++;
     retry_or_fail(a,
                   make_error(502, "server_error", "worker_lost", "the worker serving this request stopped responding"),
                   now_s, out, std::exchange(charged, false));

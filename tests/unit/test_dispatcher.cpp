@@ -1606,6 +1606,32 @@ TEST_CASE("dispatcher: a query of death ends with 502 retries_exhausted after ma
   CHECK(h.d.workers().at(survivor).state == worker_state::ready);
 }
 
+TEST_CASE("dispatcher: a request lost with a fleet killed at once is not remembered as a query of death") {
+  dispatcher_config cfg = test_config();
+  cfg.query_of_death_ttl_s = 100.0;
+  harness h(cfg);  // max_attempts 2, heartbeat timeout 2 s
+  start_workers(h, 2, 4);
+  const auto c = h.request({.prompt = "An ordinary prompt"}, 0.1);
+  REQUIRE(submits(h.take(), 0).size() == 1);
+  // Both workers are killed together: worker 1 last beat at 0.2, worker 0 at 0 (its welcome).
+  h.heartbeat(1, 0.2);
+  h.d.tick(2.1, h.out);  // worker 0 declared dead; the retry goes to worker 1, silent for 1.9 s
+  const auto second = submitted_to(h.take(), wire(c.id, 2));
+  REQUIRE(second.has_value());
+  CHECK(*second == 1);
+  h.d.tick(2.3, h.out);  // worker 1 declared dead too
+  REQUIRE(c.ex->responses.size() == 1);
+  CHECK(c.ex->body()["error"]["code"] == "retries_exhausted");
+  h.take();
+  // A worker comes back: the prompt is served, not refused as deadly (one worker it reached alive died).
+  h.welcome(0, 4, 5.0, "worker-0-restarted");
+  h.take();
+  const auto again = h.request({.prompt = "An ordinary prompt"}, 5.1);
+  CHECK(again.ex->responses.empty());
+  CHECK(submits(h.take(), 0).size() == 1);
+  CHECK(has_line(h.d.render_metrics(5.2), "switchyard_router_query_of_death_refused_total 0"));
+}
+
 TEST_CASE("dispatcher: past the cluster's retry budget a failed request ends with 502 retry_budget_exhausted") {
   dispatcher_config cfg = test_config();
   cfg.retry = {.ratio = 0.0, .min_retries = 1, .window_s = 10.0};
