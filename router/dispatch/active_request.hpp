@@ -69,10 +69,10 @@ struct active_request {
   std::shared_ptr<routed_request> r;
   admission_permit permit;
   request_phase phase = request_phase::queued;
-  worker_ref worker = 0;      // running: where
-  uint32_t attempt = 0;       // dispatches so far; the wire id carries it
-  uint32_t failures = 0;      // dispatches a worker failed (lost it, or ended it with a worker error)
-  uint32_t gaps = 0;          // attempts ended because a frame of theirs was lost on the link
+  worker_ref worker = 0;  // running: where
+  uint32_t attempt = 0;   // dispatches so far; the wire id carries it
+  uint32_t failures = 0;  // dispatches a worker failed (lost it, or ended it with a worker error)
+  uint32_t gaps = 0;      // attempts ended because a frame of theirs was lost on the link
   // Attempts whose worker died (or restarted) while running it, having been heard from shortly
   // before the attempt reached it (worker_alive_at_dispatch): the query-of-death evidence.
   uint32_t workers_lost = 0;
