@@ -95,6 +95,7 @@ const char* k_usage =
     "                             (without it the cache is off)\n"
     "  --cache-ttl-s S (3600)     --cache-max-entry-bytes N (1048576)   --cache-lookup-timeout-ms MS (5)\n"
     "  --cache-threads N (2)      --no-cache-seeded (cache only temperature-0 requests)\n"
+    "  --cache-store-timeout-ms MS (100)  stores and analytics events, on a connection of their own\n"
     "  --responses-ttl-s S        how long /v1/responses keeps a stored response in Redis (86400)\n"
     "  --cache-mac-key-file FILE  seal cache entries with HMAC-SHA256 under FILE's bytes (>= 16): an entry\n"
     "                             written or moved by anyone without the key reads as a miss\n"
@@ -170,6 +171,7 @@ void check_flags(const cli_args& a) {
                  "cache-max-entry-bytes",
                  "cache-lookup-timeout-ms",
                  "cache-threads",
+                 "cache-store-timeout-ms",
                  "no-cache-seeded",
                  "no-kv-events",
                  "allow-example-keys",
@@ -307,10 +309,13 @@ std::unique_ptr<cache_service> make_cache(const cli_args& a, const tenant_regist
                      a.has("allow-example-keys"));
   }
   cc.threads = static_cast<int>(a.get_int("cache-threads", 2));
+  cc.store_timeout = std::chrono::milliseconds(a.get_int("cache-store-timeout-ms", 100));
   for (const auto& t : tenants.tenants())
     if (t.cache_previews) cc.analytics.preview_tenants.insert(t.name);
-  if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0)
-    throw std::invalid_argument("--cache-ttl-s, --cache-threads and --cache-lookup-timeout-ms must be positive");
+  if (cc.policy.ttl.count() <= 0 || cc.threads < 1 || cc.redis.command_timeout.count() <= 0 ||
+      cc.store_timeout.count() <= 0)
+    throw std::invalid_argument(
+        "--cache-ttl-s, --cache-threads, --cache-lookup-timeout-ms and --cache-store-timeout-ms must be positive");
   auto cache = std::make_unique<cache_service>(cc);
   std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, %s)\n",
                cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),

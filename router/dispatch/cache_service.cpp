@@ -7,17 +7,22 @@ cache_service::cache_service(cache_service_config cfg) : cfg_(std::move(cfg)) {
   const int n = std::max(1, cfg_.threads);
   for (int i = 0; i < n; ++i)
     conns_.push_back(std::make_unique<cache::response_cache>(cfg_.redis, cfg_.policy, cfg_.analytics));
-  cache::redis_config slow = cfg_.redis;
-  slow.command_timeout = cfg_.query_timeout;
-  slow.connect_timeout = std::max(slow.connect_timeout, std::chrono::milliseconds(500));
-  conns_.push_back(std::make_unique<cache::response_cache>(slow, cfg_.policy, cfg_.analytics));
+  auto with_timeout = [&](std::chrono::milliseconds command, std::chrono::milliseconds connect) {
+    cache::redis_config c = cfg_.redis;
+    c.command_timeout = command;
+    c.connect_timeout = std::max(c.connect_timeout, connect);
+    return std::make_unique<cache::response_cache>(c, cfg_.policy, cfg_.analytics);
+  };
+  conns_.push_back(with_timeout(std::max(cfg_.store_timeout, cfg_.redis.command_timeout), cfg_.redis.connect_timeout));
+  conns_.push_back(with_timeout(cfg_.query_timeout, std::chrono::milliseconds(500)));
   for (int i = 0; i < n; ++i) threads_.emplace_back([this, i] { run(work_, *conns_[static_cast<size_t>(i)]); });
+  threads_.emplace_back([this, n] { run(writes_, *conns_[static_cast<size_t>(n)]); });
   threads_.emplace_back([this] { run(queries_, *conns_.back()); });
 }
 
 cache_service::~cache_service() {
   stop_.store(true);
-  for (lane* l : {&work_, &queries_}) {
+  for (lane* l : {&work_, &writes_, &queries_}) {
     std::lock_guard<std::mutex> lk(l->mu);
     l->cv.notify_all();
   }
@@ -89,15 +94,19 @@ bool cache_service::lookup(std::string key, lookup_done done) {
 }
 
 void cache_service::store(std::string key, cache::stored_response r) {
-  push(
-      work_,
+  const bool queued = push(
+      writes_,
       [this, key = std::move(key), r = std::move(r)](cache::response_cache& rc) {
-        if (rc.store(key, r))
-          stores_++;
-        else
-          store_failures_++;
+        bool ok = false;
+        try {
+          ok = rc.store(key, r);
+        } catch (const std::exception&) {
+          ok = false;  // counted below, like a Redis error
+        }
+        (ok ? stores_ : store_failures_)++;
       },
       cfg_.max_queue);
+  if (!queued) store_failures_++;  // the writes queue is full: not stored, counted
 }
 
 bool cache_service::submit(std::function<void(cache::redis_client&)> j, bool urgent) {
@@ -110,7 +119,7 @@ bool cache_service::submit(std::function<void(cache::redis_client&)> j, bool urg
 void cache_service::record(cache_event e) {
   if (!cfg_.analytics.enabled) return;
   const bool ok = push(
-      work_,
+      writes_,
       [this, e = std::move(e)](cache::response_cache& rc) {
         rc.record(e.kind, e.tenant, e.model, e.tokens_saved, e.device_s_saved, e.entry_age_s, e.prompt_hash,
                   e.preview ? &*e.preview : nullptr);
@@ -149,7 +158,8 @@ std::string cache_service::render_metrics() const {
   metric(out, "switchyard_router_cache_stores_total", "counter", "Responses stored in the cache.",
          static_cast<double>(stores_.load()));
   metric(out, "switchyard_router_cache_store_failures_total", "counter",
-         "Stores refused (too large) or failed (Redis error).", static_cast<double>(store_failures_.load()));
+         "Stores refused (too large), failed (Redis error) or dropped (writes queue full).",
+         static_cast<double>(store_failures_.load()));
   metric(out, "switchyard_router_cache_events_total", "counter", "Analytics events written to Redis.",
          static_cast<double>(events_.load()));
   metric(out, "switchyard_router_cache_events_dropped_total", "counter", "Analytics events dropped (queue full).",

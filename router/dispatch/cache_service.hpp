@@ -5,8 +5,11 @@
 // When Redis is slow or down the client's tight timeouts and circuit breaker make every job return
 // at once, and a full queue makes lookups bypass the cache: the cache is never on the critical path
 // when sick. Lookups — a request waits on each — have a queue of their own that the threads serve
-// first, so stores and analytics never delay them, and a lookup that waited longer than its budget
-// (`lookup_max_wait`) is answered `expired` without asking Redis: the request is served live.
+// first, and a lookup that waited longer than its budget (`lookup_max_wait`) is answered `expired`
+// without asking Redis: the request is served live. Stores and analytics events are writes no
+// request waits on: they run on a thread and connection of their own, with `store_timeout`, so a
+// write slower than the lookup budget is neither lost for it nor counted against the lookups'
+// circuit breaker, and never holds a lookup up.
 #pragma once
 
 #include <atomic>
@@ -35,6 +38,7 @@ struct cache_service_config {
   // A lookup queued longer than this is not sent to Redis (expired); 0: 4 x redis.command_timeout.
   std::chrono::milliseconds lookup_max_wait{0};
   std::chrono::milliseconds query_timeout{2000};  // GET /v1/cache/stats (its own connection)
+  std::chrono::milliseconds store_timeout{100};   // stores and analytics events (their own connection)
 };
 
 struct cache_event {
@@ -83,9 +87,10 @@ class cache_service {
 
   cache_service_config cfg_;
   std::atomic<bool> stop_{false};
-  lane work_, queries_;
+  lane work_, writes_, queries_;
   std::vector<std::thread> threads_;
-  std::vector<std::unique_ptr<cache::response_cache>> conns_;  // one per thread (index-aligned)
+  // One per thread (index-aligned): the work threads', then the writes', then the queries'.
+  std::vector<std::unique_ptr<cache::response_cache>> conns_;
 
   // Metrics (any thread).
   std::atomic<uint64_t> by_status_[cache::k_n_lookup_statuses] = {};

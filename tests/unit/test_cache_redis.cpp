@@ -736,3 +736,51 @@ TEST_CASE("cache service: lookups stuck behind a slow Redis are answered expired
   CHECK(svc.render_metrics().find("switchyard_router_cache_lookups_total{status=\"expired\"} 5\n") !=
         std::string::npos);
 }
+
+TEST_CASE("cache service: a store slower than the lookup budget is still stored and never holds a lookup up",
+          "[cache_redis]") {
+  SKIP_WITHOUT_REDIS();
+  redis_server server;
+  sy::router::cache_service_config cfg;
+  cfg.redis = server.config();
+  cfg.redis.command_timeout = 5ms;  // the lookup budget
+  cfg.store_timeout = 2000ms;
+  cfg.threads = 1;
+  cfg.analytics.enabled = false;
+  sy::router::cache_service svc(cfg);
+  redis_client admin(server.config());
+  // Write commands wait 300 ms (Redis 6.2+: reads go on): a store far slower than 5 ms.
+  auto paused = admin.command({"CLIENT", "PAUSE", "300", "WRITE"});
+  REQUIRE(paused);
+  REQUIRE(paused->str == "OK");
+  const auto t0 = steady::now();
+  svc.store(key_for("acme", 1), make_response("Paris"));
+  // A lookup queued right behind the store is answered at once (a miss), not after it.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<lookup_status> got;
+  REQUIRE(svc.lookup(key_for("acme", 2), [&](std::optional<stored_response>, lookup_status st) {
+    std::lock_guard<std::mutex> lk(mu);
+    got = st;
+    cv.notify_all();
+  }));
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    REQUIRE(cv.wait_for(lk, 5s, [&] { return got.has_value(); }));
+  }
+  CHECK(*got == lookup_status::miss);
+  CHECK(steady::now() - t0 < 250ms);
+  // The store went through once the pause ended, and counted as stored.
+  const auto stored = [&] {
+    return svc.render_metrics().find("switchyard_router_cache_stores_total 1\n") != std::string::npos;
+  };
+  for (const auto deadline = steady::now() + 5s; !stored() && steady::now() < deadline;)
+    std::this_thread::sleep_for(10ms);
+  CHECK(stored());
+  CHECK(svc.render_metrics().find("switchyard_router_cache_store_failures_total 0\n") != std::string::npos);
+  response_cache reader(server.config(), cache_policy{}, analytics_config{});
+  lookup_status st = lookup_status::miss;
+  const auto hit = reader.lookup(key_for("acme", 1), &st);
+  REQUIRE(hit.has_value());
+  CHECK(st == lookup_status::hit);
+}
