@@ -130,12 +130,10 @@ constexpr int64_t amx_int_min_tokens = 16;
 constexpr int64_t amx_kq_min_tokens(weight_type t) { return t == weight_type::q6_k ? 8 : 12; }
 // Portable kernels on the weights as stored in GGUF (kernels/cpu/gemv_avx2.cpp): rows [r0, r1) of a
 // k-column matrix (rows row_bytes apart) against n_tok tokens, y[t * ldy + r]. Activations: q8_act
-// blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; q8_K blocks (k / 256 per
-// token) for q4_K/q5_K/q6_K; f32 rows (ldx apart) for f32/f16/bf16.
+// blocks (k / 32 per token, contiguous) for q4_0/q4_1/q5_0/q5_1/q8_0; f32 rows (ldx apart) for
+// f32/f16/bf16. (K-quants run on K panels on every CPU: kquant_panels.hpp.)
 void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_act* a,
                      int64_t k, int64_t n_tok, float* y, int64_t ldy);
-void gemv_q8k_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_K* a,
-                   int64_t k, int64_t n_tok, float* y, int64_t ldy);
 void gemv_f32act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const float* x,
                       int64_t ldx, int64_t k, int64_t n_tok, float* y, int64_t ldy);
 

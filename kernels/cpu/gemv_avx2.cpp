@@ -104,151 +104,6 @@ void row_legacy(const uint8_t* row, const block_q8_act* a, int64_t nb, float* y,
 }
 
 // ---------------------------------------------------------------------------------------------
-// q4_K / q5_K / q6_K against q8_K (256-element blocks: d, int8 values, sums of each 16).
-
-// The 8 six-bit scales (bytes 0..7) and mins (bytes 8..15) of a q4_K / q5_K super-block, from its
-// 12 packed bytes as 32-bit words w0..w2 (k_scale_min, eight at a time): scales 0-3 are the low 6
-// bits of w0's bytes, mins 0-3 those of w1; scales 4-7 are w2's low nibbles with w0's top 2 bits
-// above them, mins 4-7 w2's high nibbles with w1's top 2 bits.
-inline __m128i k_scales_mins(const uint8_t* packed) {
-  // Bytes 0..11 in lanes 0..11 (the block's next 4 bytes, its qh/qs, ride along and are masked off).
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  // p: lanes 0-3 w0, 4-7 w2, 8-11 w1, 12-15 w2 (the low 6 bits / nibbles of each result lane);
-  // h: lanes 4-7 w0, 12-15 w1 (the bytes whose top 2 bits go above the nibbles); zero elsewhere.
-  const __m128i p = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-  const __m128i h = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-  const __m128i lo = _mm_and_si128(p, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
-  const __m128i hi_nib =
-      _mm_and_si128(_mm_srli_epi16(p, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
-  const __m128i top = _mm_and_si128(_mm_srli_epi16(h, 2), _mm_set1_epi8(0x30));
-  return _mm_or_si128(_mm_or_si128(lo, hi_nib), top);
-}
-
-// q4_K / q5_K, row against T tokens: the super-block's weights are unpacked once per 32-element
-// sub-block pair and used by every token while in registers.
-template <weight_type W, int T>
-void row_k45(const uint8_t* row, const block_q8_K* a, int64_t nb, float* y, int64_t ldy) {
-  constexpr size_t bytes = W == weight_type::q4_k ? sizeof(block_q4_K) : sizeof(block_q5_K);
-  __m256 acc[T];
-  __m128 acc_m[T];
-  for (int t = 0; t < T; ++t) {
-    acc[t] = _mm256_setzero_ps();
-    acc_m[t] = _mm_setzero_ps();
-  }
-  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* b = row + i * bytes;
-    const uint8_t* qs = W == weight_type::q4_k ? b + 16 : b + 48;
-    uint16_t dh, dminh;
-    std::memcpy(&dh, b, 2);
-    std::memcpy(&dminh, b + 2, 2);
-    const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(dminh);
-    const __m128i sm = k_scales_mins(b + 4);
-    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
-    __m256i sumi[T];
-    for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
-    __m256i qh = _mm256_setzero_si256();
-    if constexpr (W == weight_type::q5_k) qh = load256(b + 16);
-    auto sub_block_pair = [&](int g) {
-      const __m256i q = load256(qs + 32 * g);
-      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if constexpr (W == weight_type::q5_k) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
-      }
-      // Broadcast 16-bit lane 2g (and 2g + 1) of sc16: bytes (4g, 4g + 1) (and + 2, + 3) everywhere.
-      const __m256i s_lo = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<int16_t>((4 * g + 1) << 8 | 4 * g)));
-      const __m256i s_hi =
-          _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<int16_t>((4 * g + 3) << 8 | (4 * g + 2))));
-      for (int t = 0; t < T; ++t) {
-        const int8_t* xq = a[t * nb + i].qs + 64 * g;
-        const __m256i p_lo = _mm256_madd_epi16(maddubs(lo, load256(xq)), s_lo);
-        const __m256i p_hi = _mm256_madd_epi16(maddubs(hi, load256(xq + 32)), s_hi);
-        sumi[t] = _mm256_add_epi32(_mm256_add_epi32(sumi[t], p_lo), p_hi);
-      }
-    };
-    if constexpr (T <= 2) {  // few registers in use: unrolled, the shuffle controls are constants
-      sub_block_pair(0);
-      sub_block_pair(1);
-      sub_block_pair(2);
-      sub_block_pair(3);
-    } else {
-      // Not unrolled: GCC 12 otherwise interleaves the sub-block pairs and spills the products.
-#pragma GCC unroll 1
-      for (int g = 0; g < 4; ++g) sub_block_pair(g);
-    }
-    for (int t = 0; t < T; ++t) {
-      const block_q8_K& x = a[t * nb + i];
-      const __m128i msum = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums32)));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_set1_ps(d * x.d), acc[t]);
-      acc_m[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_set1_ps(dmin * x.d), acc_m[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    y[t * ldy] = hsum_ps_256(acc[t]) - _mm_cvtss_f32(m);
-  }
-}
-
-// q6_K, row against T tokens, like row_k45. The chunk of 32 elements 32q.. takes scales 2q and 2q + 1
-// (16 elements each): 16-bit lanes 0-7 and 8-15 of the chunk's scale vector, picked with one vpermd
-// from the scales duplicated into 32-bit lanes (sd_lo: scales 0-3 and 8-11, sd_hi: 4-7 and 12-15).
-template <int T>
-void row_q6k(const uint8_t* row, const block_q8_K* a, int64_t nb, float* y, int64_t ldy) {
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-  for (int64_t i = 0; i < nb; ++i) {
-    const auto& b = reinterpret_cast<const block_q6_K*>(row)[i];
-    const float d = _cvtsh_ss(b.d);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    const __m256i sd_lo = _mm256_unpacklo_epi16(sc16, sc16), sd_hi = _mm256_unpackhi_epi16(sc16, sc16);
-    __m256i sumi[T];
-    for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
-    auto chunk = [&](int n, int c, __m256i ql0, __m256i ql1, __m256i qh) {
-      const __m256i lsrc = c & 1 ? ql1 : ql0;
-      const __m256i lbits = _mm256_and_si256(c < 2 ? lsrc : _mm256_srli_epi16(lsrc, 4), m4);
-      const __m256i hbits = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4);
-      const __m256i q = _mm256_or_si256(lbits, hbits);  // q + 32, in [0, 63]
-      const int j = 8 * n + 2 * c;                      // first scale of the chunk
-      const int lane = (j & 3) + 4 * (j >> 3);          // its 32-bit lane in sd_lo / sd_hi
-      const __m256i idx = _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1);
-      const __m256i s16 = _mm256_permutevar8x32_epi32((j & 4) ? sd_hi : sd_lo, idx);
-      for (int t = 0; t < T; ++t) {
-        const __m256i p = maddubs(q, load256(a[t * nb + i].qs + 128 * n + 32 * c));
-        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, s16));
-      }
-    };
-    auto half = [&](int n, auto unrolled) {
-      const __m256i ql0 = load256(b.ql + 64 * n), ql1 = load256(b.ql + 64 * n + 32);
-      const __m256i qh = load256(b.qh + 32 * n);
-      if constexpr (decltype(unrolled)::value) {
-        for (int c = 0; c < 4; ++c) chunk(n, c, ql0, ql1, qh);
-      } else {
-#pragma GCC unroll 1
-        for (int c = 0; c < 4; ++c) chunk(n, c, ql0, ql1, qh);
-      }
-    };
-    if constexpr (T <= 2) {  // few registers in use: unrolled, the permute indices are constants
-      half(0, std::true_type{});
-      half(1, std::true_type{});
-    } else {
-#pragma GCC unroll 1
-      for (int n = 0; n < 2; ++n) half(n, std::false_type{});
-    }
-    for (int t = 0; t < T; ++t) {
-      // The +32 of every q: subtract 32 * sum_j scales[j] * bsums[j].
-      const block_q8_K& x = a[t * nb + i];
-      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(load256(x.bsums), sc16), 5);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], off)), _mm256_set1_ps(d * x.d), acc[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) y[t * ldy] = hsum_ps_256(acc[t]);
-}
-
-// ---------------------------------------------------------------------------------------------
 // f32 / f16 / bf16 rows against f32 activations.
 
 template <weight_type W>
@@ -310,17 +165,6 @@ void legacy_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, co
 }
 
 template <weight_type W>
-void k_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_K* a, int64_t nb, int64_t n_tok,
-            float* y, int64_t ldy) {
-  for_rows_tokens(r0, r1, n_tok, [&](auto tt, int64_t r, int64_t t) {
-    if constexpr (W == weight_type::q6_k)
-      row_q6k<decltype(tt)::value>(w + r * row_bytes, a + t * nb, nb, y + t * ldy + r, ldy);
-    else
-      row_k45<W, decltype(tt)::value>(w + r * row_bytes, a + t * nb, nb, y + t * ldy + r, ldy);
-  });
-}
-
-template <weight_type W>
 void float_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t k,
                 int64_t n_tok, float* y, int64_t ldy) {
   for_rows_tokens(r0, r1, n_tok, [&](auto tt, int64_t r, int64_t t) {
@@ -344,21 +188,6 @@ void gemv_q8act_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t
       return legacy_rows<weight_type::q5_1>(w, row_bytes, r0, r1, a, nb, n_tok, y, ldy);
     case weight_type::q8_0:
       return legacy_rows<weight_type::q8_0>(w, row_bytes, r0, r1, a, nb, n_tok, y, ldy);
-    default:
-      return;
-  }
-}
-
-void gemv_q8k_avx2(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const block_q8_K* a,
-                   int64_t k, int64_t n_tok, float* y, int64_t ldy) {
-  const int64_t nb = k / qk_k;
-  switch (t) {
-    case weight_type::q4_k:
-      return k_rows<weight_type::q4_k>(w, row_bytes, r0, r1, a, nb, n_tok, y, ldy);
-    case weight_type::q5_k:
-      return k_rows<weight_type::q5_k>(w, row_bytes, r0, r1, a, nb, n_tok, y, ldy);
-    case weight_type::q6_k:
-      return k_rows<weight_type::q6_k>(w, row_bytes, r0, r1, a, nb, n_tok, y, ldy);
     default:
       return;
   }

@@ -63,6 +63,10 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
 // (gemm_amx.cpp; only called when use_amx_kernels()) give bitwise equal results.
 void gemv_kq_panels_model(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                           const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
+// The AVX2 kernel (kquant_avx2.cpp), bitwise the model's results too: what CPUs without the
+// AVX-512 kernels (use_avx512_kernels) run, and SY_CPU_ISA=avx2.
+void gemv_kq_panels_avx2(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                         const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
 void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                            const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
 // The AMX kernel also takes the activations' int8 values block-major, [k / 256][n_tok][256]

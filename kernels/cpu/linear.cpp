@@ -66,7 +66,8 @@ bool avx512_cpu() {
   return f.avx512 && f.avx512_vnni && f.avx512_bf16;
 }
 bool builds_int_panels(weight_type t, int64_t cols) { return vnni_type(t) && cols <= k_max_int_cols && avx512_cpu(); }
-bool builds_kq_panels(weight_type t) { return is_k_quant(t) && avx512_cpu(); }
+// K panels on every CPU: the AVX-512 VNNI, AMX and AVX2 kernels all stream them.
+bool builds_kq_panels(weight_type t) { return is_k_quant(t); }
 constexpr size_t k_arena_align = 64;
 }  // namespace
 
@@ -119,7 +120,7 @@ void linear::release_source_pages() const {
 }
 
 bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_kernels(); }
-bool linear::kq_ready() const { return kq_panels_ != nullptr && use_avx512_kernels(); }
+bool linear::kq_ready() const { return kq_panels_ != nullptr; }
 
 void linear::pack_panels(int64_t p0, int64_t p1, uint16_t* out) const {
   if (int_panels_) return pack_bf16_panels_from_int(type_, int_panels_, cols_, p0, p1, out);
@@ -228,10 +229,9 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
       return gemv_kq_panels_amx(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), sc.q8k_by_block.data(),
                                 n_tok, y, ldy);
     if (w.kq_ready())
-      return gemv_kq_panels_avx512(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), n_tok, y, ldy);
+      return (use_avx512_kernels() ? gemv_kq_panels_avx512 : gemv_kq_panels_avx2)(w.type_, w.kq_panels_, w.rows_, cols,
+                                                                                  b0, b1, sc.q8k.data(), n_tok, y, ldy);
     const int64_t r0 = b0 * panel_rows, r1 = std::min(b1 * panel_rows, w.rows_);
-    if (is_k_quant(w.type_))
-      return gemv_q8k_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, sc.q8k.data(), cols, n_tok, y, ldy);
     if (integer_type(w.type_))
       return gemv_q8act_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, sc.q8.data(), cols, n_tok, y, ldy);
     gemv_f32act_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, x, ldx, cols, n_tok, y, ldy);

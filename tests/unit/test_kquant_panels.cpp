@@ -1,7 +1,7 @@
 // K panels (kernels/cpu/kquant_panels.hpp): the repack keeps every value, scale and min of the
-// GGUF rows; the scalar model computes the quantized dot product; the AVX-512 kernel (where the
-// CPU has it) and the AMX loops on the tile model (any CPU) give the model's results bitwise for
-// every edge of rows, columns and tokens, and write nothing they do not own.
+// GGUF rows; the scalar model computes the quantized dot product; the AVX2 kernel, the AVX-512
+// kernel (where the CPU has it) and the AMX loops on the tile model (any CPU) give the model's
+// results bitwise for every edge of rows, columns and tokens, and write nothing they do not own.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -127,6 +127,75 @@ TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
           }
         }
       }
+}
+
+TEST_CASE("the AVX2 K-panel kernel gives the model's results bitwise") {
+  // The x86-64-v3 baseline: runs on every CPU these builds run on.
+  for (weight_type t : k_types)
+    for (int64_t rows : {5, 16, 24, 40})  // 5, 24: a last panel with one half empty / part-filled
+      for (int64_t cols : {256, 1024}) {
+        const auto m = make_matrix(t, rows, cols);
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11}) {
+          INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
+          const auto x = random_floats(static_cast<size_t>(n_tok * cols));
+          const auto a = quantize_k_batch(x, n_tok, cols);
+          for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
+            const int64_t ldy = rows + 3;
+            sentinel_out got(n_tok, ldy), want(n_tok, ldy);
+            gemv_kq_panels_avx2(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
+            gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
+            CHECK(got.only_wrote(p0 * panel_rows, rows));
+            REQUIRE(got.buf == want.buf);
+          }
+        }
+      }
+}
+
+TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of weights and activations") {
+  // Every weight at its largest value (all bits set) and every activation at -128 or 127: the
+  // AVX2 kernel's int16 partial sums are at their bound (q4_K 8 lines, q5_K 4, q6_K 2 of
+  // 2 * (2^w - 1) * 128 each); scales and mins at their largest too.
+  for (weight_type t : k_types)
+    for (int8_t v : {int8_t{-128}, int8_t{127}}) {
+      const int64_t rows = 16, cols = 512;
+      auto m = make_matrix(t, rows, cols);
+      const size_t bytes = row_bytes(t, qk_k);
+      for (size_t b = 0; b < m.w.size() / bytes; ++b) {
+        uint8_t* blk = m.w.data() + b * bytes;
+        const uint16_t d = fp32_to_fp16(1e-3f);
+        if (t == weight_type::q6_k) {
+          std::memset(blk, 0xff, bytes - 2);                // ql, qh: 63; scales: -1
+          std::memset(blk + 192, b % 2 ? 0x7f : 0x80, 16);  // scales 127 or -128
+          std::memcpy(blk + bytes - 2, &d, 2);
+        } else {
+          std::memset(blk + 4, 0xff, bytes - 4);  // scales and mins 63, values 15 / 31
+          std::memcpy(blk, &d, 2);
+          std::memcpy(blk + 2, &d, 2);
+        }
+      }
+      repack_kq_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, m.n_panels,
+                       m.panels.data());
+      std::vector<block_q8_K> a(cols / qk_k);
+      for (auto& blk : a) {
+        blk.d = 0.5f;
+        std::fill(std::begin(blk.qs), std::end(blk.qs), v);
+        std::fill(std::begin(blk.bsums), std::end(blk.bsums), static_cast<int16_t>(16 * v));
+        std::fill(std::begin(blk.sums32), std::end(blk.sums32), static_cast<int16_t>(32 * v));
+      }
+      INFO(weight_type_name(t) << " activations " << int{v});
+      sentinel_out got(1, rows), want(1, rows);
+      gemv_kq_panels_model(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, want.y(), rows);
+      gemv_kq_panels_avx2(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, got.y(), rows);
+      REQUIRE(got.buf == want.buf);
+      // and the model's sum is the reference dot product's
+      const float ref = dot_row_q8_K_ref(t, m.w.data(), a.data(), cols);
+      CHECK(want.y()[0] == Approx(ref).epsilon(1e-5));
+      if (use_avx512_kernels()) {
+        sentinel_out wide(1, rows);
+        gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, wide.y(), rows);
+        REQUIRE(wide.buf == want.buf);
+      }
+    }
 }
 
 TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {

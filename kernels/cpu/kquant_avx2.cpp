@@ -1,0 +1,304 @@
+// The AVX2 kernel over K panels (kquant_panels.hpp), bitwise the scalar model's results: the
+// kernel of every x86-64-v3 CPU without the AVX-512 family (AMD EPYC before Zen 4, Xeons before
+// Sapphire Rapids), and of SY_CPU_ISA=avx2.
+//
+// A panel line is two halves of 32 bytes, rows 0-7 and rows 8-15; each half is one ymm of 8
+// lanes, lane i = 4 bytes of row 8h + i, so the kernel runs the AVX-512 kernel's arithmetic on
+// two registers per line, one for each half. Without vpdpbusd the u8 x s8
+// products go through vpmaddubsw (pairs summed into int16) and are added up in int16 across the
+// lines of a sub-block for as long as that cannot overflow (values < 2^w, activations >= -128:
+// one vpmaddubsw lane is at most 2 * (2^w - 1) * 128 in magnitude, so 8 lines for q4_K, 4 for
+// q5_K and 2 for q6_K stay below 2^15); one vpmaddwd against the row's scale, duplicated into
+// both 16-bit halves of its lane, then gives the int32 sum already scaled. The integer sums are
+// exact either way, so the results are the model's bit for bit (tests/unit/test_kquant_panels.cpp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/kquant_panels.hpp"
+
+namespace sy::cpu {
+namespace {
+
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+inline __m256i load_half(const line64* l, int h) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(l->b + 32 * h));
+}
+// 16 bytes -> 8 lanes of two 16-bit values (a scale/min pair per row), zero- or sign-extended.
+inline __m256i pairs_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i pairs_s8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// Element 0 / 1 of each lane's 16-bit pair, in both halves of the lane.
+inline __m256i dup_lo(__m256i v) {
+  const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16));
+}
+inline __m256i dup_hi(__m256i v) {
+  const __m256i hi = _mm256_srli_epi32(v, 16);
+  return _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
+}
+// An empty asm that takes v in a register: the add before it happens here, in source order. GCC
+// otherwise computes a run's products first and sums them later, spilling most of them (q4_K at 8+
+// tokens: 138 -> 168 GMAC/s; q6_K's 2-line runs do better without it).
+inline void pin(__m256i& v) { asm("" : "+x"(v)); }
+template <int S>
+inline __m256i shift16(__m256i v) {
+  if constexpr (S > 0) return _mm256_slli_epi16(v, S);
+  if constexpr (S < 0) return _mm256_srli_epi16(v, -S);
+  return v;
+}
+
+constexpr int64_t k_prefetch_lines = 8;  // as the AVX-512 kernel (docs/cpu-backend.md, single-stream decode)
+
+template <class F, int... I>
+[[gnu::always_inline]] inline void unroll(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+
+// The first H halves (rows 8h..8h + 7 each; H = 1 for a last panel of 8 rows or fewer) of one
+// super-block against T tokens: adds to acc[h][t]. Both halves at once share each activation
+// broadcast and give the core two independent chains (q4_K on the Sapphire Rapids VM, 1-4 tokens:
+// 110-115 GMAC/s against 83-97 for one half after the other). The low nibbles' sub-block, then the
+// high nibbles', so that only one int16 sum per (half, token) is live.
+template <weight_type wt, int T, int H>
+inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
+  constexpr int64_t lines = kq_lines(wt);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  auto half = [&](const line64* l, int hh) __attribute__((always_inline)) { return load_half(l, hh); };
+  // Bytes [off, off + 32) of a line hold a pair per row: half hh's 8 rows are 16 of them.
+  auto half_bytes = [&](const line64* l, int off, int hh) __attribute__((always_inline)) {
+    return l->b + off + 16 * hh;
+  };
+  // The scaled int32 sums, updated once per run of lines: kept in memory (L1), which leaves the
+  // registers to the run's int16 sums.
+  alignas(32) int32_t isum_mem[H][T][8] = {};
+  auto isum_add = [&](int hh, int t, __m256i v) __attribute__((always_inline)) {
+    __m256i* p = reinterpret_cast<__m256i*>(isum_mem[hh][t]);
+    _mm256_store_si256(p, _mm256_add_epi32(_mm256_load_si256(p), v));
+  };
+  auto isum = [&](int hh, int t) __attribute__((always_inline)) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(isum_mem[hh][t]));
+  };
+  if constexpr (wt == weight_type::q6_k) {
+    const __m256i m3 = _mm256_set1_epi8(0x30);
+    unroll(
+        [&](auto jc) __attribute__((always_inline)) {
+          constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
+          __m256i sc_lo[H], sc_hi[H];
+          for (int hh = 0; hh < H; ++hh) {
+            const __m256i sp_lo = pairs_s8(half_bytes(blk + 48 + j / 4, 32 * (j / 2 % 2), hh));
+            const __m256i sp_hi = pairs_s8(half_bytes(blk + 48 + (8 + j) / 4, 32 * ((8 + j) / 2 % 2), hh));
+            sc_lo[hh] = j % 2 ? dup_hi(sp_lo) : dup_lo(sp_lo);
+            sc_hi[hh] = j % 2 ? dup_hi(sp_hi) : dup_lo(sp_hi);
+          }
+          // Two lines at a time in int16 (values < 64), then scaled into int32.
+          unroll(
+              [&](auto cc2) __attribute__((always_inline)) {
+                constexpr int c0 = 2 * decltype(cc2)::value;
+                // Sub-block j (low nibbles), then 8 + j (high).
+                unroll(
+                    [&](auto nc) __attribute__((always_inline)) {
+                      constexpr int nib = decltype(nc)::value;
+                      __m256i sum[H][T];
+                      unroll(
+                          [&](auto dc) __attribute__((always_inline)) {
+                            constexpr int c = c0 + decltype(dc)::value;
+                            __m256i w[H];
+                            for (int hh = 0; hh < H; ++hh) {
+                              const __m256i v = half(blk + 4 * j + c, hh);
+                              const __m256i hb = half(blk + 32 + 2 * j + c / 2, hh);
+                              w[hh] = _mm256_or_si256(_mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4),
+                                                      _mm256_and_si256(shift16<4 - 2 * nib - 4 * (c % 2)>(hb), m3));
+                            }
+                            for (int t = 0; t < T; ++t) {
+                              const __m256i xv = bcast4(x[t]->qs + 128 * nib + 16 * j + 4 * c);
+                              for (int hh = 0; hh < H; ++hh) {
+                                const __m256i pr = _mm256_maddubs_epi16(w[hh], xv);
+                                sum[hh][t] = c == c0 ? pr : _mm256_add_epi16(sum[hh][t], pr);
+                              }
+                            }
+                          },
+                          std::make_integer_sequence<int, 2>{});
+                      for (int hh = 0; hh < H; ++hh)
+                        for (int t = 0; t < T; ++t)
+                          isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
+                    },
+                    std::make_integer_sequence<int, 2>{});
+              },
+              std::make_integer_sequence<int, 2>{});
+        },
+        std::make_integer_sequence<int, 8>{});
+    // The stored values are q + 32: subtract 32 * sum_j sc_j * bsums_j.
+    for (int hh = 0; hh < H; ++hh) {
+      __m256i sp[8];
+      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(half_bytes(blk + 48 + q / 2, 32 * (q % 2), hh));
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + 52, 0, hh))));
+      for (int t = 0; t < T; ++t) {
+        __m256i off = _mm256_setzero_si256();
+        for (int q = 0; q < 8; ++q) off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[q], bcast4(x[t]->bsums + 2 * q)));
+        const __m256i is = _mm256_sub_epi32(isum(hh, t), _mm256_slli_epi32(off, 5));
+        acc[hh][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d)), acc[hh][t]);
+      }
+    }
+  } else {
+    constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
+    // Lines summed in int16 before the scale: 8 for q4_K (values < 16), 4 for q5_K (< 32).
+    constexpr int run = wt == weight_type::q4_k ? 8 : 4;
+    const __m256i m10 = _mm256_set1_epi8(0x10);
+    unroll(
+        [&](auto gc) __attribute__((always_inline)) {
+          constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+          __m256i sc_lo[H], sc_hi[H];
+          for (int hh = 0; hh < H; ++hh) {
+            const __m256i sp = pairs_u8(half_bytes(blk + s0 + g / 2, 32 * (g % 2), hh));
+            sc_lo[hh] = dup_lo(sp);
+            sc_hi[hh] = dup_hi(sp);
+          }
+          unroll(
+              [&](auto rc) __attribute__((always_inline)) {
+                constexpr int c0 = run * decltype(rc)::value;
+                // The low nibbles (sub-block 2g), then the high ones (2g + 1).
+                unroll(
+                    [&](auto nc) __attribute__((always_inline)) {
+                      constexpr int nib = decltype(nc)::value;
+                      __m256i sum[H][T];
+                      unroll(
+                          [&](auto dc) __attribute__((always_inline)) {
+                            constexpr int c = c0 + decltype(dc)::value;
+                            __m256i w[H];
+                            for (int hh = 0; hh < H; ++hh) {
+                              const __m256i v = half(blk + 8 * g + c, hh);
+                              w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
+                              if constexpr (wt == weight_type::q5_k) {
+                                const __m256i hb = half(blk + 32 + 2 * g + c / 4, hh);
+                                w[hh] =
+                                    _mm256_or_si256(w[hh], _mm256_and_si256(shift16<4 - nib - 2 * (c % 4)>(hb), m10));
+                              }
+                            }
+                            for (int t = 0; t < T; ++t) {
+                              const __m256i xv = bcast4(x[t]->qs + 64 * g + 32 * nib + 4 * c);
+                              for (int hh = 0; hh < H; ++hh) {
+                                const __m256i pr = _mm256_maddubs_epi16(w[hh], xv);
+                                sum[hh][t] = c == c0 ? pr : _mm256_add_epi16(sum[hh][t], pr);
+                                pin(sum[hh][t]);
+                              }
+                            }
+                          },
+                          std::make_integer_sequence<int, run>{});
+                      for (int hh = 0; hh < H; ++hh)
+                        for (int t = 0; t < T; ++t)
+                          isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
+                    },
+                    std::make_integer_sequence<int, 2>{});
+              },
+              std::make_integer_sequence<int, 8 / run>{});
+        },
+        std::make_integer_sequence<int, 4>{});
+    for (int hh = 0; hh < H; ++hh) {
+      __m256i mp[4];
+      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(half_bytes(blk + s0 + 2 + q / 2, 32 * (q % 2), hh));
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + lines - 1, 0, hh))));
+      const __m256 dmw =
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + lines - 1, 32, hh))));
+      for (int t = 0; t < T; ++t) {
+        __m256i ms = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[q], bcast4(x[t]->sums32 + 2 * q)));
+        const __m256 dx = _mm256_set1_ps(x[t]->d);
+        acc[hh][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hh, t)), _mm256_mul_ps(dw, dx), acc[hh][t]);
+        acc[hh][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmw, dx), acc[hh][t]);
+      }
+    }
+  }
+}
+
+// One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
+template <weight_type wt, int T>
+void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
+               int64_t n_rows) {
+  constexpr int64_t lines = kq_lines(wt);
+  const int halves = n_rows > 8 ? 2 : 1;  // a last panel of 8 rows or fewer skips its empty half
+  __m256 acc[2][T];
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const line64* blk = panel + b * lines;
+    if constexpr (T <= 2)
+      for (int64_t l = 0; l < lines; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + k_prefetch_lines + l), _MM_HINT_T0);
+    const block_q8_K* x[T];
+    for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
+    if (halves == 2)
+      kq_halves<wt, T, 2>(blk, x, acc);
+    else
+      kq_halves<wt, T, 1>(blk, x, acc);
+  }
+  for (int h = 0; h < halves; ++h) {
+    const int64_t n = std::min<int64_t>(8, n_rows - 8 * h);
+    for (int t = 0; t < T; ++t) {
+      float* out = y + (t0 + t) * ldy + row0 + 8 * h;
+      if (n == 8) {
+        _mm256_storeu_ps(out, acc[h][t]);
+      } else {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[h][t]);
+        std::copy(v, v + n, out);
+      }
+    }
+  }
+}
+
+template <weight_type wt>
+void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
+               int64_t n_tok, float* y, int64_t ldy) {
+  const int64_t nb = k / qk_k, stride = kq_panel_lines(wt, k);
+  constexpr int tt = 4;
+  for (int64_t p = p0; p < p1; ++p) {
+    const line64* panel = panels + p * stride;
+    const int64_t row0 = p * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
+    if (p + 1 < p1)
+      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(panel + stride + l), _MM_HINT_T0);
+    int64_t t0 = 0;
+    for (; t0 + tt <= n_tok; t0 += tt) kq_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows);
+    switch (n_tok - t0) {
+      case 1:
+        kq_tokens<wt, 1>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 2:
+        kq_tokens<wt, 2>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      case 3:
+        kq_tokens<wt, 3>(panel, nb, a, t0, y, ldy, row0, n_rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_kq_panels_avx2(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
+                         const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {
+  switch (t) {
+    case weight_type::q4_k:
+      return kq_panels<weight_type::q4_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
+    case weight_type::q5_k:
+      return kq_panels<weight_type::q5_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
+    case weight_type::q6_k:
+      return kq_panels<weight_type::q6_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
+    default:
+      return;
+  }
+}
+
+}  // namespace sy::cpu
