@@ -58,9 +58,9 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 namespace {
-// Integer panels (q4_0/q4_1/q5_0/q5_1/q8_0) and K panels (q4_K/q5_K/q6_K) only where the AVX-512 kernels
-// will run (VNNI and BF16, as use_avx512_kernels asks): on a VNNI-only CPU (Cascade Lake, Ice Lake)
-// they would sit unused next to the rows.
+// Integer panels (q4_0/q4_1/q5_0/q5_1/q8_0) only where the AVX-512 kernels will run (VNNI and BF16,
+// as use_avx512_kernels asks): on a VNNI-only CPU (Cascade Lake, Ice Lake) they would sit unused
+// next to the rows.
 bool avx512_cpu() {
   const auto& f = cpu_features();
   return f.avx512 && f.avx512_vnni && f.avx512_bf16;

@@ -1,14 +1,16 @@
 // A linear layer's weight (rows = output features, cols = input features) and y = x W^T over a
 // batch of tokens.
 //
-// One resident copy of the weights: the GGUF rows copied onto huge pages at load (or, on AVX-512
-// VNNI machines, q4_0/q4_1/q5_0/q5_1/q8_0 repacked into integer panels); the map's pages are let go.
+// One resident copy of the weights: the GGUF rows copied onto huge pages at load, or repacked:
+// q4_K/q5_K/q6_K into K panels on every CPU, q4_0/q4_1/q5_0/q5_1/q8_0 into integer panels on
+// AVX-512 VNNI machines; the map's pages are let go.
 // Two paths; the caller picks one per token by its role (cpu_forward.hpp), never by the batch
 // size, so a token's result does not depend on what else is in the step:
 //  * forward_gemv (generated tokens, output head): for quantized weights, integer kernels against
 //    activations quantized to 8 bits as llama.cpp does (per 32 for q4_0..q8_0, per 256 for the
-//    K-quants); with AVX-512 VNNI q4_0/q4_1/q5_0/q5_1/q8_0 run on 16-row integer panels (gemm_kernels.hpp),
-//    from 16 tokens on AMX tiles where the CPU has them (the same results).
+//    K-quants); K-quants run on 16-row K panels on every CPU (kquant_panels.hpp), and with AVX-512
+//    VNNI q4_0/q4_1/q5_0/q5_1/q8_0 on 16-row integer panels (gemm_kernels.hpp), from 12-16 tokens
+//    on AMX tiles where the CPU has them (the same results).
 //    Float weights (f32/f16/bf16): f32 FMAs on the rows as stored;
 //  * forward_gemm (prompt tokens): a tiled GEMM (AMX tdpbf16ps, AVX-512 BF16 dot products, or f32 FMA)
 //    over bf16 16-row panels built from the weights a few panels at a time into a per-thread
@@ -53,10 +55,10 @@ class linear {
   // rounding is paid once, not per matrix).
   linear(weight_type type, const void* data, int64_t rows, int64_t cols, thread_pool& pool, void* arena = nullptr);
   // Bytes of memory of its own a layer of this shape holds on this machine (a multiple of 64): its
-  // integer panels (AVX-512 VNNI, q4_0/q4_1/q5_0/q5_1/q8_0), else the copy of its rows, or 0 with
-  // SY_HUGE_PAGES=0 (it then computes from the source rows).
+  // K panels (q4_K/q5_K/q6_K) or integer panels (AVX-512 VNNI, q4_0/q4_1/q5_0/q5_1/q8_0), else
+  // the copy of its rows, or 0 with SY_HUGE_PAGES=0 (it then computes from the source rows).
   static size_t arena_bytes(weight_type type, int64_t rows, int64_t cols);
-  // When the layer holds its own copy (huge-page rows or integer panels), returns the source rows'
+  // When the layer holds its own copy (huge-page rows or panels), returns the source rows'
   // pages to the kernel: only for a source in a file mapping (the model's), where they are re-read
   // from the page cache if touched again (the portable fallback of an int-panel layer).
   // SY_KEEP_MAPPED_WEIGHTS=1 keeps them.
@@ -75,8 +77,8 @@ class linear {
   size_t file_bytes() const { return static_cast<size_t>(row_bytes_ * rows_); }
   size_t repacked_bytes() const { return held_bytes_; }
   // Whether forward_gemm runs on the integer kernel rather than the bf16 panel GEMM: for K-quants
-  // on CPUs without AMX, where it is the faster of the two (AVX2: gemv_avx2.cpp's K-quant kernel
-  // ~47 GMAC/s per core against ~30 for the f32-FMA panel GEMM on a Zen 3 core; AVX-512: the
+  // on CPUs without AMX, where it is the faster of the two (AVX2: the K-panel kernel, q4_K ~90
+  // GMAC/s per core at 32 tokens, against ~30 for the f32-FMA panel GEMM on a Zen 3 core; AVX-512: the
   // K-panel VNNI kernel, pp512 on the 1B Q4_K_M file 205-211 tok/s against 66 for the bf16 panels,
   // whose per-step dequantization dominates). With AMX the bf16 tiles win (238 tok/s).
   bool prompt_on_integer_kernel() const;
@@ -97,8 +99,8 @@ class linear {
   friend void forward_gemm_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   template <class F>
   static void for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn);
-  // Whether the AVX-512 VNNI kernel may run this layer now (built and not forced portable), on its
-  // integer panels or its K panels.
+  // Whether the AVX-512 VNNI kernel may run this layer now on its integer panels (built and not
+  // forced portable); whether it has K panels (which every kernel family runs).
   bool vnni_ready() const;
   bool kq_ready() const;
 
