@@ -383,7 +383,8 @@ void store_row_q8_0(const float* x, block_q8_0* out, int64_t n) {
 
 void attend_group(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                   int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked) {
-  if (use_avx512_kernels() && attend_group_avx512(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked))
+  if (use_avx512_vnni_kernels() &&
+      attend_group_avx512(q, n_q, n_keys, kv, kv_head, head_dim, scale, scratch, out, n_masked))
     return;
   if (head_dim % 8 != 0 || head_dim > 256) {
     for (int64_t g = 0; g < n_q; ++g)

@@ -141,7 +141,7 @@ inline void prefetch_key_slices(const kv_layer_view& kv, int64_t head_off, int64
 
 // attend_group on AVX-512 (attention_avx512.cpp), bitwise its results: f16/f32 heads-layout caches
 // with head_dim and block_size multiples of 16; false (nothing done) for any other. Only where
-// use_avx512_kernels(); attend_group calls it there.
+// use_avx512_vnni_kernels(); attend_group calls it there.
 bool attend_group_avx512(const float* q, int64_t n_q, int64_t n_keys, const kv_layer_view& kv, int64_t kv_head,
                          int64_t head_dim, float scale, float* scratch, float* out, int64_t n_masked);
 // V rows converted to f32 at a time (once for all the group's heads), so each head's output stays

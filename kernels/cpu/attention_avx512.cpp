@@ -7,7 +7,7 @@
 //    converted once into registers and used by every head of the pass; the heads' outputs stay in
 //    registers over all the keys (the AVX2 loop converts rows into a buffer and reloads them per
 //    head, three times the instructions).
-// Compiled with -mavx512{f,bw,vl,dq,...}; only called when use_avx512_kernels().
+// Compiled with -mavx512{f,bw,vl,dq,...}; only called when use_avx512_vnni_kernels().
 // GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
 // (GCC bug 105593), a false positive; nothing else in this file needs the warning.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -59,11 +59,13 @@ const features& cpu_features() {
     const char* forced = std::getenv("SY_CPU_ISA");
     const bool forced_avx2 = forced && std::strcmp(forced, "avx2") == 0;
     const bool forced_avx512 = forced && std::strcmp(forced, "avx512") == 0;
+    const bool forced_vnni = forced && std::strcmp(forced, "avx512-vnni") == 0;
     const bool avx512_kernels = r.avx512_vnni && r.avx512_bf16;  // the AMX kernels' activations need them
     if (forced_avx2) r.avx512 = r.avx512_vnni = r.avx512_bf16 = false;
+    if (forced_vnni) r.avx512_bf16 = false;  // as an Ice Lake or Cascade Lake Xeon
     if (!avx512_kernels || !cpu_has_amx()) {
       r.amx = amx_state::absent;
-    } else if (forced_avx2 || forced_avx512) {
+    } else if (forced_avx2 || forced_avx512 || forced_vnni) {
       r.amx = amx_state::forced_off;  // no permission asked: the process stays as it was
     } else if ((xcr0() & k_xcr0_tiles) != k_xcr0_tiles) {
       r.amx = amx_state::os_disabled;
@@ -78,14 +80,20 @@ const features& cpu_features() {
 namespace {
 std::atomic<bool> force_portable{false};
 std::atomic<bool> force_no_amx{false};
+std::atomic<bool> force_no_bf16{false};
 }  // namespace
 
 void force_portable_kernels(bool on) { force_portable.store(on); }
 void force_amx_off(bool on) { force_no_amx.store(on); }
+void force_bf16_off(bool on) { force_no_bf16.store(on); }
+
+bool use_avx512_vnni_kernels() {
+  const auto& f = cpu_features();
+  return !force_portable.load(std::memory_order_relaxed) && f.avx512 && f.avx512_vnni;
+}
 
 bool use_avx512_kernels() {
-  const auto& f = cpu_features();
-  return !force_portable.load(std::memory_order_relaxed) && f.avx512 && f.avx512_vnni && f.avx512_bf16;
+  return use_avx512_vnni_kernels() && cpu_features().avx512_bf16 && !force_no_bf16.load(std::memory_order_relaxed);
 }
 
 bool use_amx_kernels() {
@@ -95,7 +103,8 @@ bool use_amx_kernels() {
 
 const char* kernel_isa_name() {
   if (use_amx_kernels()) return "amx+avx512-vnni-bf16";
-  return use_avx512_kernels() ? "avx512-vnni-bf16" : "avx2-fma";
+  if (use_avx512_kernels()) return "avx512-vnni-bf16";
+  return use_avx512_vnni_kernels() ? "avx512-vnni" : "avx2-fma";
 }
 
 const char* amx_status() {

@@ -24,12 +24,19 @@ struct features {
 
 // Detected once (the AMX permission is requested then, for the whole process). SY_CPU_ISA in the
 // environment forces a smaller kernel family, for comparisons and for testing every path on one
-// machine: `avx2` the portable kernels, `avx512` the AVX-512 ones without AMX.
+// machine: `avx2` the portable kernels, `avx512` the AVX-512 ones without AMX, `avx512-vnni` the
+// AVX-512 integer kernels without BF16 (what an Ice Lake or Cascade Lake Xeon runs).
 const features& cpu_features();
-// "amx+avx512-vnni-bf16", "avx512-vnni-bf16" or "avx2-fma": the kernel family in use.
+// "amx+avx512-vnni-bf16", "avx512-vnni-bf16", "avx512-vnni" or "avx2-fma": the kernel family in use.
 const char* kernel_isa_name();
 // One line on the AMX kernels: which run, or why none does.
 const char* amx_status();
+// The AVX-512 kernels that need no BF16 — integer and K panels (VNNI), the q8 activation
+// quantizers, attention: AVX-512 F/BW/VL/DQ + VNNI, whether or not the CPU has BF16 (Ice Lake and
+// Cascade Lake Xeons do not).
+bool use_avx512_vnni_kernels();
+// All the AVX-512 kernels: those and the ones that need BF16 (the prompt GEMM's bf16 dot products
+// and conversions, the bf16 panels built from K panels).
 bool use_avx512_kernels();
 // AMX tiles for the prompt GEMM (tdpbf16ps) and the integer panels at 16+ tokens (tdpbsud); implies
 // use_avx512_kernels() (the activations are converted by the AVX-512 code).
@@ -38,5 +45,7 @@ bool use_amx_kernels();
 void force_portable_kernels(bool on);
 // Tests flip this to run the AVX-512 kernels on an AMX machine in the same process.
 void force_amx_off(bool on);
+// Tests flip this to run as a CPU without BF16 (and so without AMX): use_avx512_vnni_kernels only.
+void force_bf16_off(bool on);
 
 }  // namespace sy::cpu

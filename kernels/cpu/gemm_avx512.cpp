@@ -1,6 +1,8 @@
 // AVX-512 kernels: BF16 dot-product GEMM over repacked panels, VNNI integer GEMV over
 // repacked integer panels.
-// Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}; only called when cpu_features() says so.
+// Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}. The BF16 GEMM and conversion only run where
+// use_avx512_kernels(); the integer kernels and quantizers use no BF16 instruction and run where
+// use_avx512_vnni_kernels() (also Ice Lake and Cascade Lake Xeons).
 // GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
 // (GCC bug 105593), a false positive; nothing else in this file needs the warning.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -1,5 +1,6 @@
 // The AVX-512 VNNI kernel over K panels (kquant_panels.hpp), bitwise the scalar model's results.
-// Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}; only called when cpu_features() says so.
+// Compiled with -mavx512{f,bw,vl,dq,vnni,bf16} but uses no BF16 instruction: only called when
+// use_avx512_vnni_kernels(), which Ice Lake and Cascade Lake Xeons (no BF16) pass too.
 //
 // Per panel and super-block, per sub-block (pair) the weight lines are unpacked once into u8
 // vectors (16 rows x 4 columns each) and every token of the group multiplies them with vpdpbusd

@@ -64,7 +64,7 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
 void gemv_kq_panels_model(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                           const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
 // The AVX2 kernel (kquant_avx2.cpp), bitwise the model's results too: what CPUs without the
-// AVX-512 kernels (use_avx512_kernels) run, and SY_CPU_ISA=avx2.
+// AVX-512 kernels (use_avx512_vnni_kernels) run, and SY_CPU_ISA=avx2.
 void gemv_kq_panels_avx2(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                          const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy);
 void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
@@ -75,7 +75,7 @@ void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, in
 void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                         const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy);
 void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
-// quantize_row_q8_K (quant.hpp) with AVX-512: bitwise its blocks; only where use_avx512_kernels().
+// quantize_row_q8_K (quant.hpp) with AVX-512: bitwise its blocks; only where use_avx512_vnni_kernels().
 void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n);
 
 }  // namespace sy::cpu

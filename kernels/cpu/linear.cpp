@@ -58,12 +58,11 @@ void release_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 namespace {
-// Integer panels (q4_0/q4_1/q5_0/q5_1/q8_0) only where the AVX-512 kernels will run (VNNI and BF16,
-// as use_avx512_kernels asks): on a VNNI-only CPU (Cascade Lake, Ice Lake) they would sit unused
-// next to the rows.
+// Integer panels (q4_0/q4_1/q5_0/q5_1/q8_0) only where the AVX-512 VNNI kernels can run
+// (use_avx512_vnni_kernels: BF16 or not); elsewhere they would sit unused next to the rows.
 bool avx512_cpu() {
   const auto& f = cpu_features();
-  return f.avx512 && f.avx512_vnni && f.avx512_bf16;
+  return f.avx512 && f.avx512_vnni;
 }
 bool builds_int_panels(weight_type t, int64_t cols) { return vnni_type(t) && cols <= k_max_int_cols && avx512_cpu(); }
 // K panels on every CPU: the AVX-512 VNNI, AMX and AVX2 kernels all stream them.
@@ -119,7 +118,7 @@ void linear::release_source_pages() const {
   if (held_bytes_ > 0 && std::getenv("SY_KEEP_MAPPED_WEIGHTS") == nullptr) release_pages(source_, file_bytes());
 }
 
-bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_kernels(); }
+bool linear::vnni_ready() const { return int_panels_ != nullptr && use_avx512_vnni_kernels(); }
 bool linear::kq_ready() const { return kq_panels_ != nullptr; }
 
 void linear::pack_panels(int64_t p0, int64_t p1, uint16_t* out) const {
@@ -204,7 +203,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   }
   if (need_q8k) {
     sc.q8k.resize(static_cast<size_t>(n_tok * nbk));
-    pool.for_each(n_tok, k_parallel_tokens, [&, avx512 = use_avx512_kernels()](int64_t t) {
+    pool.for_each(n_tok, k_parallel_tokens, [&, avx512 = use_avx512_vnni_kernels()](int64_t t) {
       if (avx512)
         quantize_row_q8_K_avx512(x + t * ldx, sc.q8k.data() + t * nbk, cols);
       else
@@ -229,8 +228,8 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
       return gemv_kq_panels_amx(w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), sc.q8k_by_block.data(),
                                 n_tok, y, ldy);
     if (w.kq_ready())
-      return (use_avx512_kernels() ? gemv_kq_panels_avx512 : gemv_kq_panels_avx2)(w.type_, w.kq_panels_, w.rows_, cols,
-                                                                                  b0, b1, sc.q8k.data(), n_tok, y, ldy);
+      return (use_avx512_vnni_kernels() ? gemv_kq_panels_avx512 : gemv_kq_panels_avx2)(
+          w.type_, w.kq_panels_, w.rows_, cols, b0, b1, sc.q8k.data(), n_tok, y, ldy);
     const int64_t r0 = b0 * panel_rows, r1 = std::min(b1 * panel_rows, w.rows_);
     if (integer_type(w.type_))
       return gemv_q8act_avx2(w.type_, w.data_, w.row_bytes_, r0, r1, sc.q8.data(), cols, n_tok, y, ldy);

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     fams.push_back({"amx", false, false});
     fams.push_back({"amx-prompt", false, false, true});
   }
-  if (use_avx512_kernels()) fams.push_back({"avx512-vnni", false, true});
+  if (use_avx512_vnni_kernels()) fams.push_back({"avx512-vnni", false, true});
   fams.push_back({"avx2", true, true});
   thread_pool pool(threads);
   const auto w = random_weights(t, rows, cols);

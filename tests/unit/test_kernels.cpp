@@ -141,11 +141,25 @@ struct guarded {
   }
 };
 
-std::vector<std::pair<const char*, bool>> isa_modes() {
-  std::vector<std::pair<const char*, bool>> m{{"avx2", true}};
-  if (cpu_features().avx512 && cpu_features().avx512_vnni && cpu_features().avx512_bf16) m.push_back({"avx512", false});
+// The kernel families this CPU can run, each switched on in this process by use(): the portable
+// AVX2 kernels; the AVX-512 VNNI ones without BF16 (what an Ice Lake or Cascade Lake Xeon runs);
+// all of AVX-512 (AMX stays as the process found it).
+struct isa_mode {
+  const char* name;
+  bool portable, no_bf16;
+  void use() const {
+    force_portable_kernels(portable);
+    force_bf16_off(no_bf16);
+  }
+};
+std::vector<isa_mode> isa_modes() {
+  std::vector<isa_mode> m{{"avx2", true, false}};
+  if (cpu_features().avx512 && cpu_features().avx512_vnni) m.push_back({"avx512-vnni", false, true});
+  if (cpu_features().avx512 && cpu_features().avx512_vnni && cpu_features().avx512_bf16)
+    m.push_back({"avx512", false, false});
   return m;
 }
+void default_kernels() { isa_mode{"default", false, false}.use(); }
 
 }  // namespace
 
@@ -255,8 +269,9 @@ TEST_CASE("linear layers match the scalar reference for every weight type and ke
   const weight_type types[] = {weight_type::f32,  weight_type::f16,  weight_type::bf16, weight_type::q4_0,
                                weight_type::q4_1, weight_type::q8_0, weight_type::q5_0, weight_type::q5_1,
                                weight_type::q4_k, weight_type::q5_k, weight_type::q6_k};
-  for (auto [isa, portable] : isa_modes()) {
-    force_portable_kernels(portable);
+  for (const isa_mode& mode : isa_modes()) {
+    mode.use();
+    const char* isa = mode.name;
     for (weight_type t : types) {
       for (int64_t rows : {16, 40, 192}) {
         const int64_t cols = is_k_quant(t) ? (rows == 40 ? 256 : 768) : rows == 40 ? 96 : 576;
@@ -313,13 +328,14 @@ TEST_CASE("linear layers match the scalar reference for every weight type and ke
       }
     }
   }
-  force_portable_kernels(false);
+  default_kernels();
 }
 
 TEST_CASE("fused layers give each layer's own result bitwise") {
   thread_pool pool(2);
-  for (auto [isa, portable] : isa_modes()) {
-    force_portable_kernels(portable);
+  for (const isa_mode& mode : isa_modes()) {
+    mode.use();
+    const char* isa = mode.name;
     for (weight_type t :
          {weight_type::q4_1, weight_type::q8_0, weight_type::f16, weight_type::q4_k, weight_type::q6_k}) {
       const int64_t cols = is_k_quant(t) ? 256 : 96;
@@ -350,13 +366,14 @@ TEST_CASE("fused layers give each layer's own result bitwise") {
       }
     }
   }
-  force_portable_kernels(false);
+  default_kernels();
 }
 
 TEST_CASE("resident prompt panels give the per-step panels' results bitwise") {
   thread_pool pool(2);
-  for (auto [isa, portable] : isa_modes()) {
-    force_portable_kernels(portable);
+  for (const isa_mode& mode : isa_modes()) {
+    mode.use();
+    const char* isa = mode.name;
     for (weight_type t : {weight_type::q4_1, weight_type::q4_0, weight_type::q8_0, weight_type::f16, weight_type::q4_k,
                           weight_type::q6_k}) {
       const int64_t cols = is_k_quant(t) ? 256 : 96, rows = 40;  // 40: a last panel past the end
@@ -378,7 +395,7 @@ TEST_CASE("resident prompt panels give the per-step panels' results bitwise") {
       }
     }
   }
-  force_portable_kernels(false);
+  default_kernels();
 }
 
 TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
