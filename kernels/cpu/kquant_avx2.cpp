@@ -260,29 +260,11 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
 template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
-  const int64_t nb = k / qk_k, stride = kq_panel_lines(wt, k);
-  constexpr int tt = 4;
-  for (int64_t p = p0; p < p1; ++p) {
-    const line64* panel = panels + p * stride;
-    const int64_t row0 = p * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
-    if (p + 1 < p1)
-      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(panel + stride + l), _MM_HINT_T0);
-    int64_t t0 = 0;
-    for (; t0 + tt <= n_tok; t0 += tt) kq_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows);
-    switch (n_tok - t0) {
-      case 1:
-        kq_tokens<wt, 1>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 2:
-        kq_tokens<wt, 2>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      case 3:
-        kq_tokens<wt, 3>(panel, nb, a, t0, y, ldy, row0, n_rows);
-        break;
-      default:
-        break;
-    }
-  }
+  const int64_t nb = k / qk_k;
+  kq_for_panels(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok,
+                [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
+                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows);
+                });
 }
 
 }  // namespace

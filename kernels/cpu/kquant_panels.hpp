@@ -34,7 +34,9 @@
 // and the scalar model agree bitwise (tests/unit/test_kquant_panels.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/gemm_kernels.hpp"
 
@@ -75,6 +77,28 @@ void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, in
 void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                         const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy);
 void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
+
+// The panel loop the K-panel kernels share: panels [p0, p1) of a matrix of `rows` rows (panels
+// `stride` lines apart), the next panel's first lines prefetched while one is multiplied, each
+// against the tokens in groups of 4 and a rest of 1-3:
+// tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows) for tokens [t0, t0 + T).
+template <class Tokens>
+inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, int64_t p0, int64_t p1, int64_t n_tok,
+                          Tokens&& tokens) {
+  constexpr int group = 4;
+  for (int64_t p = p0; p < p1; ++p) {
+    const line64* panel = panels + p * stride;
+    const int64_t row0 = p * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
+    if (p + 1 < p1)
+      for (int l = 0; l < 8; ++l) __builtin_prefetch(panel + stride + l, 0, 3);
+    int64_t t0 = 0;
+    for (; t0 + group <= n_tok; t0 += group) tokens(std::integral_constant<int, group>{}, panel, t0, row0, n_rows);
+    const int64_t rest = n_tok - t0;
+    if (rest == 1) tokens(std::integral_constant<int, 1>{}, panel, t0, row0, n_rows);
+    if (rest == 2) tokens(std::integral_constant<int, 2>{}, panel, t0, row0, n_rows);
+    if (rest == 3) tokens(std::integral_constant<int, 3>{}, panel, t0, row0, n_rows);
+  }
+}
 // quantize_row_q8_K (quant.hpp) with AVX-512: bitwise its blocks; only where use_avx512_vnni_kernels().
 void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n);
 

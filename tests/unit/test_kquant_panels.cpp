@@ -102,15 +102,14 @@ TEST_CASE("the K-panel model computes the quantized dot product") {
   }
 }
 
-TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
-  if (!use_avx512_kernels()) {
-    WARN("no AVX-512 VNNI + BF16 here (" << kernel_isa_name()
-                                         << "): the kernel cannot run; the model it must equal is checked above");
-    SUCCEED();
-    return;
-  }
+namespace {
+using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t, int64_t, const block_q8_K*, int64_t,
+                           float*, int64_t);
+// A kernel against the model over every edge of rows (5, 24: a last panel with one half empty /
+// part-filled), columns, tokens and first panel; and it writes nothing it does not own.
+void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
-    for (int64_t rows : {16, 40})
+    for (int64_t rows : {5, 16, 24, 40})
       for (int64_t cols : {256, 1024}) {
         const auto m = make_matrix(t, rows, cols);
         for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11}) {
@@ -120,7 +119,7 @@ TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
           for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
             const int64_t ldy = rows + 3;
             sentinel_out got(n_tok, ldy), want(n_tok, ldy);
-            gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
+            kernel(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
             gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
             CHECK(got.only_wrote(p0 * panel_rows, rows));
             REQUIRE(got.buf == want.buf);
@@ -128,27 +127,20 @@ TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
         }
       }
 }
+}  // namespace
+
+TEST_CASE("the AVX-512 K-panel kernel gives the model's results bitwise") {
+  if (!use_avx512_vnni_kernels()) {
+    WARN("no AVX-512 VNNI here (" << kernel_isa_name()
+                                  << "): the kernel cannot run; the model it must equal is checked above");
+    SUCCEED();
+    return;
+  }
+  check_against_model(gemv_kq_panels_avx512);
+}
 
 TEST_CASE("the AVX2 K-panel kernel gives the model's results bitwise") {
-  // The x86-64-v3 baseline: runs on every CPU these builds run on.
-  for (weight_type t : k_types)
-    for (int64_t rows : {5, 16, 24, 40})  // 5, 24: a last panel with one half empty / part-filled
-      for (int64_t cols : {256, 1024}) {
-        const auto m = make_matrix(t, rows, cols);
-        for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11}) {
-          INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
-          const auto x = random_floats(static_cast<size_t>(n_tok * cols));
-          const auto a = quantize_k_batch(x, n_tok, cols);
-          for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
-            const int64_t ldy = rows + 3;
-            sentinel_out got(n_tok, ldy), want(n_tok, ldy);
-            gemv_kq_panels_avx2(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
-            gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
-            CHECK(got.only_wrote(p0 * panel_rows, rows));
-            REQUIRE(got.buf == want.buf);
-          }
-        }
-      }
+  check_against_model(gemv_kq_panels_avx2);  // the x86-64-v3 baseline: every CPU these builds run on
 }
 
 TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of weights and activations") {
@@ -190,7 +182,7 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
       // and the model's sum is the reference dot product's
       const float ref = dot_row_q8_K_ref(t, m.w.data(), a.data(), cols);
       CHECK(want.y()[0] == Approx(ref).epsilon(1e-5));
-      if (use_avx512_kernels()) {
+      if (use_avx512_vnni_kernels()) {
         sentinel_out wide(1, rows);
         gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, wide.y(), rows);
         REQUIRE(wide.buf == want.buf);
@@ -199,9 +191,9 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
 }
 
 TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
-  if (!use_avx512_kernels()) {
-    WARN("no AVX-512 VNNI + BF16 here (" << kernel_isa_name()
-                                         << "): the quantizer cannot run; the scalar rule is checked against ggml's");
+  if (!use_avx512_vnni_kernels()) {
+    WARN("no AVX-512 VNNI here (" << kernel_isa_name()
+                                  << "): the quantizer cannot run; the scalar rule is checked against ggml's");
     SUCCEED();
     return;
   }
