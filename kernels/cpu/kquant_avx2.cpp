@@ -1,6 +1,6 @@
 // The AVX2 kernel over K panels (kquant_panels.hpp), bitwise the scalar model's results: the
-// kernel of every x86-64-v3 CPU without the AVX-512 family (AMD EPYC before Zen 4, Xeons before
-// Sapphire Rapids), and of SY_CPU_ISA=avx2.
+// kernel of every x86-64-v3 CPU without AVX-512 VNNI (AMD EPYC before Zen 4, Xeons before Cascade
+// Lake), and of SY_CPU_ISA=avx2.
 //
 // A panel line is two halves of 32 bytes, rows 0-7 and rows 8-15; each half is one ymm of 8
 // lanes, lane i = 4 bytes of row 8h + i, so the kernel runs the AVX-512 kernel's arithmetic on

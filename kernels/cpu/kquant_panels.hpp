@@ -1,5 +1,5 @@
 // K-quant weights (q4_K, q5_K, q6_K) repacked at load into 16-row panels ("K panels") for the
-// AVX-512 VNNI and AMX integer kernels, and the one arithmetic those kernels share.
+// AVX2, AVX-512 VNNI and AMX integer kernels, on every CPU, and the one arithmetic they share.
 //
 // Layout. Rows are grouped 16 at a time (rows past the matrix are zero). Per panel, per 256-column
 // super-block, 64-byte lines (line64); "lane i" is bytes 4i..4i+3 of a line, which belong to row
@@ -30,8 +30,8 @@
 //   acc = fma(float(isum), d_w * d_x, acc);  q4_K/q5_K then acc = fma(-float(msum), dmin_w * d_x, acc)
 // starting from 0. The integer part is exactly the reference dot product's (dot_row_q8_K_ref);
 // only the f32 rounding differs from its double sum. A (row, token) result depends on nothing
-// but that row and token, so batching cannot change it, and the AVX-512 kernel, the AMX kernel
-// and the scalar model agree bitwise (tests/unit/test_kquant_panels.cpp).
+// but that row and token, so batching cannot change it, and the AVX2 kernel, the AVX-512 kernel,
+// the AMX kernel and the scalar model agree bitwise (tests/unit/test_kquant_panels.cpp).
 #pragma once
 
 #include <algorithm>

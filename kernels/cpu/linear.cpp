@@ -174,7 +174,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     const weight_type t = o.w->type_;
     if (o.w->vnni_ready()) {
       need_vnni = true;
-    } else if (is_k_quant(t)) {  // K panels or the rows: q8_K activations either way
+    } else if (is_k_quant(t)) {  // K panels (every CPU): q8_K activations
       need_q8k = true;
     } else if (integer_type(t)) {
       need_q8 = true;

@@ -105,11 +105,12 @@ TEST_CASE("the K-panel model computes the quantized dot product") {
 namespace {
 using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t, int64_t, const block_q8_K*, int64_t,
                            float*, int64_t);
-// A kernel against the model over every edge of rows (5, 24: a last panel with one half empty /
-// part-filled), columns, tokens and first panel; and it writes nothing it does not own.
+// A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
+// or half-filled; of 12: the second half part-filled), columns, tokens and first panel; and it
+// writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
-    for (int64_t rows : {5, 16, 24, 40})
+    for (int64_t rows : {5, 16, 24, 28, 40})
       for (int64_t cols : {256, 1024}) {
         const auto m = make_matrix(t, rows, cols);
         for (int64_t n_tok : {1, 2, 3, 4, 5, 8, 11}) {
