@@ -58,8 +58,6 @@ inline __m256i shift16(__m256i v) {
   return v;
 }
 
-constexpr int64_t k_prefetch_lines = 8;  // as the AVX-512 kernel (docs/cpu-backend.md, single-stream decode)
-
 template <class F, int... I>
 [[gnu::always_inline]] inline void unroll(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
@@ -74,7 +72,6 @@ template <weight_type wt, int T, int H>
 inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
   constexpr int64_t lines = kq_lines(wt);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  auto half = [&](const line64* l, int hh) __attribute__((always_inline)) { return load_half(l, hh); };
   // Bytes [off, off + 32) of a line hold a pair per row: half hh's 8 rows are 16 of them.
   auto half_bytes = [&](const line64* l, int off, int hh) __attribute__((always_inline)) {
     return l->b + off + 16 * hh;
@@ -114,8 +111,8 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                       for (int d = 0; d < 2; ++d)
                         for (int hh = 0; hh < H; ++hh) {
                           const int c = c0 + d;
-                          const __m256i v = half(blk + 4 * j + c, hh);
-                          const __m256i hb = half(blk + 32 + 2 * j + c / 2, hh);
+                          const __m256i v = load_half(blk + 4 * j + c, hh);
+                          const __m256i hb = load_half(blk + 32 + 2 * j + c / 2, hh);
                           // The top two bits to bits 4-5: line c's byte has them at 4 (c % 2) + 2 nib.
                           const __m256i hs = d ? (nib ? _mm256_srli_epi16(hb, 2) : hb)
                                                : (nib ? _mm256_slli_epi16(hb, 2) : _mm256_slli_epi16(hb, 4));
@@ -176,10 +173,10 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                             constexpr int c = c0 + decltype(dc)::value;
                             __m256i w[H];
                             for (int hh = 0; hh < H; ++hh) {
-                              const __m256i v = half(blk + 8 * g + c, hh);
+                              const __m256i v = load_half(blk + 8 * g + c, hh);
                               w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
                               if constexpr (wt == weight_type::q5_k) {
-                                const __m256i hb = half(blk + 32 + 2 * g + c / 4, hh);
+                                const __m256i hb = load_half(blk + 32 + 2 * g + c / 4, hh);
                                 w[hh] =
                                     _mm256_or_si256(w[hh], _mm256_and_si256(shift16<4 - nib - 2 * (c % 4)>(hb), m10));
                               }
@@ -232,9 +229,7 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
-    if constexpr (T <= 2)
-      for (int64_t l = 0; l < lines; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + k_prefetch_lines + l), _MM_HINT_T0);
+    if constexpr (T <= 2) kq_prefetch_ahead(blk, lines);  // decode streams the weights from memory
     const block_q8_K* x[T];
     for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
     if (halves == 2)
@@ -271,16 +266,7 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
 
 void gemv_kq_panels_avx2(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                          const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {
-  switch (t) {
-    case weight_type::q4_k:
-      return kq_panels<weight_type::q4_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    case weight_type::q5_k:
-      return kq_panels<weight_type::q5_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    case weight_type::q6_k:
-      return kq_panels<weight_type::q6_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    default:
-      return;
-  }
+  kq_for_type(t, [&](auto wt) { kq_panels<decltype(wt)::value>(panels, rows, k, p0, p1, a, n_tok, y, ldy); });
 }
 
 }  // namespace sy::cpu

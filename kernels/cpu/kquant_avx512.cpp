@@ -47,8 +47,6 @@ inline __m512i shift16(__m512i v) {
   return v;
 }
 
-constexpr int64_t k_prefetch_lines = 8;  // 512 B ahead, into L1 (docs/cpu-backend.md, single-stream decode)
-
 // One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
 template <weight_type wt, int T>
 void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
@@ -59,13 +57,7 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
-    // Decode streams the weights from memory: each line is asked into L1 k_prefetch_lines ahead
-    // of its load (past the panel's end into the next panel, which follows it in memory); the
-    // hardware streamer brings them into L2 further ahead. Measured against 16 KiB ahead into L2
-    // (the engine's one-token step on a 1B Q4_K_M file: 34.1-34.5 against 37.0-37.1 ms).
-    if constexpr (T <= 2)
-      for (int64_t l = 0; l < lines; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + k_prefetch_lines + l), _MM_HINT_T0);
+    if constexpr (T <= 2) kq_prefetch_ahead(blk, lines);  // decode streams the weights from memory
     const block_q8_K* x[T];
     for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
     __m512i isum[T];
@@ -239,16 +231,7 @@ void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n) {
 
 void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                            const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {
-  switch (t) {
-    case weight_type::q4_k:
-      return kq_panels<weight_type::q4_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    case weight_type::q5_k:
-      return kq_panels<weight_type::q5_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    case weight_type::q6_k:
-      return kq_panels<weight_type::q6_k>(panels, rows, k, p0, p1, a, n_tok, y, ldy);
-    default:
-      return;
-  }
+  kq_for_type(t, [&](auto wt) { kq_panels<decltype(wt)::value>(panels, rows, k, p0, p1, a, n_tok, y, ldy); });
 }
 
 }  // namespace sy::cpu
