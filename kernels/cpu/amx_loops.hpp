@@ -398,7 +398,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         for (int i = 0; i < 16; ++i) acc[t][i] = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         const line64* blk = panel + b * lines;
-        const line64* scl = blk + (q6 ? 48 : lines - 5);
+        const line64* scl = blk + kq_at(wt, q6 ? 48 : lines - 5);  // the 5 scale lines, in order
         // The weights stream from memory once per step (the first pass): keep the super-blocks
         // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
         // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
@@ -409,7 +409,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         const bool pf = c0 == 0;
         const line64* ahead = blk + amx_kq_prefetch_blocks * lines;
         if (pf)
-          for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + l);
+          for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + kq_at(wt, l));
         // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
         // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
         kq_sub_scale ss[q6 ? 16 : 1];
@@ -435,8 +435,8 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
             const uint8_t* pb = scl[2 + q / 2].b + 32 * (q % 2);
             kq_store(mins[q], __builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
           }
-        tl.fp16x16(blk[lines - 1].b, dw);
-        if constexpr (!q6) tl.fp16x16(blk[lines - 1].b + 32, dmw);
+        tl.fp16x16(blk[kq_at(wt, lines - 1)].b, dw);
+        if constexpr (!q6) tl.fp16x16(blk[kq_at(wt, lines - 1)].b + 32, dmw);
         // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
         if constexpr (q6) {
           // Lines L and L + 1 share their line of top bits: bits 0-3 of a byte are line L's (low
@@ -444,12 +444,12 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           // (a shift by a run-time count of bytes has no single instruction).
           for (int L = 0; L < 32; L += 2) {
             if (pf) {
-              tl.prefetch(ahead + L);
-              tl.prefetch(ahead + L + 1);
-              tl.prefetch(ahead + 32 + L / 2);
+              tl.prefetch(ahead + kq_at(wt, L));
+              tl.prefetch(ahead + kq_at(wt, L + 1));
+              tl.prefetch(ahead + kq_at(wt, 32 + L / 2));
             }
-            const auto h = kq_load<kq_v64u>(blk + 32 + L / 2);
-            const auto v0 = kq_load<kq_v64u>(blk + L), v1 = kq_load<kq_v64u>(blk + L + 1);
+            const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + L / 2));
+            const auto v0 = kq_load<kq_v64u>(blk + kq_at(wt, L)), v1 = kq_load<kq_v64u>(blk + kq_at(wt, L + 1));
             const kq_v64u lo0 = (v0 & 15) | ((h << 4) & 0x30), hi0 = (v0 >> 4) | ((h << 2) & 0x30);
             const kq_v64u lo1 = (v1 & 15) | (h & 0x30), hi1 = (v1 >> 4) | ((h >> 2) & 0x30);
             tl.split_kq(lo0, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
@@ -460,11 +460,11 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         } else {
           for (int g = 0; g < 4; ++g)
             for (int cc = 0; cc < 8; ++cc) {
-              if (pf) tl.prefetch(ahead + 8 * g + cc);
-              const auto v = kq_load<kq_v64u>(blk + 8 * g + cc);
+              if (pf) tl.prefetch(ahead + kq_at(wt, 8 * g + cc));
+              const auto v = kq_load<kq_v64u>(blk + kq_at(wt, 8 * g + cc));
               kq_v64u lo = v & 15, hi = v >> 4;
               if constexpr (wt == weight_type::q5_k) {
-                const auto h = kq_load<kq_v64u>(blk + 32 + 2 * g + cc / 4);
+                const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + 2 * g + cc / 4));
                 lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
                 hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
               }

@@ -36,6 +36,16 @@ uint64_t xcr0() {
 
 // Linux enables the tile data state per process, on request: without it the first tile
 // instruction is killed with SIGILL. The permission then holds for every thread of the process.
+bool vendor_is_amd() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char v[13] = {};
+  std::memcpy(v, &b, 4);
+  std::memcpy(v + 4, &d, 4);
+  std::memcpy(v + 8, &c, 4);
+  return std::strcmp(v, "AuthenticAMD") == 0;
+}
+
 bool request_amx_permission() {
   if (syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) != 0) return false;
   uint64_t perm = 0;
@@ -56,6 +66,9 @@ const features& cpu_features() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     r.avx512_vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
+    r.amd = vendor_is_amd();
+    const char* pf = std::getenv("SY_KQ_PREFETCH");
+    r.kq_prefetch = pf && *pf ? std::strcmp(pf, "0") != 0 : !r.amd;
     const char* forced = std::getenv("SY_CPU_ISA");
     const bool forced_avx2 = forced && std::strcmp(forced, "avx2") == 0;
     const bool forced_avx512 = forced && std::strcmp(forced, "avx512") == 0;
@@ -91,6 +104,8 @@ bool use_avx512_vnni_kernels() {
   const auto& f = cpu_features();
   return !force_portable.load(std::memory_order_relaxed) && f.avx512 && f.avx512_vnni;
 }
+
+bool kq_line_prefetch() { return cpu_features().kq_prefetch; }
 
 bool use_avx512_kernels() {
   return use_avx512_vnni_kernels() && cpu_features().avx512_bf16 && !force_no_bf16.load(std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/kquant_panels.hpp"
 
 namespace sy::cpu {
@@ -72,6 +73,8 @@ template <weight_type wt, int T, int H>
 inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
   constexpr int64_t lines = kq_lines(wt);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
+  // Line L of the super-block (kquant_panels.hpp's numbering).
+  auto ln = [&](int64_t L) __attribute__((always_inline)) { return blk + kq_at(wt, L); };
   // Bytes [off, off + 32) of a line hold a pair per row: half hh's 8 rows are 16 of them.
   auto half_bytes = [&](const line64* l, int off, int hh) __attribute__((always_inline)) {
     return l->b + off + 16 * hh;
@@ -93,8 +96,8 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
           constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
           __m256i sc_lo[H], sc_hi[H];
           for (int hh = 0; hh < H; ++hh) {
-            const __m256i sp_lo = pairs_s8(half_bytes(blk + 48 + j / 4, 32 * (j / 2 % 2), hh));
-            const __m256i sp_hi = pairs_s8(half_bytes(blk + 48 + (8 + j) / 4, 32 * ((8 + j) / 2 % 2), hh));
+            const __m256i sp_lo = pairs_s8(half_bytes(ln(48 + j / 4), 32 * (j / 2 % 2), hh));
+            const __m256i sp_hi = pairs_s8(half_bytes(ln(48 + (8 + j) / 4), 32 * ((8 + j) / 2 % 2), hh));
             sc_lo[hh] = j % 2 ? dup_hi(sp_lo) : dup_lo(sp_lo);
             sc_hi[hh] = j % 2 ? dup_hi(sp_hi) : dup_lo(sp_hi);
           }
@@ -111,8 +114,8 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                       for (int d = 0; d < 2; ++d)
                         for (int hh = 0; hh < H; ++hh) {
                           const int c = c0 + d;
-                          const __m256i v = load_half(blk + 4 * j + c, hh);
-                          const __m256i hb = load_half(blk + 32 + 2 * j + c / 2, hh);
+                          const __m256i v = load_half(ln(4 * j + c), hh);
+                          const __m256i hb = load_half(ln(32 + 2 * j + c / 2), hh);
                           // The top two bits to bits 4-5: line c's byte has them at 4 (c % 2) + 2 nib.
                           const __m256i hs = d ? (nib ? _mm256_srli_epi16(hb, 2) : hb)
                                                : (nib ? _mm256_slli_epi16(hb, 2) : _mm256_slli_epi16(hb, 4));
@@ -137,8 +140,8 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
     // The stored values are q + 32: subtract 32 * sum_j sc_j * bsums_j.
     for (int hh = 0; hh < H; ++hh) {
       __m256i sp[8];
-      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(half_bytes(blk + 48 + q / 2, 32 * (q % 2), hh));
-      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + 52, 0, hh))));
+      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(half_bytes(ln(48 + q / 2), 32 * (q % 2), hh));
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(ln(52), 0, hh))));
       for (int t = 0; t < T; ++t) {
         __m256i off = _mm256_setzero_si256();
         for (int q = 0; q < 8; ++q) off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[q], bcast4(x[t]->bsums + 2 * q)));
@@ -156,7 +159,7 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
           constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
           __m256i sc_lo[H], sc_hi[H];
           for (int hh = 0; hh < H; ++hh) {
-            const __m256i sp = pairs_u8(half_bytes(blk + s0 + g / 2, 32 * (g % 2), hh));
+            const __m256i sp = pairs_u8(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
             sc_lo[hh] = dup_lo(sp);
             sc_hi[hh] = dup_hi(sp);
           }
@@ -173,10 +176,10 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                             constexpr int c = c0 + decltype(dc)::value;
                             __m256i w[H];
                             for (int hh = 0; hh < H; ++hh) {
-                              const __m256i v = load_half(blk + 8 * g + c, hh);
+                              const __m256i v = load_half(ln(8 * g + c), hh);
                               w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
                               if constexpr (wt == weight_type::q5_k) {
-                                const __m256i hb = load_half(blk + 32 + 2 * g + c / 4, hh);
+                                const __m256i hb = load_half(ln(32 + 2 * g + c / 4), hh);
                                 w[hh] =
                                     _mm256_or_si256(w[hh], _mm256_and_si256(shift16<4 - nib - 2 * (c % 4)>(hb), m10));
                               }
@@ -202,11 +205,11 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
         std::make_integer_sequence<int, 4>{});
     for (int hh = 0; hh < H; ++hh) {
       __m256i mp[4];
-      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(half_bytes(blk + s0 + 2 + q / 2, 32 * (q % 2), hh));
+      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(half_bytes(ln(s0 + 2 + q / 2), 32 * (q % 2), hh));
       const __m256 dw =
-          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + lines - 1, 0, hh))));
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(ln(lines - 1), 0, hh))));
       const __m256 dmw =
-          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(blk + lines - 1, 32, hh))));
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half_bytes(ln(lines - 1), 32, hh))));
       for (int t = 0; t < T; ++t) {
         __m256i ms = _mm256_setzero_si256();
         for (int q = 0; q < 4; ++q) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[q], bcast4(x[t]->sums32 + 2 * q)));
@@ -227,9 +230,11 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
   __m256 acc[2][T];
   for (int h = 0; h < 2; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
+  // Decode streams the weights from memory.
+  const bool prefetch = T <= 2 && kq_line_prefetch();
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
-    if constexpr (T <= 2) kq_prefetch_ahead(blk, lines);  // decode streams the weights from memory
+    if (prefetch) kq_prefetch_ahead(blk, lines);
     const block_q8_K* x[T];
     for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
     if (halves == 2)

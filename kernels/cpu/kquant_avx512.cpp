@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/kquant_panels.hpp"
 
 namespace sy::cpu {
@@ -55,9 +56,11 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  // Decode streams the weights from memory.
+  const bool prefetch = T <= 2 && kq_line_prefetch();
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
-    if constexpr (T <= 2) kq_prefetch_ahead(blk, lines);  // decode streams the weights from memory
+    if (prefetch) kq_prefetch_ahead(blk, lines);
     const block_q8_K* x[T];
     for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
     __m512i isum[T];
@@ -66,16 +69,16 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       const __m512i m3 = _mm512_set1_epi8(0x30);
       auto pair = [&](auto jc) {
         constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
-        const __m512i sp_lo = pairs_s8(blk[48 + j / 4].b + 32 * (j / 2 % 2));
-        const __m512i sp_hi = pairs_s8(blk[48 + (8 + j) / 4].b + 32 * ((8 + j) / 2 % 2));
+        const __m512i sp_lo = pairs_s8(blk[kq_at(wt, 48 + j / 4)].b + 32 * (j / 2 % 2));
+        const __m512i sp_hi = pairs_s8(blk[kq_at(wt, 48 + (8 + j) / 4)].b + 32 * ((8 + j) / 2 % 2));
         const __m512i sc_lo = j % 2 ? pair_hi(sp_lo) : pair_lo(sp_lo);
         const __m512i sc_hi = j % 2 ? pair_hi(sp_hi) : pair_lo(sp_hi);
         __m512i s_lo[T], s_hi[T];
         for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
         auto line = [&](auto cc) {
           constexpr int c = decltype(cc)::value;
-          const __m512i v = load_line(blk + 4 * j + c);
-          const __m512i h = load_line(blk + 32 + 2 * j + c / 2);
+          const __m512i v = load_line(blk + kq_at(wt, 4 * j + c));
+          const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * j + c / 2));
           const __m512i lo =
               _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(shift16<4 - 4 * (c % 2)>(h), m3));
           const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
@@ -103,8 +106,8 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       pair(std::integral_constant<int, 7>{});
       // The stored values are q + 32: subtract 32 * sum_j sc_j * bsums_j.
       __m512i sp[8];
-      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[48 + q / 2].b + 32 * (q % 2));
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[52].b));
+      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
+      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, 52)].b));
       for (int t = 0; t < T; ++t) {
         __m512i off = _mm512_setzero_si512();
         for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
@@ -116,16 +119,16 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       const __m512i m10 = _mm512_set1_epi8(0x10);
       auto pair = [&](auto gc) {
         constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
-        const __m512i sp = pairs_u8(blk[s0 + g / 2].b + 32 * (g % 2));
+        const __m512i sp = pairs_u8(blk[kq_at(wt, s0 + g / 2)].b + 32 * (g % 2));
         const __m512i sc_lo = pair_lo(sp), sc_hi = pair_hi(sp);
         __m512i s_lo[T], s_hi[T];
         for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
         auto line = [&](auto cc) {
           constexpr int c = decltype(cc)::value;
-          const __m512i v = load_line(blk + 8 * g + c);
+          const __m512i v = load_line(blk + kq_at(wt, 8 * g + c));
           __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
           if constexpr (wt == weight_type::q5_k) {
-            const __m512i h = load_line(blk + 32 + 2 * g + c / 4);
+            const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * g + c / 4));
             lo = _mm512_or_si512(lo, _mm512_and_si512(shift16<4 - 2 * (c % 4)>(h), m10));
             hi = _mm512_or_si512(hi, _mm512_and_si512(shift16<3 - 2 * (c % 4)>(h), m10));
           }
@@ -151,9 +154,9 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       pair(std::integral_constant<int, 2>{});
       pair(std::integral_constant<int, 3>{});
       __m512i mp[4];
-      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(blk[s0 + 2 + q / 2].b + 32 * (q % 2));
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[lines - 1].b));
-      const __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(blk[lines - 1].b + 32)));
+      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(blk[kq_at(wt, s0 + 2 + q / 2)].b + 32 * (q % 2));
+      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, lines - 1)].b));
+      const __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(blk[kq_at(wt, lines - 1)].b + 32)));
       for (int t = 0; t < T; ++t) {
         __m512i ms = _mm512_setzero_si512();
         for (int q = 0; q < 4; ++q) ms = _mm512_dpwssd_epi32(ms, mp[q], bcast4(x[t]->sums32 + 2 * q));

@@ -53,63 +53,64 @@ kq_place place_of(weight_type t, int col) {
 void put_block(weight_type t, const kq_block& u, int i, line64* blk) {
   for (int col = 0; col < 256; ++col) {
     const kq_place w = place_of(t, col);
-    uint8_t& nib = blk[w.line].b[4 * i + w.byte];
+    uint8_t& nib = blk[kq_at(t, w.line)].b[4 * i + w.byte];
     const uint8_t v = u.q[col];
     nib |= static_cast<uint8_t>((v & 15) << (w.high ? 4 : 0));
     if (t == weight_type::q5_k) {  // fifth bit
       const int g = w.line / 8, c = w.line % 8;
-      uint8_t& h = blk[32 + 2 * g + c / 4].b[4 * i + w.byte];
+      uint8_t& h = blk[kq_at(t, 32 + 2 * g + c / 4)].b[4 * i + w.byte];
       h |= static_cast<uint8_t>(((v >> 4) & 1) << (2 * (c % 4) + (w.high ? 1 : 0)));
     } else if (t == weight_type::q6_k) {  // top two bits
       const int j = w.line / 4, c = w.line % 4;
-      uint8_t& h = blk[32 + 2 * j + c / 2].b[4 * i + w.byte];
+      uint8_t& h = blk[kq_at(t, 32 + 2 * j + c / 2)].b[4 * i + w.byte];
       h |= static_cast<uint8_t>(((v >> 4) & 3) << (4 * (c % 2) + (w.high ? 2 : 0)));
     }
   }
   const int64_t n = kq_lines(t);
   if (t == weight_type::q6_k) {
-    for (int j = 0; j < 16; ++j) blk[48 + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
-    std::memcpy(blk[52].b + 2 * i, &u.d, 2);
+    for (int j = 0; j < 16; ++j) blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
+    std::memcpy(blk[kq_at(t, 52)].b + 2 * i, &u.d, 2);
     return;
   }
   const int64_t s = n - 5;  // first scales line
   for (int j = 0; j < 8; ++j) {
-    blk[s + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
-    blk[s + 2 + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2] = u.mn[j];
+    blk[kq_at(t, s + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
+    blk[kq_at(t, s + 2 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = u.mn[j];
   }
-  std::memcpy(blk[n - 1].b + 2 * i, &u.d, 2);
-  std::memcpy(blk[n - 1].b + 32 + 2 * i, &u.dmin, 2);
+  std::memcpy(blk[kq_at(t, n - 1)].b + 2 * i, &u.d, 2);
+  std::memcpy(blk[kq_at(t, n - 1)].b + 32 + 2 * i, &u.dmin, 2);
 }
 
 // Reads back lane i of a super-block's lines (the inverse of put_block).
 void get_block(weight_type t, const line64* blk, int i, kq_block& u) {
   for (int col = 0; col < 256; ++col) {
     const kq_place w = place_of(t, col);
-    uint8_t v = static_cast<uint8_t>((blk[w.line].b[4 * i + w.byte] >> (w.high ? 4 : 0)) & 15);
+    uint8_t v = static_cast<uint8_t>((blk[kq_at(t, w.line)].b[4 * i + w.byte] >> (w.high ? 4 : 0)) & 15);
     if (t == weight_type::q5_k) {
       const int g = w.line / 8, c = w.line % 8;
-      v |= static_cast<uint8_t>(((blk[32 + 2 * g + c / 4].b[4 * i + w.byte] >> (2 * (c % 4) + (w.high ? 1 : 0))) & 1)
+      v |= static_cast<uint8_t>(((blk[kq_at(t, 32 + 2 * g + c / 4)].b[4 * i + w.byte] >> (2 * (c % 4) + (w.high ? 1 : 0))) & 1)
                                 << 4);
     } else if (t == weight_type::q6_k) {
       const int j = w.line / 4, c = w.line % 4;
-      v |= static_cast<uint8_t>(((blk[32 + 2 * j + c / 2].b[4 * i + w.byte] >> (4 * (c % 2) + (w.high ? 2 : 0))) & 3)
+      v |= static_cast<uint8_t>(((blk[kq_at(t, 32 + 2 * j + c / 2)].b[4 * i + w.byte] >> (4 * (c % 2) + (w.high ? 2 : 0))) & 3)
                                 << 4);
     }
     u.q[col] = v;
   }
   const int64_t n = kq_lines(t);
   if (t == weight_type::q6_k) {
-    for (int j = 0; j < 16; ++j) u.sc[j] = static_cast<int8_t>(blk[48 + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2]);
-    std::memcpy(&u.d, blk[52].b + 2 * i, 2);
+    for (int j = 0; j < 16; ++j)
+      u.sc[j] = static_cast<int8_t>(blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2]);
+    std::memcpy(&u.d, blk[kq_at(t, 52)].b + 2 * i, 2);
     return;
   }
   const int64_t s = n - 5;
   for (int j = 0; j < 8; ++j) {
-    u.sc[j] = static_cast<int8_t>(blk[s + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2]);
-    u.mn[j] = blk[s + 2 + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2];
+    u.sc[j] = static_cast<int8_t>(blk[kq_at(t, s + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2]);
+    u.mn[j] = blk[kq_at(t, s + 2 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2];
   }
-  std::memcpy(&u.d, blk[n - 1].b + 2 * i, 2);
-  std::memcpy(&u.dmin, blk[n - 1].b + 32 + 2 * i, 2);
+  std::memcpy(&u.d, blk[kq_at(t, n - 1)].b + 2 * i, 2);
+  std::memcpy(&u.dmin, blk[kq_at(t, n - 1)].b + 32 + 2 * i, 2);
 }
 
 // put_block for one GGUF super-block, written straight from its bytes (the load-time path):
@@ -117,7 +118,7 @@ void get_block(weight_type t, const line64* blk, int i, kq_block& u) {
 // values and the scales are moved bit-field by bit-field. The same lines as put_block (tested).
 void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
   auto pair_byte = [&](int64_t first, int j) -> uint8_t& {
-    return blk[first + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2];
+    return blk[kq_at(t, first + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2];
   };
   if (t == weight_type::q6_k) {
     const auto& b = *reinterpret_cast<const block_q6_K*>(p);
@@ -126,20 +127,20 @@ void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
         const int col = 4 * L + k, c = col / 32, l = col % 32;  // (half n, chunk c, lane l) of the GGUF layout
         const uint8_t b0 = b.ql[l + 32 * (c & 1)], b1 = b.ql[64 + l + 32 * (c & 1)];
         const uint8_t lo = c < 2 ? b0 & 15 : b0 >> 4, hi = c < 2 ? b1 & 15 : b1 >> 4;
-        blk[L].b[4 * i + k] = static_cast<uint8_t>(lo | (hi << 4));
+        blk[kq_at(t, L)].b[4 * i + k] = static_cast<uint8_t>(lo | (hi << 4));
         const uint8_t top_lo = (b.qh[l] >> (2 * c)) & 3, top_hi = (b.qh[32 + l] >> (2 * c)) & 3;
         const int j = L / 4, cc = L % 4;
-        blk[32 + 2 * j + cc / 2].b[4 * i + k] |= static_cast<uint8_t>((top_lo | (top_hi << 2)) << (4 * (cc % 2)));
+        blk[kq_at(t, 32 + 2 * j + cc / 2)].b[4 * i + k] |= static_cast<uint8_t>((top_lo | (top_hi << 2)) << (4 * (cc % 2)));
       }
-    for (int j = 0; j < 16; ++j) pair_byte(48, j) = static_cast<uint8_t>(b.scales[j]);
-    std::memcpy(blk[52].b + 2 * i, &b.d, 2);
+    for (int j = 0; j < 16; ++j) blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(b.scales[j]);
+    std::memcpy(blk[kq_at(t, 52)].b + 2 * i, &b.d, 2);
     return;
   }
   const bool q5 = t == weight_type::q5_k;
   const uint8_t* qs = q5 ? reinterpret_cast<const block_q5_K*>(p)->qs : reinterpret_cast<const block_q4_K*>(p)->qs;
   const uint8_t* scales = p + 4;  // after d, dmin (both layouts)
   for (int g = 0; g < 4; ++g)
-    for (int c = 0; c < 8; ++c) std::memcpy(blk[8 * g + c].b + 4 * i, qs + 32 * g + 4 * c, 4);
+    for (int c = 0; c < 8; ++c) std::memcpy(blk[kq_at(t, 8 * g + c)].b + 4 * i, qs + 32 * g + 4 * c, 4);
   if (q5) {
     const uint8_t* qh = reinterpret_cast<const block_q5_K*>(p)->qh;
     for (int g = 0; g < 4; ++g)
@@ -148,7 +149,7 @@ void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
           uint8_t v = 0;  // bits (2g, 2g + 1) of qh[l] are the fifth bits of columns 64g + l and 64g + 32 + l
           for (int cc = 0; cc < 4; ++cc)
             v |= static_cast<uint8_t>(((qh[16 * h + 4 * cc + k] >> (2 * g)) & 3) << (2 * cc));
-          blk[32 + 2 * g + h].b[4 * i + k] = v;
+          blk[kq_at(t, 32 + 2 * g + h)].b[4 * i + k] = v;
         }
   }
   const int64_t s = kq_lines(t) - 5;
@@ -158,8 +159,8 @@ void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
     pair_byte(s, j) = sc;
     pair_byte(s + 2, j) = mn;
   }
-  std::memcpy(blk[s + 4].b + 2 * i, p, 2);           // d
-  std::memcpy(blk[s + 4].b + 32 + 2 * i, p + 2, 2);  // dmin
+  std::memcpy(blk[kq_at(t, s + 4)].b + 2 * i, p, 2);           // d
+  std::memcpy(blk[kq_at(t, s + 4)].b + 32 + 2 * i, p + 2, 2);  // dmin
 }
 
 }  // namespace
@@ -204,12 +205,12 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
   const int64_t nb = k / qk_k, lines = kq_lines(t);
   const line64* panel = panels + p * kq_panel_lines(t, k);
   auto pair_byte = [&](const line64* blk, int64_t first, int j) {
-    return blk[first + j / 4].b[32 * (j / 2 % 2) + 2 * i + j % 2];
+    return blk[kq_at(t, first + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2];
   };
   for (int64_t b = 0; b < nb; ++b, out += qk_k) {
     const line64* blk = panel + b * lines;
     uint16_t dh, dmh;
-    std::memcpy(&dh, blk[lines - 1].b + 2 * i, 2);
+    std::memcpy(&dh, blk[kq_at(t, lines - 1)].b + 2 * i, 2);
     const float d = fp16_to_fp32(dh);
     if (t == weight_type::q6_k) {
       for (int L = 0; L < 32; ++L) {
@@ -217,14 +218,15 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
         const float s_lo = d * static_cast<int8_t>(pair_byte(blk, 48, j));
         const float s_hi = d * static_cast<int8_t>(pair_byte(blk, 48, 8 + j));
         for (int kk = 0; kk < 4; ++kk) {
-          const uint8_t v = blk[L].b[4 * i + kk], h = blk[32 + 2 * j + cc / 2].b[4 * i + kk] >> (4 * (cc % 2));
+          const uint8_t v = blk[kq_at(t, L)].b[4 * i + kk];
+          const uint8_t h = blk[kq_at(t, 32 + 2 * j + cc / 2)].b[4 * i + kk] >> (4 * (cc % 2));
           out[4 * L + kk] = s_lo * ((static_cast<int>(v & 15) | ((h & 3) << 4)) - 32);
           out[128 + 4 * L + kk] = s_hi * ((static_cast<int>(v >> 4) | (((h >> 2) & 3) << 4)) - 32);
         }
       }
       continue;
     }
-    std::memcpy(&dmh, blk[lines - 1].b + 32 + 2 * i, 2);
+    std::memcpy(&dmh, blk[kq_at(t, lines - 1)].b + 32 + 2 * i, 2);
     const float dmin = fp16_to_fp32(dmh);
     const int64_t s0 = lines - 5;
     for (int g = 0; g < 4; ++g) {
@@ -233,10 +235,10 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
       const float m_lo = dmin * pair_byte(blk, s0 + 2, 2 * g), m_hi = dmin * pair_byte(blk, s0 + 2, 2 * g + 1);
       for (int c = 0; c < 8; ++c)
         for (int kk = 0; kk < 4; ++kk) {
-          const uint8_t v = blk[8 * g + c].b[4 * i + kk];
+          const uint8_t v = blk[kq_at(t, 8 * g + c)].b[4 * i + kk];
           int lo = v & 15, hi = v >> 4;
           if (t == weight_type::q5_k) {
-            const uint8_t h = blk[32 + 2 * g + c / 4].b[4 * i + kk] >> (2 * (c % 4));
+            const uint8_t h = blk[kq_at(t, 32 + 2 * g + c / 4)].b[4 * i + kk] >> (2 * (c % 4));
             lo |= (h & 1) << 4;
             hi |= ((h >> 1) & 1) << 4;
           }

@@ -2,7 +2,8 @@
 // AVX2, AVX-512 VNNI and AMX integer kernels, on every CPU, and the one arithmetic they share.
 //
 // Layout. Rows are grouped 16 at a time (rows past the matrix are zero). Per panel, per 256-column
-// super-block, 64-byte lines (line64); "lane i" is bytes 4i..4i+3 of a line, which belong to row
+// super-block, 64-byte lines (line64), numbered below by what they hold; kq_at (below) says where
+// each lies in memory. "lane i" is bytes 4i..4i+3 of a line, which belong to row
 // 16p + i, so one vpdpbusd against 4 broadcast activation bytes gives 16 rows' partial sums and 8
 // (or 4) consecutive lines are a tdpbsud B tile as they are:
 //  * q4_K (37 lines): lines 8g + c (g < 4 sub-block pairs, c < 8): lane i byte k = the GGUF qs byte
@@ -48,6 +49,38 @@ constexpr int64_t kq_lines(weight_type t) {
 }
 constexpr int64_t kq_panel_lines(weight_type t, int64_t k) { return k / qk_k * kq_lines(t); }
 
+// Where line L of a super-block (the numbering above) lies in memory, 0 .. kq_lines(t) - 1: the
+// five lines of scales, mins and d first, then each sub-block group's lines together in the order
+// the kernels read them (q4_K: 8 nibble lines per group; q5_K: 8 nibble lines and their 2 lines of
+// fifth bits; q6_K: 4 nibble lines and their 2 lines of top bits), so that a kernel reads a
+// super-block front to back.
+// Read in an order that jumped between the data lines and their bit and scale lines, the panels
+// streamed at 60 % of the memory bandwidth on AMD Zen 4 (docs/cpu-backend.md, "What limits
+// single-stream decode").
+constexpr int64_t kq_at(weight_type t, int64_t L) {
+  if (t == weight_type::q4_k) return L >= 32 ? L - 32 : 5 + L;
+  if (t == weight_type::q5_k) {
+    if (L >= 40) return L - 40;
+    if (L >= 32) return 5 + 10 * ((L - 32) / 2) + 8 + (L - 32) % 2;  // fifth bits of group (L - 32) / 2
+    return 5 + 10 * (L / 8) + L % 8;
+  }
+  if (L >= 48) return L - 48;
+  if (L >= 32) return 5 + 6 * ((L - 32) / 2) + 4 + (L - 32) % 2;  // top bits of sub-blocks (L - 32) / 2
+  return 5 + 6 * (L / 4) + L % 4;
+}
+// kq_at places every line once.
+constexpr bool kq_at_is_permutation(weight_type t) {
+  bool seen[64] = {};
+  for (int64_t L = 0; L < kq_lines(t); ++L) {
+    const int64_t at = kq_at(t, L);
+    if (at < 0 || at >= kq_lines(t) || seen[at]) return false;
+    seen[at] = true;
+  }
+  return true;
+}
+static_assert(kq_at_is_permutation(weight_type::q4_k) && kq_at_is_permutation(weight_type::q5_k) &&
+              kq_at_is_permutation(weight_type::q6_k));
+
 // Fills panels [p0, p1) of `out` from the GGUF rows (row_bytes apart) of a `rows` x k K-quant matrix.
 void repack_kq_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                       int64_t p1, line64* out);
@@ -78,11 +111,12 @@ void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64
                         const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy);
 void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
 
-// The one-token and two-token kernels ask each line of a super-block into L1 this many lines
-// ahead of its load (past a panel's end into the next panel, which follows it in memory); the
-// hardware streamer brings them into L2 further ahead. Measured against 16 KiB ahead into L2 (the
-// engine's one-token step on a 1B Q4_K_M file, AVX-512: 34.1-34.5 against 37.0-37.1 ms;
-// docs/cpu-backend.md, "What limits single-stream decode").
+// Where kq_line_prefetch() (cpu_features.hpp) says so, the one-token and two-token kernels ask each
+// line of a super-block into L1 this many lines ahead of its load (past a panel's end into the next
+// panel, which follows it in memory); the hardware streamer brings them into L2 further ahead.
+// Measured on Sapphire Rapids against 16 KiB ahead into L2 (the engine's one-token step on a 1B
+// Q4_K_M file, AVX-512: 34.1-34.5 against 37.0-37.1 ms); on AMD Zen 4 the kernels stream faster
+// without it (docs/cpu-backend.md, "What limits single-stream decode").
 constexpr int64_t kq_prefetch_lines = 8;
 inline void kq_prefetch_ahead(const line64* blk, int64_t lines) {
   for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(blk + kq_prefetch_lines + l, 0, 3);
