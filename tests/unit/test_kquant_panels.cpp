@@ -4,6 +4,7 @@
 // results bitwise for every edge of rows, columns and tokens, and write nothing they do not own.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -49,6 +50,30 @@ TEST_CASE("K panels hold exactly the GGUF rows' values, scales and mins") {
         REQUIRE(got == want);
       }
     }
+}
+
+TEST_CASE("a super-block's K-panel lines lie in the order the kernels read them") {
+  for (weight_type t : {weight_type::q4_k, weight_type::q5_k, weight_type::q6_k}) {
+    INFO(static_cast<int>(t));
+    CHECK(kq_at_is_permutation(t));
+    const int64_t s0 = t == weight_type::q6_k ? 48 : kq_lines(t) - 5;
+    for (int64_t l = 0; l < 5; ++l) CHECK(kq_at(t, s0 + l) == l);  // scales (and mins), d first
+    // then the groups' nibble lines, each followed by its lines of high bits (none for q4_K)
+    const int nib = t == weight_type::q6_k ? 4 : 8, bits = t == weight_type::q4_k ? 0 : 2;
+    for (int64_t g = 0; g < 32 / nib; ++g)
+      for (int c = 0; c < nib; ++c) {
+        CHECK(kq_at(t, nib * g + c) == 5 + (nib + bits) * g + c);
+        if (bits) CHECK(kq_at(t, 32 + 2 * g + c * 2 / nib) == 5 + (nib + bits) * g + nib + c * 2 / nib);
+      }
+  }
+}
+
+TEST_CASE("the kernels prefetch K-panel lines in software on Intel CPUs, not on AMD ones, unless forced") {
+  const char* forced = std::getenv("SY_KQ_PREFETCH");
+  if (forced && *forced)
+    CHECK(kq_line_prefetch() == (std::strcmp(forced, "0") != 0));
+  else
+    CHECK(kq_line_prefetch() == !cpu_features().amd);
 }
 
 TEST_CASE("the load-time K-panel repack writes the reference repack's bytes") {
