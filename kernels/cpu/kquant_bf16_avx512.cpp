@@ -77,7 +77,8 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
     for (int64_t b = 0; b < nb; ++b) {
       const line64* blk = panel + b * lines;
       uint16_t* col0 = dst + b * qk_k * 16;  // column b * 256 of the panel
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[kq_at(wt, lines - 1)].b)));
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[kq_at(wt, lines - 1)].b)));
       if constexpr (wt == weight_type::q6_k) {
         const __m512i m3 = _mm512_set1_epi8(0x03);
         for (int j = 0; j < 8; ++j) {  // sub-blocks j (low nibbles) and 8 + j (high), 4 lines each
@@ -86,8 +87,8 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
           for (int cc = 0; cc < 4; ++cc) {
             const int L = 4 * j + cc;
             const __m512i v = _mm512_load_si512(blk + kq_at(wt, L));
-            const __m512i h =
-                _mm512_srl_epi32(_mm512_load_si512(blk + kq_at(wt, 32 + 2 * j + cc / 2)), _mm_cvtsi32_si128(4 * (cc % 2)));
+            const __m512i h = _mm512_srl_epi32(_mm512_load_si512(blk + kq_at(wt, 32 + 2 * j + cc / 2)),
+                                               _mm_cvtsi32_si128(4 * (cc % 2)));
             const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi32(_mm512_and_si512(h, m3), 4));
             const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
                                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m3), 4));
@@ -97,7 +98,8 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
         }
         continue;
       }
-      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[kq_at(wt, lines - 1)].b + 32)));
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[kq_at(wt, lines - 1)].b + 32)));
       constexpr int64_t s0 = lines - 5;
       for (int g = 0; g < 4; ++g) {
         const __m512 s_lo = _mm512_mul_ps(d, pair_u8(pair_half<wt>(blk, s0, 2 * g), 0));
@@ -109,8 +111,8 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
           __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
           if constexpr (wt == weight_type::q5_k) {
             const __m512i one = _mm512_set1_epi8(1);
-            const __m512i h =
-                _mm512_srl_epi32(_mm512_load_si512(blk + kq_at(wt, 32 + 2 * g + c / 4)), _mm_cvtsi32_si128(2 * (c % 4)));
+            const __m512i h = _mm512_srl_epi32(_mm512_load_si512(blk + kq_at(wt, 32 + 2 * g + c / 4)),
+                                               _mm_cvtsi32_si128(2 * (c % 4)));
             lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(h, one), 4));
             hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 1), one), 4));
           }

@@ -68,7 +68,8 @@ void put_block(weight_type t, const kq_block& u, int i, line64* blk) {
   }
   const int64_t n = kq_lines(t);
   if (t == weight_type::q6_k) {
-    for (int j = 0; j < 16; ++j) blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
+    for (int j = 0; j < 16; ++j)
+      blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(u.sc[j]);
     std::memcpy(blk[kq_at(t, 52)].b + 2 * i, &u.d, 2);
     return;
   }
@@ -88,12 +89,12 @@ void get_block(weight_type t, const line64* blk, int i, kq_block& u) {
     uint8_t v = static_cast<uint8_t>((blk[kq_at(t, w.line)].b[4 * i + w.byte] >> (w.high ? 4 : 0)) & 15);
     if (t == weight_type::q5_k) {
       const int g = w.line / 8, c = w.line % 8;
-      v |= static_cast<uint8_t>(((blk[kq_at(t, 32 + 2 * g + c / 4)].b[4 * i + w.byte] >> (2 * (c % 4) + (w.high ? 1 : 0))) & 1)
-                                << 4);
+      v |= static_cast<uint8_t>(
+          ((blk[kq_at(t, 32 + 2 * g + c / 4)].b[4 * i + w.byte] >> (2 * (c % 4) + (w.high ? 1 : 0))) & 1) << 4);
     } else if (t == weight_type::q6_k) {
       const int j = w.line / 4, c = w.line % 4;
-      v |= static_cast<uint8_t>(((blk[kq_at(t, 32 + 2 * j + c / 2)].b[4 * i + w.byte] >> (4 * (c % 2) + (w.high ? 2 : 0))) & 3)
-                                << 4);
+      v |= static_cast<uint8_t>(
+          ((blk[kq_at(t, 32 + 2 * j + c / 2)].b[4 * i + w.byte] >> (4 * (c % 2) + (w.high ? 2 : 0))) & 3) << 4);
     }
     u.q[col] = v;
   }
@@ -130,9 +131,11 @@ void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
         blk[kq_at(t, L)].b[4 * i + k] = static_cast<uint8_t>(lo | (hi << 4));
         const uint8_t top_lo = (b.qh[l] >> (2 * c)) & 3, top_hi = (b.qh[32 + l] >> (2 * c)) & 3;
         const int j = L / 4, cc = L % 4;
-        blk[kq_at(t, 32 + 2 * j + cc / 2)].b[4 * i + k] |= static_cast<uint8_t>((top_lo | (top_hi << 2)) << (4 * (cc % 2)));
+        blk[kq_at(t, 32 + 2 * j + cc / 2)].b[4 * i + k] |=
+            static_cast<uint8_t>((top_lo | (top_hi << 2)) << (4 * (cc % 2)));
       }
-    for (int j = 0; j < 16; ++j) blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(b.scales[j]);
+    for (int j = 0; j < 16; ++j)
+      blk[kq_at(t, 48 + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2] = static_cast<uint8_t>(b.scales[j]);
     std::memcpy(blk[kq_at(t, 52)].b + 2 * i, &b.d, 2);
     return;
   }
