@@ -403,9 +403,10 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
         // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
         // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
         // read at a fraction of the memory bandwidth, one super-block's lines at a time.
-        // The scale lines here; each data line while the B tiles are built from the same line of
-        // this super-block (a burst of all the lines at once filled the core's miss buffers, and
-        // the prefetches then stalled the kernel waiting for memory).
+        // The scale lines (and q5_K's fifth-bit lines) here; each nibble line (q6_K: and its top
+        // bits) while the B tiles are built from the same line of this super-block (a burst of all
+        // the lines at once filled the core's miss buffers, and the prefetches then stalled the
+        // kernel waiting for memory).
         const bool pf = c0 == 0;
         const line64* ahead = blk + amx_kq_prefetch_blocks * lines;
         if (pf)

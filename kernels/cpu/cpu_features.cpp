@@ -34,8 +34,7 @@ uint64_t xcr0() {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-// Linux enables the tile data state per process, on request: without it the first tile
-// instruction is killed with SIGILL. The permission then holds for every thread of the process.
+// An AMD CPU, or a Hygon one (AMD's Zen cores): the CPUID vendor string, EBX EDX ECX of leaf 0.
 bool vendor_is_amd() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
@@ -43,9 +42,11 @@ bool vendor_is_amd() {
   std::memcpy(v, &b, 4);
   std::memcpy(v + 4, &d, 4);
   std::memcpy(v + 8, &c, 4);
-  return std::strcmp(v, "AuthenticAMD") == 0;
+  return std::strcmp(v, "AuthenticAMD") == 0 || std::strcmp(v, "HygonGenuine") == 0;
 }
 
+// Linux enables the tile data state per process, on request: without it the first tile
+// instruction is killed with SIGILL. The permission then holds for every thread of the process.
 bool request_amx_permission() {
   if (syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) != 0) return false;
   uint64_t perm = 0;
@@ -67,8 +68,9 @@ const features& cpu_features() {
     r.avx512_vnni = r.avx512 && __builtin_cpu_supports("avx512vnni");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     r.amd = vendor_is_amd();
-    const char* pf = std::getenv("SY_KQ_PREFETCH");
-    r.kq_prefetch = pf && *pf ? std::strcmp(pf, "0") != 0 : !r.amd;
+    const char* pf = std::getenv("SY_KQ_PREFETCH");  // "0" or "1"; anything else is ignored
+    r.kq_prefetch_forced = pf && (std::strcmp(pf, "0") == 0 || std::strcmp(pf, "1") == 0);
+    r.kq_prefetch = r.kq_prefetch_forced ? std::strcmp(pf, "1") == 0 : !r.amd;
     const char* forced = std::getenv("SY_CPU_ISA");
     const bool forced_avx2 = forced && std::strcmp(forced, "avx2") == 0;
     const bool forced_avx512 = forced && std::strcmp(forced, "avx512") == 0;
@@ -106,6 +108,12 @@ bool use_avx512_vnni_kernels() {
 }
 
 bool kq_line_prefetch() { return cpu_features().kq_prefetch; }
+
+const char* kq_line_prefetch_status() {
+  const auto& f = cpu_features();
+  if (f.kq_prefetch_forced) return f.kq_prefetch ? "on (SY_KQ_PREFETCH=1)" : "off (SY_KQ_PREFETCH=0)";
+  return f.kq_prefetch ? "on" : "off (an AMD CPU; SY_KQ_PREFETCH=1 forces it)";
+}
 
 bool use_avx512_kernels() {
   return use_avx512_vnni_kernels() && cpu_features().avx512_bf16 && !force_no_bf16.load(std::memory_order_relaxed);

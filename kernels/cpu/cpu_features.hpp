@@ -20,8 +20,9 @@ struct features {
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
   amx_state amx = amx_state::absent;
-  bool amd = false;          // CPUID vendor AuthenticAMD
-  bool kq_prefetch = false;  // kq_line_prefetch() below
+  bool amd = false;                 // CPUID vendor AuthenticAMD or HygonGenuine (Zen cores)
+  bool kq_prefetch = false;         // kq_line_prefetch() below
+  bool kq_prefetch_forced = false;  // by SY_KQ_PREFETCH
 };
 
 // Detected once (the AMX permission is requested then, for the whole process). SY_CPU_ISA in the
@@ -43,11 +44,13 @@ bool use_avx512_kernels();
 // AMX tiles for the prompt GEMM (tdpbf16ps) and the integer panels at 16+ tokens (tdpbsud); implies
 // use_avx512_kernels() (the activations are converted by the AVX-512 code).
 bool use_amx_kernels();
-// Whether the one- and two-token K-panel kernels ask for a super-block's lines in software ahead of
-// their loads (kq_prefetch_ahead): on Intel CPUs, where it made single-stream decode faster, and not
-// on AMD ones, where the hardware prefetchers alone stream the panels faster (docs/cpu-backend.md,
-// "What limits single-stream decode"). SY_KQ_PREFETCH=1 or 0 in the environment forces it.
+// Whether the one- and two-token K-panel kernels ask for each super-block's lines in software ahead
+// of their loads (kq_prefetch_ahead): yes on CPUs other than AMD's (measured on Intel Sapphire
+// Rapids: faster), no on AMD and Hygon ones (measured on Zen 4: the hardware prefetchers alone
+// stream the panels faster; docs/cpu-backend.md, "What limits single-stream decode").
+// SY_KQ_PREFETCH=1 or 0 in the environment forces it. The status: "on", or "off (why)".
 bool kq_line_prefetch();
+const char* kq_line_prefetch_status();
 // Tests flip this to run the portable kernels on an AVX-512 machine in the same process.
 void force_portable_kernels(bool on);
 // Tests flip this to run the AVX-512 kernels on an AMX machine in the same process.

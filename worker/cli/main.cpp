@@ -309,7 +309,7 @@ int cmd_info(const sy::cli_args& a) {
   std::printf("weights: %.1f MiB in file, %.1f MiB repacked (bf16 panels)\n", model->weight_bytes() / 1048576.0,
               model->repacked_bytes() / 1048576.0);
   std::printf("cpu kernels: %s, %d threads, K-panel software prefetch %s\n", sy::cpu::kernel_isa_name(), pool.size(),
-              sy::cpu::kq_line_prefetch() ? "on" : "off (AMD CPU; SY_KQ_PREFETCH=1 forces it)");
+              sy::cpu::kq_line_prefetch_status());
   std::printf("amx: %s\n", sy::cpu::amx_status());
 #ifdef SY_HAVE_CUDA
   std::printf("cuda: %s\n", sy::cuda::describe_devices().c_str());
