@@ -224,14 +224,13 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
 // One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
 template <weight_type wt, int T>
 void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
-               int64_t n_rows) {
+               int64_t n_rows, bool line_prefetch) {
   constexpr int64_t lines = kq_lines(wt);
   const int halves = n_rows > 8 ? 2 : 1;  // a last panel of 8 rows or fewer skips its empty half
   __m256 acc[2][T];
   for (int h = 0; h < 2; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
-  // Decode streams the weights from memory.
-  const bool prefetch = T <= 2 && kq_line_prefetch();
+  const bool prefetch = T <= 2 && line_prefetch;  // decode streams the weights from memory
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
     if (prefetch) kq_prefetch_ahead(blk, lines);
@@ -261,9 +260,10 @@ template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
+  const bool line_prefetch = kq_line_prefetch();
   kq_for_panels(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok,
                 [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
-                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows);
+                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
                 });
 }
 

@@ -51,13 +51,12 @@ inline __m512i shift16(__m512i v) {
 // One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
 template <weight_type wt, int T>
 void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
-               int64_t n_rows) {
+               int64_t n_rows, bool line_prefetch) {
   constexpr int64_t lines = kq_lines(wt);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  // Decode streams the weights from memory.
-  const bool prefetch = T <= 2 && kq_line_prefetch();
+  const bool prefetch = T <= 2 && line_prefetch;  // decode streams the weights from memory
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * lines;
     if (prefetch) kq_prefetch_ahead(blk, lines);
@@ -174,9 +173,10 @@ template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
+  const bool line_prefetch = kq_line_prefetch();
   kq_for_panels(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok,
                 [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
-                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows);
+                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
                 });
 }
 

@@ -58,15 +58,12 @@ constexpr int64_t kq_panel_lines(weight_type t, int64_t k) { return k / qk_k * k
 // streamed at 60 % of the memory bandwidth on AMD Zen 4 (docs/cpu-backend.md, "What limits
 // single-stream decode").
 constexpr int64_t kq_at(weight_type t, int64_t L) {
-  if (t == weight_type::q4_k) return L >= 32 ? L - 32 : 5 + L;
-  if (t == weight_type::q5_k) {
-    if (L >= 40) return L - 40;
-    if (L >= 32) return 5 + 10 * ((L - 32) / 2) + 8 + (L - 32) % 2;  // fifth bits of group (L - 32) / 2
-    return 5 + 10 * (L / 8) + L % 8;
-  }
-  if (L >= 48) return L - 48;
-  if (L >= 32) return 5 + 6 * ((L - 32) / 2) + 4 + (L - 32) % 2;  // top bits of sub-blocks (L - 32) / 2
-  return 5 + 6 * (L / 4) + L % 4;
+  const int64_t scales = kq_lines(t) - 5;                  // first of the five head lines
+  const int64_t nib = t == weight_type::q6_k ? 4 : 8;      // nibble lines per group,
+  const int64_t group = nib + (scales - 32) / (32 / nib);  // then its share of the high-bit lines
+  if (L >= scales) return L - scales;
+  if (L >= 32) return 5 + group * ((L - 32) / 2) + nib + (L - 32) % 2;  // group (L - 32) / 2's high bits
+  return 5 + group * (L / nib) + L % nib;
 }
 // kq_at places every line once.
 constexpr bool kq_at_is_permutation(weight_type t) {
