@@ -40,6 +40,11 @@ inline __m512i pairs_s8(const uint8_t* p) { return _mm512_cvtepi8_epi16(_mm256_l
 inline __m512i pair_lo(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
 inline __m512i pair_hi(__m512i v) { return _mm512_srai_epi32(v, 16); }
 
+// An empty asm that takes v in a register: the sum before it is formed here, in source order.
+// GCC 12 otherwise multiplies every pair's sums first and adds them up at the end, spilling the
+// products (at 4 tokens, 81 registers spilled a super-block for q6_K, 30 for q4_K).
+inline void pin(__m512i& v) { asm("" : "+v"(v)); }
+
 // Shift of 16-bit lanes by a compile-time amount, left when positive.
 template <int S>
 inline __m512i shift16(__m512i v) {
@@ -65,6 +70,17 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     if constexpr (wt == weight_type::q6_k) {
+      // The stored values are q + 32: the sums start at -32 * sum_j sc_j * bsums_j (exact int32, so
+      // the order of the additions does not matter), taken first while few registers are live.
+      {
+        __m512i sp[8];
+        for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
+        for (int t = 0; t < T; ++t) {
+          __m512i off = _mm512_setzero_si512();
+          for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
+          isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+        }
+      }
       const __m512i m3 = _mm512_set1_epi8(0x30);
       auto pair = [&](auto jc) {
         constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
@@ -91,9 +107,11 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
         line(std::integral_constant<int, 1>{});
         line(std::integral_constant<int, 2>{});
         line(std::integral_constant<int, 3>{});
-        for (int t = 0; t < T; ++t)
+        for (int t = 0; t < T; ++t) {
           isum[t] = _mm512_add_epi32(
               isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
+          pin(isum[t]);
+        }
       };
       pair(std::integral_constant<int, 0>{});
       pair(std::integral_constant<int, 1>{});
@@ -103,16 +121,9 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       pair(std::integral_constant<int, 5>{});
       pair(std::integral_constant<int, 6>{});
       pair(std::integral_constant<int, 7>{});
-      // The stored values are q + 32: subtract 32 * sum_j sc_j * bsums_j.
-      __m512i sp[8];
-      for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
       const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, 52)].b));
-      for (int t = 0; t < T; ++t) {
-        __m512i off = _mm512_setzero_si512();
-        for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
-        const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)), acc[t]);
-      }
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)), acc[t]);
     } else {
       constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
       const __m512i m10 = _mm512_set1_epi8(0x10);
@@ -144,9 +155,11 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
         line(std::integral_constant<int, 5>{});
         line(std::integral_constant<int, 6>{});
         line(std::integral_constant<int, 7>{});
-        for (int t = 0; t < T; ++t)
+        for (int t = 0; t < T; ++t) {
           isum[t] = _mm512_add_epi32(
               isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
+          pin(isum[t]);
+        }
       };
       pair(std::integral_constant<int, 0>{});
       pair(std::integral_constant<int, 1>{});
