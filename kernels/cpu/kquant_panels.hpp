@@ -131,16 +131,22 @@ inline void kq_for_type(weight_type t, F&& f) {
 // `stride` lines apart), the next panel's first lines prefetched while one is multiplied, each
 // against the tokens in groups of 4 and a rest of 1-3:
 // tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows) for tokens [t0, t0 + T).
-// A prompt's tokens go in blocks whose activations (`tok_bytes` each) fit kq_token_block_bytes,
-// every panel of the range against one block before the next block: each panel pass then reads
-// its tokens from L2 instead of streaming all of them from L3 (the results are the same).
+// A prompt's tokens go in blocks of kq_token_block(nb), every panel of the range against one
+// block before the next: each panel pass then reads its tokens from L2 instead of streaming all
+// of them from L3 (the results are the same).
 constexpr int64_t kq_token_block_bytes = int64_t{128} << 10;
+// Tokens (a multiple of 4, at least 4) whose q8_K activations of `nb` super-blocks each fit
+// kq_token_block_bytes.
+constexpr int64_t kq_token_block(int64_t nb) {
+  const int64_t fit = kq_token_block_bytes / (std::max<int64_t>(1, nb) * int64_t{sizeof(block_q8_K)});
+  return std::max<int64_t>(4, fit / 4 * 4);
+}
+// nb: the matrix's super-blocks per row.
 template <class Tokens>
 inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, int64_t p0, int64_t p1, int64_t n_tok,
-                          int64_t tok_bytes, Tokens&& tokens) {
+                          int64_t nb, Tokens&& tokens) {
   constexpr int group = 4;
-  const int64_t block =
-      std::max<int64_t>(group, kq_token_block_bytes / std::max<int64_t>(1, tok_bytes) / group * group);
+  const int64_t block = kq_token_block(nb);
   for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
     const int64_t b1 = std::min(n_tok, b0 + block);
     for (int64_t p = p0; p < p1; ++p) {

@@ -140,17 +140,15 @@ namespace {
 using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t, int64_t, const block_q8_K*, int64_t,
                            float*, int64_t);
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
-// or half-filled; of 12: the second half part-filled), columns, tokens (past one block of
-// kq_token_block_bytes' activations: a block and a rest of 2) and first panel; and it writes
-// nothing it does not own.
+// or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
+// kq_token_block: a block and a rest of 2) and first panel; and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40})
       for (int64_t cols : {256, 1024, 4096}) {
         const auto m = make_matrix(t, rows, cols);
-        const int64_t block = kq_token_block_bytes / (cols / qk_k * int64_t{sizeof(block_q8_K)}) / 4 * 4;
-        const std::vector<int64_t> counts =
-            cols == 4096 ? std::vector<int64_t>{block + 6} : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11};
+        const std::vector<int64_t> counts = cols == 4096 ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
+                                                         : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11};
         for (int64_t n_tok : counts) {
           INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
           const auto x = random_floats(static_cast<size_t>(n_tok * cols));
