@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 
 namespace sy::cpu {
@@ -17,6 +19,14 @@ bool huge_pages_enabled();
 // Allocates n bytes (2 MiB-aligned, zero-filled by the kernel on first touch) with huge-page advice.
 void* huge_alloc(size_t n);
 void huge_free(void* p) noexcept;
+
+// An owned huge_alloc buffer whose bytes are left as they come (no value-initialisation: the
+// owner fills what it needs, e.g. over its thread pool).
+struct huge_free_deleter {
+  void operator()(uint8_t* p) const noexcept { huge_free(p); }
+};
+using huge_buffer = std::unique_ptr<uint8_t[], huge_free_deleter>;
+inline huge_buffer make_huge_buffer(size_t n) { return huge_buffer(static_cast<uint8_t*>(huge_alloc(n))); }
 
 template <class T>
 struct huge_page_allocator {

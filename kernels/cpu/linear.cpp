@@ -97,11 +97,12 @@ linear::linear(weight_type type, const void* data, int64_t rows, int64_t cols, t
     held = own_.data();
   }
   const bool int_panels = builds_int_panels(type_, cols_), kq_panels = builds_kq_panels(type_);
-  if (int_panels || kq_panels) {  // repacked over the pool, panels split between the threads
+  if (int_panels || kq_panels) {
+    // Repacked over the pool in chunks taken by whichever thread is free: the first write to each
+    // huge page is the kernel zeroing it, which at times takes several times longer on one thread
+    // than the other (a VM's host backing the page); fixed halves left the other thread waiting.
     line64* panels = reinterpret_cast<line64*>(held);
-    pool.run([&](int ith, int nth) {
-      int64_t p0, p1;
-      thread_pool::split(n_panels_, 1, ith, nth, p0, p1);
+    pool.for_chunks(n_panels_, 1, 8, [&](int64_t p0, int64_t p1) {
       (int_panels ? repack_int_panels : repack_kq_panels)(type_, data_, row_bytes_, rows_, cols_, p0, p1, panels);
     });
     (int_panels ? int_panels_ : kq_panels_) = panels;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <caf/all.hpp>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -138,12 +139,19 @@ int run_serve(const cli_args& a, const char* default_model) {
         });
 
   cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
+  const auto t_start = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   auto model = llama_model::load(model_path, pool);
+  const double load_s = seconds_since(t_start);
   if (resident_panels && !dev.cuda)
     std::fprintf(stderr, "switchyard-worker: prompt GEMM panels resident: %.1f MiB\n",
                  static_cast<double>(model->keep_prompt_panels(pool)) / (1 << 20));
+  const auto t_engine = std::chrono::steady_clock::now();
   std::unique_ptr<engine> eng = make_serve_engine(a, dev, *model, pool);
   const engine_config& used = eng->config();  // the backend's KV size
+  const double engine_s = seconds_since(t_engine);
 
   service_config sc;
   sc.worker_id = a.get("worker-id", "worker-" + std::to_string(::getpid()));
@@ -178,7 +186,8 @@ int run_serve(const cli_args& a, const char* default_model) {
   std::fprintf(
       stderr,
       "switchyard-worker: serving %s on %s (metrics %s) on %s; %d KV blocks x %d tokens (%.0f MiB %s), "
-      "max context %lld, max running %d, %d threads; link %s\n",
+      "max context %lld, max running %d, %d threads; link %s; model loaded in %.2f s, KV cache and engine "
+      "in %.2f s\n",
       sc.model_id.c_str(), lc.listen.c_str(),
       http ? ("http://" + a.get("metrics-host", "127.0.0.1") + ":" + std::to_string(http->port()) + "/metrics").c_str()
            : "off",
@@ -186,7 +195,8 @@ int run_serve(const cli_args& a, const char* default_model) {
       cpu::kv_type_name(used.kv_type), static_cast<long long>(used.max_context), used.sched.max_running, pool.size(),
       lc.curve_secret_z85.empty()        ? "unauthenticated (no --curve-secret-key)"
       : lc.curve_allowed_clients.empty() ? "CURVE (any router with the worker's public key)"
-                                         : "CURVE (listed routers only)");
+                                         : "CURVE (listed routers only)",
+      load_s, engine_s);
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: /ready says
   // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second

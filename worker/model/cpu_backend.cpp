@@ -6,10 +6,10 @@ cpu_backend::cpu_backend(const llama_model& model, cpu::thread_pool& pool, int32
                          cpu::kv_type type, int64_t max_context, const kv_window_split& split)
     : model_(model),
       arena_(split.window > 0 ? split.n_layer_global : model.hparams().n_layer, n_kv_blocks, block_size,
-             model.hparams().kv_dim(), type),
+             model.hparams().kv_dim(), type, &pool),
       forward_(model, pool, max_context) {
   if (split.window > 0)
-    window_ = kv_arena(split.n_layer_window, split.n_window_blocks, block_size, model.hparams().kv_dim(), type);
+    window_ = kv_arena(split.n_layer_window, split.n_window_blocks, block_size, model.hparams().kv_dim(), type, &pool);
 }
 
 void cpu_backend::run_hidden(std::span<const batch_seq> batch, std::vector<float>& hidden) {

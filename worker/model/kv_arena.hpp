@@ -8,27 +8,25 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
-#include <vector>
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/huge_pages.hpp"
+
+namespace sy::cpu {
+class thread_pool;
+}
 
 namespace sy {
 
 class kv_arena {
  public:
   kv_arena() = default;
-  kv_arena(int64_t n_layer, int64_t n_blocks, int64_t block_size, int64_t kv_dim, cpu::kv_type type = cpu::kv_type::f16)
-      : n_layer_(n_layer),
-        n_blocks_(n_blocks),
-        block_size_(block_size),
-        kv_dim_(kv_dim),
-        type_(type),
-        row_bytes_(cpu::kv_row_bytes(type, kv_dim)),
-        k_(static_cast<size_t>(n_layer * n_blocks * block_size * row_bytes_)),
-        v_(k_.size()) {}
+  // The bytes are zeroed here, over `pool` when given: the first write to each page is the
+  // kernel providing it, which on a VM can take longer than repacking the weights
+  // (docs/cpu-backend.md, "Start-up"). All of it at once, so a memory limit too small for the
+  // arena shows at start, not once traffic fills the cache.
+  kv_arena(int64_t n_layer, int64_t n_blocks, int64_t block_size, int64_t kv_dim, cpu::kv_type type = cpu::kv_type::f16,
+           cpu::thread_pool* pool = nullptr);
 
   int64_t n_layer() const { return n_layer_; }
   int64_t n_blocks() const { return n_blocks_; }
@@ -37,16 +35,16 @@ class kv_arena {
   cpu::kv_type type() const { return type_; }
   // Bytes of one position's K (or V) row in one layer.
   int64_t row_bytes() const { return row_bytes_; }
-  size_t bytes() const { return k_.size() + v_.size(); }
+  size_t bytes() const { return 2 * half_bytes_; }
   // Bytes one block takes, K and V, all layers.
   static int64_t block_bytes(int64_t n_layer, int64_t block_size, int64_t kv_dim, cpu::kv_type t) {
     return 2 * n_layer * block_size * cpu::kv_row_bytes(t, kv_dim);
   }
 
-  void* k_block(int64_t layer, int64_t block) { return k_.data() + offset(layer, block); }
-  void* v_block(int64_t layer, int64_t block) { return v_.data() + offset(layer, block); }
-  const void* k_block(int64_t layer, int64_t block) const { return k_.data() + offset(layer, block); }
-  const void* v_block(int64_t layer, int64_t block) const { return v_.data() + offset(layer, block); }
+  void* k_block(int64_t layer, int64_t block) { return bytes_.get() + offset(layer, block); }
+  void* v_block(int64_t layer, int64_t block) { return bytes_.get() + v_offset_ + offset(layer, block); }
+  const void* k_block(int64_t layer, int64_t block) const { return bytes_.get() + offset(layer, block); }
+  const void* v_block(int64_t layer, int64_t block) const { return bytes_.get() + v_offset_ + offset(layer, block); }
 
  private:
   size_t offset(int64_t layer, int64_t block) const {
@@ -55,7 +53,8 @@ class kv_arena {
   int64_t n_layer_ = 0, n_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
   cpu::kv_type type_ = cpu::kv_type::f16;
   int64_t row_bytes_ = 0;
-  std::vector<uint8_t, cpu::huge_page_allocator<uint8_t>> k_, v_;  // huge pages: blocks are scattered
+  size_t half_bytes_ = 0, v_offset_ = 0;  // K at 0, V at v_offset_ (K's bytes rounded to 2 MiB)
+  cpu::huge_buffer bytes_;                // huge pages: blocks are scattered
 };
 
 }  // namespace sy

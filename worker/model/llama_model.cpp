@@ -239,7 +239,7 @@ std::unique_ptr<llama_model> llama_model::load(const std::string& path, cpu::thr
   };
   size_t arena = 0;
   for (const matrix& x : plan) arena += cpu::linear::arena_bytes(to_weight_type(tensor(x)), x.rows, x.cols);
-  if (arena > 0) m->weights_.reset(static_cast<uint8_t*>(cpu::huge_alloc(arena)));
+  if (arena > 0) m->weights_ = cpu::make_huge_buffer(arena);
   size_t offset = 0;
   for (const matrix& x : plan) {
     const auto& t = tensor(x);

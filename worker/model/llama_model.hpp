@@ -123,10 +123,7 @@ class llama_model {
   const uint8_t* embd_data_ = nullptr;
   size_t embd_row_bytes_ = 0;
   // One huge-page arena for every matrix's own copy (cpu::linear::arena_bytes each), or null.
-  struct arena_free {
-    void operator()(uint8_t* p) const noexcept { cpu::huge_free(p); }
-  };
-  std::unique_ptr<uint8_t, arena_free> weights_;
+  cpu::huge_buffer weights_;
   std::vector<llama_layer> layers_;
   std::vector<float> output_norm_;
   cpu::linear output_;
