@@ -547,6 +547,11 @@ int run(const cli_args& a) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto disp = sys.spawn<caf::detached>(dispatcher_actor, &ctx, d, status);
+  // A weak handle: status is the dispatcher's own, and a strong one would keep it alive forever
+  // (the actor system would wait for it at exit).
+  status->request_publish = [addr = disp.address()] {
+    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, publish_atom::value);
+  };
   auto stop = std::make_shared<std::atomic<bool>>(false);
   auto link_counts = std::make_shared<link_counters>();
   status->link_metrics = [link_counts] { return render_link_metrics(*link_counts); };

@@ -5,6 +5,7 @@
 //   link -> dispatcher         (frame_atom, worker_ref, type, body, int64 t_recv_ns)
 //   main -> dispatcher         (add_atom, endpoint) / (retire_atom, endpoint)  listed / no longer
 //   main -> dispatcher         (drain_atom)                                stop admitting
+//   http thread -> dispatcher  (publish_atom)                              publish counters now (/metrics)
 //   dispatcher -> self         (tick_atom)                                 every 100 ms
 // The link's half (frame_atom, k_link_inbox) is router/fleet/link_protocol.hpp.
 #pragma once
@@ -24,6 +25,7 @@ using add_atom = caf::atom_constant<caf::atom("add")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using publish_atom = caf::atom_constant<caf::atom("publish")>;
 
 }  // namespace sy::router
 

@@ -49,12 +49,16 @@ struct shell {
   }
   void publish(double t) {
     std::string text = d->render_metrics(t);
-    std::lock_guard<std::mutex> lk(status->mu);
-    status->dispatcher_metrics = std::move(text);
-    status->ready = d->ready(t);
-    status->active = d->active();
-    status->workers_ready = d->workers().n_ready();
-    status->workers_ejected = d->workers().count(worker_state::ejected);
+    {
+      std::lock_guard<std::mutex> lk(status->mu);
+      status->dispatcher_metrics = std::move(text);
+      status->ready = d->ready(t);
+      status->active = d->active();
+      status->workers_ready = d->workers().n_ready();
+      status->workers_ejected = d->workers().count(worker_state::ejected);
+      status->published_through = status->publish_requests;  // every scrape numbered so far
+    }
+    status->published.notify_all();
   }
 };
 
@@ -94,6 +98,7 @@ caf::behavior dispatcher_actor(caf::event_based_actor* self, zmq::context_t* ctx
         std::lock_guard<std::mutex> lk(s->status->mu);
         s->status->draining = true;
       },
+      [s, self](publish_atom) { s->publish(now_s(self)); },
       [s, self](tick_atom) {
         const double t = now_s(self);
         s->guarded("a tick", [&] { s->d->tick(t, s->out); });

@@ -2,6 +2,8 @@
 // the HTTP threads read and add to them (/ready, /metrics).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -32,6 +34,25 @@ struct router_status {
   // More Prometheus text (the ZeroMQ link's counters); set by main before the server starts,
   // never changed after, so it is read without the mutex.
   std::function<std::string()> link_metrics;
+
+  // Fresh counters for /metrics: a scrape numbers its request, asks the dispatcher to publish
+  // (request_publish, set by main before the servers start) and waits until a publication made
+  // after its request (that one, or a tick's) has landed, so every event the dispatcher handled
+  // before the scrape is in it. The tick publishes anyway; `limit` bounds the wait if the
+  // dispatcher is gone (shutdown), and the last publication is answered then.
+  std::function<void()> request_publish;
+  uint64_t publish_requests = 0;   // guarded by mu, as are the next two
+  uint64_t published_through = 0;  // the dispatcher's: requests numbered up to this one are served
+  std::condition_variable published;
+  // With lk holding mu.
+  void await_publication(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds limit) {
+    if (!request_publish) return;
+    const uint64_t mine = ++publish_requests;
+    lk.unlock();
+    request_publish();
+    lk.lock();
+    published.wait_for(lk, limit, [&] { return published_through >= mine; });
+  }
 };
 
 }  // namespace sy::router

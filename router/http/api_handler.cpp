@@ -781,7 +781,8 @@ void api_handler::dashboard_login(http_exchange& ex, const http_request& req, co
 std::string api_handler::metrics() const {
   std::string out;
   {
-    std::lock_guard<std::mutex> lk(status_->mu);
+    std::unique_lock<std::mutex> lk(status_->mu);
+    status_->await_publication(lk, std::chrono::milliseconds(250));  // counters as of this scrape
     out = status_->dispatcher_metrics;
     status_->write_overhead_s.render(out, "switchyard_router_write_overhead_seconds",
                                      "Router time from a token frame received to its bytes written to the client.");

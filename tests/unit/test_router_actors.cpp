@@ -400,6 +400,28 @@ TEST_CASE("dispatcher actor: a client that goes away has its request cancelled o
   CHECK(c.ex->log == std::vector<std::string>{"start_stream"});
 }
 
+TEST_CASE("dispatcher actor: a scrape's publish request is served at once, without waiting for a tick") {
+  dispatcher_fixture f;
+  f.start_worker();
+  f.actors.advance(100ms);
+  const client c = f.request(/*stream=*/true);
+  caf::anon_send(f.actor, gone_atom::value, c.id);
+  f.actors.sched().run();
+  CHECK_FALSE(has_line(f.metrics(), "switchyard_router_client_cancels_total 1"));  // the last tick's
+  uint64_t mine = 0;
+  {
+    std::lock_guard<std::mutex> lk(f.status->mu);
+    mine = ++f.status->publish_requests;  // what await_publication does before it asks
+  }
+  caf::anon_send(f.actor, publish_atom::value);
+  f.actors.sched().run_once();  // no tick: the simulated clock has not moved
+  {
+    std::lock_guard<std::mutex> lk(f.status->mu);
+    CHECK(f.status->published_through >= mine);
+  }
+  CHECK(has_line(f.metrics(), "switchyard_router_client_cancels_total 1"));
+}
+
 TEST_CASE("dispatcher actor: a retired worker is closed through the link once its request has ended") {
   dispatcher_fixture f;
   f.start_worker();
