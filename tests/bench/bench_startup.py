@@ -93,7 +93,7 @@ def main():
         for name in order:
             s = starters[name](a.model, a.threads, a.timeout_s)
             if s is None:
-                sys.exit(f"bench_startup: {name} did not become ready within {a.timeout_s:.0f} s (logs in {BUILD})")
+                sys.exit(f"bench_startup: {name} exited or was not ready within {a.timeout_s:.0f} s (its log is in {BUILD})")
             runs[name].append(s)
             line.append(f"{name} {s:.2f}")
         print(f"  round {r + 1}: " + ", ".join(line))
