@@ -5,11 +5,6 @@
 #include <cstring>
 
 namespace sy::cpu {
-namespace {
-
-constexpr size_t k_huge = size_t{2} << 20;
-
-}  // namespace
 
 bool huge_pages_enabled() {
   static const bool on = [] {
@@ -21,8 +16,8 @@ bool huge_pages_enabled() {
 
 void* huge_alloc(size_t n) {
   if (n == 0) n = 1;
-  const size_t rounded = (n + k_huge - 1) / k_huge * k_huge;
-  void* p = std::aligned_alloc(k_huge, rounded);
+  const size_t rounded = huge_round_up(n);
+  void* p = std::aligned_alloc(huge_page_bytes, rounded);
   if (!p) throw std::bad_alloc();
   if (huge_pages_enabled()) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
   return p;

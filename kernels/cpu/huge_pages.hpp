@@ -14,6 +14,10 @@
 
 namespace sy::cpu {
 
+// The transparent huge page size: huge_alloc's alignment and rounding.
+constexpr size_t huge_page_bytes = size_t{2} << 20;
+constexpr size_t huge_round_up(size_t n) { return (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
+
 // False when SY_HUGE_PAGES=0: no advice, and the weights stay in the model's memory map.
 bool huge_pages_enabled();
 // Allocates n bytes (2 MiB-aligned, zero-filled by the kernel on first touch) with huge-page advice.

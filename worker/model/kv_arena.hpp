@@ -53,7 +53,7 @@ class kv_arena {
   int64_t n_layer_ = 0, n_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
   cpu::kv_type type_ = cpu::kv_type::f16;
   int64_t row_bytes_ = 0;
-  size_t half_bytes_ = 0, v_offset_ = 0;  // K at 0, V at v_offset_ (K's bytes rounded to 2 MiB)
+  size_t half_bytes_ = 0, v_offset_ = 0;  // K at 0, V at v_offset_ (K's bytes rounded up to a huge page)
   cpu::huge_buffer bytes_;                // huge pages: blocks are scattered
 };
 
