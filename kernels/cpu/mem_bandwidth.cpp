@@ -5,16 +5,25 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
-#include "kernels/cpu/huge_pages.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace sy::cpu {
 
-double read_bandwidth(thread_pool& pool, size_t bytes, int rounds) {
-  const size_t n = bytes / sizeof(__m256i);
-  std::vector<__m256i, huge_page_allocator<__m256i>> buf(n, _mm256_set1_epi32(1));
+read_probe::read_probe(thread_pool& pool, size_t bytes)
+    : bytes_(bytes / sizeof(__m256i) * sizeof(__m256i)), buf_(make_huge_buffer(bytes_)) {
+  pool.run([&](int ith, int nth) {
+    int64_t b, e;
+    thread_pool::split(static_cast<int64_t>(bytes_), static_cast<int64_t>(huge_page_bytes), ith, nth, b, e);
+    std::memset(buf_.get() + b, 1, static_cast<size_t>(e - b));
+  });
+}
+
+double read_probe::measure(thread_pool& pool, int rounds) const {
+  const auto* buf = reinterpret_cast<const __m256i*>(buf_.get());
+  const size_t n = bytes_ / sizeof(__m256i);
   std::vector<int64_t> sink(static_cast<size_t>(pool.size()));
   double best = 0;
   for (int r = 0; r <= rounds; ++r) {
