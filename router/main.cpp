@@ -317,11 +317,12 @@ std::unique_ptr<cache_service> make_cache(const cli_args& a, const tenant_regist
     throw std::invalid_argument(
         "--cache-ttl-s, --cache-threads, --cache-lookup-timeout-ms and --cache-store-timeout-ms must be positive");
   auto cache = std::make_unique<cache_service>(cc);
-  std::fprintf(stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, %s)\n",
-               cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),
-               static_cast<long long>(cc.redis.command_timeout.count()),
-               cc.policy.mac_key.empty() ? "entries unauthenticated: no --cache-mac-key-file"
-                                         : "entries sealed with HMAC-SHA256");
+  std::fprintf(
+      stderr, "switchyard-router: response cache on %s (TTL %llds, lookup timeout %lldms, store timeout %lldms, %s)\n",
+      cc.redis.redacted_url().c_str(), static_cast<long long>(cc.policy.ttl.count()),
+      static_cast<long long>(cc.redis.command_timeout.count()), static_cast<long long>(cc.store_timeout.count()),
+      cc.policy.mac_key.empty() ? "entries unauthenticated: no --cache-mac-key-file"
+                                : "entries sealed with HMAC-SHA256");
   return cache;
 }
 
