@@ -95,17 +95,22 @@ struct bench_setup {
   // [decode] on the CPU: the read-bandwidth probe, held until the run ends (mem_bandwidth.hpp)
   const cpu::read_probe* probe = nullptr;
 
+  // Every engine the sections made, held until the run ends: an engine freed while later steps
+  // are timed gives its KV arena back, and on a VM the host's reclaiming it slows those steps
+  // (docs/benchmarking.md, "Timings on virtual machines").
+  std::vector<std::unique_ptr<engine>> engines = {};
+
   // An engine on the chosen device; the CUDA backend is sized like cfg (its KV blocks exactly).
-  std::unique_ptr<engine> make_engine(engine_config cfg) const {
+  engine& make_engine(engine_config cfg) {
     cfg.kv_window_release = cfg.kv_window_release && window_release;
-    if (!dev.cuda) return std::make_unique<engine>(*model, *pool, cfg);
+    if (!dev.cuda) return *engines.emplace_back(std::make_unique<engine>(*model, *pool, cfg));
     cuda_backend_settings cs;
     cs.block_size = cfg.block_size;
     cs.n_kv_blocks = cfg.n_kv_blocks;
     cs.max_tokens_per_step = cfg.sched.max_tokens_per_step;
     cs.max_running = cfg.sched.max_running;
     cs.max_context = cfg.max_context;
-    return std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), cfg);
+    return *engines.emplace_back(std::make_unique<engine>(*model, make_cuda_backend(*model, dev, cs), cfg));
   }
   sampling_params batching_params(int i) const {
     sampling_params p = fixed_length(n_gen);
@@ -121,7 +126,7 @@ struct bench_setup {
 // tokens each (greedy, EOS ignored: sampled by the backend where it samples). Step time and
 // tokens/s over the pure decode steps with all c sequences; memory-bandwidth utilisation =
 // bytes a step must read (weights + the live K/V) / (step time x measured copy bandwidth).
-ordered_json bench_decode(const bench_setup& b) {
+ordered_json bench_decode(bench_setup& b) {
   const int n_prompt = b.n_prompt, n_gen = b.n_gen;
   // bytes/s: device-to-device copy (read + write) on a GPU, read bandwidth of all threads on the CPU
   const double bw = b.dev.cuda ? measure_copy_bandwidth(b.dev) : b.probe->measure(*b.pool);
@@ -133,14 +138,14 @@ ordered_json bench_decode(const bench_setup& b) {
   cfg.max_context = std::max<int64_t>(cfg.max_context, n_prompt + n_gen);
   cfg.prefix_caching = false;
   cfg.kv_type = b.kvt;
-  auto e = b.make_engine(cfg);
-  const forward_backend& be = e->backend();
+  engine& e = b.make_engine(cfg);
+  const forward_backend& be = e.backend();
   {  // warm-up: first launches, cuBLAS heuristics, allocator
     std::mt19937 rng(1);
     for (int i = 0; i < 2; ++i)
-      submit_or_throw(*e, "w" + std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
+      submit_or_throw(e, "w" + std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
                       fixed_length(4));
-    drain(*e, [](const std::vector<request_event>&) {});
+    drain(e, [](const std::vector<request_event>&) {});
   }
   std::printf("\n[decode] %s; %d-token prompts, %d new tokens each, greedy; pure decode steps only\n",
               be.describe().c_str(), n_prompt, n_gen);
@@ -159,17 +164,17 @@ ordered_json bench_decode(const bench_setup& b) {
     std::vector<double> first(static_cast<size_t>(c), -1);
     const double t0 = now_s();
     for (int i = 0; i < c; ++i)
-      submit_or_throw(*e, std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
+      submit_or_throw(e, std::to_string(i), random_prompt(rng, n_prompt, b.model->hparams().n_vocab),
                       fixed_length(n_gen));
     double dec_ms = 0, kv_tokens = 0;
     int n_steps = 0;
-    drain(*e, [&](const std::vector<request_event>& ev) {
+    drain(e, [&](const std::vector<request_event>& ev) {
       for (const auto& x : ev)
         if (!x.tokens.empty() && first[std::stoul(x.id)] < 0) first[std::stoul(x.id)] = (now_s() - t0) * 1000;
-      const auto st = e->stats();
+      const auto st = e.stats();
       if (st.last_batch_seqs == c && st.last_batch_tokens == c) {
         dec_ms += st.last_step_ms;
-        kv_tokens += static_cast<double>(e->live_kv_tokens());  // keys attention read in that step
+        kv_tokens += static_cast<double>(e.live_kv_tokens());  // keys attention read in that step
         ++n_steps;
       }
     });
@@ -197,7 +202,7 @@ ordered_json bench_decode(const bench_setup& b) {
 }
 
 // 1. Continuous batching vs one at a time, same requests, same engine settings.
-ordered_json bench_batching(const bench_setup& b) {
+ordered_json bench_batching(bench_setup& b) {
   const int n_prompt = b.n_prompt, n_gen = b.n_gen;
   if (b.temperature > 0)
     std::printf("\n[batching] %d-token prompts, %d new tokens each (ignore_eos), temperature %.2f, top-p %.2f\n",
@@ -210,19 +215,23 @@ ordered_json bench_batching(const bench_setup& b) {
   std::printf("%12s %18s %18s %8s %18s %18s %8s\n", "concurrency", "continuous output", "sequential output", "ratio",
               "continuous decode", "sequential decode", "ratio");
   ordered_json js = ordered_json::array();
+  // One engine, sized for the largest level, runs every level both ways (prefix caching off:
+  // nothing of one run helps the next), so no arena is freed between the runs compared.
+  const int c_max = *std::max_element(b.levels.begin(), b.levels.end());
+  engine_config cfg;
+  cfg.n_kv_blocks = std::max(64, c_max * (n_prompt + n_gen) / 16 + c_max + 8);
+  cfg.sched.max_running = std::max(32, c_max);
+  cfg.prefix_caching = false;
+  cfg.kv_type = b.kvt;
+  engine& e = b.make_engine(cfg);
   for (const int c : b.levels) {
     std::mt19937 rng(1234 + c);
     std::vector<std::vector<token_id>> prompts;
     for (int i = 0; i < c; ++i) prompts.push_back(random_prompt(rng, n_prompt, b.model->hparams().n_vocab));
-    engine_config cfg;
-    cfg.n_kv_blocks = std::max(64, c * (n_prompt + n_gen) / 16 + c + 8);
-    cfg.sched.max_running = std::max(32, c);
-    cfg.prefix_caching = false;
-    cfg.kv_type = b.kvt;
     double t_cont, t_seq;
     // Pure-decode steps (every scheduled sequence fed exactly one token): time and tokens.
     double dec_ms[2] = {0, 0}, dec_tok[2] = {0, 0};
-    auto decode_meter = [&](engine& e, int k) {
+    auto decode_meter = [&](int k) {
       return [&e, &dec_ms, &dec_tok, k](const std::vector<request_event>&) {
         const auto st = e.stats();
         if (st.last_batch_seqs > 0 && st.last_batch_tokens == st.last_batch_seqs) {
@@ -231,22 +240,16 @@ ordered_json bench_batching(const bench_setup& b) {
         }
       };
     };
-    {
-      const auto owned = b.make_engine(cfg);
-      engine& e = *owned;
-      for (int i = 0; i < c; ++i) submit_or_throw(e, "r" + std::to_string(i), prompts[i], b.batching_params(i));
-      t_cont = drain(e, decode_meter(e, 0));
-      require_measured(t_cont > 0 && dec_ms[0] > 0, "[batching] at concurrency " + std::to_string(c));
-    }
+    for (int i = 0; i < c; ++i) submit_or_throw(e, "r" + std::to_string(i), prompts[i], b.batching_params(i));
+    t_cont = drain(e, decode_meter(0));
+    require_measured(t_cont > 0 && dec_ms[0] > 0, "[batching] at concurrency " + std::to_string(c));
     if (has_word(b.skip, "sequential")) {
       t_seq = 1e30;  // profiling the batched path alone
     } else {
-      const auto owned = b.make_engine(cfg);
-      engine& e = *owned;
       t_seq = 0;
       for (int i = 0; i < c; ++i) {
         submit_or_throw(e, "r" + std::to_string(i), prompts[i], b.batching_params(i));
-        t_seq += drain(e, decode_meter(e, 1));
+        t_seq += drain(e, decode_meter(1));
       }
     }
     const double tc = c * n_gen / t_cont, dc = dec_tok[0] * 1000 / dec_ms[0];
@@ -273,7 +276,7 @@ ordered_json bench_batching(const bench_setup& b) {
 
 // 2. Shared prefix: 16 requests = the same 512-token system prompt + their own 32-token
 // question, arriving one after another (each after the previous one's first token).
-ordered_json bench_prefix(const bench_setup& b) {
+ordered_json bench_prefix(bench_setup& b) {
   std::mt19937 rng(99);
   const auto system = random_prompt(rng, 512, b.model->hparams().n_vocab);
   std::vector<std::vector<token_id>> reqs;
@@ -289,8 +292,7 @@ ordered_json bench_prefix(const bench_setup& b) {
     cfg.n_kv_blocks = 1024;
     cfg.prefix_caching = cached;
     cfg.kv_type = b.kvt;
-    const auto owned = b.make_engine(cfg);
-    engine& e = *owned;
+    engine& e = b.make_engine(cfg);
     for (int i = 0; i < 16; ++i) {
       const std::string id = "p" + std::to_string(i);
       submit_or_throw(e, id, reqs[i], fixed_length(8));
@@ -325,7 +327,7 @@ ordered_json bench_prefix(const bench_setup& b) {
 // many sequences a fixed budget holds, against reserving a maximum context per sequence. The
 // budget is in bytes: 896 f16 blocks (14,336 tokens: 28 x 512, or 7 x 2048); a smaller KV type
 // fits more blocks in it.
-ordered_json bench_memory(const bench_setup& b) {
+ordered_json bench_memory(bench_setup& b) {
   const llama_hparams& hp = b.model->hparams();
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> plen(32, 400), glen(16, 200);
@@ -337,8 +339,7 @@ ordered_json bench_memory(const bench_setup& b) {
   cfg.sched.max_running = 256;
   cfg.sched.max_tokens_per_step = 512;
   cfg.prefix_caching = false;
-  const auto owned = b.make_engine(cfg);
-  engine& e = *owned;
+  engine& e = b.make_engine(cfg);
   for (int i = 0; i < 96; ++i)
     submit_or_throw(e, "m" + std::to_string(i), random_prompt(rng, plen(rng), hp.n_vocab), fixed_length(glen(rng)));
   double util_sum = 0;
@@ -375,7 +376,7 @@ ordered_json bench_memory(const bench_setup& b) {
 // chunks while the admitted ones decode, so the first still runs when the budget is full; a run
 // ends when the first request finishes. Figures: the peak of KV tokens held for running
 // requests, in 2048-token sequences, and the peak of running requests.
-ordered_json bench_window(const bench_setup& b) {
+ordered_json bench_window(bench_setup& b) {
   const llama_hparams& hp = b.model->hparams();
   if (hp.sliding_window <= 0)
     throw std::invalid_argument("bench-engine [window]: " + hp.name +
@@ -404,8 +405,7 @@ ordered_json bench_window(const bench_setup& b) {
   auto measure = [&](bool release) {
     engine_config cfg = base;
     cfg.kv_window_release = release;
-    const auto owned = b.make_engine(cfg);
-    engine& e = *owned;
+    engine& e = b.make_engine(cfg);
     for (int i = 0; i < n_requests; ++i) submit_or_throw(e, "w" + std::to_string(i), prompts[i], fixed_length(n_gen));
     figures f;
     f.global_blocks = e.pool().n_blocks();
@@ -487,18 +487,18 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(skip, s); };
   std::unique_ptr<cpu::read_probe> probe;
   if (run_section("decode") && !dev.cuda) probe = std::make_unique<cpu::read_probe>(pool);
-  const bench_setup b{dev,
-                      &pool,
-                      model.get(),
-                      *kvt,
-                      static_cast<int>(a.get_int("prompt-tokens", 128)),
-                      static_cast<int>(a.get_int("gen-tokens", 128)),
-                      static_cast<float>(a.get_float("temperature", 0.0)),
-                      static_cast<float>(a.get_float("top-p", 1.0)),
-                      concurrency_levels(a, dev.cuda),
-                      skip,
-                      parse_kv_window_release(a.get("kv-window-release", "on")),
-                      probe.get()};
+  bench_setup b{dev,
+                &pool,
+                model.get(),
+                *kvt,
+                static_cast<int>(a.get_int("prompt-tokens", 128)),
+                static_cast<int>(a.get_int("gen-tokens", 128)),
+                static_cast<float>(a.get_float("temperature", 0.0)),
+                static_cast<float>(a.get_float("top-p", 1.0)),
+                concurrency_levels(a, dev.cuda),
+                skip,
+                parse_kv_window_release(a.get("kv-window-release", "on")),
+                probe.get()};
   ordered_json js{{"device", dev.name()},
                   {"kernels", cpu::kernel_isa_name()},
                   {"threads", pool.size()},
