@@ -243,7 +243,14 @@ void linear::forward_gemm(const float* x, int64_t ldx, int64_t n_tok, float* y, 
   forward_gemm_fused({&out, 1}, x, ldx, n_tok, pool);
 }
 
-bool linear::prompt_on_integer_kernel() const { return is_k_quant(type_) && !use_amx_kernels(); }
+bool linear::prompt_on_integer_kernel() const {
+  return (is_k_quant(type_) || (integer_prompts_ && vnni_ready())) && !use_amx_kernels();
+}
+
+bool linear::use_integer_prompts() {
+  integer_prompts_ = true;
+  return !is_k_quant(type_) && prompt_on_integer_kernel();
+}
 
 void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_t ldx, int64_t n_tok,
                         thread_pool& pool) {

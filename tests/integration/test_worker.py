@@ -1,5 +1,6 @@
 """A real switchyard-worker process driven over ZeroMQ like a router drives it: concurrent
 streaming, cancel, drain, deadlines, malformed frames, metrics. Needs the model (deploy/setup.sh)."""
+import re
 import time
 
 import msgpack
@@ -268,4 +269,23 @@ def test_resident_prompt_panels_give_the_same_tokens_and_a_bad_value_is_refused(
     from worker_client import WORKER
     p = subprocess.run([WORKER, "serve", "--model", MODEL, "--metrics-port", "-1", "--prompt-panels", "always"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "--prompt-panels must be resident or per-step" in p.stderr
+    assert p.returncode != 0 and "--prompt-panels must be per-step, resident or integer" in p.stderr
+
+
+def test_integer_prompt_panels_answer_and_say_where_they_apply(client, prompts):
+    """--prompt-panels integer puts the prompt tokens of Q4_0..Q8_0 layers on the integer kernel
+    where the CPU runs it (AVX-512 VNNI without AMX): the worker says in how many layers, and
+    answers every request (its tokens may differ from the bf16 prompt path's: 8-bit activations)."""
+    w = Worker("--kv-blocks", "64", "--prompt-panels", "integer")
+    c = Client(w.endpoint)
+    try:
+        assert c.hello()[0] == "welcome"
+        for i, q in enumerate(QUESTIONS[:2]):
+            c.submit(f"r{i}", prompts[q], max_tokens=16, stream=False)
+        got = c.collect([f"r{i}" for i in range(2)])
+        for i in range(2):
+            assert got[f"r{i}"]["error"] is None and len(got[f"r{i}"]["tokens"]) > 0
+    finally:
+        c.close()
+        assert w.stop() == 0
+    assert re.search(r"prompt tokens on the integer kernel in \d+ layers", w.proc.stderr.read())

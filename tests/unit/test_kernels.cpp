@@ -398,6 +398,39 @@ TEST_CASE("resident prompt panels give the per-step panels' results bitwise") {
   default_kernels();
 }
 
+TEST_CASE("integer prompts: a layer with integer panels takes decode's kernel for prompt tokens, bitwise") {
+  thread_pool pool(2);
+  for (const isa_mode& mode : isa_modes()) {
+    mode.use();
+    const char* isa = mode.name;
+    for (weight_type t : {weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1, weight_type::q8_0,
+                          weight_type::f16, weight_type::q4_k}) {
+      const int64_t cols = is_k_quant(t) ? 256 : 96, rows = 40;
+      auto w = random_weights(t, rows, cols);
+      const linear plain(t, w.data(), rows, cols, pool);
+      linear opted(t, w.data(), rows, cols, pool);
+      const bool moved = opted.use_integer_prompts();
+      INFO("isa " << isa << " type " << weight_type_name(t));
+      // Only the integer-panel types move, and wherever the VNNI kernel runs without AMX they do.
+      const bool int_panel_type = !is_float_type(t) && !is_k_quant(t);
+      CHECK(moved == (int_panel_type && use_avx512_vnni_kernels() && !use_amx_kernels()));
+      CHECK(opted.prompt_on_integer_kernel() == (moved || plain.prompt_on_integer_kernel()));
+      for (int64_t n_tok : {1, 5, 17}) {
+        auto x = random_floats(static_cast<size_t>(n_tok * cols));
+        std::vector<float> gemm(n_tok * rows), gemv(gemm.size()), before(gemm.size());
+        opted.forward_gemm(x.data(), cols, n_tok, gemm.data(), rows, pool);
+        opted.forward_gemv(x.data(), cols, n_tok, gemv.data(), rows, pool);
+        plain.forward_gemm(x.data(), cols, n_tok, before.data(), rows, pool);
+        if (opted.prompt_on_integer_kernel())
+          CHECK(gemm == gemv);  // a prompt token computes what a decode token would
+        else
+          CHECK(gemm == before);  // nothing changed for this layer
+      }
+    }
+  }
+  default_kernels();
+}
+
 TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
   auto x = random_floats(576);
   auto w = random_floats(576);

@@ -22,11 +22,11 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/cli/bench_engine.hpp"
+#include "worker/cli/serve_engine.hpp"
 #include "worker/engine/generator.hpp"
 #include "worker/model/llama_model.hpp"
 #ifdef SY_NO_SERVE
 #include "worker/cli/device_backend.hpp"
-#include "worker/cli/serve_engine.hpp"
 #else
 #include "common/wire/curve_keys.hpp"
 #include "worker/cli/grammar_cli.hpp"
@@ -66,8 +66,9 @@ void usage() {
       "           [--embeddings [--pooling mean|last]]   (serve POST /v1/embeddings through routers; CPU only)\n"
       "           [--block-size 16] [--max-context 2048] [--max-running 32] [--max-batch-tokens 256]\n"
       "           [--max-step-ms MS]   (while streams decode, a step's prompt tokens fit MS; 0: off, the default)\n"
-      "           [--prompt-panels per-step|resident]   (resident: the prompt GEMM's bf16 weight panels built\n"
-      "                                once, 2 bytes per weight, so small prompt chunks are cheap; CPU only)\n"
+      "           [--prompt-panels per-step|resident|integer]   (resident: the prompt GEMM's bf16 weight panels\n"
+      "                                built once, 2 bytes per weight, so small prompt chunks are cheap; integer:\n"
+      "                                Q4_0..Q8_0 prompts on the 8-bit kernel, faster, less exact; CPU only)\n"
       "           [--device cpu|cuda|cuda:N] [--cuda-graphs on|off] [--chat-template NAME|FILE]\n"
       "           [--drain-timeout-s 30]   (after SIGTERM, what runs may finish for at most that long)\n"
       "           [--served-model-name NAME]...   (more names routers accept for the model, e.g. its HF id)\n"
@@ -81,7 +82,7 @@ void usage() {
       "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
       "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--ignore-eos] [--ctx N] [--threads N]\n"
       "           [--stats]\n"
-      "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3]\n"
+      "  bench    [--model PATH] [--prompt-tokens 512] [--gen-tokens 128] [--repeat 3] [--prompt-panels MODE]\n"
       "           [--threads N] [--json FILE]\n"
       "  tokenize --prompt TEXT [--chat] [--system TEXT] [--chat-template NAME|FILE]   (token ids as JSON)\n"
 #ifndef SY_NO_SERVE
@@ -182,11 +183,13 @@ int cmd_generate(const sy::cli_args& a) {
 // forward over N prompt tokens from an empty cache; tg = M single-token forwards from an
 // empty cache. Median over --repeat runs after one warm-up.
 int cmd_bench(const sy::cli_args& a) {
-  a.check_known({"model", "prompt-tokens", "gen-tokens", "repeat", "threads", "json"});
+  a.check_known({"model", "prompt-tokens", "gen-tokens", "repeat", "threads", "json", "prompt-panels"});
+  const auto panels = sy::parse_prompt_panels(a.get("prompt-panels", "per-step"));
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   const double t_load = now_ms();
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
   const double load_ms = now_ms() - t_load;
+  sy::apply_prompt_panels(panels, *model, pool, "switchyard-worker bench");
   const int64_t n_pp = a.get_int("prompt-tokens", 512), n_tg = a.get_int("gen-tokens", 128);
   const int reps = static_cast<int>(a.get_int("repeat", 3));
   std::string text;
@@ -326,8 +329,10 @@ int cmd_serve_check(const sy::cli_args& a) {
   a.check_known(sy::serve_options());
   const sy::device_choice dev = sy::parse_device_choice(a);
   chat_template_option(a);  // a bad --chat-template fails as serve's would
+  const auto panels = sy::parse_prompt_panels(a.get("prompt-panels", "per-step"));  // and --prompt-panels
   sy::cpu::thread_pool pool(static_cast<int>(a.get_int("threads", 0)));
   auto model = sy::llama_model::load(a.get("model", default_model()), pool);
+  if (!dev.cuda) sy::apply_prompt_panels(panels, *model, pool, "serve-check");
   const auto eng = sy::make_serve_engine(a, dev, *model, pool);
   const sy::engine_config& used = eng->config();
   const std::string device =

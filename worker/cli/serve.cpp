@@ -73,12 +73,8 @@ int run_serve(const cli_args& a, const char* default_model) {
   const device_choice dev = parse_device_choice(a);  // before the model loads: a bad flag fails fast
   const std::string model_path = a.get("model", default_model);
   require_model_file(model_path);  // so does a missing model file
-  // So does a bad --prompt-panels (resident: the prompt GEMM's bf16 panels built once, 2 bytes
-  // per weight, instead of in every step with prompt rows; cpu::linear::keep_prompt_panels).
-  const std::string panels = a.get("prompt-panels", "per-step");
-  if (panels != "resident" && panels != "per-step")
-    throw std::invalid_argument("--prompt-panels must be resident or per-step, not '" + panels + "'");
-  const bool resident_panels = panels == "resident";
+  // So does a bad --prompt-panels (serve_engine.hpp).
+  const prompt_panels panels = parse_prompt_panels(a.get("prompt-panels", "per-step"));
   // So does a bad --chat-template. Its name, or its file's text, is what routers are sent.
   const std::string chat_override = a.has("chat-template") ? chat_template::read_option(a.get("chat-template")) : "";
   if (chat_override.size() > proto::k_max_chat_template_bytes)
@@ -145,9 +141,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   };
   auto model = llama_model::load(model_path, pool);
   const double load_s = seconds_since(t_start);
-  if (resident_panels && !dev.cuda)
-    std::fprintf(stderr, "switchyard-worker: prompt GEMM panels resident: %.1f MiB\n",
-                 static_cast<double>(model->keep_prompt_panels(pool)) / (1 << 20));
+  if (!dev.cuda) apply_prompt_panels(panels, *model, pool, "switchyard-worker");
   const auto t_engine = std::chrono::steady_clock::now();
   std::unique_ptr<engine> eng = make_serve_engine(a, dev, *model, pool);
   const engine_config& used = eng->config();  // the backend's KV size

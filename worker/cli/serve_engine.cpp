@@ -24,6 +24,22 @@ int64_t available_memory_bytes() {
 
 }  // namespace
 
+prompt_panels parse_prompt_panels(const std::string& value) {
+  if (value == "per-step") return prompt_panels::per_step;
+  if (value == "resident") return prompt_panels::resident;
+  if (value == "integer") return prompt_panels::integer;
+  throw std::invalid_argument("--prompt-panels must be per-step, resident or integer, not '" + value + "'");
+}
+
+void apply_prompt_panels(prompt_panels mode, llama_model& model, cpu::thread_pool& pool, const char* who) {
+  if (mode == prompt_panels::resident)
+    std::fprintf(stderr, "%s: prompt GEMM panels resident: %.1f MiB\n", who,
+                 static_cast<double>(model.keep_prompt_panels(pool)) / (1 << 20));
+  if (mode == prompt_panels::integer)
+    std::fprintf(stderr, "%s: prompt tokens on the integer kernel in %d layers (8-bit activations)\n", who,
+                 model.use_integer_prompts());
+}
+
 // "fault-inject" is for tests only (worker/cli/fault_injection.hpp) and absent from the usage text.
 const std::vector<std::string>& serve_options() {
   static const std::vector<std::string> k = {

@@ -16,6 +16,15 @@ namespace sy {
 
 class cli_args;
 
+// --prompt-panels: per-step (the prompt GEMM's bf16 panels built in every step with prompt rows,
+// the default), resident (built once at load, 2 bytes per weight), integer (no bf16 panels where
+// the layer has integer panels: prompt tokens on the integer kernel with 8-bit activations;
+// cpu::linear::use_integer_prompts). Throws std::invalid_argument naming the flag on anything else.
+enum class prompt_panels { per_step, resident, integer };
+prompt_panels parse_prompt_panels(const std::string& value);
+// Applies the mode to the model's CPU layers and says what it did on stderr (`who`: the program).
+void apply_prompt_panels(prompt_panels mode, llama_model& model, cpu::thread_pool& pool, const char* who);
+
 // Every option `serve` takes (for cli_args::check_known).
 const std::vector<std::string>& serve_options();
 

@@ -267,6 +267,14 @@ size_t llama_model::keep_prompt_panels(cpu::thread_pool& pool) {
   return prompt_panel_bytes_;
 }
 
+int llama_model::use_integer_prompts() {
+  int moved = 0;
+  for (llama_layer& L : layers_)
+    for (cpu::linear* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      moved += w->use_integer_prompts();
+  return moved;
+}
+
 cpu::rope_config llama_model::rope(bool windowed, int64_t n_ctx) const {
   cpu::rope_config c;
   c.n_rot = hp_.n_rot;

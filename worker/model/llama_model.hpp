@@ -108,6 +108,9 @@ class llama_model {
   // Every layer's prompt GEMM panels kept resident (cpu::linear::keep_prompt_panels; not the
   // output head, whose rows always take the integer kernel). Returns the bytes they hold.
   size_t keep_prompt_panels(cpu::thread_pool& pool);
+  // Every layer's prompt tokens on the integer kernel where it has integer panels
+  // (cpu::linear::use_integer_prompts). Returns how many layers moved there.
+  int use_integer_prompts();
   size_t prompt_panel_bytes() const { return prompt_panel_bytes_; }
   // "q4_K x 98, q6_K x 13, f32 x 33": the file's tensor types, for logs.
   std::string type_summary() const;
