@@ -14,6 +14,8 @@
 
 namespace sy::cpu {
 
+class thread_pool;
+
 // The transparent huge page size: huge_alloc's alignment and rounding.
 constexpr size_t huge_page_bytes = size_t{2} << 20;
 constexpr size_t huge_round_up(size_t n) { return (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
@@ -31,6 +33,10 @@ struct huge_free_deleter {
 };
 using huge_buffer = std::unique_ptr<uint8_t[], huge_free_deleter>;
 inline huge_buffer make_huge_buffer(size_t n) { return huge_buffer(static_cast<uint8_t*>(huge_alloc(n))); }
+// Sets n bytes at p to `value` a huge page at a time, spread over `pool` when given (the kernel
+// zeroes each fresh page as it is first touched: over the pool, the thread whose pages come
+// slower takes fewer of them).
+void fill_huge(uint8_t* p, size_t n, uint8_t value, thread_pool* pool);
 
 template <class T>
 struct huge_page_allocator {

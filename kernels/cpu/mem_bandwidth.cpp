@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
@@ -14,11 +13,7 @@ namespace sy::cpu {
 
 read_probe::read_probe(thread_pool& pool, size_t bytes)
     : bytes_(bytes / sizeof(__m256i) * sizeof(__m256i)), buf_(make_huge_buffer(bytes_)) {
-  pool.run([&](int ith, int nth) {
-    int64_t b, e;
-    thread_pool::split(static_cast<int64_t>(bytes_), static_cast<int64_t>(huge_page_bytes), ith, nth, b, e);
-    std::memset(buf_.get() + b, 1, static_cast<size_t>(e - b));
-  });
+  fill_huge(buf_.get(), bytes_, 1, &pool);
 }
 
 double read_probe::measure(thread_pool& pool, int rounds) const {

@@ -92,8 +92,9 @@ struct bench_setup {
   std::vector<int> levels;   // concurrency levels / batch sizes
   std::string skip;
   bool window_release;  // --kv-window-release (worker/model/kv_window.hpp)
-  // [decode] on the CPU: the read-bandwidth probe, held until the run ends (mem_bandwidth.hpp)
-  const cpu::read_probe* probe = nullptr;
+  // [decode] on the CPU: the read-bandwidth probe, made at its first use and held until the run
+  // ends (mem_bandwidth.hpp)
+  std::unique_ptr<cpu::read_probe> probe = nullptr;
 
   // Every engine the sections made, held until the run ends: an engine freed while later steps
   // are timed gives its KV arena back, and on a VM the host's reclaiming it slows those steps
@@ -129,6 +130,7 @@ struct bench_setup {
 ordered_json bench_decode(bench_setup& b) {
   const int n_prompt = b.n_prompt, n_gen = b.n_gen;
   // bytes/s: device-to-device copy (read + write) on a GPU, read bandwidth of all threads on the CPU
+  if (!b.dev.cuda && !b.probe) b.probe = std::make_unique<cpu::read_probe>(*b.pool);
   const double bw = b.dev.cuda ? measure_copy_bandwidth(b.dev) : b.probe->measure(*b.pool);
   const int c_max = *std::max_element(b.levels.begin(), b.levels.end());
   engine_config cfg;
@@ -481,12 +483,6 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
   const auto kvt = cpu::parse_kv_type(a.get("kv-type", "f16"), hp.head_dim, kv_error);
   if (!kvt) throw std::invalid_argument("--kv-type: " + kv_error);
   if (dev.cuda && *kvt != cpu::kv_type::f16) throw std::invalid_argument("--kv-type: the CUDA backend stores f16");
-  // Sections: --sections (default: decode on a GPU, the CPU figures elsewhere) minus --skip.
-  const std::string sections = a.get("sections", dev.cuda ? "decode" : "batching,prefix,memory");
-  const std::string skip = a.get("skip", "");
-  auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(skip, s); };
-  std::unique_ptr<cpu::read_probe> probe;
-  if (run_section("decode") && !dev.cuda) probe = std::make_unique<cpu::read_probe>(pool);
   bench_setup b{dev,
                 &pool,
                 model.get(),
@@ -496,9 +492,11 @@ int run_bench_engine(const cli_args& a, const char* default_model) {
                 static_cast<float>(a.get_float("temperature", 0.0)),
                 static_cast<float>(a.get_float("top-p", 1.0)),
                 concurrency_levels(a, dev.cuda),
-                skip,
-                parse_kv_window_release(a.get("kv-window-release", "on")),
-                probe.get()};
+                a.get("skip", ""),
+                parse_kv_window_release(a.get("kv-window-release", "on"))};
+  // Sections: --sections (default: decode on a GPU, the CPU figures elsewhere) minus --skip.
+  const std::string sections = a.get("sections", dev.cuda ? "decode" : "batching,prefix,memory");
+  auto run_section = [&](const std::string& s) { return has_word(sections, s) && !has_word(b.skip, s); };
   ordered_json js{{"device", dev.name()},
                   {"kernels", cpu::kernel_isa_name()},
                   {"threads", pool.size()},
