@@ -88,6 +88,7 @@ struct active_request {
   uint32_t n_finished = 0;
   usage_info usage;
   int64_t queue_tokens = 0;  // what it weighs in the queue (admission's estimate), every time
+  double work_done = 0;      // of queue_tokens, counted as done in its model's service rate
   std::vector<uint64_t> block_hashes;
   double t_enqueued_s = 0;  // first admission: its deadline counts from here
   double t_first_token_s = 0, t_last_token_s = 0, t_dispatched_s = 0;

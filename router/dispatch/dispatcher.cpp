@@ -204,7 +204,7 @@ void dispatcher::admit(std::shared_ptr<routed_request> r, double now_s, std::vec
   queue_load load;
   load.requests = queue_.size();
   load.tokens = queue_.tokens();
-  load.est_wait_s = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 0;
+  load.est_wait_s = queue_wait_s(req.model->id).value_or(0);  // unknown: nothing refused on it
   auto verdict = admission_.admit(*req.who, req.priority, tokens, deadline_s, now_s, load, req.rate_charged);
   if (auto* no = std::get_if<rejection>(&verdict)) {
     const char* type = no->status == 429   ? "rate_limit_error"
@@ -509,11 +509,12 @@ void dispatcher::on_tokens(worker_ref worker, const proto::tokens& m, double now
     if (a.t_first_token_s == 0) {
       a.t_first_token_s = t_recv_s;
       ttft_s_.observe(t_recv_s - r.t_received_s);
+      credit(a, static_cast<double>(r.prompt.size()));  // its prompt is done
     } else {
       itl_s_.observe(t_recv_s - a.t_last_token_s);
     }
     a.t_last_token_s = t_recv_s;
-    rate_window_tokens_ += m.token_ids.size();
+    credit(a, static_cast<double>(m.token_ids.size()));
   }
   cs.completion_tokens = m.usage.completion_tokens;  // a resumed choice's worker counts what it resumed from
   cs.tokens.insert(cs.tokens.end(), m.token_ids.begin(), m.token_ids.end());
@@ -716,6 +717,8 @@ std::unique_ptr<active_request> dispatcher::detach(uint64_t id) {
   std::unique_ptr<active_request> owned = std::move(it->second);
   active_.erase(it);
   if (owned->phase == request_phase::queued) queue_.remove(owned->r->model->id, id);
+  // Whatever it weighed and was not counted yet left its worker's work with it.
+  if (owned->attempt > 0) credit(*owned, static_cast<double>(owned->queue_tokens));
   coalesce_.forget(*owned);
   return owned;
 }
@@ -932,7 +935,7 @@ void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out
                                  "' for " + waited + "; retry later");
     // When to come back: the queue's estimated wait (what is queued over the recent output
     // rate), within [1 s, the timeout].
-    const double est = tokens_per_s_ > 0 ? static_cast<double>(queue_.tokens()) / tokens_per_s_ : 1.0;
+    const double est = queue_wait_s(a.r->model->id).value_or(1.0);
     e.retry_after_s = std::clamp(est, 1.0, std::max(1.0, qt));
     fail(a, e, out);
   }
@@ -1029,14 +1032,28 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
     }
   }
   log_worker_changes();
-  // Output rate over ~1 s windows, smoothed: the queue-wait estimate for admission.
-  if (now_s - rate_window_start_s_ >= 1.0) {
-    const double rate = static_cast<double>(rate_window_tokens_) / (now_s - rate_window_start_s_);
-    tokens_per_s_ = tokens_per_s_ == 0 ? rate : 0.7 * tokens_per_s_ + 0.3 * rate;
-    rate_window_start_s_ = now_s;
-    rate_window_tokens_ = 0;
-  }
   pump(now_s, out);
+  // After dispatching: a model with requests still queued had every worker slot taken.
+  for (const auto& [model, q] : queue_.by_model()) rates_[model];
+  for (auto& [model, rate] : rates_) {
+    const auto q = queue_.by_model().find(model);
+    rate.tick(now_s, q != queue_.by_model().end() && q->second.size() > 0);
+  }
+}
+
+void dispatcher::credit(active_request& a, double tokens) {
+  const double left = static_cast<double>(a.queue_tokens) - a.work_done;
+  tokens = std::min(tokens, left);
+  if (tokens <= 0) return;
+  a.work_done += tokens;
+  rates_[a.r->model->id].done(tokens);
+}
+
+std::optional<double> dispatcher::queue_wait_s(const std::string& model) const {
+  const auto rate = rates_.find(model);
+  const auto q = queue_.by_model().find(model);
+  if (rate == rates_.end()) return std::nullopt;
+  return rate->second.wait_s(q == queue_.by_model().end() ? 0.0 : static_cast<double>(q->second.tokens()));
 }
 
 void dispatcher::request_kv_resyncs(double now_s, std::vector<link_frame>& out) {

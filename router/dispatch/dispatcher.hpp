@@ -51,6 +51,7 @@
 #include "router/dispatch/priority_queue.hpp"
 #include "router/dispatch/retry_budget.hpp"
 #include "router/dispatch/routed_request.hpp"
+#include "router/dispatch/service_rate.hpp"
 #include "router/fleet/model_registry.hpp"
 #include "router/fleet/worker_pool.hpp"
 #include "router/tracing/otlp_exporter.hpp"
@@ -202,6 +203,10 @@ class dispatcher {
   void erase(uint64_t id);
   // Takes a request out of every table and hands it over (null when unknown).
   std::unique_ptr<active_request> detach(uint64_t id);
+  // Work of `a` done, in queue tokens (never more than it weighs), for its model's service rate.
+  void credit(active_request& a, double tokens);
+  // How long `model`'s queued work takes at its measured service rate; nothing while unknown.
+  std::optional<double> queue_wait_s(const std::string& model) const;
   active_request* find_wire(std::string_view wire_id, uint32_t* choice);
   token_logprobs render_logprobs(const routed_request& r, const proto::token_logprob& lp) const;
   template <class T>
@@ -245,9 +250,7 @@ class dispatcher {
   coalescer coalesce_;
   std::unordered_map<worker_ref, double> hello_sent_s_;  // per worker in the pool
   bool draining_ = false;
-  double tokens_per_s_ = 0;  // recent cluster output rate (EWMA), for queue wait estimates
-  double rate_window_start_s_ = 0;
-  uint64_t rate_window_tokens_ = 0;
+  std::map<std::string, service_rate> rates_;  // per model: how fast its queue is cleared
   double last_tick_s_ = -1;
   // Prompts that took down max_attempts workers (prompt_fingerprint), and until when they are
   // refused; at most k_max_deadly entries (the oldest expiry goes first).

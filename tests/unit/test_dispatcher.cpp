@@ -468,6 +468,59 @@ TEST_CASE("dispatcher: a priority outside the tenant's range runs clamped and sa
             "switchyard_router_admission_rejections_total{reason=\"priority_not_allowed\"} 1\n") != std::string::npos);
 }
 
+TEST_CASE("dispatcher: a burst on an idle cluster is admitted, and a deadline the measured queue wait passes is 503") {
+  harness h;  // local queue 2: the worker holds 3 requests, the rest wait in the router
+  start_workers(h, 1, /*max_running=*/1);
+  const worker_ref w = 0;
+  double t = 0;
+  for (; t < 10.0; t += 0.1) {  // a long idle start: nothing queued, nothing done
+    h.heartbeat(w, t);
+    h.d.tick(t, h.out);
+  }
+  // A burst; its first token comes slowly (the worker is busy with prefills). A wait estimated
+  // from the output of the first seconds (one token) would refuse all of these on their deadline.
+  std::vector<client> burst;
+  for (int i = 0; i < 20; ++i) burst.push_back(h.request({.timeout_s = 60, .prompt = "Another prompt"}, t));
+  std::vector<std::string> running;
+  for (const auto& s : submits(h.take(), w)) running.push_back(s.request_id);
+  REQUIRE(running.size() == 3);
+  h.tokens(w, running[0], 1, " a", 1, t + 0.5, "", 2, 0);
+  for (int i = 0; i < 20; ++i) {
+    h.heartbeat(w, t + 0.6 + 0.1 * i);
+    h.d.tick(t + 0.6 + 0.1 * i, h.out);
+    burst.push_back(h.request({.timeout_s = 60, .prompt = "Another prompt"}, t + 0.6 + 0.1 * i));
+  }
+  t += 2.6;
+  for (const client& c : burst) CHECK(c.ex->log.empty());  // queued or running, none refused
+  // The worker now finishes one request every 0.5 s: each clears prompt + max_tokens = 18 tokens
+  // of queued work, 36 a second, with the queue never empty.
+  for (int k = 0; k < 12; ++k) {
+    for (int i = 0; i < 5; ++i, t += 0.1) {
+      h.heartbeat(w, t);
+      h.d.tick(t, h.out);
+    }
+    h.tokens(w, running.front(), 16, " done", 16, t, "length", 2, 0);
+    running.erase(running.begin());
+    for (const auto& s : submits(h.take(), w)) running.push_back(s.request_id);
+  }
+  const size_t queued = h.d.queued();
+  REQUIRE(queued >= 20);
+  const double wait = static_cast<double>(queued) * 18 / 36;  // the estimate, about
+  // A request that cannot be dispatched before its deadline is refused at once...
+  const auto late = h.request({.timeout_s = wait / 3, .prompt = "Another prompt"}, t);
+  REQUIRE(late.ex->log == std::vector<std::string>{"respond"});
+  CHECK(late.ex->responses[0].status == 503);
+  CHECK(late.ex->body()["error"]["code"] == "deadline");
+  const std::string message = late.ex->body()["error"]["message"];
+  INFO(message);
+  const double said = std::stod(message.substr(message.find("wait ") + 5));
+  CHECK(said == Approx(wait).epsilon(0.25));
+  CHECK(std::stoi(header(late.ex->responses[0].headers, "Retry-After")) >= 1);
+  // ...one with time enough queues.
+  const auto fine = h.request({.timeout_s = wait * 3, .prompt = "Another prompt"}, t);
+  CHECK(fine.ex->log.empty());
+}
+
 TEST_CASE("dispatcher: a full cluster queue answers 429 queue_full") {
   dispatcher_config cfg = test_config(/*local_queue=*/0);
   cfg.admission.max_queued_requests = 1;
