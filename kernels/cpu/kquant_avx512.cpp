@@ -229,18 +229,31 @@ void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n) {
     const float iscale = -127.f / vmax;
     const __m512 is = _mm512_set1_ps(iscale);
     for (int g = 0; g < 16; ++g) {
-      // Round to nearest even (nearbyint in the default mode); the narrowing saturates to
-      // [-128, 127] as the scalar clamp does.
-      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * g)),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i q = _mm512_cvtps_epi32(r);
+      // Converted with rounding to nearest even (nearbyint in the default mode) named in the
+      // instruction; the narrowing saturates to [-128, 127] as the scalar clamp does.
+      const __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * g)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs + 16 * g), _mm512_cvtsepi32_epi8(q));
-      // Sums of the stored int8 values: saturation cannot change a rounded value here (|v| <= 127
-      // but for rounding slop at the extreme, which the clamp maps back to 127 / -128 alike).
-      b.bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * g)))));
     }
-    for (int g = 0; g < 8; ++g) b.sums32[g] = static_cast<int16_t>(b.bsums[2 * g] + b.bsums[2 * g + 1]);
+    // Sums of the stored int8 values, 16 at a time: each 128-bit lane of a 64-byte load is one
+    // group; the bytes + 128 summed by vpsadbw into its two quadwords, then 16 * 128 taken off.
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i lane_sums[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(b.qs + 64 * v), bias);
+      const __m512i sad = _mm512_sad_epu8(u, _mm512_setzero_si512());
+      lane_sums[v] = _mm512_add_epi64(sad, _mm512_shuffle_epi32(sad, _MM_PERM_BADC));  // both halves: the sum
+    }
+    // Quadwords 0, 2, 4, 6 of each: groups 4v .. 4v + 3.
+    const __m512i pick = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m512i g0_7 = _mm512_permutex2var_epi64(lane_sums[0], pick, lane_sums[1]);
+    const __m512i g8_15 = _mm512_permutex2var_epi64(lane_sums[2], pick, lane_sums[3]);
+    const __m256i sums16 = _mm256_sub_epi16(_mm256_set_m128i(_mm512_cvtepi64_epi16(g8_15), _mm512_cvtepi64_epi16(g0_7)),
+                                            _mm256_set1_epi16(16 * 128));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums), sums16);
+    // Pairs: the sums of 32.
+    const __m256i pairs = _mm256_madd_epi16(sums16, _mm256_set1_epi16(1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sums32), _mm256_cvtepi32_epi16(pairs));
     b.d = 1.f / iscale;
   }
 }

@@ -39,6 +39,8 @@ thread_local panel_scratch tls_panels;
 
 // Activation conversions before a product: split over the pool from this many tokens on.
 constexpr int64_t k_parallel_tokens = 16;
+// Matrix products with this many tokens or more hand out their last panels one group at a time.
+constexpr int64_t k_tokens_per_panel_chunk = 8;
 
 bool integer_type(weight_type t) { return !is_float_type(t); }
 bool vnni_type(weight_type t) {
@@ -146,14 +148,18 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
 }
 
 // One pool job over the panels of all layers in `outs`, concatenated and taken by the threads in
-// chunks of 4 panels or more (the prompt kernels' panel groups), at least an eighth of a thread's
-// share: fn(i, p0, p1) runs panels [p0, p1) of layer i.
+// chunks of 4 panels or more (the prompt kernels' panel groups): fn(i, p0, p1) runs panels
+// [p0, p1) of layer i. With few tokens a chunk is at least an eighth of a thread's share (a
+// panel is a few microseconds: fewer, longer runs through the weights); with many a panel is
+// long enough (a 512-token prompt: ~0.4 ms for a panel of a 8192-wide layer) that the last
+// chunks shrink to one group, so the thread that finishes first waits for one group at most.
 template <class F>
-void linear::for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn) {
+void linear::for_panels(std::span<const linear_out> outs, int64_t n_tok, thread_pool& pool, F&& fn) {
   int64_t total = 0;
   for (const auto& o : outs) total += o.w->n_panels_;
   constexpr int64_t grain = 4;
-  pool.for_chunks(total, grain, std::max<int64_t>(grain, total / (8 * pool.size())), [&](int64_t p0, int64_t p1) {
+  const int64_t min_chunk = n_tok >= k_tokens_per_panel_chunk ? grain : std::max(grain, total / (8 * pool.size()));
+  pool.for_chunks(total, grain, min_chunk, [&](int64_t p0, int64_t p1) {
     int64_t base = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
       const int64_t n = outs[i].w->n_panels_;
@@ -219,7 +225,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
     kq_qs_by_block(sc.q8k.data(), n_tok, cols, sc.q8k_by_block.data());
   }
-  linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
+  linear::for_panels(outs, n_tok, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     float* y = outs[i].y;
     const int64_t ldy = outs[i].ldy;
@@ -280,7 +286,7 @@ void forward_gemm_fused(std::span<const linear_out> outs, const float* x, int64_
   // Panels are converted a group at a time (4 for the AVX-512 kernel's 4-panel tiles, 1 for the
   // AVX2 one) into this thread's scratch, then multiplied by every token of the step.
   const int64_t group = wide ? 4 : 1;
-  linear::for_panels(outs, pool, [&](size_t i, int64_t b0, int64_t b1) {
+  linear::for_panels(outs, n_tok, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
     auto& ps = tls_panels;
     if (w.prompt_panels_.empty()) ps.panels.resize(static_cast<size_t>(group * panel_rows * cols));

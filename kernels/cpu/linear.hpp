@@ -105,7 +105,7 @@ class linear {
   friend void forward_gemv_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   friend void forward_gemm_fused(std::span<const linear_out>, const float*, int64_t, int64_t, thread_pool&);
   template <class F>
-  static void for_panels(std::span<const linear_out> outs, thread_pool& pool, F&& fn);
+  static void for_panels(std::span<const linear_out> outs, int64_t n_tok, thread_pool& pool, F&& fn);
   // Whether the AVX-512 VNNI kernel may run this layer now on its integer panels (built and not
   // forced portable); whether it has K panels (which every kernel family runs).
   bool vnni_ready() const;
