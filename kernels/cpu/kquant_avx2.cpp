@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -281,6 +282,67 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
 }
 
 }  // namespace
+
+void quantize_row_q8_K_avx2(const float* x, block_q8_K* y, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  // packs_epi32 / packs_epi16 interleave the 128-bit lanes; this puts the 4-byte runs back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < n / qk_k; ++i, x += qk_k) {
+    block_q8_K& b = y[i];
+    // The largest magnitude, and whether every value is finite (an all-ones exponent is not).
+    __m256 amax = _mm256_setzero_ps();
+    __m256i nonfinite = _mm256_setzero_si256();
+    for (int j = 0; j < qk_k; j += 8) {
+      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask);
+      const __m256i e = _mm256_and_si256(_mm256_castps_si256(a), exp_mask);
+      nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpeq_epi32(e, exp_mask));
+      amax = _mm256_max_ps(amax, a);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float m = _mm_cvtss_f32(m4);
+    const bool finite = _mm256_testz_si256(nonfinite, nonfinite) != 0;
+    if (!finite || m == 0) {  // as the scalar rule: zeros, or a NaN scale for a diverged model
+      b.d = finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
+      std::memset(b.qs, 0, sizeof b.qs);
+      std::memset(b.bsums, 0, sizeof b.bsums);
+      std::memset(b.sums32, 0, sizeof b.sums32);
+      continue;
+    }
+    // The first element of that magnitude gives the scale its sign (the scalar loop's strict >).
+    const __m256 mv = _mm256_set1_ps(m);
+    float vmax = 0;
+    for (int j = 0; j < qk_k; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), mv, _CMP_EQ_OQ));
+      if (hit != 0) {
+        vmax = x[j + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.f / vmax;
+    const __m256 is = _mm256_set1_ps(iscale);
+    // 32 values at a time: converted in the current rounding mode (nearest even by default, as the
+    // scalar nearbyint), narrowed with signed saturation to [-128, 127] as the scalar clamp.
+    for (int g = 0; g < 8; ++g) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * g + 8 * k)));
+      const __m256i bytes = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.qs + 32 * g), bytes);
+      // Sums of the two groups of 16: the bytes + 128 summed by vpsadbw, 16 * 128 taken off.
+      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(bytes, bias), _mm256_setzero_si256());
+      const __m256i both = _mm256_add_epi64(sad, _mm256_shuffle_epi32(sad, 0x4e));
+      b.bsums[2 * g] = static_cast<int16_t>(_mm256_extract_epi64(both, 0) - 16 * 128);
+      b.bsums[2 * g + 1] = static_cast<int16_t>(_mm256_extract_epi64(both, 2) - 16 * 128);
+    }
+    for (int g = 0; g < 8; ++g) b.sums32[g] = static_cast<int16_t>(b.bsums[2 * g] + b.bsums[2 * g + 1]);
+    b.d = 1.f / iscale;
+  }
+}
 
 void gemv_kq_panels_avx2(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                          const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {

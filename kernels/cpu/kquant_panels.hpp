@@ -165,5 +165,7 @@ inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, in
 }
 // quantize_row_q8_K (quant.hpp) with AVX-512: bitwise its blocks; only where use_avx512_vnni_kernels().
 void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n);
+// The same with AVX2 (every CPU this builds for), bitwise the scalar rule's blocks too.
+void quantize_row_q8_K_avx2(const float* x, block_q8_K* y, int64_t n);
 
 }  // namespace sy::cpu

@@ -211,10 +211,7 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
   if (need_q8k) {
     sc.q8k.resize(static_cast<size_t>(n_tok * nbk));
     pool.for_each(n_tok, k_parallel_tokens, [&, avx512 = use_avx512_vnni_kernels()](int64_t t) {
-      if (avx512)
-        quantize_row_q8_K_avx512(x + t * ldx, sc.q8k.data() + t * nbk, cols);
-      else
-        quantize_row_q8_K(x + t * ldx, sc.q8k.data() + t * nbk, cols);
+      (avx512 ? quantize_row_q8_K_avx512 : quantize_row_q8_K_avx2)(x + t * ldx, sc.q8k.data() + t * nbk, cols);
     });
   }
   // AMX from a full tile of tokens on (K panels: amx_kq_min_tokens): bitwise the VNNI kernels'

@@ -227,13 +227,11 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
     }
 }
 
-TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
-  if (!use_avx512_vnni_kernels()) {
-    WARN("no AVX-512 VNNI here (" << kernel_isa_name()
-                                  << "): the quantizer cannot run; the scalar rule is checked against ggml's");
-    SUCCEED();
-    return;
-  }
+namespace {
+
+// A vectorised q8_K quantizer against the scalar rule on random rows, ties, zeros, tiny and huge
+// values, values at .5 steps, NaN and infinities: every block bitwise.
+void check_q8_K_quantizer(void (*quantize)(const float*, block_q8_K*, int64_t)) {
   const int64_t n = 4 * 256;
   std::vector<std::vector<float>> rows;
   for (int r = 0; r < 8; ++r) rows.push_back(random_floats(static_cast<size_t>(n)));
@@ -256,12 +254,28 @@ TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
     INFO("row " << r);
     std::vector<block_q8_K> want(4), got(4);
     quantize_row_q8_K(rows[r].data(), want.data(), n);
-    quantize_row_q8_K_avx512(rows[r].data(), got.data(), n);
+    quantize(rows[r].data(), got.data(), n);
     for (int b = 0; b < 4; ++b) {
       INFO("block " << b);
       CHECK(std::memcmp(&want[b], &got[b], sizeof(block_q8_K)) == 0);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("the AVX2 q8_K quantizer gives the scalar rule's blocks bitwise") {
+  check_q8_K_quantizer(quantize_row_q8_K_avx2);
+}
+
+TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
+  if (!use_avx512_vnni_kernels()) {
+    WARN("no AVX-512 VNNI here (" << kernel_isa_name()
+                                  << "): the quantizer cannot run; the scalar rule is checked against ggml's");
+    SUCCEED();
+    return;
+  }
+  check_q8_K_quantizer(quantize_row_q8_K_avx512);
 }
 
 TEST_CASE("AMX K-panel loops on the tile model give the model's results bitwise") {
