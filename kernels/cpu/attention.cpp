@@ -287,6 +287,55 @@ inline void scores_dm_q8(const float* q, int64_t head_dim, const uint8_t* kslice
 }
 
 using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
+// The values pass with the outputs in registers, for f16 / f32 V (heads layout: a head's rows
+// position-major in each block): out[g][d0, d0 + 8 N) for H heads g over all n_keys keys, each
+// V row's part converted once for all H heads (values_rows converts rows into a buffer and
+// reloads them per head). Per element the same fma over j = 0, 1, ... from zero as values_rows.
+template <kv_type T, int N, int H>
+void values_regs(const float* p, int64_t stride, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
+                 int64_t head_dim, int64_t d0, float* out) {
+  const int64_t bs = kv.block_size, row_bytes = kv_row_bytes(T, head_dim);
+  __m256 acc[H][N];
+  for (int h = 0; h < H; ++h)
+    for (int k = 0; k < N; ++k) acc[h][k] = _mm256_setzero_ps();
+  const uint8_t* row = nullptr;
+  for (int64_t j = 0, b = 0, block_end = 0; j < n_keys; ++j, row += row_bytes) {
+    if (j == block_end) {  // block b starts
+      block_end += bs;
+      row = static_cast<const uint8_t*>(kv.v_blocks[b++]) + head_off + d0 * kv_row_bytes(T, 1);
+    }
+    __m256 v[N];
+    for (int k = 0; k < N; ++k) v[k] = load8_at<T>(row, 8 * k);
+    for (int h = 0; h < H; ++h) {
+      const __m256 ph = _mm256_set1_ps(p[h * stride + j]);
+      for (int k = 0; k < N; ++k) acc[h][k] = _mm256_fmadd_ps(ph, v[k], acc[h][k]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int k = 0; k < N; ++k) _mm256_storeu_ps(out + h * head_dim + d0 + 8 * k, acc[h][k]);
+}
+
+using values_fn = void (*)(const float*, int64_t, int64_t, const kv_layer_view&, int64_t, int64_t, int64_t, float*);
+
+// 16 output elements of up to 4 heads per pass (8 accumulators, 2 rows, one broadcast), or 8.
+template <kv_type T>
+void values_by_regs(const float* scores, int64_t stride, int64_t n_q, int64_t n_keys, const kv_layer_view& kv,
+                    int64_t head_off, int64_t head_dim, float* out) {
+  static constexpr values_fn wide[] = {nullptr, &values_regs<T, 2, 1>, &values_regs<T, 2, 2>, &values_regs<T, 2, 3>,
+                                       &values_regs<T, 2, 4>};
+  static constexpr values_fn narrow[] = {nullptr, &values_regs<T, 1, 1>, &values_regs<T, 1, 2>, &values_regs<T, 1, 3>,
+                                         &values_regs<T, 1, 4>};
+  for (int64_t d0 = 0; d0 < head_dim;) {
+    const bool two = head_dim - d0 >= 16;
+    for (int64_t h0 = 0; h0 < n_q;) {
+      const int H = static_cast<int>(std::min<int64_t>(n_q - h0, 4));
+      (two ? wide : narrow)[H](scores + h0 * stride, stride, n_keys, kv, head_off, head_dim, d0, out + h0 * head_dim);
+      h0 += H;
+    }
+    d0 += two ? 16 : 8;
+  }
+}
+
 // Keys per step (P) and the scores kernels by number of heads per pass (index H, up to
 // max_heads): as many heads as the 16 registers hold. 32 keys per step where the block allows
 // and the heads are few (more independent FMA chains).
@@ -347,7 +396,10 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
     }
   }
   for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * stride, n_keys, n_masked);
-  values_rows<T>(scores, stride, n_q, n_keys, kv, kv_head, head_dim, scores + n_q * stride, out);
+  if constexpr (T == kv_type::q8_0)
+    values_rows<T>(scores, stride, n_q, n_keys, kv, kv_head, head_dim, scores + n_q * stride, out);
+  else
+    values_by_regs<T>(scores, stride, n_q, n_keys, kv, head_off, head_dim, out);
 }
 
 // n floats (n % 32 == 0) as Q8_0 blocks. The scale is rounded to fp16 before quantizing, so the

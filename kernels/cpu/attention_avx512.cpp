@@ -5,8 +5,7 @@
 //    q[d] * k[d] from zero, then * scale.
 //  * values: out[g][d] = fma over keys j = 0, 1, ... of p[g][j] * v[j][d] from zero. Each V row is
 //    converted once into registers and used by every head of the pass; the heads' outputs stay in
-//    registers over all the keys (the AVX2 loop converts rows into a buffer and reloads them per
-//    head, three times the instructions).
+//    registers over all the keys (as attention.cpp's values_regs, 8 lanes at a time).
 // Compiled with -mavx512{f,bw,vl,dq,...}; only called when use_avx512_vnni_kernels().
 // GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
 // (GCC bug 105593), a false positive; nothing else in this file needs the warning.
