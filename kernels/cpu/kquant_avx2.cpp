@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -305,11 +304,8 @@ void quantize_row_q8_K_avx2(const float* x, block_q8_K* y, int64_t n) {
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float m = _mm_cvtss_f32(m4);
     const bool finite = _mm256_testz_si256(nonfinite, nonfinite) != 0;
-    if (!finite || m == 0) {  // as the scalar rule: zeros, or a NaN scale for a diverged model
-      b.d = finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
-      std::memset(b.qs, 0, sizeof b.qs);
-      std::memset(b.bsums, 0, sizeof b.bsums);
-      std::memset(b.sums32, 0, sizeof b.sums32);
+    if (!finite || m == 0) {
+      set_q8_K_unscaled(b, finite);
       continue;
     }
     // The first element of that magnitude gives the scale its sign (the scalar loop's strict >).

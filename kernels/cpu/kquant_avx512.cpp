@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/kquant_panels.hpp"
@@ -208,11 +207,8 @@ void quantize_row_q8_K_avx512(const float* x, block_q8_K* y, int64_t n) {
       amax = _mm512_max_ps(amax, _mm512_castsi512_ps(bits));
     }
     const float m = _mm512_reduce_max_ps(amax);
-    if (nonfinite != 0 || m == 0) {  // as the scalar rule: zeros, or a NaN scale for a diverged model
-      b.d = nonfinite == 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
-      std::memset(b.qs, 0, sizeof b.qs);
-      std::memset(b.bsums, 0, sizeof b.bsums);
-      std::memset(b.sums32, 0, sizeof b.sums32);
+    if (nonfinite != 0 || m == 0) {
+      set_q8_K_unscaled(b, nonfinite == 0);
       continue;
     }
     // The first element of that magnitude gives the scale its sign (the scalar loop's strict >).

@@ -94,6 +94,14 @@ struct block_q8_K {
   int16_t bsums[16];
   int16_t sums32[8];  // sums of each 32 (bsums pairwise): the q4_K / q5_K mins term
 };
+// A q8_K block with nothing to scale, as every quantizer writes it: all zeros with d = 0, or, where
+// a value was not finite, a NaN scale that shows in the output of a diverged model.
+inline void set_q8_K_unscaled(block_q8_K& b, bool finite) {
+  b.d = finite ? 0.f : __builtin_nanf("");
+  std::memset(b.qs, 0, sizeof b.qs);
+  std::memset(b.bsums, 0, sizeof b.bsums);
+  std::memset(b.sums32, 0, sizeof b.sums32);
+}
 
 enum class weight_type { f32, f16, bf16, q4_0, q4_1, q8_0, q5_0, q5_1, q4_k, q5_k, q6_k };
 const char* weight_type_name(weight_type t);

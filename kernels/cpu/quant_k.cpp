@@ -118,11 +118,7 @@ void quantize_row_q8_K(const float* x, block_q8_K* y, int64_t n) {
     }
     block_q8_K& b = y[i];
     if (!finite || amax == 0) {
-      // All zeros; or a diverged model, whose NaN scale then shows in the output.
-      b.d = finite ? 0.f : std::nanf("");
-      std::memset(b.qs, 0, sizeof b.qs);
-      std::memset(b.bsums, 0, sizeof b.bsums);
-      std::memset(b.sums32, 0, sizeof b.sums32);
+      set_q8_K_unscaled(b, finite);
       continue;
     }
     const float iscale = -127.f / vmax;
