@@ -151,7 +151,7 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
 // chunks of 4 panels or more (the prompt kernels' panel groups): fn(i, p0, p1) runs panels
 // [p0, p1) of layer i. With few tokens a chunk is at least an eighth of a thread's share (a
 // panel is a few microseconds: fewer, longer runs through the weights); with many a panel is
-// long enough (a 512-token prompt: ~0.4 ms for a panel of a 8192-wide layer) that the last
+// long enough (a 512-token prompt: ~0.4 ms for a panel of an 8192-wide layer) that the last
 // chunks shrink to one group, so the thread that finishes first waits for one group at most.
 template <class F>
 void linear::for_panels(std::span<const linear_out> outs, int64_t n_tok, thread_pool& pool, F&& fn) {

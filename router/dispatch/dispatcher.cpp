@@ -933,8 +933,8 @@ void dispatcher::check_queue_timeouts(double now_s, std::vector<link_frame>& out
     api_error e = make_error(408, "timeout_error", "queue_timeout",
                              "the request waited in the router's queue for a free worker of '" + a.r->model->id +
                                  "' for " + waited + "; retry later");
-    // When to come back: the queue's estimated wait (what is queued over the recent output
-    // rate), within [1 s, the timeout].
+    // When to come back: the model's queue wait at its measured service rate (1 s while not
+    // measured), within [1 s, the timeout].
     const double est = queue_wait_s(a.r->model->id).value_or(1.0);
     e.retry_after_s = std::clamp(est, 1.0, std::max(1.0, qt));
     fail(a, e, out);
