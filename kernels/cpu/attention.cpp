@@ -287,14 +287,14 @@ inline void scores_dm_q8(const float* q, int64_t head_dim, const uint8_t* kslice
 }
 
 using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
-// The values pass with the outputs in registers, for f16 / f32 V (heads layout: a head's rows
-// position-major in each block): out[g][d0, d0 + 8 N) for H heads g over all n_keys keys, each
-// V row's part converted once for all H heads (values_rows converts rows into a buffer and
-// reloads them per head). Per element the same fma over j = 0, 1, ... from zero as values_rows.
+// The values pass with the outputs in registers (heads layout: a head's V rows position-major in
+// each block): out[g][d0, d0 + 8 N) for H heads g over all n_keys keys, each V row's part
+// converted once for all H heads (values_rows converts rows into a buffer and reloads them per
+// head). Per element the same conversion (load8) and fma over j = 0, 1, ... from zero as values_rows.
 template <kv_type T, int N, int H>
 void values_regs(const float* p, int64_t stride, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
                  int64_t head_dim, int64_t d0, float* out) {
-  const int64_t bs = kv.block_size, row_bytes = kv_row_bytes(T, head_dim);
+  const int64_t bs = kv.block_size, row_bytes = kv_row_bytes(T, head_dim), slice_bytes = bs * row_bytes;
   __m256 acc[H][N];
   for (int h = 0; h < H; ++h)
     for (int k = 0; k < N; ++k) acc[h][k] = _mm256_setzero_ps();
@@ -302,10 +302,14 @@ void values_regs(const float* p, int64_t stride, int64_t n_keys, const kv_layer_
   for (int64_t j = 0, b = 0, block_end = 0; j < n_keys; ++j, row += row_bytes) {
     if (j == block_end) {  // block b starts
       block_end += bs;
-      row = static_cast<const uint8_t*>(kv.v_blocks[b++]) + head_off + d0 * kv_row_bytes(T, 1);
+      // Blocks are scattered in memory: the next block's slice on its way while this one is read.
+      if (d0 == 0 && j + bs < n_keys)
+        for (int64_t c = 0; c < std::min(slice_bytes, (n_keys - j - bs) * row_bytes); c += 64)
+          _mm_prefetch(static_cast<const char*>(kv.v_blocks[b + 1]) + head_off + c, _MM_HINT_T0);
+      row = static_cast<const uint8_t*>(kv.v_blocks[b++]) + head_off;
     }
     __m256 v[N];
-    for (int k = 0; k < N; ++k) v[k] = load8_at<T>(row, 8 * k);
+    for (int k = 0; k < N; ++k) v[k] = load8<T>(row, d0 + 8 * k);
     for (int h = 0; h < H; ++h) {
       const __m256 ph = _mm256_set1_ps(p[h * stride + j]);
       for (int k = 0; k < N; ++k) acc[h][k] = _mm256_fmadd_ps(ph, v[k], acc[h][k]);
@@ -396,10 +400,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
     }
   }
   for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * stride, n_keys, n_masked);
-  if constexpr (T == kv_type::q8_0)
-    values_rows<T>(scores, stride, n_q, n_keys, kv, kv_head, head_dim, scores + n_q * stride, out);
-  else
-    values_by_regs<T>(scores, stride, n_q, n_keys, kv, head_off, head_dim, out);
+  values_by_regs<T>(scores, stride, n_q, n_keys, kv, head_off, head_dim, out);
 }
 
 // n floats (n % 32 == 0) as Q8_0 blocks. The scale is rounded to fp16 before quantizing, so the
