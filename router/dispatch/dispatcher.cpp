@@ -1033,8 +1033,8 @@ void dispatcher::tick(double now_s, std::vector<link_frame>& out) {
   }
   log_worker_changes();
   pump(now_s, out);
-  // After dispatching: a model with requests still queued had every worker slot taken.
-  for (const auto& [model, q] : queue_.by_model()) rates_[model];
+  // After dispatching: a model with requests still queued had every worker slot taken. (A
+  // model's rate is made by its first credited work; nothing before that can be measured.)
   for (auto& [model, rate] : rates_) {
     const auto q = queue_.by_model().find(model);
     rate.tick(now_s, q != queue_.by_model().end() && q->second.size() > 0);
