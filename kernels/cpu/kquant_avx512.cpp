@@ -38,6 +38,8 @@ inline __m512i pairs_s8(const uint8_t* p) { return _mm512_cvtepi8_epi16(_mm256_l
 // Element 0 / 1 of each lane's 16-bit pair as int32 (sign-extended; the q4_K/q5_K pairs are < 64).
 inline __m512i pair_lo(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
 inline __m512i pair_hi(__m512i v) { return _mm512_srai_epi32(v, 16); }
+// Element 0 times 16 (exact: |element| < 2^11).
+inline __m512i pair_lo16(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 12); }
 
 // An empty asm that takes v in a register: the sum before it is formed here, in source order.
 // GCC 12 otherwise multiplies every pair's sums first and adds them up at the end, spilling the
@@ -129,13 +131,16 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       auto pair = [&](auto gc) {
         constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
         const __m512i sp = pairs_u8(blk[kq_at(wt, s0 + g / 2)].b + 32 * (g % 2));
-        const __m512i sc_lo = pair_lo(sp), sc_hi = pair_hi(sp);
+        // q4_K: the high nibbles stay in place (16 x their value), so the low ones' scale is 16x.
+        const __m512i sc_lo = wt == weight_type::q4_k ? pair_lo16(sp) : pair_lo(sp), sc_hi = pair_hi(sp);
         __m512i s_lo[T], s_hi[T];
         for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
         auto line = [&](auto cc) {
           constexpr int c = decltype(cc)::value;
           const __m512i v = load_line(blk + kq_at(wt, 8 * g + c));
-          __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          __m512i lo = _mm512_and_si512(v, m4);
+          __m512i hi =
+              wt == weight_type::q4_k ? _mm512_andnot_si512(m4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
           if constexpr (wt == weight_type::q5_k) {
             const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * g + c / 4));
             lo = _mm512_or_si512(lo, _mm512_and_si512(shift16<4 - 2 * (c % 4)>(h), m10));
@@ -164,6 +169,8 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       pair(std::integral_constant<int, 1>{});
       pair(std::integral_constant<int, 2>{});
       pair(std::integral_constant<int, 3>{});
+      if constexpr (wt == weight_type::q4_k)
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_srai_epi32(isum[t], 4);  // exact: a multiple of 16
       __m512i mp[4];
       for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(blk[kq_at(wt, s0 + 2 + q / 2)].b + 32 * (q % 2));
       const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, lines - 1)].b));
