@@ -36,7 +36,9 @@ def status_of(port, path):
 
 
 def time_to_ready(argv, port, path, log_name, timeout_s):
-    """Seconds from exec to the first 200 on GET `path`, or None (exited or timed out)."""
+    """Seconds from exec to the first 200 on GET `path`, or None (exited or timed out). The server's
+    output goes to BUILD/log_name, one file per server overwritten each round: the last round's (the
+    failing one's, when a round fails) is what is left."""
     with open(os.path.join(BUILD, log_name), "w") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -58,14 +60,14 @@ def time_to_ready(argv, port, path, log_name, timeout_s):
 def llama_server(model, threads, timeout_s):
     port = free_port()
     argv = [LLAMA_SERVER, "-m", model, "-t", str(threads), "--host", "127.0.0.1", "--port", str(port), "-c", "4096"]
-    return time_to_ready(argv, port, "/health", f"startup-llama-server-{port}.log", timeout_s)
+    return time_to_ready(argv, port, "/health", "startup-llama-server.log", timeout_s)
 
 
 def switchyard(model, threads, timeout_s):
     port, link = free_port(), free_port()
     argv = [WORKER, "serve", "--model", model, "--threads", str(threads), "--metrics-port", str(port), "--listen",
             f"tcp://127.0.0.1:{link}"]
-    return time_to_ready(argv, port, "/ready", f"startup-worker-{port}.log", timeout_s)
+    return time_to_ready(argv, port, "/ready", "startup-worker.log", timeout_s)
 
 
 def main():
