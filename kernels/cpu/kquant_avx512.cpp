@@ -32,6 +32,14 @@ inline __m512i bcast4(const int16_t* p) {
   return _mm512_set1_epi32(v);
 }
 inline __m512i load_line(const line64* l) { return _mm512_load_si512(l); }
+// acc + vpdpbusd(w, the 4 bytes at p broadcast), the broadcast folded into the instruction as a
+// memory operand ({1to16}): one instruction instead of two (GCC 12 emits a separate vpbroadcastd
+// for _mm512_set1_epi32 of a load). One thread, Zen 4: q4_K / q6_K at two tokens 167 / 111 -> 174
+// / 114 GMAC/s, at one token streaming from memory ~2 % faster, four and more tokens unchanged.
+inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
 // 32 bytes -> 16 lanes of two 16-bit values (a scale/min pair per row), zero- or sign-extended.
 inline __m512i pairs_u8(const uint8_t* p) { return _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)p)); }
 inline __m512i pairs_s8(const uint8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)p)); }
@@ -100,8 +108,8 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
           const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                                              _mm512_and_si512(shift16<2 - 4 * (c % 2)>(h), m3));
           for (int t = 0; t < T; ++t) {
-            s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, bcast4(x[t]->qs + 16 * j + 4 * c));
-            s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, bcast4(x[t]->qs + 128 + 16 * j + 4 * c));
+            s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 16 * j + 4 * c);
+            s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 128 + 16 * j + 4 * c);
           }
         };
         line(std::integral_constant<int, 0>{});
@@ -147,8 +155,8 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
             hi = _mm512_or_si512(hi, _mm512_and_si512(shift16<3 - 2 * (c % 4)>(h), m10));
           }
           for (int t = 0; t < T; ++t) {
-            s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, bcast4(x[t]->qs + 64 * g + 4 * c));
-            s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, bcast4(x[t]->qs + 64 * g + 32 + 4 * c));
+            s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 64 * g + 4 * c);
+            s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 64 * g + 32 + 4 * c);
           }
         };
         line(std::integral_constant<int, 0>{});
