@@ -21,11 +21,6 @@
 namespace sy::cpu {
 namespace {
 
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 inline __m512i bcast4(const int16_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
