@@ -129,7 +129,8 @@ inline void kq_for_type(weight_type t, F&& f) {
 
 // The panel loop the K-panel kernels share: panels [p0, p1) of a matrix of `rows` rows (panels
 // `stride` lines apart), the next panel's first lines prefetched while one is multiplied, each
-// against the tokens in groups of 4 and a rest of 1-3:
+// against the tokens in groups of `group` (8: where a token block has at least 16; the kernel's
+// 8-token loop holds more sums than the 4-token one), then of 4, and a rest of 1-3:
 // tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows) for tokens [t0, t0 + T).
 // A prompt's tokens go in blocks of kq_token_block(nb), every panel of the range against one
 // block before the next: each panel pass then reads its tokens from L2 instead of streaming all
@@ -142,10 +143,10 @@ constexpr int64_t kq_token_block(int64_t nb) {
   return std::max<int64_t>(4, fit / 4 * 4);
 }
 // nb: the matrix's super-blocks per row.
-template <class Tokens>
+template <int group = 4, class Tokens>
 inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, int64_t p0, int64_t p1, int64_t n_tok,
                           int64_t nb, Tokens&& tokens) {
-  constexpr int group = 4;
+  static_assert(group == 4 || group == 8);
   const int64_t block = kq_token_block(nb);
   for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
     const int64_t b1 = std::min(n_tok, b0 + block);
@@ -155,7 +156,10 @@ inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, in
       if (p + 1 < p1)
         for (int l = 0; l < 8; ++l) __builtin_prefetch(panel + stride + l, 0, 3);
       int64_t t0 = b0;
-      for (; t0 + group <= b1; t0 += group) tokens(std::integral_constant<int, group>{}, panel, t0, row0, n_rows);
+      if constexpr (group == 8)
+        if (b1 - b0 >= 16)
+          for (; t0 + 8 <= b1; t0 += 8) tokens(std::integral_constant<int, 8>{}, panel, t0, row0, n_rows);
+      for (; t0 + 4 <= b1; t0 += 4) tokens(std::integral_constant<int, 4>{}, panel, t0, row0, n_rows);
       const int64_t rest = b1 - t0;
       if (rest == 1) tokens(std::integral_constant<int, 1>{}, panel, t0, row0, n_rows);
       if (rest == 2) tokens(std::integral_constant<int, 2>{}, panel, t0, row0, n_rows);

@@ -141,14 +141,15 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
                            float*, int64_t);
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
 // or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
-// kq_token_block: a block and a rest of 2) and first panel; and it writes nothing it does not own.
+// kq_token_block: a block and a rest of 2; 16 and 21: the AVX-512 kernel's groups of 8 for q6_K and
+// what follows them) and first panel; and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40})
       for (int64_t cols : {256, 1024, 4096}) {
         const auto m = make_matrix(t, rows, cols);
         const std::vector<int64_t> counts = cols == 4096 ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
-                                                         : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11};
+                                                         : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11, 16, 21};
         for (int64_t n_tok : counts) {
           INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
           const auto x = random_floats(static_cast<size_t>(n_tok * cols));
@@ -204,7 +205,9 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
       }
       repack_kq_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, m.n_panels,
                        m.panels.data());
-      std::vector<block_q8_K> a(cols / qk_k);
+      // 16 tokens, all the same: every kernel's widest token group (AVX-512 q6_K: 8) sees them too.
+      const int64_t n_tok = 16;
+      std::vector<block_q8_K> a(n_tok * cols / qk_k);
       for (auto& blk : a) {
         blk.d = 0.5f;
         std::fill(std::begin(blk.qs), std::end(blk.qs), v);
@@ -212,16 +215,17 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
         std::fill(std::begin(blk.sums32), std::end(blk.sums32), static_cast<int16_t>(32 * v));
       }
       INFO(weight_type_name(t) << " activations " << int{v});
-      sentinel_out got(1, rows), want(1, rows);
-      gemv_kq_panels_model(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, want.y(), rows);
-      gemv_kq_panels_avx2(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, got.y(), rows);
+      sentinel_out got(n_tok, rows), want(n_tok, rows);
+      gemv_kq_panels_model(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), n_tok, want.y(), rows);
+      gemv_kq_panels_avx2(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), n_tok, got.y(), rows);
       REQUIRE(got.buf == want.buf);
+      CHECK(want.y()[(n_tok - 1) * rows] == want.y()[0]);
       // and the model's sum is the reference dot product's
       const float ref = dot_row_q8_K_ref(t, m.w.data(), a.data(), cols);
       CHECK(want.y()[0] == Approx(ref).epsilon(1e-5));
       if (use_avx512_vnni_kernels()) {
-        sentinel_out wide(1, rows);
-        gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), 1, wide.y(), rows);
+        sentinel_out wide(n_tok, rows);
+        gemv_kq_panels_avx512(t, m.panels.data(), rows, cols, 0, m.n_panels, a.data(), n_tok, wide.y(), rows);
         REQUIRE(wide.buf == want.buf);
       }
     }
