@@ -142,14 +142,16 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
 // or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
 // kq_token_block: a block and a rest of 2; 16 and 21: the AVX-512 kernel's groups of 8 for q6_K and
-// what follows them) and first panel; and it writes nothing it does not own.
+// what follows them; 21 at 8192 columns: blocks of 12 tokens, or of 16 where the groups are 8)
+// and first panel; and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40})
-      for (int64_t cols : {256, 1024, 4096}) {
+      for (int64_t cols : {256, 1024, 4096, 8192}) {
         const auto m = make_matrix(t, rows, cols);
-        const std::vector<int64_t> counts = cols == 4096 ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
-                                                         : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11, 16, 21};
+        const std::vector<int64_t> counts = cols == 4096   ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
+                                            : cols == 8192 ? std::vector<int64_t>{21}
+                                                           : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11, 16, 21};
         for (int64_t n_tok : counts) {
           INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
           const auto x = random_floats(static_cast<size_t>(n_tok * cols));
