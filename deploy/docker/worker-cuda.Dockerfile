@@ -44,7 +44,7 @@ RUN apt-get update \
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DSY_CUDA=ON \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda-${CUDA_VERSION}/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
- && cmake --build /build --target switchyard-worker
+ && cmake --build /build --target switchyard-worker switchyard-cuda
 
 FROM debian:12-slim AS runtime
 ARG CUDA_VERSION
@@ -77,6 +77,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_REQUIRE_CUDA="cuda>=${CUDA_VERSION}" \
     LD_LIBRARY_PATH=/usr/local/cuda-${CUDA_VERSION}/targets/x86_64-linux/lib:/usr/local/nvidia/lib:/usr/local/nvidia/lib64
 COPY --from=build /build/worker/switchyard-worker /usr/local/bin/switchyard-worker
+# The CUDA backend is a module the worker loads for --device cuda (docs/cuda-backend.md, "The CUDA
+# module"); it looks next to the binary, then in ../lib/switchyard/.
+COPY --from=build /build/worker/libswitchyard-cuda.so /usr/local/lib/switchyard/libswitchyard-cuda.so
 USER 10001:10001
 EXPOSE 5555 9100
 ENTRYPOINT ["/usr/local/bin/switchyard-worker"]

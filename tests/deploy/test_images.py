@@ -8,7 +8,9 @@ parsed from the Dockerfile itself, so removing a needed package fails here. The 
 libraries (not Debian packages here: the toolkit on this machine is NVIDIA's) are mapped by name
 to NVIDIA's runtime packages, which its runtime stage must name for the toolkit the image builds
 with (CUDA_PKG; the toolkit here may be another major version: then only the names are compared);
-with a build that has no CUDA, that part is reported as skipped. Its CUDA architectures include
+with a build that has no CUDA, that part is reported as skipped. In a build with CUDA those
+libraries are the CUDA module's (libswitchyard-cuda.so, next to the worker), which the image must
+copy to where the worker looks for it. Its CUDA architectures include
 every one CMakeLists.txt builds by default, and sm_86 and sm_89. Also: each image builds with the
 project's setup script and the right SY_CUDA, copies the binary to its entrypoint, runs as a
 non-root user.
@@ -232,6 +234,10 @@ def main():
     base = base_set(db, provides)
     r = Report()
     libs = {k: ldd(v) for k, v in binaries.items()}
+    # A build with CUDA puts the CUDA backend in a module next to the worker, which links the CUDA
+    # libraries (worker/model/cuda_module.hpp): the CUDA image must carry both.
+    module = os.path.join(os.path.dirname(a.worker), "libswitchyard-cuda.so")
+    libs["worker-cuda"] = libs["worker"] + (ldd(module) if os.path.isfile(module) else [])
     owners = {}
     for k, ls in libs.items():
         for soname, path in ls:
@@ -259,7 +265,15 @@ def main():
         foreign = [p for p in listed if p not in db]
         installs = closure(debian_listed, db, provides)
         cuda_libs = []
-        for soname, path in libs[binary]:
+        if cuda_image:
+            r.check("--target switchyard-worker switchyard-cuda" in run_text,
+                    f"{image}: build stage builds the CUDA module (switchyard-cuda) with the worker")
+            bindir = os.path.dirname(entry[0]) if entry else ""
+            places = {f"{bindir}/libswitchyard-cuda.so", f"{os.path.dirname(bindir)}/lib/switchyard/libswitchyard-cuda.so"}
+            r.check(any(t.split()[-2].endswith("/worker/libswitchyard-cuda.so") and t.split()[-1] in places
+                        for t in copies), f"{image}: the CUDA module is copied to where the worker looks for it",
+                    f"one of {sorted(places)}")
+        for soname, path in libs["worker-cuda" if cuda_image else binary]:
             if path is None:
                 r.check(False, f"{image}: {soname} resolves here", "ldd: not found")
                 continue
@@ -298,7 +312,7 @@ def main():
                 f"{image}: compiled for sm_{', sm_'.join(sorted(archs))}: CMakeLists.txt's default and sm_86, sm_89",
                 f"wants {sorted(want)}")
         if not cuda_libs:
-            print(f"SKIP (this part): {image}: {binaries[binary]} links no CUDA library (a build without nvcc), "
+            print(f"SKIP (this part): {image}: {binaries[binary]} has no CUDA module (a build without nvcc), "
                   "so the CUDA runtime packages cannot be checked against it")
             continue
         for soname, path in cuda_libs:

@@ -28,9 +28,25 @@ expect() {
 expect "unknown device" "--device: 'tpu' is not cpu, cuda or cuda:N" --device tpu
 expect "malformed index" "--device: 'cuda:x' is not" --device cuda:x
 expect "bad --cuda-graphs" "--cuda-graphs must be on or off" --device cuda:0 --cuda-graphs maybe
-if "$bin" info --model "$model" | grep -q "^cuda: not built"; then
+# The executable itself links no CUDA library: a CPU worker never maps the CUDA runtime or cuBLAS
+# (builds with CUDA load them from the module, only for --device cuda).
+if needed=$(readelf -d "$bin" 2>/dev/null | grep NEEDED) && echo "$needed" | grep -Eq "libcuda|libcublas"; then
+  echo "FAIL: $bin links CUDA libraries: $needed"
+  fails=$((fails + 1))
+fi
+info=$("$bin" info --model "$model")
+if echo "$info" | grep -q "^cuda: not built"; then
   expect "no CUDA in the build" "built without CUDA" --device cuda:0
-elif "$bin" info --model "$model" | grep -q "^cuda: no CUDA device"; then
+else
+  # A module that is not where the worker looks (an image that left it out): named, exit 1.
+  SY_CUDA_MODULE=/nonexistent/libswitchyard-cuda.so expect "no CUDA module" \
+    "--device cuda:0: the CUDA module did not load \(/nonexistent/libswitchyard-cuda.so: cannot open" --device cuda:0
+fi
+if echo "$info" | grep -q "^cuda: not built"; then
+  :
+elif echo "$info" | grep -q "^cuda: the CUDA module did not load"; then
+  expect "the CUDA module did not load" "the CUDA module did not load" --device cuda:0
+elif echo "$info" | grep -q "^cuda: no CUDA device"; then
   expect "no device" "cuda:0: no CUDA device" --device cuda:0
   expect "no device (index)" "cuda:3: no CUDA device" --device cuda:3
 else

@@ -5,11 +5,71 @@
 #include "common/cli_args.hpp"
 
 #ifdef SY_HAVE_CUDA
-#include "kernels/cuda/device_info.cuh"
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
 #include "worker/model/cuda_forward.hpp"
+#include "worker/model/cuda_module.hpp"
 #endif
 
 namespace sy {
+
+#ifdef SY_HAVE_CUDA
+namespace {
+
+// $SY_CUDA_MODULE; else the module next to the executable (a build tree), else in
+// ../lib/switchyard/ beside the executable's directory (an installed layout, the CUDA image).
+std::string cuda_module_path() {
+  if (const char* p = std::getenv("SY_CUDA_MODULE"); p != nullptr && *p != 0) return p;
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return cuda_module_file;  // then the dynamic loader's search path
+  const std::string exe(buf, static_cast<size_t>(n));
+  const std::string dir = exe.substr(0, exe.rfind('/') + 1);
+  const std::string beside = dir + cuda_module_file, installed = dir + "../lib/switchyard/" + cuda_module_file;
+  return access(beside.c_str(), F_OK) != 0 && access(installed.c_str(), F_OK) == 0 ? installed : beside;
+}
+
+struct loaded_module {
+  const cuda_module* table = nullptr;
+  std::string error;  // why there is none
+};
+
+// Loaded on first use, once, and never unloaded (the CUDA runtime does not survive dlclose).
+const loaded_module& cuda_module_once() {
+  static const loaded_module loaded = [] {
+    loaded_module r;
+    const std::string path = cuda_module_path();
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      r.error = "the CUDA module did not load (" + std::string(e != nullptr ? e : path) + ")";
+      return r;
+    }
+    const auto entry = reinterpret_cast<const cuda_module* (*)()>(dlsym(h, cuda_module_entry));
+    const cuda_module* table = entry != nullptr ? entry() : nullptr;
+    if (table == nullptr || table->abi != cuda_module_abi || table->config_size != sizeof(cuda_forward_config) ||
+        table->model_size != sizeof(llama_model)) {
+      r.error = "the CUDA module " + path + " is from another build of switchyard-worker";
+      return r;
+    }
+    r.table = table;
+    return r;
+  }();
+  return loaded;
+}
+
+const cuda_module& cuda_module_or_throw(const std::string& what) {
+  const loaded_module& m = cuda_module_once();
+  if (m.table == nullptr) throw std::runtime_error(what + ": " + m.error);
+  return *m.table;
+}
+
+}  // namespace
+#endif
 
 device_choice parse_device_choice(const cli_args& a) {
   device_choice d;
@@ -48,7 +108,7 @@ std::unique_ptr<forward_backend> make_cuda_backend(const llama_model& model, con
   c.max_seqs_per_step = s.max_running;
   c.max_blocks_per_seq = static_cast<int32_t>((s.max_context + s.block_size - 1) / s.block_size);
   c.cuda_graphs = d.cuda_graphs;
-  return std::make_unique<cuda_forward>(model, c);
+  return cuda_module_or_throw("--device " + d.name()).make_backend(model, c);
 #else
   (void)model;
   (void)s;
@@ -58,10 +118,19 @@ std::unique_ptr<forward_backend> make_cuda_backend(const llama_model& model, con
 
 double measure_copy_bandwidth(const device_choice& d) {
 #ifdef SY_HAVE_CUDA
-  if (d.cuda) return cuda::copy_bandwidth(d.index, size_t{1} << 30);
+  if (d.cuda) return cuda_module_or_throw("--device " + d.name()).copy_bandwidth(d.index, size_t{1} << 30);
 #endif
   (void)d;
   return 0;
+}
+
+std::string describe_cuda() {
+#ifdef SY_HAVE_CUDA
+  const loaded_module& m = cuda_module_once();
+  return m.table != nullptr ? m.table->describe_devices() : m.error;
+#else
+  return "not built";
+#endif
 }
 
 }  // namespace sy

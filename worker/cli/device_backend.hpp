@@ -1,6 +1,7 @@
 // Which device the worker runs on, from the command line (`--device cpu | cuda | cuda:N`,
 // `--cuda-graphs on|off`), and the forward backend for it. CUDA exists only in builds with
-// nvcc (SY_HAVE_CUDA); elsewhere asking for it is a clear error, not a crash.
+// nvcc (SY_HAVE_CUDA), and there as a module loaded on the first use (worker/model/cuda_module.hpp);
+// elsewhere, or where the module cannot load, asking for it is a clear error, not a crash.
 #pragma once
 
 #include <cstdint>
@@ -43,5 +44,10 @@ std::unique_ptr<forward_backend> make_cuda_backend(const llama_model& model, con
 // Device-to-device copy bandwidth of d's device in bytes/s (each byte counted read and written),
 // measured now with a large cudaMemcpy; 0 for the CPU.
 double measure_copy_bandwidth(const device_choice& d);
+
+// For `info`: the CUDA devices (one line each), or why there are none: "not built", no device,
+// or why the CUDA module did not load. Loads the module (CUDA runtime and cuBLAS) in builds with
+// CUDA; nothing else in a CPU worker does (worker/model/cuda_module.hpp).
+std::string describe_cuda();
 
 }  // namespace sy

@@ -34,10 +34,6 @@
 #include "worker/cli/tokenizer_export.hpp"
 #endif
 
-#ifdef SY_HAVE_CUDA
-#include "kernels/cuda/device_info.cuh"
-#endif
-
 namespace {
 
 #ifdef SY_NO_SERVE
@@ -314,11 +310,7 @@ int cmd_info(const sy::cli_args& a) {
   std::printf("cpu kernels: %s, %d threads, K-panel software prefetch %s\n", sy::cpu::kernel_isa_name(), pool.size(),
               sy::cpu::kq_line_prefetch_status());
   std::printf("amx: %s\n", sy::cpu::amx_status());
-#ifdef SY_HAVE_CUDA
-  std::printf("cuda: %s\n", sy::cuda::describe_devices().c_str());
-#else
-  std::printf("cuda: not built\n");
-#endif
+  std::printf("cuda: %s\n", sy::describe_cuda().c_str());
   return 0;
 }
 
