@@ -4,8 +4,8 @@
 // starts and stays as small as one built without CUDA.
 //
 // The module is built from the same source as the worker and resolves the worker's own functions
-// (the model, the CPU kernels) against the executable, which exports them; `abi` and the struct
-// sizes refuse a module from another build instead of crashing in it.
+// (the model, the CPU kernels) against the executable, which exports them (cuda_module.dynlist);
+// `abi` and the struct sizes refuse a module from another build instead of crashing in it.
 #pragma once
 
 #include <cstddef>
