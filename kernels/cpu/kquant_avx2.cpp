@@ -68,7 +68,14 @@ template <class F, int... I>
 // super-block against T tokens: adds to acc[h][t]. Both halves at once share each activation
 // broadcast and give the core two independent chains (q4_K on the Sapphire Rapids VM, 1-4 tokens:
 // 110-115 GMAC/s against 83-97 for one half after the other). The low nibbles' sub-block, then the
-// high nibbles', so that only one int16 sum per (half, token) is live.
+// high nibbles', so that only one int16 sum per (half, token) is live. From 4 tokens on the
+// sub-block pairs (groups) run as a loop, not unrolled: unrolled, one super-block at 4 tokens is
+// 2000-2700 instructions for q4_K / q5_K, and at 8 for q6_K (its groups of 8: kq_panels) twice
+// that, which crowds the core's op cache and L1i. Zen 4 VM, two threads, 16384 or 32768 x 2048,
+// alternating: q4_K at 4 / 32 / 512 tokens 202-209 / 231 / 216-218 -> 227-232 / 246 / 224-227
+// GMAC/s, q5_K 140-146 / 148-165 / 159-161 -> 149-157 / 169-172 / 163-165, q6_K at 4 98-108 ->
+// 110-115, at 32 (groups of 8) 146 -> 156 (unrolled at 8 it was 111); the 1B Q4_K_M file's pp512
+// 187-190 -> 195-201 tok/s, Q6_K's 145 -> 156-157. Below 4 tokens (decode) they stay unrolled.
 template <weight_type wt, int T, int H>
 inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
   constexpr int64_t lines = kq_lines(wt);
@@ -104,52 +111,56 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
   };
   if constexpr (wt == weight_type::q6_k) {
     const __m256i m3 = _mm256_set1_epi8(0x30);
-    unroll(
-        [&](auto jc) __attribute__((always_inline)) {
-          constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
-          __m256i sc_lo[H], sc_hi[H];
-          for (int hh = 0; hh < H; ++hh) {
-            const __m256i sp_lo = pairs_s8(half_bytes(ln(48 + j / 4), 32 * (j / 2 % 2), hh));
-            const __m256i sp_hi = pairs_s8(half_bytes(ln(48 + (8 + j) / 4), 32 * ((8 + j) / 2 % 2), hh));
-            sc_lo[hh] = j % 2 ? dup_hi(sp_lo) : dup_lo(sp_lo);
-            sc_hi[hh] = j % 2 ? dup_hi(sp_hi) : dup_lo(sp_hi);
-          }
-          // Two lines at a time in int16 (values < 64), then scaled into int32.
-          unroll(
-              [&](auto cc2) __attribute__((always_inline)) {
-                constexpr int c0 = 2 * decltype(cc2)::value;
-                // Sub-block j (low nibbles), then 8 + j (high).
-                unroll(
-                    [&](auto nc) __attribute__((always_inline)) {
-                      constexpr int nib = decltype(nc)::value;
-                      // The run's two lines unpacked once, then each token in turn: few live sums.
-                      __m256i w[2][H];
-                      for (int d = 0; d < 2; ++d)
-                        for (int hh = 0; hh < H; ++hh) {
-                          const int c = c0 + d;
-                          const __m256i v = load_half(ln(4 * j + c), hh);
-                          const __m256i hb = load_half(ln(32 + 2 * j + c / 2), hh);
-                          // The top two bits to bits 4-5: line c's byte has them at 4 (c % 2) + 2 nib.
-                          const __m256i hs = d ? (nib ? _mm256_srli_epi16(hb, 2) : hb)
-                                               : (nib ? _mm256_slli_epi16(hb, 2) : _mm256_slli_epi16(hb, 4));
-                          w[d][hh] = _mm256_or_si256(_mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4),
-                                                     _mm256_and_si256(hs, m3));
-                        }
-                      for (int t = 0; t < T; ++t) {
-                        const __m256i x0 = bcast4(x[t]->qs + 128 * nib + 16 * j + 4 * c0);
-                        const __m256i x1 = bcast4(x[t]->qs + 128 * nib + 16 * j + 4 * c0 + 4);
-                        for (int hh = 0; hh < H; ++hh) {
-                          const __m256i sm =
-                              _mm256_add_epi16(_mm256_maddubs_epi16(w[0][hh], x0), _mm256_maddubs_epi16(w[1][hh], x1));
-                          isum_add(hh, t, _mm256_madd_epi16(sm, nib ? sc_hi[hh] : sc_lo[hh]));
-                        }
-                      }
-                    },
-                    std::make_integer_sequence<int, 2>{});
-              },
-              std::make_integer_sequence<int, 2>{});
-        },
-        std::make_integer_sequence<int, 8>{});
+    auto pair = [&](auto jc) __attribute__((always_inline)) {
+      const int j = jc;  // sub-blocks j (low nibbles) and 8 + j (high)
+      __m256i sc_lo[H], sc_hi[H];
+      for (int hh = 0; hh < H; ++hh) {
+        const __m256i sp_lo = pairs_s8(half_bytes(ln(48 + j / 4), 32 * (j / 2 % 2), hh));
+        const __m256i sp_hi = pairs_s8(half_bytes(ln(48 + (8 + j) / 4), 32 * ((8 + j) / 2 % 2), hh));
+        sc_lo[hh] = j % 2 ? dup_hi(sp_lo) : dup_lo(sp_lo);
+        sc_hi[hh] = j % 2 ? dup_hi(sp_hi) : dup_lo(sp_hi);
+      }
+      // Two lines at a time in int16 (values < 64), then scaled into int32.
+      unroll(
+          [&](auto cc2) __attribute__((always_inline)) {
+            constexpr int c0 = 2 * decltype(cc2)::value;
+            // Sub-block j (low nibbles), then 8 + j (high).
+            unroll(
+                [&](auto nc) __attribute__((always_inline)) {
+                  constexpr int nib = decltype(nc)::value;
+                  // The run's two lines unpacked once, then each token in turn: few live sums.
+                  __m256i w[2][H];
+                  for (int d = 0; d < 2; ++d)
+                    for (int hh = 0; hh < H; ++hh) {
+                      const int c = c0 + d;
+                      const __m256i v = load_half(ln(4 * j + c), hh);
+                      const __m256i hb = load_half(ln(32 + 2 * j + c / 2), hh);
+                      // The top two bits to bits 4-5: line c's byte has them at 4 (c % 2) + 2 nib.
+                      const __m256i hs = d ? (nib ? _mm256_srli_epi16(hb, 2) : hb)
+                                           : (nib ? _mm256_slli_epi16(hb, 2) : _mm256_slli_epi16(hb, 4));
+                      w[d][hh] = _mm256_or_si256(_mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4),
+                                                 _mm256_and_si256(hs, m3));
+                    }
+                  for (int t = 0; t < T; ++t) {
+                    const __m256i x0 = bcast4(x[t]->qs + 128 * nib + 16 * j + 4 * c0);
+                    const __m256i x1 = bcast4(x[t]->qs + 128 * nib + 16 * j + 4 * c0 + 4);
+                    for (int hh = 0; hh < H; ++hh) {
+                      const __m256i sm =
+                          _mm256_add_epi16(_mm256_maddubs_epi16(w[0][hh], x0), _mm256_maddubs_epi16(w[1][hh], x1));
+                      isum_add(hh, t, _mm256_madd_epi16(sm, nib ? sc_hi[hh] : sc_lo[hh]));
+                    }
+                  }
+                },
+                std::make_integer_sequence<int, 2>{});
+          },
+          std::make_integer_sequence<int, 2>{});
+    };
+    // From 4 tokens on a loop (kq_halves' comment says why).
+    if constexpr (T >= 4) {
+      for (int j = 0; j < 8; ++j) pair(j);
+    } else {
+      unroll(pair, std::make_integer_sequence<int, 8>{});
+    }
     // The stored values are q + 32: subtract 32 * sum_j sc_j * bsums_j.
     for (int hh = 0; hh < H; ++hh) {
       __m256i sp[8];
@@ -167,55 +178,57 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
     // Lines summed in int16 before the scale: 8 for q4_K (values < 16), 4 for q5_K (< 32).
     constexpr int run = wt == weight_type::q4_k ? 8 : 4;
     const __m256i m10 = _mm256_set1_epi8(0x10);
-    unroll(
-        [&](auto gc) __attribute__((always_inline)) {
-          constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
-          __m256i sc_lo[H], sc_hi[H];
-          for (int hh = 0; hh < H; ++hh) {
-            const __m256i sp = pairs_u8(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
-            sc_lo[hh] = dup_lo(sp);
-            sc_hi[hh] = dup_hi(sp);
-          }
-          unroll(
-              [&](auto rc) __attribute__((always_inline)) {
-                constexpr int c0 = run * decltype(rc)::value;
-                // The low nibbles (sub-block 2g), then the high ones (2g + 1).
-                unroll(
-                    [&](auto nc) __attribute__((always_inline)) {
-                      constexpr int nib = decltype(nc)::value;
-                      __m256i sum[H][T];
-                      unroll(
-                          [&](auto dc) __attribute__((always_inline)) {
-                            constexpr int c = c0 + decltype(dc)::value;
-                            __m256i w[H];
-                            for (int hh = 0; hh < H; ++hh) {
-                              const __m256i v = load_half(ln(8 * g + c), hh);
-                              w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
-                              if constexpr (wt == weight_type::q5_k) {
-                                const __m256i hb = load_half(ln(32 + 2 * g + c / 4), hh);
-                                w[hh] =
-                                    _mm256_or_si256(w[hh], _mm256_and_si256(shift16<4 - nib - 2 * (c % 4)>(hb), m10));
-                              }
-                            }
-                            for (int t = 0; t < T; ++t) {
-                              const __m256i xv = bcast4(x[t]->qs + 64 * g + 32 * nib + 4 * c);
-                              for (int hh = 0; hh < H; ++hh) {
-                                const __m256i pr = _mm256_maddubs_epi16(w[hh], xv);
-                                sum[hh][t] = c == c0 ? pr : _mm256_add_epi16(sum[hh][t], pr);
-                                pin(sum[hh][t]);
-                              }
-                            }
-                          },
-                          std::make_integer_sequence<int, run>{});
-                      for (int hh = 0; hh < H; ++hh)
-                        for (int t = 0; t < T; ++t)
-                          isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
-                    },
-                    std::make_integer_sequence<int, 2>{});
-              },
-              std::make_integer_sequence<int, 8 / run>{});
-        },
-        std::make_integer_sequence<int, 4>{});
+    auto group = [&](auto gc) __attribute__((always_inline)) {
+      const int g = gc;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+      __m256i sc_lo[H], sc_hi[H];
+      for (int hh = 0; hh < H; ++hh) {
+        const __m256i sp = pairs_u8(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
+        sc_lo[hh] = dup_lo(sp);
+        sc_hi[hh] = dup_hi(sp);
+      }
+      unroll(
+          [&](auto rc) __attribute__((always_inline)) {
+            constexpr int c0 = run * decltype(rc)::value;
+            // The low nibbles (sub-block 2g), then the high ones (2g + 1).
+            unroll(
+                [&](auto nc) __attribute__((always_inline)) {
+                  constexpr int nib = decltype(nc)::value;
+                  __m256i sum[H][T];
+                  unroll(
+                      [&](auto dc) __attribute__((always_inline)) {
+                        constexpr int c = c0 + decltype(dc)::value;
+                        __m256i w[H];
+                        for (int hh = 0; hh < H; ++hh) {
+                          const __m256i v = load_half(ln(8 * g + c), hh);
+                          w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
+                          if constexpr (wt == weight_type::q5_k) {
+                            const __m256i hb = load_half(ln(32 + 2 * g + c / 4), hh);
+                            w[hh] = _mm256_or_si256(w[hh], _mm256_and_si256(shift16<4 - nib - 2 * (c % 4)>(hb), m10));
+                          }
+                        }
+                        for (int t = 0; t < T; ++t) {
+                          const __m256i xv = bcast4(x[t]->qs + 64 * g + 32 * nib + 4 * c);
+                          for (int hh = 0; hh < H; ++hh) {
+                            const __m256i pr = _mm256_maddubs_epi16(w[hh], xv);
+                            sum[hh][t] = c == c0 ? pr : _mm256_add_epi16(sum[hh][t], pr);
+                            pin(sum[hh][t]);
+                          }
+                        }
+                      },
+                      std::make_integer_sequence<int, run>{});
+                  for (int hh = 0; hh < H; ++hh)
+                    for (int t = 0; t < T; ++t)
+                      isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
+                },
+                std::make_integer_sequence<int, 2>{});
+          },
+          std::make_integer_sequence<int, 8 / run>{});
+    };
+    if constexpr (T >= 4) {
+      for (int g = 0; g < 4; ++g) group(g);
+    } else {
+      unroll(group, std::make_integer_sequence<int, 4>{});
+    }
     for (int hh = 0; hh < H; ++hh) {
       __m256i mp[4];
       for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(half_bytes(ln(s0 + 2 + q / 2), 32 * (q % 2), hh));
@@ -274,10 +287,11 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
   const bool line_prefetch = kq_line_prefetch();
-  kq_for_panels(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok, nb,
-                [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
-                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
-                });
+  constexpr int group = wt == weight_type::q6_k ? 8 : 4;
+  kq_for_panels<group>(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok, nb,
+                       [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
+                         kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
+                       });
 }
 
 }  // namespace
