@@ -57,16 +57,51 @@ inline __m512i shift16(__m512i v) {
   return v;
 }
 
-// q6_K: nibble line c of sub-block pair j with its top bits, unpacked into the 6-bit values of
-// sub-blocks j (lo) and 8 + j (hi) as u8 lanes.
-template <int c>
-[[gnu::always_inline]] inline void q6_line(const line64* blk, int j, __m512i m4, __m512i m3, __m512i& lo, __m512i& hi) {
+// q6_K, sub-block pair j (sub-blocks j, low nibbles, and 8 + j, high): the rows' integer sums
+// against T tokens before their scales, each line's 6-bit values unpacked once for all T.
+template <int T>
+[[gnu::always_inline]] inline void q6_pair_sums(const line64* blk, int j, const block_q8_K* const* x, __m512i* s_lo,
+                                                __m512i* s_hi) {
   constexpr weight_type wt = weight_type::q6_k;
-  const __m512i v = load_line(blk + kq_at(wt, 4 * j + c));
-  const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * j + c / 2));
-  lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(shift16<4 - 4 * (c % 2)>(h), m3));
-  hi =
-      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(shift16<2 - 4 * (c % 2)>(h), m3));
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x30);
+  for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
+  auto line = [&](auto cc) __attribute__((always_inline)) {
+    constexpr int c = decltype(cc)::value;
+    const __m512i v = load_line(blk + kq_at(wt, 4 * j + c));
+    const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * j + c / 2));
+    const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(shift16<4 - 4 * (c % 2)>(h), m3));
+    const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                       _mm512_and_si512(shift16<2 - 4 * (c % 2)>(h), m3));
+    for (int t = 0; t < T; ++t) {
+      s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 16 * j + 4 * c);
+      s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 128 + 16 * j + 4 * c);
+    }
+  };
+  line(std::integral_constant<int, 0>{});
+  line(std::integral_constant<int, 1>{});
+  line(std::integral_constant<int, 2>{});
+  line(std::integral_constant<int, 3>{});
+}
+// The rows' scales of sub-blocks j and 8 + j as int32 lanes.
+[[gnu::always_inline]] inline void q6_pair_scales(const line64* blk, int j, __m512i& sc_lo, __m512i& sc_hi) {
+  constexpr weight_type wt = weight_type::q6_k;
+  const __m512i sp_lo = pairs_s8(blk[kq_at(wt, 48 + j / 4)].b + 32 * (j / 2 % 2));
+  const __m512i sp_hi = pairs_s8(blk[kq_at(wt, 48 + (8 + j) / 4)].b + 32 * ((8 + j) / 2 % 2));
+  sc_lo = j % 2 ? pair_hi(sp_lo) : pair_lo(sp_lo);
+  sc_hi = j % 2 ? pair_hi(sp_hi) : pair_lo(sp_hi);
+}
+// The stored values are q + 32: a super-block's sums start at -32 * sum_j sc_j * bsums_j (exact
+// int32, so the order of the additions does not matter), one per token.
+template <int T>
+[[gnu::always_inline]] inline void q6_offsets(const line64* blk, const block_q8_K* const* x, __m512i* start) {
+  constexpr weight_type wt = weight_type::q6_k;
+  __m512i sp[8];
+  for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
+  for (int t = 0; t < T; ++t) {
+    __m512i off = _mm512_setzero_si512();
+    for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
+    start[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(off, 5));
+  }
 }
 
 // q6_K against 8 tokens at once (kq_panels takes q6_K's tokens 8 at a time where a token block
@@ -76,48 +111,25 @@ template <int c>
 // memory: 242-244 -> 253-256 GMAC/s at 32 tokens, 252-253 -> 270-273 at 128 (from L3: 272 -> 297
 // at 32); q6_K is ~30 % of a decode step at 32 sequences of a Q4_K_M file (its output head and half
 // its down projections), where the gain (~1 %) is inside the VM's run-to-run noise. The same
-// grouping did not help q4_K (its unpacking is two instructions a line) nor the AVX2 kernel (16
-// registers: it spills).
+// grouping did not help q4_K (its unpacking is two instructions a line) nor q5_K.
 template <int T>
 [[gnu::always_inline]] inline void kq_q6_wide(const line64* blk, const block_q8_K* const* x, __m512* acc) {
-  constexpr weight_type wt = weight_type::q6_k;
-  const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x30);
   alignas(64) int32_t isum[T][16];
   {
-    __m512i sp[8];
-    for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
-    for (int t = 0; t < T; ++t) {
-      __m512i off = _mm512_setzero_si512();
-      for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
-      _mm512_store_si512(isum[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(off, 5)));
-    }
+    __m512i start[T];
+    q6_offsets<T>(blk, x, start);
+    for (int t = 0; t < T; ++t) _mm512_store_si512(isum[t], start[t]);
   }
-  for (int j = 0; j < 8; ++j) {  // sub-blocks j (low nibbles) and 8 + j (high)
-    __m512i s_lo[T], s_hi[T];
-    for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
-    auto line = [&](auto cc) {
-      constexpr int c = decltype(cc)::value;
-      __m512i lo, hi;
-      q6_line<c>(blk, j, m4, m3, lo, hi);
-      for (int t = 0; t < T; ++t) {
-        s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 16 * j + 4 * c);
-        s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 128 + 16 * j + 4 * c);
-      }
-    };
-    line(std::integral_constant<int, 0>{});
-    line(std::integral_constant<int, 1>{});
-    line(std::integral_constant<int, 2>{});
-    line(std::integral_constant<int, 3>{});
-    const __m512i sp_lo = pairs_s8(blk[kq_at(wt, 48 + j / 4)].b + 32 * (j / 2 % 2));
-    const __m512i sp_hi = pairs_s8(blk[kq_at(wt, 48 + (8 + j) / 4)].b + 32 * ((8 + j) / 2 % 2));
-    const __m512i sc_lo = j % 2 ? pair_hi(sp_lo) : pair_lo(sp_lo);
-    const __m512i sc_hi = j % 2 ? pair_hi(sp_hi) : pair_lo(sp_hi);
+  for (int j = 0; j < 8; ++j) {
+    __m512i s_lo[T], s_hi[T], sc_lo, sc_hi;
+    q6_pair_sums<T>(blk, j, x, s_lo, s_hi);
+    q6_pair_scales(blk, j, sc_lo, sc_hi);
     for (int t = 0; t < T; ++t) {
       const __m512i add = _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi));
       _mm512_store_si512(isum[t], _mm512_add_epi32(_mm512_load_si512(isum[t]), add));
     }
   }
-  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, 52)].b));
+  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(weight_type::q6_k, 52)].b));
   for (int t = 0; t < T; ++t)
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[t])), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)),
                              acc[t]);
@@ -144,39 +156,12 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     if constexpr (wt == weight_type::q6_k) {
-      // The stored values are q + 32: the sums start at -32 * sum_j sc_j * bsums_j (exact int32, so
-      // the order of the additions does not matter), taken first while few registers are live.
-      {
-        __m512i sp[8];
-        for (int q = 0; q < 8; ++q) sp[q] = pairs_s8(blk[kq_at(wt, 48 + q / 2)].b + 32 * (q % 2));
-        for (int t = 0; t < T; ++t) {
-          __m512i off = _mm512_setzero_si512();
-          for (int q = 0; q < 8; ++q) off = _mm512_dpwssd_epi32(off, sp[q], bcast4(x[t]->bsums + 2 * q));
-          isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
-        }
-      }
-      const __m512i m3 = _mm512_set1_epi8(0x30);
+      q6_offsets<T>(blk, x, isum);  // taken first while few registers are live
       auto pair = [&](auto jc) {
-        constexpr int j = decltype(jc)::value;  // sub-blocks j (low nibbles) and 8 + j (high)
-        const __m512i sp_lo = pairs_s8(blk[kq_at(wt, 48 + j / 4)].b + 32 * (j / 2 % 2));
-        const __m512i sp_hi = pairs_s8(blk[kq_at(wt, 48 + (8 + j) / 4)].b + 32 * ((8 + j) / 2 % 2));
-        const __m512i sc_lo = j % 2 ? pair_hi(sp_lo) : pair_lo(sp_lo);
-        const __m512i sc_hi = j % 2 ? pair_hi(sp_hi) : pair_lo(sp_hi);
-        __m512i s_lo[T], s_hi[T];
-        for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
-        auto line = [&](auto cc) {
-          constexpr int c = decltype(cc)::value;
-          __m512i lo, hi;
-          q6_line<c>(blk, j, m4, m3, lo, hi);
-          for (int t = 0; t < T; ++t) {
-            s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 16 * j + 4 * c);
-            s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 128 + 16 * j + 4 * c);
-          }
-        };
-        line(std::integral_constant<int, 0>{});
-        line(std::integral_constant<int, 1>{});
-        line(std::integral_constant<int, 2>{});
-        line(std::integral_constant<int, 3>{});
+        constexpr int j = decltype(jc)::value;
+        __m512i sc_lo, sc_hi, s_lo[T], s_hi[T];
+        q6_pair_scales(blk, j, sc_lo, sc_hi);
+        q6_pair_sums<T>(blk, j, x, s_lo, s_hi);
         for (int t = 0; t < T; ++t) {
           isum[t] = _mm512_add_epi32(
               isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
