@@ -79,6 +79,7 @@ template <class F, int... I>
 template <weight_type wt, int T, int H>
 inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
   constexpr int64_t lines = kq_lines(wt);
+  constexpr bool pairs_as_loop = T >= 4;  // the comment above says why
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   // Line L of the super-block (kquant_panels.hpp's numbering).
   auto ln = [&](int64_t L) __attribute__((always_inline)) { return blk + kq_at(wt, L); };
@@ -155,8 +156,7 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
           },
           std::make_integer_sequence<int, 2>{});
     };
-    // From 4 tokens on a loop (kq_halves' comment says why).
-    if constexpr (T >= 4) {
+    if constexpr (pairs_as_loop) {
       for (int j = 0; j < 8; ++j) pair(j);
     } else {
       unroll(pair, std::make_integer_sequence<int, 8>{});
@@ -224,7 +224,7 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
           },
           std::make_integer_sequence<int, 8 / run>{});
     };
-    if constexpr (T >= 4) {
+    if constexpr (pairs_as_loop) {
       for (int g = 0; g < 4; ++g) group(g);
     } else {
       unroll(group, std::make_integer_sequence<int, 4>{});

@@ -154,9 +154,8 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       continue;
     }
     __m512i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     if constexpr (wt == weight_type::q6_k) {
-      q6_offsets<T>(blk, x, isum);  // taken first while few registers are live
+      q6_offsets<T>(blk, x, isum);  // the sums' start, taken first while few registers are live
       auto pair = [&](auto jc) {
         constexpr int j = decltype(jc)::value;
         __m512i sc_lo, sc_hi, s_lo[T], s_hi[T];
@@ -180,6 +179,7 @@ void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0,
       for (int t = 0; t < T; ++t)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)), acc[t]);
     } else {
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
       constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
       const __m512i m10 = _mm512_set1_epi8(0x10);
       auto pair = [&](auto gc) {

@@ -141,9 +141,8 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
                            float*, int64_t);
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
 // or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
-// kq_token_block: a block and a rest of 2; 16 and 21: the AVX-512 kernel's groups of 8 for q6_K and
-// what follows them; 21 at 8192 columns: blocks of 12 tokens, or of 16 where the groups are 8)
-// and first panel; and it writes nothing it does not own.
+// kq_token_block: a block and a rest of 2; 16 and 21: q6_K's groups of 8 and what follows them; 21 at 8192 columns:
+// blocks of 12 tokens, or of 16 where the groups are 8) and first panel; and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40})
@@ -207,7 +206,7 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
       }
       repack_kq_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, m.n_panels,
                        m.panels.data());
-      // 16 tokens, all the same: every kernel's widest token group (AVX-512 q6_K: 8) sees them too.
+      // 16 tokens, all the same: every kernel's widest token group (q6_K's: 8) sees them too.
       const int64_t n_tok = 16;
       std::vector<block_q8_K> a(n_tok * cols / qk_k);
       for (auto& blk : a) {
