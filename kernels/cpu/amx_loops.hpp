@@ -250,9 +250,13 @@ inline tile_config amx_kq_config() {
   return c;
 }
 
-// Tokens per pass over a panel: their f32 sums stay on the stack (8 KiB).
+// Tokens per pass over a panel: their f32 sums stay on the stack (8 KiB a panel).
 constexpr int64_t amx_kq_tokens = 128;
-// Super-blocks of weights prefetched ahead (8 are 19-27 KiB: docs/cpu-backend.md, K panels).
+// Panels taken together, a super-block of each in turn: the activations of a super-block (256
+// bytes a token) are loaded into tiles from L1 for the group instead of from L2 for every panel.
+constexpr int64_t amx_kq_group = 4;
+// Super-blocks of weights prefetched ahead, in the order they are read (8 are 19-27 KiB:
+// docs/cpu-backend.md, K panels).
 constexpr int64_t amx_kq_prefetch_blocks = 8;
 
 // 64 bytes as one value (GCC's vector extension): zmm instructions where this is compiled for
@@ -369,9 +373,9 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
   alignas(64) line64 bh[4][16], bl[4][16];  // B tiles of the super-block: high and low parts
   // C of two token tiles (high 0, low 0, high 1, low 1), three in flight
   alignas(64) int32_t c[3][4][amx_tile_rows][16];
-  alignas(64) int8_t tail[amx_tile_rows][64];  // A of a last tile of fewer tokens, zero-padded
-  alignas(64) float acc[amx_kq_tokens][16];    // [token][row]
-  alignas(64) uint32_t mins[4][16];            // q4_K/q5_K mins in pairs (kq_fold_scalar)
+  alignas(64) int8_t tail[amx_tile_rows][64];              // A of a last tile of fewer tokens, zero-padded
+  alignas(64) float acc[amx_kq_group][amx_kq_tokens][16];  // [panel in group][token][row]
+  alignas(64) uint32_t mins[4][16];                        // q4_K/q5_K mins in pairs (kq_fold_scalar)
   alignas(64) float dw[16], dmw[16];
   std::memset(tail, 0, sizeof tail);
   tl.scratch(bh, sizeof bh);
@@ -387,154 +391,164 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
     for (int64_t t = 0; t < m; ++t) std::memcpy(tail[t], xq + t * qk_k, 64);
     tl.template load<T>(tail, 64);
   };
-  // Panels outside, token passes inside: a panel is read from memory once and stays in cache for
-  // every pass; the activations (k bytes a token) are the part re-read.
-  for (int64_t p = p0; p < p1; ++p) {
-    const line64* panel = panels + p * stride;
-    const int64_t row0 = p * panel_rows, n_rows = rows - row0 < panel_rows ? rows - row0 : panel_rows;
+  // Groups of panels outside, token passes inside: a panel is read from memory once and stays in
+  // cache for every pass; the activations (k bytes a token) are the part re-read, once per group.
+  // Within a pass, super-block b of each panel of the group in turn (the same operations per row
+  // and token in the same order as panel by panel).
+  constexpr int64_t ahead_b = (amx_kq_prefetch_blocks + amx_kq_group - 1) / amx_kq_group;
+  for (int64_t g0 = p0; g0 < p1; g0 += amx_kq_group) {
+    const int64_t n_g = p1 - g0 < amx_kq_group ? p1 - g0 : amx_kq_group;
     for (int64_t c0 = 0; c0 < n_tok; c0 += amx_kq_tokens) {
       const int64_t n_c = n_tok - c0 < amx_kq_tokens ? n_tok - c0 : amx_kq_tokens;
-      for (int64_t t = 0; t < n_c; ++t)
-        for (int i = 0; i < 16; ++i) acc[t][i] = 0.f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const line64* blk = panel + b * lines;
-        const line64* scl = blk + kq_at(wt, q6 ? 48 : lines - 5);  // the 5 scale lines, in order
-        // The weights stream from memory once per step (the first pass): keep the super-blocks
-        // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
-        // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
-        // read at a fraction of the memory bandwidth, one super-block's lines at a time.
-        // The scale lines (and q5_K's fifth-bit lines) here; each nibble line (q6_K: and its top
-        // bits) while the B tiles are built from the same line of this super-block (a burst of all
-        // the lines at once filled the core's miss buffers, and the prefetches then stalled the
-        // kernel waiting for memory).
-        const bool pf = c0 == 0;
-        const line64* ahead = blk + amx_kq_prefetch_blocks * lines;
-        if (pf)
-          for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + kq_at(wt, l));
-        // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
-        // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
-        kq_sub_scale ss[q6 ? 16 : 1];
-        kq_scale_split sp[q6 ? 1 : 8];
-        for (int q = 0; q < n_sc / 2; ++q) {
-          const uint8_t* pb = scl[q / 2].b + 32 * (q % 2);
-          kq_v16i lanes;  // row i: scale 2q in the low 16 bits, 2q + 1 in the high 16 bits
-          if constexpr (q6)
-            lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32i8>(pb), kq_v32i16));
-          else
-            lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
-          const kq_v16i e = lanes & 0xffff, o = (lanes >> 16) & 0xffff;
+      for (int64_t j = 0; j < n_g; ++j)
+        for (int64_t t = 0; t < n_c; ++t)
+          for (int i = 0; i < 16; ++i) acc[j][t][i] = 0.f;
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t j = 0; j < n_g; ++j) {
+          const line64* blk = panels + (g0 + j) * stride + b * lines;
+          const line64* scl = blk + kq_at(wt, q6 ? 48 : lines - 5);  // the 5 scale lines, in order
+          // The weights stream from memory once per step (the first pass): keep the super-blocks
+          // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
+          // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
+          // read at a fraction of the memory bandwidth, one super-block's lines at a time.
+          // The scale lines (and q5_K's fifth-bit lines) here; each nibble line (q6_K: and its top
+          // bits) while the B tiles are built from the same line of this super-block (a burst of all
+          // the lines at once filled the core's miss buffers, and the prefetches then stalled the
+          // kernel waiting for memory).
+          // Ahead in reading order: ahead_b super-blocks on in this panel, or past its end the same
+          // panel of the next group.
+          const bool pf = c0 == 0;
+          const int64_t ab = b + ahead_b;
+          const line64* ahead = panels + (g0 + j + ab / nb * amx_kq_group) * stride + ab % nb * lines;
+          if (pf)
+            for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + kq_at(wt, l));
+          // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product
+          // split; q4_K/q5_K: split into sl and sh), and the mins in pairs.
+          kq_sub_scale ss[q6 ? 16 : 1];
+          kq_scale_split sp[q6 ? 1 : 8];
+          for (int q = 0; q < n_sc / 2; ++q) {
+            const uint8_t* pb = scl[q / 2].b + 32 * (q % 2);
+            kq_v16i lanes;  // row i: scale 2q in the low 16 bits, 2q + 1 in the high 16 bits
+            if constexpr (q6)
+              lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32i8>(pb), kq_v32i16));
+            else
+              lanes = kq_cast<kq_v16i>(__builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
+            const kq_v16i e = lanes & 0xffff, o = (lanes >> 16) & 0xffff;
+            if constexpr (q6) {
+              ss[2 * q] = kq_make_sub_scale(kq_cast<kq_v32i16>(e | (e << 16)), 32);
+              ss[2 * q + 1] = kq_make_sub_scale(kq_cast<kq_v32i16>(o | (o << 16)), 32);
+            } else {
+              sp[2 * q] = kq_make_scale_split(kq_cast<kq_v32u16>(e | (e << 16)), hi_shift);
+              sp[2 * q + 1] = kq_make_scale_split(kq_cast<kq_v32u16>(o | (o << 16)), hi_shift);
+            }
+          }
+          if constexpr (!q6)
+            for (int q = 0; q < 4; ++q) {
+              const uint8_t* pb = scl[2 + q / 2].b + 32 * (q % 2);
+              kq_store(mins[q], __builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
+            }
+          tl.fp16x16(blk[kq_at(wt, lines - 1)].b, dw);
+          if constexpr (!q6) tl.fp16x16(blk[kq_at(wt, lines - 1)].b + 32, dmw);
+          // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
           if constexpr (q6) {
-            ss[2 * q] = kq_make_sub_scale(kq_cast<kq_v32i16>(e | (e << 16)), 32);
-            ss[2 * q + 1] = kq_make_sub_scale(kq_cast<kq_v32i16>(o | (o << 16)), 32);
+            // Lines L and L + 1 share their line of top bits: bits 0-3 of a byte are line L's (low
+            // value's, then high value's), bits 4-7 line L + 1's; moved to bits 4-5 by constant shifts
+            // (a shift by a run-time count of bytes has no single instruction).
+            for (int L = 0; L < 32; L += 2) {
+              if (pf) {
+                tl.prefetch(ahead + kq_at(wt, L));
+                tl.prefetch(ahead + kq_at(wt, L + 1));
+                tl.prefetch(ahead + kq_at(wt, 32 + L / 2));
+              }
+              const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + L / 2));
+              const auto v0 = kq_load<kq_v64u>(blk + kq_at(wt, L)), v1 = kq_load<kq_v64u>(blk + kq_at(wt, L + 1));
+              const kq_v64u lo0 = (v0 & 15) | ((h << 4) & 0x30), hi0 = (v0 >> 4) | ((h << 2) & 0x30);
+              const kq_v64u lo1 = (v1 & 15) | (h & 0x30), hi1 = (v1 >> 4) | ((h >> 2) & 0x30);
+              tl.split_kq(lo0, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
+              tl.split_kq(hi0, ss[8 + L / 4], &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
+              tl.split_kq(lo1, ss[L / 4], &bh[L / 16][L % 16 + 1], &bl[L / 16][L % 16 + 1]);
+              tl.split_kq(hi1, ss[8 + L / 4], &bh[2 + L / 16][L % 16 + 1], &bl[2 + L / 16][L % 16 + 1]);
+            }
           } else {
-            sp[2 * q] = kq_make_scale_split(kq_cast<kq_v32u16>(e | (e << 16)), hi_shift);
-            sp[2 * q + 1] = kq_make_scale_split(kq_cast<kq_v32u16>(o | (o << 16)), hi_shift);
-          }
-        }
-        if constexpr (!q6)
-          for (int q = 0; q < 4; ++q) {
-            const uint8_t* pb = scl[2 + q / 2].b + 32 * (q % 2);
-            kq_store(mins[q], __builtin_convertvector(kq_load<kq_v32u8>(pb), kq_v32u16));
-          }
-        tl.fp16x16(blk[kq_at(wt, lines - 1)].b, dw);
-        if constexpr (!q6) tl.fp16x16(blk[kq_at(wt, lines - 1)].b + 32, dmw);
-        // B: group g covers columns 64g..64g+63, line r of it columns 64g + 4r..+3.
-        if constexpr (q6) {
-          // Lines L and L + 1 share their line of top bits: bits 0-3 of a byte are line L's (low
-          // value's, then high value's), bits 4-7 line L + 1's; moved to bits 4-5 by constant shifts
-          // (a shift by a run-time count of bytes has no single instruction).
-          for (int L = 0; L < 32; L += 2) {
-            if (pf) {
-              tl.prefetch(ahead + kq_at(wt, L));
-              tl.prefetch(ahead + kq_at(wt, L + 1));
-              tl.prefetch(ahead + kq_at(wt, 32 + L / 2));
-            }
-            const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + L / 2));
-            const auto v0 = kq_load<kq_v64u>(blk + kq_at(wt, L)), v1 = kq_load<kq_v64u>(blk + kq_at(wt, L + 1));
-            const kq_v64u lo0 = (v0 & 15) | ((h << 4) & 0x30), hi0 = (v0 >> 4) | ((h << 2) & 0x30);
-            const kq_v64u lo1 = (v1 & 15) | (h & 0x30), hi1 = (v1 >> 4) | ((h >> 2) & 0x30);
-            tl.split_kq(lo0, ss[L / 4], &bh[L / 16][L % 16], &bl[L / 16][L % 16]);
-            tl.split_kq(hi0, ss[8 + L / 4], &bh[2 + L / 16][L % 16], &bl[2 + L / 16][L % 16]);
-            tl.split_kq(lo1, ss[L / 4], &bh[L / 16][L % 16 + 1], &bl[L / 16][L % 16 + 1]);
-            tl.split_kq(hi1, ss[8 + L / 4], &bh[2 + L / 16][L % 16 + 1], &bl[2 + L / 16][L % 16 + 1]);
-          }
-        } else {
-          for (int g = 0; g < 4; ++g)
-            for (int cc = 0; cc < 8; ++cc) {
-              if (pf) tl.prefetch(ahead + kq_at(wt, 8 * g + cc));
-              const auto v = kq_load<kq_v64u>(blk + kq_at(wt, 8 * g + cc));
-              kq_v64u lo = v & 15, hi = v >> 4;
-              if constexpr (wt == weight_type::q5_k) {
-                const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + 2 * g + cc / 4));
-                lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
-                hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
+            for (int g = 0; g < 4; ++g)
+              for (int cc = 0; cc < 8; ++cc) {
+                if (pf) tl.prefetch(ahead + kq_at(wt, 8 * g + cc));
+                const auto v = kq_load<kq_v64u>(blk + kq_at(wt, 8 * g + cc));
+                kq_v64u lo = v & 15, hi = v >> 4;
+                if constexpr (wt == weight_type::q5_k) {
+                  const auto h = kq_load<kq_v64u>(blk + kq_at(wt, 32 + 2 * g + cc / 4));
+                  lo |= ((h >> (2 * (cc % 4))) & 1) << 4;
+                  hi |= ((h >> (2 * (cc % 4) + 1)) & 1) << 4;
+                }
+                kq_split_scale(lo, sp[2 * g], &bh[g][cc], &bl[g][cc]);
+                kq_split_scale(hi, sp[2 * g + 1], &bh[g][8 + cc], &bl[g][8 + cc]);
               }
-              kq_split_scale(lo, sp[2 * g], &bh[g][cc], &bl[g][cc]);
-              kq_split_scale(hi, sp[2 * g + 1], &bh[g][8 + cc], &bl[g][8 + cc]);
-            }
-        }
-        // Two token tiles at a time (the second may be absent): C = sum over the super-block. The
-        // f32 fold of a pair runs two pairs later, while the tile unit computes, so that its loads
-        // find the tile stores done instead of waiting for them (C stored to three rotating parts of
-        // the scratch).
-        const int64_t n_pairs_t = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
-        auto tokens_of = [&](int64_t pi, int half) {
-          const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
-          return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
-        };
-        auto fold_pair = [&](int64_t pi) {
-          for (int half = 0; half < 2; ++half) {
-            const int64_t m = tokens_of(pi, half);
-            const int32_t(*ch)[16] = c[pi % 3][2 * half];
-            const int32_t(*cl)[16] = c[pi % 3][2 * half + 1];
-            for (int64_t t = 0; t < m; ++t) {
-              const int64_t tok = pi * 2 * amx_tile_rows + half * amx_tile_rows + t;
-              const block_q8_K& x = a[(c0 + tok) * nb + b];
-              tl.fold_kq(acc[tok], ch[t], cl[t], hi_shift, dw, x.d, q6 ? nullptr : mins, x.sums32, dmw);
-            }
           }
-        };
-        for (int64_t pi = 0; pi <= n_pairs_t + 1; ++pi) {
-          const int64_t m0 = tokens_of(pi, 0), m1 = tokens_of(pi, 1);
-          if (pi < n_pairs_t) {
-            const int64_t tt = pi * 2 * amx_tile_rows;
-            tl.template zero<0>();
-            tl.template zero<3>();
-            if (m1 > 0) {
-              tl.template zero<6>();
-              tl.template zero<7>();
+          // Two token tiles at a time (the second may be absent): C = sum over the super-block. The
+          // f32 fold of a pair runs two pairs later, while the tile unit computes, so that its loads
+          // find the tile stores done instead of waiting for them (C stored to three rotating parts of
+          // the scratch).
+          const int64_t n_pairs_t = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
+          auto tokens_of = [&](int64_t pi, int half) {
+            const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
+            return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
+          };
+          auto fold_pair = [&](int64_t pi) {
+            for (int half = 0; half < 2; ++half) {
+              const int64_t m = tokens_of(pi, half);
+              const int32_t(*ch)[16] = c[pi % 3][2 * half];
+              const int32_t(*cl)[16] = c[pi % 3][2 * half + 1];
+              for (int64_t t = 0; t < m; ++t) {
+                const int64_t tok = pi * 2 * amx_tile_rows + half * amx_tile_rows + t;
+                const block_q8_K& x = a[(c0 + tok) * nb + b];
+                tl.fold_kq(acc[j][tok], ch[t], cl[t], hi_shift, dw, x.d, q6 ? nullptr : mins, x.sums32, dmw);
+              }
             }
-            for (int g = 0; g < 4; ++g) {
-              tl.template load<2>(bh[g], 64);
-              tl.template load<5>(bl[g], 64);
-              load_a(std::integral_constant<int, 1>{}, c0 + tt, m0, b, 64 * g);
-              if constexpr (q6)
-                tl.template dot_s8s8<0, 1, 2>();
-              else
-                tl.template dot_s8u8<0, 1, 2>();
-              tl.template dot_s8u8<3, 1, 5>();
+          };
+          for (int64_t pi = 0; pi <= n_pairs_t + 1; ++pi) {
+            const int64_t m0 = tokens_of(pi, 0), m1 = tokens_of(pi, 1);
+            if (pi < n_pairs_t) {
+              const int64_t tt = pi * 2 * amx_tile_rows;
+              tl.template zero<0>();
+              tl.template zero<3>();
               if (m1 > 0) {
-                load_a(std::integral_constant<int, 4>{}, c0 + tt + amx_tile_rows, m1, b, 64 * g);
+                tl.template zero<6>();
+                tl.template zero<7>();
+              }
+              for (int g = 0; g < 4; ++g) {
+                tl.template load<2>(bh[g], 64);
+                tl.template load<5>(bl[g], 64);
+                load_a(std::integral_constant<int, 1>{}, c0 + tt, m0, b, 64 * g);
                 if constexpr (q6)
-                  tl.template dot_s8s8<6, 4, 2>();
+                  tl.template dot_s8s8<0, 1, 2>();
                 else
-                  tl.template dot_s8u8<6, 4, 2>();
-                tl.template dot_s8u8<7, 4, 5>();
+                  tl.template dot_s8u8<0, 1, 2>();
+                tl.template dot_s8u8<3, 1, 5>();
+                if (m1 > 0) {
+                  load_a(std::integral_constant<int, 4>{}, c0 + tt + amx_tile_rows, m1, b, 64 * g);
+                  if constexpr (q6)
+                    tl.template dot_s8s8<6, 4, 2>();
+                  else
+                    tl.template dot_s8u8<6, 4, 2>();
+                  tl.template dot_s8u8<7, 4, 5>();
+                }
               }
             }
-          }
-          if (pi < n_pairs_t) {
-            tl.template store<0>(c[pi % 3][0], 64);
-            tl.template store<3>(c[pi % 3][1], 64);
-            if (m1 > 0) {
-              tl.template store<6>(c[pi % 3][2], 64);
-              tl.template store<7>(c[pi % 3][3], 64);
+            if (pi < n_pairs_t) {
+              tl.template store<0>(c[pi % 3][0], 64);
+              tl.template store<3>(c[pi % 3][1], 64);
+              if (m1 > 0) {
+                tl.template store<6>(c[pi % 3][2], 64);
+                tl.template store<7>(c[pi % 3][3], 64);
+              }
             }
+            if (pi > 1) fold_pair(pi - 2);
           }
-          if (pi > 1) fold_pair(pi - 2);
         }
+      for (int64_t j = 0; j < n_g; ++j) {
+        const int64_t row0 = (g0 + j) * panel_rows, n_rows = rows - row0 < panel_rows ? rows - row0 : panel_rows;
+        for (int64_t t = 0; t < n_c; ++t) std::memcpy(y + (c0 + t) * ldy + row0, acc[j][t], n_rows * sizeof(float));
       }
-      for (int64_t t = 0; t < n_c; ++t) std::memcpy(y + (c0 + t) * ldy + row0, acc[t], n_rows * sizeof(float));
     }
   }
   tl.release();

@@ -285,14 +285,16 @@ TEST_CASE("the AVX-512 q8_K quantizer gives the scalar rule's blocks bitwise") {
 
 TEST_CASE("AMX K-panel loops on the tile model give the model's results bitwise") {
   for (weight_type t : k_types)
-    for (int64_t rows : {16, 40}) {
+    for (int64_t rows : {16, 40, 104}) {  // 104: a whole group of panels and a part of one
       const int64_t cols = 512;
       const auto m = make_matrix(t, rows, cols);
       for (int64_t n_tok : {1, 15, 16, 17, 40, 129}) {  // 129: past a 128-token pass
         INFO(weight_type_name(t) << " rows " << rows << " tokens " << n_tok);
         const auto x = random_floats(static_cast<size_t>(n_tok * cols));
         const auto a = quantize_k_batch(x, n_tok, cols);
-        for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
+        for (int64_t p0 : {int64_t{0}, int64_t{1}, m.n_panels - 1}) {
+          if (p0 >= m.n_panels) continue;
+          INFO("first panel " << p0);
           const int64_t ldy = rows + 3;
           sentinel_out got(n_tok, ldy), want(n_tok, ldy);
           amx_tile_model model;
