@@ -408,15 +408,14 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           const line64* blk = panels + (g0 + j) * stride + b * lines;
           const line64* scl = blk + kq_at(wt, q6 ? 48 : lines - 5);  // the 5 scale lines, in order
           // The weights stream from memory once per step (the first pass): keep the super-blocks
-          // amx_kq_prefetch_blocks ahead (into the next panels, which follow in memory) on their way
-          // into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output head) was
-          // read at a fraction of the memory bandwidth, one super-block's lines at a time.
+          // about amx_kq_prefetch_blocks ahead in reading order (ahead_b on in this panel, or past
+          // its end the same panel of the next group; past the matrix a prefetch is a no-op) on
+          // their way into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output
+          // head) was read at a fraction of the memory bandwidth, one super-block's lines at a time.
           // The scale lines (and q5_K's fifth-bit lines) here; each nibble line (q6_K: and its top
           // bits) while the B tiles are built from the same line of this super-block (a burst of all
           // the lines at once filled the core's miss buffers, and the prefetches then stalled the
           // kernel waiting for memory).
-          // Ahead in reading order: ahead_b super-blocks on in this panel, or past its end the same
-          // panel of the next group.
           const bool pf = c0 == 0;
           const int64_t ab = b + ahead_b;
           const line64* ahead = panels + (g0 + j + ab / nb * amx_kq_group) * stride + ab % nb * lines;
