@@ -36,7 +36,8 @@
 //    scales in two parts, as B tiles of 64 columns (16 lines of 16 rows x 4 bytes), made once per
 //    super-block and pass: q4_K/q5_K split the scale (sc = 2^s sh + sl, so q sl and q sh fit a byte,
 //    isum = 2^s C_hi + C_lo), q6_K the product (sc (q - 32), |.| <= 4096, = 256 hi + lo with lo in
-//    [0, 256), hi signed); A = 16 tokens x 64 activation bytes (row stride one token's q8_K blocks);
+//    [0, 256), hi signed); A = 16 tokens x 64 activation bytes (row stride 256: the activations are
+//    copied block-major, a super-block of every token in turn);
 //    C = the super-block's sums of x lo (tdpbsud) and of x hi (tdpbsud, or tdpbssd for q6_K's
 //    signed high parts), so isum is exactly the model's integer sum, then the same f32 fold as the
 //    model: bitwise gemv_kq_panels_model's results. (The scales cannot ride in 8 bits next to their
