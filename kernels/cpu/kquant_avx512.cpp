@@ -247,7 +247,7 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
   const bool line_prefetch = kq_line_prefetch();
-  constexpr int group = wt == weight_type::q6_k ? 8 : 4;
+  constexpr int group = 8;  // eight tokens at a time where a block has 16 (docs/cpu-backend.md, AVX-512 VNNI)
   kq_for_panels<group>(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok, nb,
                        [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
                          kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);

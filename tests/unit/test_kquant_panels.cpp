@@ -207,7 +207,8 @@ TEST_CASE("the K-panel kernels' integer sums do not overflow at the extremes of 
       }
       repack_kq_panels(t, m.w.data(), static_cast<int64_t>(row_bytes(t, cols)), rows, cols, 0, m.n_panels,
                        m.panels.data());
-      // 16 tokens, all the same: every kernel's widest token group (q6_K's: 8) sees them too.
+      // 16 tokens, all the same: every kernel's widest token group (8: the VNNI kernel's, and the
+      // AVX2 kernel's for q6_K) sees them too.
       const int64_t n_tok = 16;
       std::vector<block_q8_K> a(n_tok * cols / qk_k);
       for (auto& blk : a) {
