@@ -141,9 +141,9 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
                            float*, int64_t);
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
 // or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
-// kq_token_block: a block and a rest of 2; 16 and 21: q6_K's groups of 8 and what follows them;
-// 21 at 8192 columns: blocks of 12 tokens, or of 16 where the groups are 8) and first panel; and
-// it writes nothing it does not own.
+// kq_token_block: a block and a rest of 2; 16 and 21: groups of 8 (the VNNI kernel's, the AVX2
+// kernel's for q6_K) and what follows them; 21 at 8192 columns: blocks of 12 tokens, or of 16
+// where the groups are 8) and first panel; and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40})
