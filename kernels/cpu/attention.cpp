@@ -295,6 +295,7 @@ template <kv_type T, int N, int H>
 void values_regs(const float* p, int64_t stride, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
                  int64_t head_dim, int64_t d0, float* out) {
   const int64_t bs = kv.block_size, row_bytes = kv_row_bytes(T, head_dim), slice_bytes = bs * row_bytes;
+  const int64_t n_blocks = (n_keys + bs - 1) / bs;
   __m256 acc[H][N];
   for (int h = 0; h < H; ++h)
     for (int k = 0; k < N; ++k) acc[h][k] = _mm256_setzero_ps();
@@ -302,10 +303,7 @@ void values_regs(const float* p, int64_t stride, int64_t n_keys, const kv_layer_
   for (int64_t j = 0, b = 0, block_end = 0; j < n_keys; ++j, row += row_bytes) {
     if (j == block_end) {  // block b starts
       block_end += bs;
-      // Blocks are scattered in memory: the next block's slice on its way while this one is read.
-      if (d0 == 0 && j + bs < n_keys)
-        for (int64_t c = 0; c < std::min(slice_bytes, (n_keys - j - bs) * row_bytes); c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.v_blocks[b + 1]) + head_off + c, _MM_HINT_T0);
+      if (d0 == 0) prefetch_kv_slice(kv, head_off, slice_bytes, n_blocks + b + 1, n_keys);  // the next V block
       row = static_cast<const uint8_t*>(kv.v_blocks[b++]) + head_off;
     }
     __m256 v[N];
@@ -390,7 +388,7 @@ void attend_group_dm(const float* q, int64_t n_q, int64_t n_keys, const kv_layer
   for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
     const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
     const int64_t p0 = j0 % bs;
-    if (p0 == 0) prefetch_key_slices(kv, head_off, kv_row_bytes(T, head_dim) * bs, j0 / bs, n_keys);
+    if (p0 == 0) prefetch_kv_stream(kv, head_off, kv_row_bytes(T, head_dim) * bs, j0 / bs, n_keys);
     for (int64_t h0 = 0; h0 < n_q;) {
       const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
       float* o[8];

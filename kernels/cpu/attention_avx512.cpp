@@ -30,16 +30,21 @@ inline __m512 load16(const uint8_t* p) {
 }
 constexpr int64_t elem_bytes(kv_type t) { return t == kv_type::f32 ? 4 : 2; }
 
-// Scores of H heads against 16 * V keys of one block from position p0 (V vectors of 16 keys).
+// Scores of H heads against V vectors of 16 keys: vector v's keys start at keys[v] (dimension 0 of
+// 16 consecutive positions of a dimension-major slice, the next dimension bs positions on). Two
+// vectors give each head two independent FMA chains: with one, four heads' chains wait on the FMA
+// latency; the two may lie in one block or in two (16-key blocks).
 template <kv_type T, int V, int H>
-void scores16(const float* q, int64_t head_dim, const uint8_t* kslice, int64_t bs, int64_t p0, float scale,
-              float* const* out) {
+void scores16(const float* q, int64_t head_dim, const uint8_t* const* keys, const uint8_t* const* ahead, int64_t bs,
+              float scale, float* const* out) {
   __m512 acc[H][V];
   for (int h = 0; h < H; ++h)
     for (int v = 0; v < V; ++v) acc[h][v] = _mm512_setzero_ps();
   for (int64_t d = 0; d < head_dim; ++d) {
     __m512 k[V];
-    for (int v = 0; v < V; ++v) k[v] = load16<T>(kslice + (d * bs + p0 + 16 * v) * elem_bytes(T));
+    for (int v = 0; v < V; ++v)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead[v] + d * bs * elem_bytes(T)), _MM_HINT_T0);
+    for (int v = 0; v < V; ++v) k[v] = load16<T>(keys[v] + d * bs * elem_bytes(T));
     for (int h = 0; h < H; ++h) {
       const __m512 qd = _mm512_set1_ps(q[h * head_dim + d]);
       for (int v = 0; v < V; ++v) acc[h][v] = _mm512_fmadd_ps(qd, k[v], acc[h][v]);
@@ -50,7 +55,8 @@ void scores16(const float* q, int64_t head_dim, const uint8_t* kslice, int64_t b
     for (int v = 0; v < V; ++v) _mm512_storeu_ps(out[h] + 16 * v, _mm512_mul_ps(acc[h][v], vs));
 }
 
-using scores_fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, int64_t, float, float* const*);
+using scores_fn = void (*)(const float*, int64_t, const uint8_t* const*, const uint8_t* const*, int64_t, float,
+                           float* const*);
 
 // out[g][d0, d0 + 16 N) for H heads g, over all n_keys keys (the values pass). One loop over the
 // keys, the row pointer moved to the next block at each block's start: with a loop per block GCC 12
@@ -59,19 +65,25 @@ template <kv_type T, int N, int H>
 void values16(const float* p, int64_t stride, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
               int64_t head_dim, int64_t d0, float* out) {
   const int64_t bs = kv.block_size, row_bytes = head_dim * elem_bytes(T), slice_bytes = bs * row_bytes;
+  const int64_t n_blocks = (n_keys + bs - 1) / bs;
   __m512 acc[H][N];
   for (int h = 0; h < H; ++h)
     for (int k = 0; k < N; ++k) acc[h][k] = _mm512_setzero_ps();
+  // The first pass over the dimensions prefetches the stream (attention.hpp) a row per key: the
+  // same row of the slice two on.
   const uint8_t* row = nullptr;
-  for (int64_t j = 0, b = 0, block_end = 0; j < n_keys; ++j, row += row_bytes) {
+  const uint8_t* ahead = nullptr;
+  int64_t ahead_bytes = 0;
+  for (int64_t j = 0, b = 0, block_end = 0; j < n_keys; ++j, row += row_bytes, ahead += row_bytes) {
     if (j == block_end) {  // block b starts
       block_end += bs;
-      // Blocks are scattered in memory: the next block's slice on its way while this one is read.
-      if (d0 == 0 && j + bs < n_keys)
-        for (int64_t c = 0; c < std::min(slice_bytes, (n_keys - j - bs) * row_bytes); c += 64)
-          _mm_prefetch(static_cast<const char*>(kv.v_blocks[b + 1]) + head_off + c, _MM_HINT_T0);
-      row = static_cast<const uint8_t*>(kv.v_blocks[b++]) + head_off + d0 * elem_bytes(T);
+      row = static_cast<const uint8_t*>(kv.v_blocks[b]) + head_off + d0 * elem_bytes(T);
+      const uint8_t* next = d0 == 0 ? kv_stream_slice(kv, head_off, n_blocks + b + 2, n_keys) : nullptr;
+      ahead = next ? next : row;  // past the stream's end: nothing prefetched
+      ahead_bytes = next ? row_bytes : 0;
+      ++b;
     }
+    for (int64_t c = 0; c < ahead_bytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + c), _MM_HINT_T0);
     __m512 v[N];
     for (int k = 0; k < N; ++k) v[k] = load16<T>(row + 16 * k * elem_bytes(T));
     for (int h = 0; h < H; ++h) {
@@ -101,7 +113,8 @@ void attend_group_dm16(const float* q, int64_t n_q, int64_t n_keys, const kv_lay
   const int64_t bs = kv.block_size, stride = (n_keys + 31) / 32 * 32;
   const int64_t head_off = kv_head_offset(kv, kv_head, head_dim);
   float* scores = scratch;  // [n_q][stride]; lanes past n_keys are scratch
-  // 32 keys per step where the block allows and the heads are few (two chains per head).
+  // 32 keys per step (two chains per head) where the heads are few and 16 keys past these are
+  // left; the lanes past n_keys in the last vector read a block's unused slots and are scratch.
   static constexpr scores_fn by_heads_32[] = {nullptr, &scores16<T, 2, 1>, &scores16<T, 2, 2>, &scores16<T, 2, 3>,
                                               &scores16<T, 2, 4>};
   static constexpr scores_fn by_heads_16[] = {nullptr,
@@ -113,22 +126,33 @@ void attend_group_dm16(const float* q, int64_t n_q, int64_t n_keys, const kv_lay
                                               &scores16<T, 1, 6>,
                                               &scores16<T, 1, 7>,
                                               &scores16<T, 1, 8>};
-  const bool wide = bs % 32 == 0 && n_q <= 4;
-  const int P = wide ? 32 : 16;
-  const int64_t max_heads = wide ? 4 : 8;
-  const scores_fn* by_heads = wide ? by_heads_32 : by_heads_16;
   const int64_t slice_bytes = bs * head_dim * elem_bytes(T);
-  for (int64_t j0 = 0; j0 < n_keys; j0 += P) {
-    const uint8_t* kslice = static_cast<const uint8_t*>(kv.k_blocks[j0 / bs]) + head_off;
-    const int64_t p0 = j0 % bs;
-    if (p0 == 0) prefetch_key_slices(kv, head_off, slice_bytes, j0 / bs, n_keys);
+  auto key_vector = [&](int64_t j) {  // keys j..j+15 (j a multiple of 16): dimension 0 of the 16
+    return static_cast<const uint8_t*>(kv.k_blocks[j / bs]) + head_off + j % bs * elem_bytes(T);
+  };
+  for (int64_t j0 = 0; j0 < n_keys;) {
+    const bool wide = n_q <= 4 && j0 + 16 < n_keys;
+    const int P = wide ? 32 : 16;
+    const int64_t max_heads = wide ? 4 : 8;
+    const scores_fn* by_heads = wide ? by_heads_32 : by_heads_16;
+    const uint8_t* keys[2] = {key_vector(j0), wide ? key_vector(j0 + 16) : nullptr};
+    // The stream (attention.hpp) a line per dimension: the same bytes of the slice two on, or of
+    // this one past its end (already in L1).
+    const uint8_t* ahead[2];
+    for (int v = 0; v < P / 16; ++v) {
+      const int64_t j = j0 + 16 * v;
+      const uint8_t* a = kv_stream_slice(kv, head_off, j / bs + 2, n_keys);
+      ahead[v] = a ? a + j % bs * elem_bytes(T) : keys[v];
+    }
+    if (j0 == 0) prefetch_kv_slice(kv, head_off, slice_bytes, 1, n_keys);
     for (int64_t h0 = 0; h0 < n_q;) {
       const int H = static_cast<int>(std::min<int64_t>(n_q - h0, max_heads));
       float* o[8];
       for (int h = 0; h < H; ++h) o[h] = scores + (h0 + h) * stride + j0;
-      by_heads[H](q + h0 * head_dim, head_dim, kslice, bs, p0, scale, o);
+      by_heads[H](q + h0 * head_dim, head_dim, keys, ahead, bs, scale, o);
       h0 += H;
     }
+    j0 += P;
   }
   for (int64_t g = 0; g < n_q; ++g) masked_softmax(scores + g * stride, n_keys, n_masked);
   // Values: 64 output elements of up to 6 heads per pass (24 accumulators), or 32 / 16 of more.

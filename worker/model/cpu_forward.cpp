@@ -203,12 +203,20 @@ void cpu_forward::attend(int64_t l, std::span<const batch_seq> batch) {
     // Interleaved: later tokens attend over more keys, so contiguous ranges would be uneven.
     float* sc = scores_.data() + ith * scratch_;
     if (grouped) {
+      auto view_of = [&](int64_t i, const span_of_keys& k) {
+        const int32_t s = rows_[i].seq;
+        return cpu::kv_layer_view{kb_[s].data() + k.first_block, vb_[s].data() + k.first_block, bs, KV, kv.type(),
+                                  cpu::kv_layout::heads};
+      };
       for (int64_t task = ith; task < N * hp.n_head_kv; task += nth) {
         const int64_t i = task / hp.n_head_kv, kvh = task % hp.n_head_kv;
-        const int32_t s = rows_[i].seq;
         const span_of_keys k = keys_of(i);
-        cpu::kv_layer_view view{kb_[s].data() + k.first_block, vb_[s].data() + k.first_block, bs, KV, kv.type(),
-                                cpu::kv_layout::heads};
+        const cpu::kv_layer_view view = view_of(i, k);
+        if (const int64_t next = task + nth; next < N * hp.n_head_kv) {  // its first keys arrive meanwhile
+          const int64_t ni = next / hp.n_head_kv;
+          const span_of_keys nk = keys_of(ni);
+          cpu::prefetch_attend_group(view_of(ni, nk), next % hp.n_head_kv, HD, nk.n_keys);
+        }
         cpu::attend_group(q_.data() + i * Q + kvh * group * HD, group, k.n_keys, view, kvh, HD, scale, sc,
                           attn_.data() + i * Q + kvh * group * HD, k.n_masked);
       }
