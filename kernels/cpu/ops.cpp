@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/simd.hpp"
 
 namespace sy::cpu {
@@ -58,7 +59,7 @@ void exp_inplace(float* x, int64_t n) {
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  int64_t i = 0;
+  int64_t i = use_avx512_vnni_kernels() ? silu_mul_avx512(gate, up, out, n) : 0;
   const __m256 one = _mm256_set1_ps(1.f);
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
@@ -71,7 +72,7 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
   constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2 / pi)
-  int64_t i = 0;
+  int64_t i = use_avx512_vnni_kernels() ? gelu_mul_avx512(gate, up, out, n) : 0;
   const __m256 one = _mm256_set1_ps(1.f), m2c = _mm256_set1_ps(-2.f * k_c), a = _mm256_set1_ps(k_a);
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(gate + i);
@@ -96,8 +97,9 @@ void softmax_inplace(float* x, int64_t n) {
   for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(x + i), vmax);  // a NaN in x is skipped
   float mx = hmax(vmax);
   for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  i = 0;
-  __m256 acc = _mm256_setzero_ps();
+  alignas(32) float sums8[8] = {};
+  i = use_avx512_vnni_kernels() ? softmax_exp_avx512(x, n, mx, sums8) : 0;
+  __m256 acc = _mm256_load_ps(sums8);
   const __m256 vmx = _mm256_set1_ps(mx);
   for (; i + 8 <= n; i += 8) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));

@@ -37,4 +37,12 @@ void softmax_inplace(float* x, int64_t n);
 // Vector exp of n values in place (exposed for tests).
 void exp_inplace(float* x, int64_t n);
 
+// The AVX-512 parts of silu_mul, gelu_mul and softmax_inplace's exp pass (ops_avx512.cpp; only
+// where use_avx512_vnni_kernels()): each does the first multiple of 16 of n elements, bitwise as
+// the 8-lane loops would, and returns how many; softmax_exp_avx512 writes e^(x - mx) and adds
+// them to the 8-lane partial sums `sums8` in the 8-lane loop's order.
+int64_t silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
+int64_t gelu_mul_avx512(const float* gate, const float* up, float* out, int64_t n);
+int64_t softmax_exp_avx512(float* x, int64_t n, float mx, float* sums8);
+
 }  // namespace sy::cpu

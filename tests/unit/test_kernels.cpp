@@ -471,6 +471,38 @@ TEST_CASE("rms_norm / rope / silu / softmax and exp match naive formulas") {
   for (int i = 0; i < 37; ++i) REQUIRE(q[i] == Approx(std::exp(p[i] - mx) / z).epsilon(1e-5));
 }
 
+TEST_CASE("the AVX-512 gates and softmax give the 8-lane loops' results bitwise") {
+  // Where the CPU runs the AVX-512 parts; elsewhere both runs take the 8-lane loops (and agree).
+  // Lengths around the 16- and 8-element steps; values through exp's clamps, a -inf (a masked
+  // score) and signed zeros.
+  for (const int64_t n : {1, 7, 8, 15, 16, 17, 24, 31, 37, 160, 8192}) {
+    auto g = random_floats(static_cast<size_t>(n), 12.f), u = random_floats(static_cast<size_t>(n));
+    if (n > 3) {
+      g[0] = -95.f;
+      g[1] = 91.f;
+      g[2] = -0.f;
+      g[3] = 0.f;
+    }
+    auto sm = random_floats(static_cast<size_t>(n), 2.f);  // comparable terms: a changed sum order shows
+    if (n > 2) sm[1] = -INFINITY;
+    std::vector<float> silu[2], gelu[2], soft[2];
+    for (const int portable : {0, 1}) {
+      force_portable_kernels(portable == 1);
+      silu[portable].resize(static_cast<size_t>(n));
+      gelu[portable].resize(static_cast<size_t>(n));
+      soft[portable] = sm;
+      silu_mul(g.data(), u.data(), silu[portable].data(), n);
+      gelu_mul(g.data(), u.data(), gelu[portable].data(), n);
+      softmax_inplace(soft[portable].data(), n);
+    }
+    force_portable_kernels(false);
+    INFO("n " << n);
+    REQUIRE(std::memcmp(silu[0].data(), silu[1].data(), static_cast<size_t>(n) * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(gelu[0].data(), gelu[1].data(), static_cast<size_t>(n) * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(soft[0].data(), soft[1].data(), static_cast<size_t>(n) * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("paged attention equals attention over a contiguous cache") {
   const int64_t hd = 64, n_kv = 3, stride = n_kv * hd, n_keys = 45, bs = 16;
   auto keys = random_floats(static_cast<size_t>(n_keys * stride));
