@@ -252,10 +252,13 @@ void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int
   }
 }
 
-void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out) {
+void kq_qs_by_block_token(const block_q8_K* a, int64_t t, int64_t n_tok, int64_t k, int8_t* out) {
   const int64_t nb = k / qk_k;
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t t = 0; t < n_tok; ++t) std::memcpy(out + (b * n_tok + t) * qk_k, a[t * nb + b].qs, qk_k);
+  for (int64_t b = 0; b < nb; ++b) std::memcpy(out + (b * n_tok + t) * qk_k, a[t * nb + b].qs, qk_k);
+}
+
+void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out) {
+  for (int64_t t = 0; t < n_tok; ++t) kq_qs_by_block_token(a, t, n_tok, k, out);
 }
 
 void gemv_kq_panels_model(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,

@@ -107,6 +107,8 @@ void gemv_kq_panels_avx512(weight_type t, const line64* panels, int64_t rows, in
 void gemv_kq_panels_amx(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                         const block_q8_K* a, const int8_t* qs_by_block, int64_t n_tok, float* y, int64_t ldy);
 void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
+// Token t's part of it (each token's activation quantization job copies its own).
+void kq_qs_by_block_token(const block_q8_K* a, int64_t t, int64_t n_tok, int64_t k, int8_t* out);
 
 // Where kq_line_prefetch() (cpu_features.hpp) says so, the one-token and two-token kernels ask each
 // line of a super-block into L1 this many lines ahead of its load (past a panel's end into the next

@@ -208,19 +208,19 @@ void forward_gemv_fused(std::span<const linear_out> outs, const float* x, int64_
     pool.for_each(n_tok, k_parallel_tokens,
                   [&](int64_t t) { quantize_row_q8_act(x + t * ldx, sc.q8.data() + t * nb, cols); });
   }
-  if (need_q8k) {
-    sc.q8k.resize(static_cast<size_t>(n_tok * nbk));
-    pool.for_each(n_tok, k_parallel_tokens, [&, avx512 = use_avx512_vnni_kernels()](int64_t t) {
-      (avx512 ? quantize_row_q8_K_avx512 : quantize_row_q8_K_avx2)(x + t * ldx, sc.q8k.data() + t * nbk, cols);
-    });
-  }
   // AMX from a full tile of tokens on (K panels: amx_kq_min_tokens): bitwise the VNNI kernels'
-  // results, so no token's result depends on which of the two ran.
+  // results, so no token's result depends on which of the two ran. Its activations also go
+  // block-major, each token's by its own quantization job.
   const bool amx_cpu = use_amx_kernels(), amx = n_tok >= amx_int_min_tokens && amx_cpu;
   auto kq_amx = [&](const linear& w) { return amx_cpu && w.kq_ready() && n_tok >= amx_kq_min_tokens(w.type_); };
-  if (std::any_of(outs.begin(), outs.end(), [&](const linear_out& o) { return kq_amx(*o.w); })) {
-    sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
-    kq_qs_by_block(sc.q8k.data(), n_tok, cols, sc.q8k_by_block.data());
+  const bool by_block = std::any_of(outs.begin(), outs.end(), [&](const linear_out& o) { return kq_amx(*o.w); });
+  if (need_q8k) {
+    sc.q8k.resize(static_cast<size_t>(n_tok * nbk));
+    if (by_block) sc.q8k_by_block.resize(static_cast<size_t>(n_tok * cols));
+    pool.for_each(n_tok, k_parallel_tokens, [&, avx512 = use_avx512_vnni_kernels()](int64_t t) {
+      (avx512 ? quantize_row_q8_K_avx512 : quantize_row_q8_K_avx2)(x + t * ldx, sc.q8k.data() + t * nbk, cols);
+      if (by_block) kq_qs_by_block_token(sc.q8k.data(), t, n_tok, cols, sc.q8k_by_block.data());
+    });
   }
   linear::for_panels(outs, n_tok, pool, [&](size_t i, int64_t b0, int64_t b1) {
     const linear& w = *outs[i].w;
