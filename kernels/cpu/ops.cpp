@@ -60,27 +60,14 @@ void exp_inplace(float* x, int64_t n) {
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = use_avx512_vnni_kernels() ? silu_mul_avx512(gate, up, out, n) : 0;
-  const __m256 one = _mm256_set1_ps(1.f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vsilu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   for (; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2 / pi)
+  constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2 / pi), as vgelu_mul
   int64_t i = use_avx512_vnni_kernels() ? gelu_mul_avx512(gate, up, out, n) : 0;
-  const __m256 one = _mm256_set1_ps(1.f), m2c = _mm256_set1_ps(-2.f * k_c), a = _mm256_set1_ps(k_a);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(gate + i);
-    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-    const __m256 e = exp256(_mm256_mul_ps(m2c, _mm256_fmadd_ps(a, x3, x)));
-    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vgelu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   for (; i < n; ++i) {
     const float x = gate[i];
     out[i] = x / (1.f + std::exp(-2.f * k_c * (x + k_a * x * x * x))) * up[i];
