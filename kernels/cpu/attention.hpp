@@ -131,10 +131,11 @@ inline void masked_softmax(float* scores, int64_t n_keys, int64_t n_masked) {
 // scattered in memory, so the hardware prefetcher cannot run ahead of the passes; they prefetch
 // the stream themselves, two slices ahead of the one they read, so that the first V slices arrive
 // while the last scores are computed. The AVX-512 passes spread it, a line per dimension (scores)
-// or per key (values), as they read the same bytes of their own slice: a whole slice at once (32
-// lines of an f16 head of 64 at 16 keys a block) filled the core's miss buffers, and attention of
-// 32 sequences of 160 keys took ~12 % of a decode step against ~10 % spread, with the first slice of
-// the next group prefetched by the caller (prefetch_attend_group).
+// or per key (values), as they read the same bytes of their own slice; with the caller prefetching
+// the next group's first slice (prefetch_attend_group), attention of 32 sequences of 160 keys went
+// from ~12 to ~10 % of a decode step (a whole slice at once per block, 32 lines of an f16 head of
+// 64 at 16 keys a block, measured no better: docs/cpu-backend.md).
+
 // Slice s of that stream (its first byte), or nullptr past its end.
 inline const uint8_t* kv_stream_slice(const kv_layer_view& kv, int64_t head_off, int64_t s, int64_t n_keys) {
   const int64_t n = (n_keys + kv.block_size - 1) / kv.block_size;

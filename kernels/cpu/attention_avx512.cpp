@@ -64,7 +64,7 @@ using scores_fn = void (*)(const float*, int64_t, const uint8_t* const*, const u
 template <kv_type T, int N, int H>
 void values16(const float* p, int64_t stride, int64_t n_keys, const kv_layer_view& kv, int64_t head_off,
               int64_t head_dim, int64_t d0, float* out) {
-  const int64_t bs = kv.block_size, row_bytes = head_dim * elem_bytes(T), slice_bytes = bs * row_bytes;
+  const int64_t bs = kv.block_size, row_bytes = head_dim * elem_bytes(T);
   const int64_t n_blocks = (n_keys + bs - 1) / bs;
   __m512 acc[H][N];
   for (int h = 0; h < H; ++h)
