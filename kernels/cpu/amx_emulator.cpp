@@ -34,11 +34,12 @@ void gemv_kq_panels_amx_emulated(weight_type t, const line64* panels, int64_t ro
                                  const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy, amx_tile_model* model) {
   amx_tile_model own;
   amx_tile_model& tl = model ? *model : own;
-  const int64_t stride = kq_panel_lines(t, k);
   std::vector<int8_t> qs(static_cast<size_t>(n_tok * k));
   kq_qs_by_block(a, n_tok, k, qs.data());
   if (p0 < p1 && n_tok > 0) {
-    tl.readable(panels + p0 * stride, static_cast<size_t>((p1 - p0) * stride) * sizeof(line64));
+    int64_t first = 0, count = 0;  // the groups panels [p0, p1) lie in
+    kq_span_of(t, k / qk_k, kq_n_panels(rows), p0, p1, first, count);
+    tl.readable(panels + first, static_cast<size_t>(count) * sizeof(line64));
     tl.readable(qs.data(), qs.size());
   }
   amx_kq_panels(tl, t, panels, rows, k, p0, p1, a, qs.data(), n_tok, y, ldy);

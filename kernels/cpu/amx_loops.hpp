@@ -381,7 +381,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
   constexpr int64_t lines = kq_lines(wt);
   constexpr int n_sc = q6 ? 16 : 8;
   constexpr int hi_shift = q6 ? 8 : wt == weight_type::q4_k ? 4 : 3;
-  const int64_t nb = k / qk_k, stride = kq_panel_lines(wt, k);
+  const int64_t nb = k / qk_k, n_panels = kq_n_panels(rows);
   alignas(64) line64 bh[4][16], bl[4][16];  // B tiles of the super-block: high and low parts
   // C of two token tiles (high 0, low 0, high 1, low 1), three in flight
   alignas(64) int32_t c[3][4][amx_tile_rows][16];
@@ -403,13 +403,18 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
     for (int64_t t = 0; t < m; ++t) std::memcpy(tail[t], xq + t * qk_k, 64);
     tl.template load<T>(tail, 64);
   };
-  // Groups of panels outside, token passes inside: a panel is read from memory once and stays in
-  // cache for every pass; the activations (k bytes a token) are the part re-read, once per group.
-  // Within a pass, super-block b of each panel of the group in turn (the same operations per row
-  // and token in the same order as panel by panel).
-  constexpr int64_t ahead_b = (amx_kq_prefetch_blocks + amx_kq_group - 1) / amx_kq_group;
-  for (int64_t g0 = p0; g0 < p1; g0 += amx_kq_group) {
-    const int64_t n_g = p1 - g0 < amx_kq_group ? p1 - g0 : amx_kq_group;
+  // Groups of panels (the layout's, kquant_panels.hpp) outside, token passes inside: a panel is read
+  // from memory once and stays in cache for every pass; the activations (k bytes a token) are the
+  // part re-read, once per group. Within a pass, super-block b of each panel of the group in turn
+  // (the same operations per row and token in the same order as panel by panel): the order the
+  // layout keeps them in memory.
+  static_assert(amx_kq_group == kq_group_panels);
+  kq_panel ps[amx_kq_group];
+  for (int64_t g0 = p0, g1; g0 < p1; g0 = g1) {
+    g1 = (g0 / amx_kq_group + 1) * amx_kq_group;
+    if (g1 > p1) g1 = p1;
+    const int64_t n_g = g1 - g0;
+    for (int64_t j = 0; j < n_g; ++j) ps[j] = kq_panel_of(panels, wt, nb, n_panels, g0 + j);
     for (int64_t c0 = 0; c0 < n_tok; c0 += amx_kq_tokens) {
       const int64_t n_c = n_tok - c0 < amx_kq_tokens ? n_tok - c0 : amx_kq_tokens;
       for (int64_t j = 0; j < n_g; ++j)
@@ -417,20 +422,19 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           for (int i = 0; i < 16; ++i) acc[j][t][i] = 0.f;
       for (int64_t b = 0; b < nb; ++b)
         for (int64_t j = 0; j < n_g; ++j) {
-          const line64* blk = panels + (g0 + j) * stride + b * lines;
+          const line64* blk = ps[j].block(b);
           const line64* scl = blk + kq_at(wt, q6 ? 48 : lines - 5);  // the 5 scale lines, in order
           // The weights stream from memory once per step (the first pass): keep the super-blocks
-          // about amx_kq_prefetch_blocks ahead in reading order (ahead_b on in this panel, or past
-          // its end the same panel of the next group; past the matrix a prefetch is a no-op) on
-          // their way into L2, as the VNNI kernel does; without it a large matrix (a 128k-row output
-          // head) was read at a fraction of the memory bandwidth, one super-block's lines at a time.
+          // amx_kq_prefetch_blocks ahead in memory, which is the reading order (past the matrix a
+          // prefetch is a no-op), on their way into L2, as the VNNI kernel does; without it a large
+          // matrix (a 128k-row output head) was read at a fraction of the memory bandwidth, one
+          // super-block's lines at a time.
           // The scale lines (and q5_K's fifth-bit lines) here; each nibble line (q6_K: and its top
           // bits) while the B tiles are built from the same line of this super-block (a burst of all
           // the lines at once filled the core's miss buffers, and the prefetches then stalled the
           // kernel waiting for memory).
           const bool pf = c0 == 0;
-          const int64_t ab = b + ahead_b;
-          const line64* ahead = panels + (g0 + j + ab / nb * amx_kq_group) * stride + ab % nb * lines;
+          const line64* ahead = blk + amx_kq_prefetch_blocks * lines;
           if (pf)
             for (int64_t l = q6 ? 48 : 32; l < lines; ++l) tl.prefetch(ahead + kq_at(wt, l));
           // Each row's scale of each sub-block in both 16-bit halves of its lane (q6_K: for the product

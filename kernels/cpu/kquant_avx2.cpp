@@ -65,7 +65,7 @@ template <class F, int... I>
 }
 
 // The first H halves (rows 8h..8h + 7 each; H = 1 for a last panel of 8 rows or fewer) of one
-// super-block against T tokens: adds to acc[h][t]. Both halves at once share each activation
+// super-block against T tokens: adds to acc[h][t] (rows of S sums). Both halves at once share each activation
 // broadcast and give the core two independent chains (q4_K on the Sapphire Rapids VM, 1-4 tokens:
 // 110-115 GMAC/s against 83-97 for one half after the other). The low nibbles' sub-block, then the
 // high nibbles', so that only one int16 sum per (half, token) is live. From 4 tokens on the
@@ -76,8 +76,8 @@ template <class F, int... I>
 // GMAC/s, q5_K 140-146 / 148-165 / 159-161 -> 149-157 / 169-172 / 163-165, q6_K at 4 98-108 ->
 // 110-115, at 32 (groups of 8) 146 -> 156 (unrolled at 8 it was 111); the 1B Q4_K_M file's pp512
 // 187-190 -> 195-201 tok/s, Q6_K's 145 -> 156-157. Below 4 tokens (decode) they stay unrolled.
-template <weight_type wt, int T, int H>
-inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[T]) {
+template <weight_type wt, int T, int H, int S = T>
+inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[S]) {
   constexpr int64_t lines = kq_lines(wt);
   constexpr bool pairs_as_loop = T >= 4;  // the comment above says why
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -247,51 +247,82 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
   }
 }
 
-// One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
-template <weight_type wt, int T>
-void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
-               int64_t n_rows, bool line_prefetch) {
-  constexpr int64_t lines = kq_lines(wt);
-  const int halves = n_rows > 8 ? 2 : 1;  // a last panel of 8 rows or fewer skips its empty half
-  __m256 acc[2][T];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
-  const bool prefetch = T <= 2 && line_prefetch;  // decode streams the weights from memory
-  for (int64_t b = 0; b < nb; ++b) {
-    const line64* blk = panel + b * lines;
-    if (prefetch) kq_prefetch_ahead(blk, lines);
-    const block_q8_K* x[T];
-    for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
-    if (halves == 2)
-      kq_halves<wt, T, 2>(blk, x, acc);
-    else
-      kq_halves<wt, T, 1>(blk, x, acc);
-  }
+// Sums acc[h * S + t] (half h, token t < n) into rows [row0, row0 + n_rows) of tokens t0 + t.
+inline void store_halves(const __m256* acc, int S, int halves, int64_t n, float* y, int64_t ldy, int64_t t0,
+                         int64_t row0, int64_t n_rows) {
   for (int h = 0; h < halves; ++h) {
-    const int64_t n = std::min<int64_t>(8, n_rows - 8 * h);
-    for (int t = 0; t < T; ++t) {
+    const int64_t m = std::min<int64_t>(8, n_rows - 8 * h);
+    for (int64_t t = 0; t < n; ++t) {
       float* out = y + (t0 + t) * ldy + row0 + 8 * h;
-      if (n == 8) {
-        _mm256_storeu_ps(out, acc[h][t]);
+      if (m == 8) {
+        _mm256_storeu_ps(out, acc[h * S + t]);
       } else {
         alignas(32) float v[8];
-        _mm256_store_ps(v, acc[h][t]);
-        std::copy(v, v + n, out);
+        _mm256_store_ps(v, acc[h * S + t]);
+        std::copy(v, v + m, out);
       }
     }
   }
 }
 
+// Tokens a pass over a group of panels takes at most (their sums on the stack, 16 KiB).
+constexpr int64_t kq_pass_tokens = 64;
+
+// The panels of a group (ps: n_ps of them, from panel p) against tokens [b0, b1) (at most
+// kq_pass_tokens): super-block b of each panel in turn, which is the order they lie in memory
+// (kquant_panels.hpp), each against the tokens in groups (kq_token_groups); the sums on the stack.
+// (Panel by panel, the super-blocks a group apart, pp512 on the 1B Q4_K_M file was 7 % slower.)
+template <weight_type wt, int group>
+void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int64_t b0, int64_t b1, float* y,
+              int64_t ldy, int64_t p, int64_t rows, bool line_prefetch) {
+  constexpr int64_t lines = kq_lines(wt);
+  constexpr int S = kq_pass_tokens;
+  const int64_t n = b1 - b0;
+  __m256 acc[kq_group_panels][2][S];
+  for (int j = 0; j < n_ps && j < kq_group_panels; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int64_t t = 0; t < n && t < S; ++t) acc[j][h][t] = _mm256_setzero_ps();
+  const bool prefetch = n <= 2 && line_prefetch;  // decode streams the weights from memory
+  for (int64_t b = 0; b < nb; ++b)
+    for (int j = 0; j < n_ps; ++j) {
+      const line64* blk = ps[j].block(b);
+      if (prefetch) kq_prefetch_ahead(blk, lines);
+      // A last panel of 8 rows or fewer skips its empty half.
+      const bool both = rows - (p + j) * panel_rows > 8;
+      auto tokens = [&](auto tc, int64_t t0) {
+        constexpr int T = decltype(tc)::value;
+        const block_q8_K* x[T];
+        for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
+        __m256(*at)[S] = reinterpret_cast<__m256(*)[S]>(&acc[j][0][t0 - b0]);
+        if (both)
+          kq_halves<wt, T, 2, S>(blk, x, at);
+        else
+          kq_halves<wt, T, 1, S>(blk, x, at);
+      };
+      kq_token_groups<group>(b0, b1, tokens);
+    }
+  for (int j = 0; j < n_ps; ++j) {
+    const int64_t row0 = (p + j) * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
+    store_halves(&acc[j][0][0], S, n_rows > 8 ? 2 : 1, n, y, ldy, b0, row0, n_rows);
+  }
+}
+
+// Every token count goes through the panel groups: a prompt's tokens in blocks of
+// kq_token_block(nb) (at most kq_pass_tokens), every group of the range against one block before
+// the next (kquant_panels.hpp, kq_for_panels, says why).
 template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
-  const bool line_prefetch = kq_line_prefetch();
   constexpr int group = wt == weight_type::q6_k ? 8 : 4;
-  kq_for_panels<group>(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok, nb,
-                       [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
-                         kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
-                       });
+  const bool line_prefetch = kq_line_prefetch();
+  const int64_t block = std::min(kq_pass_tokens, std::max<int64_t>(kq_token_block(nb), 2 * group));
+  for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
+    const int64_t b1 = std::min(n_tok, b0 + block);
+    kq_for_panel_groups(panels, wt, rows, nb, p0, p1, [&](const kq_panel* ps, int n_ps, int64_t p) {
+      kq_group<wt, group>(ps, n_ps, nb, a, b0, b1, y, ldy, p, rows, line_prefetch);
+    });
+  }
 }
 
 }  // namespace

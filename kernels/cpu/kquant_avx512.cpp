@@ -8,8 +8,10 @@
 // one vpmulld; the mins (q4_K/q5_K) or the q6_K offset are one vpdpwssd per scale pair against
 // the activations' block sums; then two conversions and FMAs per super-block and token.
 // GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
-// (GCC bug 105593), a false positive; nothing else in this file needs the warning.
+// (GCC bug 105593), a false positive, as "maybe" or, where it is inlined deeper, as
+// -Wuninitialized; nothing else in this file needs either warning.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -135,122 +137,168 @@ template <int T>
                              acc[t]);
 }
 
-// One panel against tokens [t0, t0 + T): y[(t0 + t) * ldy + row0 + i].
+// One super-block of one panel against T tokens (x: their q8_K blocks of it): adds to acc[t].
 template <weight_type wt, int T>
-void kq_tokens(const line64* panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy, int64_t row0,
-               int64_t n_rows, bool line_prefetch) {
+[[gnu::always_inline]] inline void kq_block(const line64* blk, const block_q8_K* const* x, __m512* acc) {
   constexpr int64_t lines = kq_lines(wt);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
+  if constexpr (wt == weight_type::q6_k && T > 4) {
+    kq_q6_wide<T>(blk, x, acc);
+    return;
+  }
+  __m512i isum[T];
+  if constexpr (wt == weight_type::q6_k) {
+    q6_offsets<T>(blk, x, isum);  // the sums' start, taken first while few registers are live
+    auto pair = [&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      __m512i sc_lo, sc_hi, s_lo[T], s_hi[T];
+      q6_pair_scales(blk, j, sc_lo, sc_hi);
+      q6_pair_sums<T>(blk, j, x, s_lo, s_hi);
+      for (int t = 0; t < T; ++t) {
+        isum[t] = _mm512_add_epi32(
+            isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
+        pin(isum[t]);
+      }
+    };
+    pair(std::integral_constant<int, 0>{});
+    pair(std::integral_constant<int, 1>{});
+    pair(std::integral_constant<int, 2>{});
+    pair(std::integral_constant<int, 3>{});
+    pair(std::integral_constant<int, 4>{});
+    pair(std::integral_constant<int, 5>{});
+    pair(std::integral_constant<int, 6>{});
+    pair(std::integral_constant<int, 7>{});
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, 52)].b));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)), acc[t]);
+  } else {
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
+    const __m512i m10 = _mm512_set1_epi8(0x10);
+    auto pair = [&](auto gc) {
+      constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+      const __m512i sp = pairs_u8(blk[kq_at(wt, s0 + g / 2)].b + 32 * (g % 2));
+      // q4_K: the high nibbles stay in place (16 x their value), so the low ones' scale is 16x.
+      const __m512i sc_lo = wt == weight_type::q4_k ? pair_lo16(sp) : pair_lo(sp), sc_hi = pair_hi(sp);
+      __m512i s_lo[T], s_hi[T];
+      for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
+      auto line = [&](auto cc) {
+        constexpr int c = decltype(cc)::value;
+        const __m512i v = load_line(blk + kq_at(wt, 8 * g + c));
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi =
+            wt == weight_type::q4_k ? _mm512_andnot_si512(m4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (wt == weight_type::q5_k) {
+          const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * g + c / 4));
+          lo = _mm512_or_si512(lo, _mm512_and_si512(shift16<4 - 2 * (c % 4)>(h), m10));
+          hi = _mm512_or_si512(hi, _mm512_and_si512(shift16<3 - 2 * (c % 4)>(h), m10));
+        }
+        for (int t = 0; t < T; ++t) {
+          s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 64 * g + 4 * c);
+          s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 64 * g + 32 + 4 * c);
+        }
+      };
+      line(std::integral_constant<int, 0>{});
+      line(std::integral_constant<int, 1>{});
+      line(std::integral_constant<int, 2>{});
+      line(std::integral_constant<int, 3>{});
+      line(std::integral_constant<int, 4>{});
+      line(std::integral_constant<int, 5>{});
+      line(std::integral_constant<int, 6>{});
+      line(std::integral_constant<int, 7>{});
+      for (int t = 0; t < T; ++t) {
+        isum[t] = _mm512_add_epi32(
+            isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
+        pin(isum[t]);
+      }
+    };
+    pair(std::integral_constant<int, 0>{});
+    pair(std::integral_constant<int, 1>{});
+    pair(std::integral_constant<int, 2>{});
+    pair(std::integral_constant<int, 3>{});
+    if constexpr (wt == weight_type::q4_k)
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_srai_epi32(isum[t], 4);  // exact: a multiple of 16
+    __m512i mp[4];
+    for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(blk[kq_at(wt, s0 + 2 + q / 2)].b + 32 * (q % 2));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, lines - 1)].b));
+    const __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(blk[kq_at(wt, lines - 1)].b + 32)));
+    for (int t = 0; t < T; ++t) {
+      __m512i ms = _mm512_setzero_si512();
+      for (int q = 0; q < 4; ++q) ms = _mm512_dpwssd_epi32(ms, mp[q], bcast4(x[t]->sums32 + 2 * q));
+      const __m512 dx = _mm512_set1_ps(x[t]->d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmw, dx), acc[t]);
+    }
+  }
+}
+
+// One panel against tokens [t0, t0 + T) (more than kq_group_tokens): y[(t0 + t) * ldy + row0 + i],
+// the sums in registers; `stream`: the first token group of a block, which reads the panel from
+// memory, each next super-block a group apart (prefetched one ahead: with it 16- and 32-token
+// products from DRAM were 4-15 % faster than with the panels contiguous, 262,144 x 2048 q4_K on a
+// Sapphire Rapids VM). Out of line: inlined into kq_panels with its lambdas, GCC's
+// code for 32 tokens ran at two thirds of the speed (the same code, 8,192 x 2048 q4_K).
+template <weight_type wt, int T>
+[[gnu::noinline]] void kq_tokens(kq_panel panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy,
+                                 int64_t row0, int64_t n_rows, bool stream) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const bool prefetch = T <= 2 && line_prefetch;  // decode streams the weights from memory
   for (int64_t b = 0; b < nb; ++b) {
-    const line64* blk = panel + b * lines;
-    if (prefetch) kq_prefetch_ahead(blk, lines);
     const block_q8_K* x[T];
     for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
-    if constexpr (wt == weight_type::q6_k && T > 4) {
-      kq_q6_wide<T>(blk, x, acc);
-      continue;
-    }
-    __m512i isum[T];
-    if constexpr (wt == weight_type::q6_k) {
-      q6_offsets<T>(blk, x, isum);  // the sums' start, taken first while few registers are live
-      auto pair = [&](auto jc) {
-        constexpr int j = decltype(jc)::value;
-        __m512i sc_lo, sc_hi, s_lo[T], s_hi[T];
-        q6_pair_scales(blk, j, sc_lo, sc_hi);
-        q6_pair_sums<T>(blk, j, x, s_lo, s_hi);
-        for (int t = 0; t < T; ++t) {
-          isum[t] = _mm512_add_epi32(
-              isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
-          pin(isum[t]);
-        }
-      };
-      pair(std::integral_constant<int, 0>{});
-      pair(std::integral_constant<int, 1>{});
-      pair(std::integral_constant<int, 2>{});
-      pair(std::integral_constant<int, 3>{});
-      pair(std::integral_constant<int, 4>{});
-      pair(std::integral_constant<int, 5>{});
-      pair(std::integral_constant<int, 6>{});
-      pair(std::integral_constant<int, 7>{});
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, 52)].b));
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d)), acc[t]);
-    } else {
-      for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-      constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
-      const __m512i m10 = _mm512_set1_epi8(0x10);
-      auto pair = [&](auto gc) {
-        constexpr int g = decltype(gc)::value;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
-        const __m512i sp = pairs_u8(blk[kq_at(wt, s0 + g / 2)].b + 32 * (g % 2));
-        // q4_K: the high nibbles stay in place (16 x their value), so the low ones' scale is 16x.
-        const __m512i sc_lo = wt == weight_type::q4_k ? pair_lo16(sp) : pair_lo(sp), sc_hi = pair_hi(sp);
-        __m512i s_lo[T], s_hi[T];
-        for (int t = 0; t < T; ++t) s_lo[t] = s_hi[t] = _mm512_setzero_si512();
-        auto line = [&](auto cc) {
-          constexpr int c = decltype(cc)::value;
-          const __m512i v = load_line(blk + kq_at(wt, 8 * g + c));
-          __m512i lo = _mm512_and_si512(v, m4);
-          __m512i hi =
-              wt == weight_type::q4_k ? _mm512_andnot_si512(m4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-          if constexpr (wt == weight_type::q5_k) {
-            const __m512i h = load_line(blk + kq_at(wt, 32 + 2 * g + c / 4));
-            lo = _mm512_or_si512(lo, _mm512_and_si512(shift16<4 - 2 * (c % 4)>(h), m10));
-            hi = _mm512_or_si512(hi, _mm512_and_si512(shift16<3 - 2 * (c % 4)>(h), m10));
-          }
-          for (int t = 0; t < T; ++t) {
-            s_lo[t] = dpbusd_bcast(s_lo[t], lo, x[t]->qs + 64 * g + 4 * c);
-            s_hi[t] = dpbusd_bcast(s_hi[t], hi, x[t]->qs + 64 * g + 32 + 4 * c);
-          }
-        };
-        line(std::integral_constant<int, 0>{});
-        line(std::integral_constant<int, 1>{});
-        line(std::integral_constant<int, 2>{});
-        line(std::integral_constant<int, 3>{});
-        line(std::integral_constant<int, 4>{});
-        line(std::integral_constant<int, 5>{});
-        line(std::integral_constant<int, 6>{});
-        line(std::integral_constant<int, 7>{});
-        for (int t = 0; t < T; ++t) {
-          isum[t] = _mm512_add_epi32(
-              isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi)));
-          pin(isum[t]);
-        }
-      };
-      pair(std::integral_constant<int, 0>{});
-      pair(std::integral_constant<int, 1>{});
-      pair(std::integral_constant<int, 2>{});
-      pair(std::integral_constant<int, 3>{});
-      if constexpr (wt == weight_type::q4_k)
-        for (int t = 0; t < T; ++t) isum[t] = _mm512_srai_epi32(isum[t], 4);  // exact: a multiple of 16
-      __m512i mp[4];
-      for (int q = 0; q < 4; ++q) mp[q] = pairs_u8(blk[kq_at(wt, s0 + 2 + q / 2)].b + 32 * (q % 2));
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)blk[kq_at(wt, lines - 1)].b));
-      const __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(blk[kq_at(wt, lines - 1)].b + 32)));
-      for (int t = 0; t < T; ++t) {
-        __m512i ms = _mm512_setzero_si512();
-        for (int q = 0; q < 4; ++q) ms = _mm512_dpwssd_epi32(ms, mp[q], bcast4(x[t]->sums32 + 2 * q));
-        const __m512 dx = _mm512_set1_ps(x[t]->d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmw, dx), acc[t]);
-      }
-    }
+    if (stream && b + 1 < nb) kq_prefetch_block(panel.block(b + 1), kq_lines(wt));
+    kq_block<wt, T>(panel.block(b), x, acc);
   }
   const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + row0, keep, acc[t]);
+}
+
+// The panels of a group (ps: n_ps of them, from panel p) against all n_tok tokens (decode, up to
+// kq_group_tokens): super-block b of each panel in turn, which is the order they lie in memory,
+// each against the tokens in groups of 4 (kq_token_groups); the sums on the stack.
+template <weight_type wt>
+void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy,
+              int64_t p, int64_t rows, bool line_prefetch) {
+  constexpr int64_t lines = kq_lines(wt);
+  __m512 acc[kq_group_panels][kq_group_tokens];
+  for (int j = 0; j < n_ps && j < kq_group_panels; ++j)
+    for (int64_t t = 0; t < n_tok && t < kq_group_tokens; ++t) acc[j][t] = _mm512_setzero_ps();
+  const bool prefetch = n_tok <= 2 && line_prefetch;  // decode streams the weights from memory
+  for (int64_t b = 0; b < nb; ++b)
+    for (int j = 0; j < n_ps; ++j) {
+      const line64* blk = ps[j].block(b);
+      if (prefetch) kq_prefetch_ahead(blk, lines);
+      auto tokens = [&](auto tc, int64_t t0) {
+        constexpr int T = decltype(tc)::value;
+        const block_q8_K* x[T];
+        for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
+        kq_block<wt, T>(blk, x, acc[j] + t0);
+      };
+      kq_token_groups<4>(0, n_tok, tokens);
+    }
+  for (int j = 0; j < n_ps; ++j) {
+    const int64_t row0 = (p + j) * panel_rows;
+    const int64_t n_rows = std::min<int64_t>(panel_rows, rows - row0);
+    const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
+    for (int64_t t = 0; t < n_tok; ++t) _mm512_mask_storeu_ps(y + t * ldy + row0, keep, acc[j][t]);
+  }
 }
 
 template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
-  const bool line_prefetch = kq_line_prefetch();
   constexpr int group = 8;  // eight tokens at a time where a block has 16 (docs/cpu-backend.md, AVX-512 VNNI)
-  kq_for_panels<group>(panels, kq_panel_lines(wt, k), rows, p0, p1, n_tok, nb,
-                       [&](auto tc, const line64* panel, int64_t t0, int64_t row0, int64_t n_rows) {
-                         kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
+  if (n_tok <= kq_group_tokens) {
+    const bool line_prefetch = kq_line_prefetch();
+    kq_for_panel_groups(panels, wt, rows, nb, p0, p1, [&](const kq_panel* ps, int n_ps, int64_t p) {
+      kq_group<wt>(ps, n_ps, nb, a, n_tok, y, ldy, p, rows, line_prefetch);
+    });
+    return;
+  }
+  kq_for_panels<group>(panels, wt, rows, nb, p0, p1, n_tok,
+                       [&](auto tc, kq_panel panel, int64_t t0, int64_t row0, int64_t n_rows, bool first) {
+                         kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, first);
                        });
 }
 

@@ -9,8 +9,10 @@
 // test_kquant_panels.cpp). Compiled with -mavx512{f,bw,vl,dq,vnni,bf16}; only called when
 // use_avx512_kernels().
 // GCC 12 flags the self-initialised placeholder inside _mm512_undefined_* that some intrinsics use
-// (GCC bug 105593), a false positive; nothing else in this file needs the warning.
+// (GCC bug 105593), a false positive, as "maybe" or, where it is inlined deeper, as
+// -Wuninitialized; nothing else in this file needs either warning.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_kernels.hpp"
@@ -70,12 +72,13 @@ void pack_from_kq(const line64* kq_panels, int64_t rows, int64_t k, int64_t p0, 
   const int64_t nb = k / qk_k;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   for (int64_t p = p0; p < p1; ++p) {
-    const line64* panel = kq_panels + p * kq_panel_lines(wt, k);
+    const kq_panel panel = kq_panel_of(kq_panels, wt, nb, kq_n_panels(rows), p);
     uint16_t* dst = out + (p - p0) * panel_rows * k;
     const int64_t left = rows - p * panel_rows;
     const __mmask16 keep = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
     for (int64_t b = 0; b < nb; ++b) {
-      const line64* blk = panel + b * lines;
+      const line64* blk = panel.block(b);
+      if (b + 1 < nb) kq_prefetch_block(panel.block(b + 1), lines);
       uint16_t* col0 = dst + b * qk_k * 16;  // column b * 256 of the panel
       const __m512 d =
           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[kq_at(wt, lines - 1)].b)));

@@ -172,17 +172,18 @@ void put_gguf_block(weight_type t, const uint8_t* p, int i, line64* blk) {
 // that holds put_gguf_block to it.
 void repack_kq_panels_reference(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                                 int64_t p1, line64* out) {
-  const int64_t nb = k / qk_k, lines = kq_lines(t), stride = kq_panel_lines(t, k);
+  const int64_t nb = k / qk_k, lines = kq_lines(t);
   const size_t bb = gguf_block_bytes(t);
   kq_block u;
   for (int64_t p = p0; p < p1; ++p) {
-    line64* panel = out + p * stride;
-    std::memset(static_cast<void*>(panel), 0, static_cast<size_t>(stride) * sizeof(line64));
+    const kq_where at = kq_where_of(t, nb, kq_n_panels(rows), p);
+    for (int64_t b = 0; b < nb; ++b)
+      std::memset(static_cast<void*>(out + at.first + b * at.step), 0, static_cast<size_t>(lines) * sizeof(line64));
     for (int i = 0; i < panel_rows && 16 * p + i < rows; ++i) {
       const uint8_t* row = w + (16 * p + i) * row_bytes;
       for (int64_t b = 0; b < nb; ++b) {
         unpack_block(t, row + b * bb, u);
-        put_block(t, u, i, panel + b * lines);
+        put_block(t, u, i, out + at.first + b * at.step);
       }
     }
   }
@@ -190,28 +191,30 @@ void repack_kq_panels_reference(weight_type t, const uint8_t* w, int64_t row_byt
 
 void repack_kq_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                       int64_t p1, line64* out) {
-  const int64_t nb = k / qk_k, lines = kq_lines(t), stride = kq_panel_lines(t, k);
+  const int64_t nb = k / qk_k, lines = kq_lines(t);
   const size_t bb = gguf_block_bytes(t);
   for (int64_t p = p0; p < p1; ++p) {
-    line64* panel = out + p * stride;
-    std::memset(static_cast<void*>(panel), 0, static_cast<size_t>(stride) * sizeof(line64));
+    const kq_where at = kq_where_of(t, nb, kq_n_panels(rows), p);
+    for (int64_t b = 0; b < nb; ++b)
+      std::memset(static_cast<void*>(out + at.first + b * at.step), 0, static_cast<size_t>(lines) * sizeof(line64));
     for (int i = 0; i < panel_rows && 16 * p + i < rows; ++i) {
       const uint8_t* row = w + (16 * p + i) * row_bytes;
-      for (int64_t b = 0; b < nb; ++b) put_gguf_block(t, row + b * bb, i, panel + b * lines);
+      for (int64_t b = 0; b < nb; ++b) put_gguf_block(t, row + b * bb, i, out + at.first + b * at.step);
     }
   }
 }
 
-void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int64_t p, int i, float* out) {
+void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p, int i,
+                             float* out) {
   // The inverse of put_gguf_block, field by field, with the reference dequantization's expressions
   // (quant_k.cpp) so the values are the same floats.
   const int64_t nb = k / qk_k, lines = kq_lines(t);
-  const line64* panel = panels + p * kq_panel_lines(t, k);
+  const kq_panel panel = kq_panel_of(panels, t, nb, kq_n_panels(rows), p);
   auto pair_byte = [&](const line64* blk, int64_t first, int j) {
     return blk[kq_at(t, first + j / 4)].b[32 * (j / 2 % 2) + 2 * i + j % 2];
   };
   for (int64_t b = 0; b < nb; ++b, out += qk_k) {
-    const line64* blk = panel + b * lines;
+    const line64* blk = panel.block(b);
     uint16_t dh, dmh;
     std::memcpy(&dh, blk[kq_at(t, lines - 1)].b + 2 * i, 2);
     const float d = fp16_to_fp32(dh);
@@ -263,15 +266,15 @@ void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out) 
 
 void gemv_kq_panels_model(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1,
                           const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy) {
-  const int64_t nb = k / qk_k, lines = kq_lines(t);
+  const int64_t nb = k / qk_k;
   kq_block u;
   for (int64_t p = p0; p < p1; ++p) {
-    const line64* panel = panels + p * kq_panel_lines(t, k);
+    const kq_panel panel = kq_panel_of(panels, t, nb, kq_n_panels(rows), p);
     for (int i = 0; i < panel_rows && 16 * p + i < rows; ++i)
       for (int64_t tk = 0; tk < n_tok; ++tk) {
         float acc = 0.f;
         for (int64_t b = 0; b < nb; ++b) {
-          get_block(t, panel + b * lines, i, u);
+          get_block(t, panel.block(b), i, u);
           const block_q8_K& x = a[tk * nb + b];
           int32_t isum = 0, msum = 0;
           if (t == weight_type::q6_k) {

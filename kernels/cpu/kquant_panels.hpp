@@ -1,9 +1,13 @@
 // K-quant weights (q4_K, q5_K, q6_K) repacked at load into 16-row panels ("K panels") for the
 // AVX2, AVX-512 VNNI and AMX integer kernels, on every CPU, and the one arithmetic they share.
 //
-// Layout. Rows are grouped 16 at a time (rows past the matrix are zero). Per panel, per 256-column
-// super-block, 64-byte lines (line64), numbered below by what they hold; kq_at (below) says where
-// each lies in memory. "lane i" is bytes 4i..4i+3 of a line, which belong to row
+// Layout. Rows are grouped 16 at a time into panels (rows past the matrix are zero), and panels 4
+// at a time into groups (kq_group_panels; the last group may hold fewer): a group holds super-block
+// 0 of each of its panels in turn, then super-block 1 of each, and so on (kq_panel_of says where a
+// panel's super-blocks lie), so that a kernel taking the super-blocks of a group's panels in that
+// order reads memory front to back in one stream. Per panel and 256-column super-block, 64-byte
+// lines (line64), numbered below by what they hold; kq_at (below) says where each lies in the
+// super-block. "lane i" is bytes 4i..4i+3 of a line, which belong to row
 // 16p + i, so one vpdpbusd against 4 broadcast activation bytes gives 16 rows' partial sums and 8
 // (or 4) consecutive lines are a tdpbsud B tile as they are:
 //  * q4_K (37 lines): lines 8g + c (g < 4 sub-block pairs, c < 8): lane i byte k = the GGUF qs byte
@@ -49,6 +53,43 @@ constexpr int64_t kq_lines(weight_type t) {
 }
 constexpr int64_t kq_panel_lines(weight_type t, int64_t k) { return k / qk_k * kq_lines(t); }
 
+// Panels per group (the layout above). The AMX kernel takes super-block b of each panel of a group
+// in turn (amx_loops.hpp), and so do the one- and two-token kernels: with the group's super-blocks
+// adjacent, that order is one stream through memory instead of four (a q4_K tile kernel reading
+// its weights from DRAM was 5-10 % faster with the addressing of this layout;
+// docs/cpu-backend.md, "Why the tile kernels lose a quarter on weights streamed from DRAM").
+constexpr int64_t kq_group_panels = 4;
+constexpr int64_t kq_n_panels(int64_t rows) { return (rows + panel_rows - 1) / panel_rows; }
+
+// Where panel p's super-blocks lie: super-block b at line `first + b * step` of the matrix's
+// panels, for a matrix of n_panels panels and nb super-blocks a row.
+struct kq_where {
+  int64_t first, step;
+};
+constexpr kq_where kq_where_of(weight_type t, int64_t nb, int64_t n_panels, int64_t p) {
+  const int64_t g0 = p / kq_group_panels * kq_group_panels;
+  const int64_t in_group = std::min(kq_group_panels, n_panels - g0);
+  return {g0 * nb * kq_lines(t) + (p - g0) * kq_lines(t), in_group * kq_lines(t)};
+}
+// A panel's super-blocks in memory.
+struct kq_panel {
+  const line64* first;
+  int64_t step;  // lines from one super-block of the panel to its next
+  const line64* block(int64_t b) const { return first + b * step; }
+};
+inline kq_panel kq_panel_of(const line64* panels, weight_type t, int64_t nb, int64_t n_panels, int64_t p) {
+  const kq_where at = kq_where_of(t, nb, n_panels, p);
+  return {panels + at.first, at.step};
+}
+// The lines panels [p0, p1) occupy: from the start of p0's group to the end of (p1 - 1)'s.
+inline void kq_span_of(weight_type t, int64_t nb, int64_t n_panels, int64_t p0, int64_t p1, int64_t& first,
+                       int64_t& count) {
+  const int64_t g0 = p0 / kq_group_panels * kq_group_panels;
+  const int64_t g1 = std::min(n_panels, ((p1 - 1) / kq_group_panels + 1) * kq_group_panels);
+  first = g0 * nb * kq_lines(t);
+  count = (g1 - g0) * nb * kq_lines(t);
+}
+
 // Where line L of a super-block (the numbering above) lies in memory, 0 .. kq_lines(t) - 1: the
 // five lines of scales, mins and d first, then each sub-block group's lines together in the order
 // the kernels read them (q4_K: 8 nibble lines per group; q5_K: 8 nibble lines and their 2 lines of
@@ -85,9 +126,11 @@ void repack_kq_panels(weight_type t, const uint8_t* w, int64_t row_bytes, int64_
 void repack_kq_panels_reference(weight_type t, const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k, int64_t p0,
                                 int64_t p1, line64* out);
 
-// One row of one panel, dequantized (the values the reference dequantization gives), for tests
-// and the bf16 prompt panels: `out` gets k floats of row `i` (< 16) of panel `p`.
-void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t k, int64_t p, int i, float* out);
+// One row of one panel of a `rows` x k matrix, dequantized (the values the reference
+// dequantization gives), for tests and the bf16 prompt panels: `out` gets k floats of row `i` (< 16)
+// of panel `p`.
+void dequantize_kq_panel_row(weight_type t, const line64* panels, int64_t rows, int64_t k, int64_t p, int i,
+                             float* out);
 
 // y[t * ldy + r] = the K-panel dot product of row r with token t, for rows in panels [p0, p1)
 // (clipped to `rows`) and tokens t < n_tok; `a` holds each token's k / 256 q8_K blocks in a row.
@@ -111,14 +154,21 @@ void kq_qs_by_block(const block_q8_K* a, int64_t n_tok, int64_t k, int8_t* out);
 void kq_qs_by_block_token(const block_q8_K* a, int64_t t, int64_t n_tok, int64_t k, int8_t* out);
 
 // Where kq_line_prefetch() (cpu_features.hpp) says so, the one-token and two-token kernels ask each
-// line of a super-block into L1 this many lines ahead of its load (past a panel's end into the next
-// panel, which follows it in memory); the hardware streamer brings them into L2 further ahead.
+// line of a super-block into L1 this many lines ahead of its load (past its end into the next
+// super-block in memory: they take a group's panels a super-block each in turn, so the one they
+// read next); the hardware streamer brings them into L2 further ahead.
 // Measured on Sapphire Rapids against 16 KiB ahead into L2 (the engine's one-token step on a 1B
 // Q4_K_M file, AVX-512: 34.1-34.5 against 37.0-37.1 ms); on AMD Zen 4 the kernels stream faster
 // without it (docs/cpu-backend.md, "What limits single-stream decode").
 constexpr int64_t kq_prefetch_lines = 8;
 inline void kq_prefetch_ahead(const line64* blk, int64_t lines) {
   for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(blk + kq_prefetch_lines + l, 0, 3);
+}
+
+// A super-block's lines on their way into L2, for a kernel that reads one panel's super-blocks,
+// a group apart in memory (kq_for_panels).
+inline void kq_prefetch_block(const line64* blk, int64_t lines) {
+  for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(blk + l, 0, 2);
 }
 
 // f(std::integral_constant<weight_type, t>{}) for a K-quant type t (nothing for any other).
@@ -129,16 +179,57 @@ inline void kq_for_type(weight_type t, F&& f) {
   if (t == weight_type::q6_k) f(std::integral_constant<weight_type, weight_type::q6_k>{});
 }
 
-// The panel loop the K-panel kernels share: panels [p0, p1) of a matrix of `rows` rows (panels
-// `stride` lines apart), the next panel's first lines prefetched while one is multiplied, each
-// against the tokens in groups of `group` (8: where a token block has at least 16; blocks are
-// then at least 16 tokens, which for the 8192-wide down projections of a 1B model, 12-token
-// blocks otherwise, took q6_K on Zen 4 from 268 to 286-296 GMAC/s at 512 tokens), then of 4,
-// and a rest of 1-3:
-// tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows) for tokens [t0, t0 + T).
-// A prompt's tokens go in blocks of kq_token_block(nb), every panel of the range against one
-// block before the next: each panel pass then reads its tokens from L2 instead of streaming all
-// of them from L3 (the results are the same).
+// How the AVX2 and AVX-512 K-panel kernels take tokens [b0, b1): in groups of `group` (8: where
+// there are at least 16), then of 4, and a rest of 1-3; f(std::integral_constant<int, T>{}, t0)
+// for tokens [t0, t0 + T).
+template <int group, class F>
+inline void kq_token_groups(int64_t b0, int64_t b1, F&& f) {
+  static_assert(group == 4 || group == 8);
+  int64_t t0 = b0;
+  if constexpr (group == 8)
+    if (b1 - b0 >= 16)
+      for (; t0 + 8 <= b1; t0 += 8) f(std::integral_constant<int, 8>{}, t0);
+  for (; t0 + 4 <= b1; t0 += 4) f(std::integral_constant<int, 4>{}, t0);
+  const int64_t rest = b1 - t0;
+  if (rest == 1) f(std::integral_constant<int, 1>{}, t0);
+  if (rest == 2) f(std::integral_constant<int, 2>{}, t0);
+  if (rest == 3) f(std::integral_constant<int, 3>{}, t0);
+}
+
+// The groups of the layout over panels [p0, p1), for a kernel that takes a group's panels
+// together, a super-block of each in turn (memory order): fn(ps, n_ps, p) for panels
+// p .. p + n_ps - 1 (ps: where each lies). The next group's first lines are prefetched while one
+// is multiplied. The AVX2 kernel takes every token count this way, the AVX-512 one up to
+// kq_group_tokens (decode; above, kq_for_panels: with every token group's sums on the stack, GCC's
+// code for its 8-token groups ran at two thirds of the speed of the per-panel loop's).
+constexpr int64_t kq_group_tokens = 8;
+template <class F>
+inline void kq_for_panel_groups(const line64* panels, weight_type t, int64_t rows, int64_t nb, int64_t p0, int64_t p1,
+                                F&& fn) {
+  const int64_t n_panels = kq_n_panels(rows);
+  kq_panel ps[kq_group_panels];
+  for (int64_t g = p0; g < p1;) {
+    const int64_t g1 = std::min(p1, (g / kq_group_panels + 1) * kq_group_panels);
+    for (int64_t p = g; p < g1; ++p) ps[p - g] = kq_panel_of(panels, t, nb, n_panels, p);
+    if (g1 < p1) {
+      const line64* next = kq_panel_of(panels, t, nb, n_panels, g1).first;
+      for (int l = 0; l < 8; ++l) __builtin_prefetch(next + l, 0, 3);
+    }
+    fn(static_cast<const kq_panel*>(ps), static_cast<int>(g1 - g), g);
+    g = g1;
+  }
+}
+
+// The AVX-512 kernel above kq_group_tokens: one panel at a time over panels [p0, p1), the next
+// panel's first lines prefetched while one is multiplied, against the tokens in kq_token_groups:
+// tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows, first) for tokens [t0, t0 + T),
+// `first` for the first token group of a block (the one that reads the panel from memory; the
+// kernels then prefetch each next super-block of the panel, kq_prefetch_block).
+// The tokens go in blocks of kq_token_block(nb), every panel of the range against one block before
+// the next: each panel pass then reads its tokens from L2 instead of streaming all of them from L3
+// (the results are the same). Groups of 8 need a block of 16 tokens: blocks are then at least 16,
+// which for the 8192-wide down projections of a 1B model, 12-token blocks otherwise, took q6_K on
+// Zen 4 from 268 to 286-296 GMAC/s at 512 tokens.
 constexpr int64_t kq_token_block_bytes = int64_t{128} << 10;
 // Tokens (a multiple of 4, at least 4) whose q8_K activations of `nb` super-blocks each fit
 // kq_token_block_bytes.
@@ -146,28 +237,21 @@ constexpr int64_t kq_token_block(int64_t nb) {
   const int64_t fit = kq_token_block_bytes / (std::max<int64_t>(1, nb) * int64_t{sizeof(block_q8_K)});
   return std::max<int64_t>(4, fit / 4 * 4);
 }
-// nb: the matrix's super-blocks per row.
 template <int group = 4, class Tokens>
-inline void kq_for_panels(const line64* panels, int64_t stride, int64_t rows, int64_t p0, int64_t p1, int64_t n_tok,
-                          int64_t nb, Tokens&& tokens) {
-  static_assert(group == 4 || group == 8);
+inline void kq_for_panels(const line64* panels, weight_type t, int64_t rows, int64_t nb, int64_t p0, int64_t p1,
+                          int64_t n_tok, Tokens&& tokens) {
+  const int64_t n_panels = kq_n_panels(rows);
   const int64_t block = std::max<int64_t>(kq_token_block(nb), 2 * group);
   for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
     const int64_t b1 = std::min(n_tok, b0 + block);
     for (int64_t p = p0; p < p1; ++p) {
-      const line64* panel = panels + p * stride;
+      const kq_panel panel = kq_panel_of(panels, t, nb, n_panels, p);
+      if (p + 1 < p1) {
+        const line64* next = kq_panel_of(panels, t, nb, n_panels, p + 1).first;
+        for (int l = 0; l < 8; ++l) __builtin_prefetch(next + l, 0, 3);
+      }
       const int64_t row0 = p * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
-      if (p + 1 < p1)
-        for (int l = 0; l < 8; ++l) __builtin_prefetch(panel + stride + l, 0, 3);
-      int64_t t0 = b0;
-      if constexpr (group == 8)
-        if (b1 - b0 >= 16)
-          for (; t0 + 8 <= b1; t0 += 8) tokens(std::integral_constant<int, 8>{}, panel, t0, row0, n_rows);
-      for (; t0 + 4 <= b1; t0 += 4) tokens(std::integral_constant<int, 4>{}, panel, t0, row0, n_rows);
-      const int64_t rest = b1 - t0;
-      if (rest == 1) tokens(std::integral_constant<int, 1>{}, panel, t0, row0, n_rows);
-      if (rest == 2) tokens(std::integral_constant<int, 2>{}, panel, t0, row0, n_rows);
-      if (rest == 3) tokens(std::integral_constant<int, 3>{}, panel, t0, row0, n_rows);
+      kq_token_groups<group>(b0, b1, [&](auto tc, int64_t t0) { tokens(tc, panel, t0, row0, n_rows, t0 == b0); });
     }
   }
 }

@@ -167,7 +167,7 @@ void pack_bf16_panels_from_kq(weight_type t, const line64* kq_panels, int64_t ro
   for (int64_t p = p0; p < p1; ++p)
     for (int i = 0; i < panel_rows; ++i) {
       if (p * panel_rows + i < rows)
-        dequantize_kq_panel_row(t, kq_panels, k, p, i, tls_row.data());
+        dequantize_kq_panel_row(t, kq_panels, rows, k, p, i, tls_row.data());
       else
         std::fill(tls_row.begin(), tls_row.end(), 0.f);
       store_panel_row(tls_row.data(), k, i, out + (p - p0) * panel_rows * k);

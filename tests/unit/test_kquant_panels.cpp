@@ -4,11 +4,13 @@
 // results bitwise for every edge of rows, columns and tokens, and write nothing they do not own.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/amx_emulator.hpp"
@@ -44,7 +46,7 @@ TEST_CASE("K panels hold exactly the GGUF rows' values, scales and mins") {
       std::vector<float> want(512), got(512);
       for (int64_t r = 0; r < m.n_panels * panel_rows; ++r) {
         INFO(weight_type_name(t) << " row " << r);
-        dequantize_kq_panel_row(t, m.panels.data(), m.cols, r / 16, static_cast<int>(r % 16), got.data());
+        dequantize_kq_panel_row(t, m.panels.data(), m.rows, m.cols, r / 16, static_cast<int>(r % 16), got.data());
         if (r < rows)
           dequantize_row(t, m.w.data() + r * row_bytes(t, m.cols), want.data(), m.cols);
         else
@@ -66,6 +68,29 @@ TEST_CASE("a super-block's K-panel lines lie in the order the kernels read them"
         CHECK(kq_at(t, nib * g + c) == 5 + (nib + bits) * g + c);
         if (bits) CHECK(kq_at(t, 32 + 2 * g + c * 2 / nib) == 5 + (nib + bits) * g + nib + c * 2 / nib);
       }
+  }
+}
+
+TEST_CASE("a group of K panels holds super-block b of each of its panels in turn") {
+  // 7 panels: a group of 4, then a last group of 3; 3 super-blocks a row.
+  for (weight_type t : k_types) {
+    INFO(weight_type_name(t));
+    const int64_t L = kq_lines(t), nb = 3, n_panels = 7;
+    std::vector<int> seen(static_cast<size_t>(n_panels * nb), 0);
+    for (int64_t p = 0; p < n_panels; ++p)
+      for (int64_t b = 0; b < nb; ++b) {
+        const kq_where at = kq_where_of(t, nb, n_panels, p);
+        const int64_t line = at.first + b * at.step;
+        const int64_t g0 = p / 4 * 4, in_group = p < 4 ? 4 : 3;
+        CHECK(line == (g0 * nb + b * in_group + (p - g0)) * L);
+        REQUIRE(line % L == 0);
+        ++seen[static_cast<size_t>(line / L)];
+      }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));  // every slot once
+    int64_t first = 0, count = 0;
+    kq_span_of(t, nb, n_panels, 5, 6, first, count);  // panel 5 lies in the last group's lines
+    CHECK(first == 4 * nb * L);
+    CHECK(count == 3 * nb * L);
   }
 }
 
@@ -140,13 +165,14 @@ namespace {
 using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t, int64_t, const block_q8_K*, int64_t,
                            float*, int64_t);
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
-// or half-filled; of 12: the second half part-filled), columns, tokens (past one token block,
-// kq_token_block: a block and a rest of 2; 16 and 21: groups of 8 (the VNNI kernel's, the AVX2
-// kernel's for q6_K) and what follows them; 21 at 8192 columns: blocks of 12 tokens, or of 16
-// where the groups are 8) and first panel; and it writes nothing it does not own.
+// or half-filled; of 12: the second half part-filled; 104: a whole group of panels and a part of
+// one), columns, tokens (past one token block, kq_token_block: a block and a rest of 2; 16 and 21:
+// groups of 8 (the VNNI kernel's, the AVX2 kernel's for q6_K) and what follows them; 21 at 8192
+// columns: blocks of 12 tokens, or of 16 where the groups are 8) and range of panels (from inside
+// a group, to inside one); and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
-    for (int64_t rows : {5, 16, 24, 28, 40})
+    for (int64_t rows : {5, 16, 24, 28, 40, 104})
       for (int64_t cols : {256, 1024, 4096, 8192}) {
         const auto m = make_matrix(t, rows, cols);
         const std::vector<int64_t> counts = cols == 4096   ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
@@ -156,12 +182,15 @@ void check_against_model(kq_kernel kernel) {
           INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
           const auto x = random_floats(static_cast<size_t>(n_tok * cols));
           const auto a = quantize_k_batch(x, n_tok, cols);
-          for (int64_t p0 : {int64_t{0}, m.n_panels - 1}) {
+          std::vector<std::pair<int64_t, int64_t>> ranges{{0, m.n_panels}, {m.n_panels - 1, m.n_panels}};
+          if (m.n_panels > 2) ranges.push_back({1, m.n_panels - 1});
+          for (const auto& [p0, p1] : ranges) {
+            INFO("panels " << p0 << " to " << p1);
             const int64_t ldy = rows + 3;
             sentinel_out got(n_tok, ldy), want(n_tok, ldy);
-            kernel(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, got.y(), ldy);
-            gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, m.n_panels, a.data(), n_tok, want.y(), ldy);
-            CHECK(got.only_wrote(p0 * panel_rows, rows));
+            kernel(t, m.panels.data(), rows, cols, p0, p1, a.data(), n_tok, got.y(), ldy);
+            gemv_kq_panels_model(t, m.panels.data(), rows, cols, p0, p1, a.data(), n_tok, want.y(), ldy);
+            CHECK(got.only_wrote(p0 * panel_rows, std::min(rows, p1 * panel_rows)));
             REQUIRE(got.buf == want.buf);
           }
         }
