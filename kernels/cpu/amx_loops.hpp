@@ -411,8 +411,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
   static_assert(amx_kq_group == kq_group_panels);
   kq_panel ps[amx_kq_group];
   for (int64_t g0 = p0, g1; g0 < p1; g0 = g1) {
-    g1 = (g0 / amx_kq_group + 1) * amx_kq_group;
-    if (g1 > p1) g1 = p1;
+    g1 = kq_group_end(g0, p1);
     const int64_t n_g = g1 - g0;
     for (int64_t j = 0; j < n_g; ++j) ps[j] = kq_panel_of(panels, wt, nb, n_panels, g0 + j);
     for (int64_t c0 = 0; c0 < n_tok; c0 += amx_kq_tokens) {

@@ -232,6 +232,12 @@ template <weight_type wt, int T>
   }
 }
 
+// Sums acc[t] (tokens t0 + t < t0 + n) into rows [row0, row0 + n_rows) of y.
+inline void store_sums(const __m512* acc, int64_t n, float* y, int64_t ldy, int64_t t0, int64_t row0, int64_t n_rows) {
+  const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
+  for (int64_t t = 0; t < n; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + row0, keep, acc[t]);
+}
+
 // One panel against tokens [t0, t0 + T) (more than kq_group_tokens): y[(t0 + t) * ldy + row0 + i],
 // the sums in registers; `stream`: the first token group of a block, which reads the panel from
 // memory, each next super-block a group apart (prefetched one ahead: with it 16- and 32-token
@@ -249,8 +255,7 @@ template <weight_type wt, int T>
     if (stream && b + 1 < nb) kq_prefetch_block(panel.block(b + 1), kq_lines(wt));
     kq_block<wt, T>(panel.block(b), x, acc);
   }
-  const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + row0, keep, acc[t]);
+  store_sums(acc, T, y, ldy, t0, row0, n_rows);
 }
 
 // The panels of a group (ps: n_ps of them, from panel p) against all n_tok tokens (decode, up to
@@ -278,9 +283,7 @@ void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int
     }
   for (int j = 0; j < n_ps; ++j) {
     const int64_t row0 = (p + j) * panel_rows;
-    const int64_t n_rows = std::min<int64_t>(panel_rows, rows - row0);
-    const __mmask16 keep = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
-    for (int64_t t = 0; t < n_tok; ++t) _mm512_mask_storeu_ps(y + t * ldy + row0, keep, acc[j][t]);
+    store_sums(acc[j], n_tok, y, ldy, 0, row0, std::min<int64_t>(panel_rows, rows - row0));
   }
 }
 

@@ -61,6 +61,12 @@ constexpr int64_t kq_panel_lines(weight_type t, int64_t k) { return k / qk_k * k
 constexpr int64_t kq_group_panels = 4;
 constexpr int64_t kq_n_panels(int64_t rows) { return (rows + panel_rows - 1) / panel_rows; }
 
+// The end of the group panel p lies in, clipped to p1: [p, kq_group_end(p, p1)) are panels of one
+// group.
+constexpr int64_t kq_group_end(int64_t p, int64_t p1) {
+  return std::min(p1, (p / kq_group_panels + 1) * kq_group_panels);
+}
+
 // Where panel p's super-blocks lie: super-block b at line `first + b * step` of the matrix's
 // panels, for a matrix of n_panels panels and nb super-blocks a row.
 struct kq_where {
@@ -85,7 +91,7 @@ inline kq_panel kq_panel_of(const line64* panels, weight_type t, int64_t nb, int
 inline void kq_span_of(weight_type t, int64_t nb, int64_t n_panels, int64_t p0, int64_t p1, int64_t& first,
                        int64_t& count) {
   const int64_t g0 = p0 / kq_group_panels * kq_group_panels;
-  const int64_t g1 = std::min(n_panels, ((p1 - 1) / kq_group_panels + 1) * kq_group_panels);
+  const int64_t g1 = kq_group_end(p1 - 1, n_panels);
   first = g0 * nb * kq_lines(t);
   count = (g1 - g0) * nb * kq_lines(t);
 }
@@ -209,7 +215,7 @@ inline void kq_for_panel_groups(const line64* panels, weight_type t, int64_t row
   const int64_t n_panels = kq_n_panels(rows);
   kq_panel ps[kq_group_panels];
   for (int64_t g = p0; g < p1;) {
-    const int64_t g1 = std::min(p1, (g / kq_group_panels + 1) * kq_group_panels);
+    const int64_t g1 = kq_group_end(g, p1);
     for (int64_t p = g; p < g1; ++p) ps[p - g] = kq_panel_of(panels, t, nb, n_panels, p);
     if (g1 < p1) {
       const line64* next = kq_panel_of(panels, t, nb, n_panels, g1).first;
