@@ -39,8 +39,10 @@ thread_local panel_scratch tls_panels;
 
 // Activation conversions before a product: split over the pool from this many tokens on.
 constexpr int64_t k_parallel_tokens = 16;
-// Matrix products with this many tokens or more hand out their last panels one group at a time.
+// Matrix products with this many tokens or more hand out their last panels one group at a time;
+// with fewer, the last shares are 1 / k_few_token_shares of a thread's share.
 constexpr int64_t k_tokens_per_panel_chunk = 8;
+constexpr int64_t k_few_token_shares = 32;
 
 bool integer_type(weight_type t) { return !is_float_type(t); }
 bool vnni_type(weight_type t) {
@@ -150,15 +152,16 @@ void linear::forward_gemv(const float* x, int64_t ldx, int64_t n_tok, float* y, 
 // One pool job over the panels of all layers in `outs`, concatenated and taken by the threads in
 // chunks of 4 panels or more (the prompt kernels' panel groups): fn(i, p0, p1) runs panels
 // [p0, p1) of layer i. With few tokens a chunk is at least a 32nd of a thread's share (a panel is
-// a few microseconds; docs/cpu-backend.md, Threads); with many a panel is
-// long enough (a 512-token prompt: ~0.4 ms for a panel of an 8192-wide layer) that the last
-// chunks shrink to one group, so the thread that finishes first waits for one group at most.
+// a few microseconds; docs/cpu-backend.md, Threads); with many a panel is long enough (a 512-token
+// prompt: ~0.4 ms for a panel of an 8192-wide layer) that the last chunks shrink to one group, so
+// the thread that finishes first waits for one group at most.
 template <class F>
 void linear::for_panels(std::span<const linear_out> outs, int64_t n_tok, thread_pool& pool, F&& fn) {
   int64_t total = 0;
   for (const auto& o : outs) total += o.w->n_panels_;
   constexpr int64_t grain = 4;
-  const int64_t min_chunk = n_tok >= k_tokens_per_panel_chunk ? grain : std::max(grain, total / (32 * pool.size()));
+  const int64_t min_chunk =
+      n_tok >= k_tokens_per_panel_chunk ? grain : std::max(grain, total / (k_few_token_shares * pool.size()));
   pool.for_chunks(total, grain, min_chunk, [&](int64_t p0, int64_t p1) {
     int64_t base = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
