@@ -101,6 +101,10 @@ class amx_tile_model {
                const uint32_t (*mins)[16], const int16_t* sums32, const float* dmw) {
     kq_fold_scalar(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw);
   }
+  void fold_int(float (*acc)[16], const int32_t (*sums)[16], int64_t m, const float* dw, const float* mw,
+                const float* dx, const float* sx, int64_t x_stride) {
+    int_fold_scalar(acc, sums, m, dw, mw, dx, sx, x_stride);
+  }
   void fp16x16(const void* src, float* dst) { fp16x16_scalar(src, dst); }
   void prefetch(const void*) {}
 

@@ -13,6 +13,8 @@
 //   dot_s8s8<C, A, B>()                           tdpbssd:   the same with B signed
 //   fold_kq(acc, hi, lo, hi_shift, dw, dx, mins, sums32, dmw)  the K-panel kernel's f32 fold of 16 rows (below):
 //                                                 zmm instructions on the hardware, scalar on the model
+//   fold_int(acc, sums, m, dw, mw, dx, sx, x_stride)  the integer-panel kernel's f32 fold of a block
+//                                                 for m tokens (int_fold_scalar), the same way
 //   release()                                     tilerelease
 //   prefetch(const void* p)                       prefetcht1 (a hint: never faults; nothing on the model)
 //   scratch(const void* p, size_t bytes)          a kernel-local buffer tiles may load from and
@@ -159,74 +161,139 @@ void amx_gemm_panels(Tiles& tl, const uint16_t* panels, int64_t k, int64_t p0, i
   tl.release();
 }
 
-// Integer panels: C = tile 0 (16 x 16 int32), A = tile 1 (16 tokens x 32 bytes), B = tile 2
-// (8 lines x 64 bytes). One configuration for every tile: a last tile of fewer tokens loads its
-// rows from a zero-padded copy, so A never reads past the batch.
+// The integer-panel kernel's f32 fold of one block for m tokens and 16 rows, as the AVX-512
+// kernel's: acc[t] = fma(float(sums[t]), dw dx_t, acc[t]), then acc[t] = fma(mw, sx_t, acc[t])
+// (dx_t = dx[t x_stride], the same for sx). The scalar definition; the tile model calls it,
+// gemm_amx.cpp has the same operations on zmm registers.
+inline void int_fold_scalar(float (*acc)[16], const int32_t (*sums)[16], int64_t m, const float* dw, const float* mw,
+                            const float* dx, const float* sx, int64_t x_stride) {
+  for (int64_t t = 0; t < m; ++t)
+    for (int i = 0; i < 16; ++i) {
+      acc[t][i] = std::fma(static_cast<float>(sums[t][i]), dw[i] * dx[t * x_stride], acc[t][i]);
+      acc[t][i] = std::fma(mw[i], sx[t * x_stride], acc[t][i]);
+    }
+}
+
+// Integer panels, two panels and two token tiles at a time: C = tiles 0-3 (panel 0 and 1 of the
+// first token tile, then of the second; 16 x 16 int32 each), A = tiles 4 and 5 (16 tokens x 32
+// bytes), B = tiles 6 and 7 (8 lines x 64 bytes, one per panel). One configuration for every
+// tile: a last tile of fewer tokens loads its rows from a zero-padded copy, so A never reads past
+// the batch.
 inline tile_config amx_int_config() {
   tile_config c;
-  c.set(0, amx_tile_rows, 64);
-  c.set(1, amx_tile_rows, 32);
-  c.set(2, 8, 64);
+  for (int t = 0; t < 4; ++t) c.set(t, amx_tile_rows, 64);
+  c.set(4, amx_tile_rows, 32);
+  c.set(5, amx_tile_rows, 32);
+  c.set(6, 8, 64);
+  c.set(7, 8, 64);
   return c;
 }
 
-// Tokens per pass over a panel: the f32 accumulators of a pass stay on the stack (8 KiB).
+// Tokens per pass over a pair of panels: their f32 accumulators stay on the stack (16 KiB).
 constexpr int64_t amx_int_tokens = 128;
+// Blocks a block's C waits in the scratch before it is folded into f32: the tile stores are done
+// by then, so the fold's loads do not wait for them (as the K-panel kernel's pairs).
+constexpr int64_t amx_int_fold_lag = 2;
+// Blocks of weights prefetched ahead of the one read (each panel's blocks lie in reading order).
+constexpr int64_t amx_int_prefetch_blocks = 8;
 
 template <weight_type wt, class Tiles>
 void amx_int_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t p0, int64_t p1, const q8_act_batch& a,
                       float* y, int64_t ldy) {
-  constexpr int64_t nl = n_int_lines(wt);
+  constexpr int64_t nl = n_int_lines(wt), bl = int_block_lines(wt), lag = amx_int_fold_lag;
+  constexpr int64_t n_pairs = amx_int_tokens / (2 * amx_tile_rows);
   const int64_t nb = a.nb, stride = int_panel_lines(wt, a.nb * 32);
-  alignas(64) line64 nibbles[8];                // q4, q5: the block's B tile (bytes 0..15, 0..31)
-  alignas(64) int32_t sums[amx_tile_rows][16];  // C of one block: [token][row]
-  alignas(64) int8_t tail[amx_tile_rows][32];   // A of a last tile of fewer tokens, zero-padded
-  alignas(64) float acc[amx_int_tokens][16];    // [token][row], f32 as the AVX-512 kernel's
+  alignas(64) line64 nibbles[2][8];  // q4, q5: the block's B tile of each panel (bytes 0..15, 0..31)
+  // C of the block's token tiles, [block % (lag + 1)][pair][tile: panel + 2 * second token tile]
+  alignas(64) int32_t c[lag + 1][n_pairs][4][amx_tile_rows][16];
+  alignas(64) float dw[lag + 1][2][16], mw[lag + 1][2][16];  // the blocks' scales, as c
+  alignas(64) int8_t tail[amx_tile_rows][32];                // A of a last tile of fewer tokens, zero-padded
+  alignas(64) float acc[2][amx_int_tokens][16];              // [panel][token][row], f32 as the AVX-512 kernel's
   std::memset(tail, 0, sizeof tail);
   tl.scratch(nibbles, sizeof nibbles);
-  tl.scratch(sums, sizeof sums);
+  tl.scratch(c, sizeof c);
   tl.scratch(tail, sizeof tail);
   tl.configure(amx_int_config());
+  // A of the m tokens from t0, block b, into tile T.
+  auto load_a = [&](auto tile, int64_t t0, int64_t m, int64_t b) {
+    constexpr int T = decltype(tile)::value;
+    const int8_t* xq = a.qs + t0 * a.k + 32 * b;
+    if (m == amx_tile_rows) return tl.template load<T>(xq, a.k);
+    for (int64_t t = 0; t < m; ++t) std::memcpy(tail[t], xq + t * a.k, 32);
+    tl.template load<T>(tail, 32);
+  };
   for (int64_t c0 = 0; c0 < a.n_tok; c0 += amx_int_tokens) {
     const int64_t n_c = a.n_tok - c0 < amx_int_tokens ? a.n_tok - c0 : amx_int_tokens;
-    for (int64_t p = p0; p < p1; ++p) {
-      const line64* panel = panels + p * stride;
-      const int64_t row0 = p * panel_rows, n_rows = rows - row0 < panel_rows ? rows - row0 : panel_rows;
-      for (int64_t t = 0; t < n_c; ++t)
-        for (int i = 0; i < 16; ++i) acc[t][i] = 0.f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const line64* blk = panel + b * int_block_lines(wt);
-        const line64* w = blk;
-        if constexpr (nl != 8) {
-          for (int g = 0; g < 4; ++g) int_panel_group_bytes(blk, wt, g, nibbles[g].b, nibbles[4 + g].b);
-          w = nibbles;
-        }
-        tl.template load<2>(w, 64);  // one B per block, for every token tile of the pass
-        float dw[16], mw[16];
-        int_panel_scales(blk, wt, dw, mw);
-        for (int64_t tt = 0; tt < n_c; tt += amx_tile_rows) {
-          const int64_t t0 = c0 + tt, m = n_c - tt < amx_tile_rows ? n_c - tt : amx_tile_rows;
-          const int8_t* xq = a.qs + t0 * a.k + 32 * b;
-          tl.template zero<0>();
-          if (m == amx_tile_rows) {
-            tl.template load<1>(xq, a.k);
-          } else {
-            for (int64_t t = 0; t < m; ++t) std::memcpy(tail[t], xq + t * a.k, 32);
-            tl.template load<1>(tail, 32);
+    const int64_t n_pc = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
+    auto tokens_of = [&](int64_t pi, int half) {
+      const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
+      return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
+    };
+    for (int64_t p = p0; p < p1; p += 2) {
+      const int np = p + 1 < p1 ? 2 : 1;
+      const line64* panel[2] = {panels + p * stride, panels + (p + np - 1) * stride};
+      for (int j = 0; j < np; ++j)
+        for (int64_t t = 0; t < n_c; ++t)
+          for (int i = 0; i < 16; ++i) acc[j][t][i] = 0.f;
+      // The f32 fold of block b, in block order per (token, row): the same operations in the same
+      // order as the AVX-512 kernel's.
+      auto fold = [&](int64_t b) {
+        const int64_t s = b % (lag + 1);
+        for (int j = 0; j < np; ++j)
+          for (int64_t pi = 0; pi < n_pc; ++pi)
+            for (int half = 0; half < 2; ++half) {
+              const int64_t t = pi * 2 * amx_tile_rows + half * amx_tile_rows, m = tokens_of(pi, half);
+              if (m == 0) continue;
+              const int64_t x = (c0 + t) * a.nb_pad + b;
+              tl.fold_int(acc[j] + t, c[s][pi][j + 2 * half], m, dw[s][j], mw[s][j], a.d + x, a.s + x, a.nb_pad);
+            }
+      };
+      for (int64_t b = 0; b < nb + lag; ++b) {
+        if (b < nb) {
+          const int64_t s = b % (lag + 1);
+          for (int j = 0; j < np; ++j) {
+            const line64* blk = panel[j] + b * bl;
+            if (c0 == 0)  // the first pass streams the weights from memory
+              for (int64_t l = 0; l < bl; ++l) tl.prefetch(blk + amx_int_prefetch_blocks * bl + l);
+            const line64* w = blk;
+            if constexpr (nl != 8) {
+              for (int g = 0; g < 4; ++g) int_panel_group_bytes(blk, wt, g, nibbles[j][g].b, nibbles[j][4 + g].b);
+              w = nibbles[j];
+            }
+            if (j == 0)
+              tl.template load<6>(w, 64);  // one B per block and panel, for every token tile of the pass
+            else
+              tl.template load<7>(w, 64);
+            int_panel_scales(blk, wt, dw[s][j], mw[s][j]);
           }
-          tl.template dot_s8u8<0, 1, 2>();
-          tl.template store<0>(sums, 64);
-          for (int64_t t = 0; t < m; ++t) {
-            const float dx = a.d[(t0 + t) * a.nb_pad + b], sx = a.s[(t0 + t) * a.nb_pad + b];
-            float* at = acc[tt + t];
-            for (int i = 0; i < 16; ++i) {
-              at[i] = std::fma(static_cast<float>(sums[t][i]), dw[i] * dx, at[i]);
-              at[i] = std::fma(mw[i], sx, at[i]);
+          for (int64_t pi = 0; pi < n_pc; ++pi) {
+            const int64_t t0 = c0 + pi * 2 * amx_tile_rows, m0 = tokens_of(pi, 0), m1 = tokens_of(pi, 1);
+            tl.template zero<0>();
+            if (np > 1) tl.template zero<1>();
+            load_a(std::integral_constant<int, 4>{}, t0, m0, b);
+            tl.template dot_s8u8<0, 4, 6>();
+            if (np > 1) tl.template dot_s8u8<1, 4, 7>();
+            if (m1 > 0) {
+              tl.template zero<2>();
+              if (np > 1) tl.template zero<3>();
+              load_a(std::integral_constant<int, 5>{}, t0 + amx_tile_rows, m1, b);
+              tl.template dot_s8u8<2, 5, 6>();
+              if (np > 1) tl.template dot_s8u8<3, 5, 7>();
+            }
+            tl.template store<0>(c[s][pi][0], 64);
+            if (np > 1) tl.template store<1>(c[s][pi][1], 64);
+            if (m1 > 0) {
+              tl.template store<2>(c[s][pi][2], 64);
+              if (np > 1) tl.template store<3>(c[s][pi][3], 64);
             }
           }
         }
+        if (b >= lag) fold(b - lag);
       }
-      for (int64_t t = 0; t < n_c; ++t) store_panel_rows(y + (c0 + t) * ldy + row0, acc[t], n_rows);
+      for (int j = 0; j < np; ++j) {
+        const int64_t row0 = (p + j) * panel_rows, n_rows = rows - row0 < panel_rows ? rows - row0 : panel_rows;
+        for (int64_t t = 0; t < n_c; ++t) store_panel_rows(y + (c0 + t) * ldy + row0, acc[j][t], n_rows);
+      }
     }
   }
   tl.release();

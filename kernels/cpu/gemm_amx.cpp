@@ -74,6 +74,16 @@ struct amx_tiles {
     }
     _mm512_store_ps(acc, a);
   }
+  // int_fold_scalar on zmm registers: the same operations per lane, so the same bits.
+  void fold_int(float (*acc)[16], const int32_t (*sums)[16], int64_t m, const float* dw, const float* mw,
+                const float* dx, const float* sx, int64_t x_stride) {
+    const __m512 vdw = _mm512_load_ps(dw), vmw = _mm512_load_ps(mw);
+    for (int64_t t = 0; t < m; ++t) {
+      const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(sums[t]));
+      const __m512 a = _mm512_fmadd_ps(c, _mm512_mul_ps(vdw, _mm512_set1_ps(dx[t * x_stride])), _mm512_load_ps(acc[t]));
+      _mm512_store_ps(acc[t], _mm512_fmadd_ps(vmw, _mm512_set1_ps(sx[t * x_stride]), a));
+    }
+  }
   void fp16x16(const void* src, float* dst) {
     _mm512_store_ps(dst, _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(src))));
   }
@@ -131,6 +141,14 @@ struct amx_tiles {
       _tile_dpbsud(6, 4, 2);
     } else if constexpr (C == 7 && A == 4 && B == 5) {
       _tile_dpbsud(7, 4, 5);
+    } else if constexpr (C == 0 && A == 4 && B == 6) {  // integer panels: two token tiles x two panels
+      _tile_dpbsud(0, 4, 6);
+    } else if constexpr (C == 1 && A == 4 && B == 7) {
+      _tile_dpbsud(1, 4, 7);
+    } else if constexpr (C == 2 && A == 5 && B == 6) {
+      _tile_dpbsud(2, 5, 6);
+    } else if constexpr (C == 3 && A == 5 && B == 7) {
+      _tile_dpbsud(3, 5, 7);
     } else {
       static_assert(C < 0, "tile combination not listed in amx_tiles::dot_s8u8");
     }
