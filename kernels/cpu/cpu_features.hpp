@@ -45,9 +45,10 @@ bool use_avx512_kernels();
 // use_avx512_kernels() (the activations are converted by the AVX-512 code).
 bool use_amx_kernels();
 // Whether the one- and two-token K-panel kernels ask for each super-block's lines in software ahead
-// of their loads (kq_prefetch_ahead): yes on CPUs other than AMD's (measured on Intel Sapphire
-// Rapids: faster), no on AMD and Hygon ones (measured on Zen 4: the hardware prefetchers alone
-// stream the panels faster; docs/cpu-backend.md, "What limits single-stream decode").
+// of their loads (kq_prefetch_ahead), and the VNNI integer-panel kernel for each block's: yes on
+// CPUs other than AMD's (measured on Intel Sapphire Rapids: faster), no on AMD and Hygon ones
+// (measured on Zen 4 for the K panels: the hardware prefetchers alone stream the panels faster;
+// docs/cpu-backend.md, "What limits single-stream decode").
 // SY_KQ_PREFETCH=1 or 0 in the environment forces it. The status: "on", or "off (why)".
 bool kq_line_prefetch();
 const char* kq_line_prefetch_status();
