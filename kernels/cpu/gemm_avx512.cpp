@@ -128,11 +128,15 @@ void quantize_q8_act_avx512(const float* x, q8_act_batch& a, int64_t t) {
 
 namespace {
 
-// Where kq_line_prefetch() says so (Intel), the one- and two-token passes ask each line of a block
-// into L1 this many lines ahead of its load (a panel's blocks lie in reading order, the next panel
-// after it). Measured on the Sapphire Rapids-class VM (2026-12-06, the engine's one-token step of
-// the 1B-shaped Q8_0 file, alternating): none 50.9-51.1 ms, 8 lines 46.8-47.7, 16 45.7-47.1, 32
-// 43.6-46.0, 48 43.5-44.0, 64 46.0-46.5; SmolLM2-135M Q4_1 none 3.26-3.41, 16 2.89-2.91.
+// Where kq_line_prefetch() says so (Intel), the first pass of tokens over a panel (the one that
+// streams it from memory) asks each line of a block into L1 this many lines ahead of its load (a
+// panel's blocks lie in reading order, the next panel after it). Measured on the Sapphire
+// Rapids-class VM (2026-12-06, the engine's steps of the 1B-shaped Q8_0 file, alternating): one
+// token, none 50.9-51.1 ms, 8 lines 46.8-47.7, 16 45.7-47.1, 32 43.6-46.0, 48 43.5-44.0, 64
+// 46.0-46.5; SmolLM2-135M Q4_1 none 3.26-3.41, 16 2.89-2.91. 32 lines for every pass size: 8
+// tokens 68.3-69.1 -> 61.7-62.3 ms, 4 tokens 56.1-56.9 -> 52.7-52.9, and with the VNNI kernels
+// forced (SY_CPU_ISA=avx512) 32 tokens 155-159 -> 148-155 ms; SmolLM2's 8 tokens 8.9-10.2 ->
+// 6.7-6.8 ms.
 constexpr int64_t int_prefetch_lines = 32;
 
 // One 16-row panel against tokens [t0, t0 + T): per block, T int32 accumulators collect the
@@ -148,7 +152,7 @@ void panel_tokens(const line64* panel, int64_t nb, const q8_act_batch& a, int64_
   for (int t = 0; t < T; ++t) xq[t] = a.qs + (t0 + t) * a.k;
   for (int64_t b = 0; b < nb; ++b) {
     const line64* blk = panel + b * int_block_lines(wt);
-    if (T <= 2 && line_prefetch)
+    if (line_prefetch)
       for (int64_t l = 0; l < int_block_lines(wt); ++l) __builtin_prefetch(blk + int_prefetch_lines + l, 0, 3);
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
@@ -209,7 +213,9 @@ void int_panels(const line64* panels, int64_t rows, int64_t p0, int64_t p1, cons
     const line64* panel = panels + p * stride;
     const int64_t row0 = p * 16, n_rows = std::min<int64_t>(16, rows - row0);
     int64_t t0 = 0;
-    for (; t0 + tt <= a.n_tok; t0 += tt) panel_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
+    // The first pass over a panel streams it from memory; later passes find it in cache.
+    for (; t0 + tt <= a.n_tok; t0 += tt)
+      panel_tokens<wt, tt>(panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch && t0 == 0);
     using tail_fn =
         void (*)(const line64*, int64_t, const q8_act_batch&, int64_t, float*, int64_t, int64_t, int64_t, bool);
     static constexpr tail_fn tails[tt] = {nullptr,
@@ -220,7 +226,8 @@ void int_panels(const line64* panels, int64_t rows, int64_t p0, int64_t p1, cons
                                           &panel_tokens<wt, 5>,
                                           &panel_tokens<wt, 6>,
                                           &panel_tokens<wt, 7>};
-    if (const int64_t rest = a.n_tok - t0) tails[rest](panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch);
+    if (const int64_t rest = a.n_tok - t0)
+      tails[rest](panel, nb, a, t0, y, ldy, row0, n_rows, line_prefetch && t0 == 0);
   }
 }
 
