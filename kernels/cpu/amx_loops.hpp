@@ -91,6 +91,13 @@ constexpr int64_t amx_bf16_k = 32;  // columns of k per tdpbf16ps (64 bytes of b
 // no copy of one may stand in for the other at link time.
 namespace {
 
+// Tokens of tile `half` (0 or 1) of pair `pi` in a pass of n tokens taken two tiles at a time
+// (the integer and K-panel kernels): 16, the last tile's remainder, or 0 past the pass.
+inline int64_t amx_pair_tokens(int64_t n, int64_t pi, int half) {
+  const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
+  return t0 >= n ? int64_t{0} : n - t0 < amx_tile_rows ? n - t0 : int64_t{amx_tile_rows};
+}
+
 // bf16 GEMM: m tokens per A/C tile (16, or the last tile's remainder).
 inline tile_config amx_bf16_config(int m) {
   tile_config c;
@@ -225,10 +232,7 @@ void amx_int_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t p0,
   for (int64_t c0 = 0; c0 < a.n_tok; c0 += amx_int_tokens) {
     const int64_t n_c = a.n_tok - c0 < amx_int_tokens ? a.n_tok - c0 : amx_int_tokens;
     const int64_t n_pc = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
-    auto tokens_of = [&](int64_t pi, int half) {
-      const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
-      return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
-    };
+    auto tokens_of = [&](int64_t pi, int half) { return amx_pair_tokens(n_c, pi, half); };
     for (int64_t p = p0; p < p1; p += 2) {
       const int np = p + 1 < p1 ? 2 : 1;
       const line64* panel[2] = {panels + p * stride, panels + (p + np - 1) * stride};
@@ -570,10 +574,7 @@ void amx_kq_panels_t(Tiles& tl, const line64* panels, int64_t rows, int64_t k, i
           // find the tile stores done instead of waiting for them (C stored to three rotating parts of
           // the scratch).
           const int64_t n_pairs_t = (n_c + 2 * amx_tile_rows - 1) / (2 * amx_tile_rows);
-          auto tokens_of = [&](int64_t pi, int half) {
-            const int64_t t0 = pi * 2 * amx_tile_rows + half * amx_tile_rows;
-            return t0 >= n_c ? int64_t{0} : n_c - t0 < amx_tile_rows ? n_c - t0 : int64_t{amx_tile_rows};
-          };
+          auto tokens_of = [&](int64_t pi, int half) { return amx_pair_tokens(n_c, pi, half); };
           auto fold_pair = [&](int64_t pi) {
             for (int half = 0; half < 2; ++half) {
               const int64_t m = tokens_of(pi, half);
