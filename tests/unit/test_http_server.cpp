@@ -948,6 +948,18 @@ struct event_pump {
       ex->end_stream();
     });
   }
+  // Sends until the server gives the exchange up (`limit` at most), then ends the stream. A pump
+  // that ends its stream before the server has processed the events already posted would drop
+  // its disconnect callback (an ended response is not abandoned), so a test that waits for the
+  // callback must keep the response open until it fires.
+  void start_until_disconnect(std::shared_ptr<http_exchange> ex, std::chrono::milliseconds limit) {
+    t = std::thread([ex = std::move(ex), limit] {
+      const std::string kb(1024, 'x');
+      const auto until = steady::now() + limit;
+      while (!ex->disconnected() && steady::now() < until) ex->send_event(kb);
+      ex->end_stream();
+    });
+  }
   ~event_pump() {
     if (t.joinable()) t.join();
   }
@@ -1033,7 +1045,7 @@ TEST_CASE("http_server: a stream that outgrows the stream buffer is closed as a 
     ex->on_disconnect([&] { ++fired; });
     ex->start_stream(200, {});
     std::lock_guard lock(mu);
-    pump.start(std::move(ex), 20000, 0ms);  // 20 MB as fast as it goes
+    pump.start_until_disconnect(std::move(ex), 15s);  // as fast as it goes
   });
   const int fd = small_window_socket(server.port());
   REQUIRE(fd >= 0);
@@ -1100,7 +1112,7 @@ TEST_CASE("http_server: live events over the cap behind a catch-up still close t
     ex->start_stream(200, {});
     ex->send_events(std::vector<std::string>(100, std::string(1000, 'c')));
     std::lock_guard lock(mu);
-    pump.start(std::move(ex), 20000, 0ms);  // then 20 MB of live events as fast as it goes
+    pump.start_until_disconnect(std::move(ex), 15s);  // then live events as fast as they go
   });
   const int fd = small_window_socket(server.port());
   REQUIRE(fd >= 0);
