@@ -2,10 +2,12 @@
 // kernel for transparent huge pages (madvise(MADV_HUGEPAGE); Debian's default THP mode is
 // "madvise", so nothing is huge unless asked). Attention walks KV blocks scattered over
 // hundreds of MiB and the kernels stream every weight each step: with 4 KiB pages that is a TLB
-// miss every few cache lines. Buffers are 2 MiB-aligned and rounded up to 2 MiB.
+// miss every few cache lines. Buffers are 2 MiB-aligned and rounded up to 2 MiB. A server that
+// must be ready soon defers the advice and promotes the buffers once it is (below).
 // SY_HUGE_PAGES=0 in the environment turns the advice off (for comparisons).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -22,9 +24,27 @@ constexpr size_t huge_round_up(size_t n) { return (n + huge_page_bytes - 1) / hu
 
 // False when SY_HUGE_PAGES=0: no advice, and the weights stay in the model's memory map.
 bool huge_pages_enabled();
-// Allocates n bytes (2 MiB-aligned, zero-filled by the kernel on first touch) with huge-page advice.
+// Allocates n bytes (2 MiB-aligned, zero-filled by the kernel on first touch) with huge-page advice,
+// or, once defer_huge_pages() was called, on 4 KiB pages until promote_huge_pages() moves them.
 void* huge_alloc(size_t n);
 void huge_free(void* p) noexcept;
+
+// Deferred promotion (docs/cpu-backend.md, "Start-up"). A fresh huge page can cost ten times what
+// 512 small ones do to touch the first time (on VMs that return free memory to their host), so a
+// process that must be ready soon allocates on small pages first: after defer_huge_pages(), every
+// huge_alloc buffer starts on 4 KiB pages, and promote_huge_pages() later advises and collapses
+// them 2 MiB at a time (MADV_COLLAPSE; where the kernel lacks it, the advice alone leaves it to
+// khugepaged), never changing their contents. Buffers freed meanwhile are skipped. Deferral lasts
+// from defer_huge_pages() to the next promote_huge_pages(); what is allocated after is advised at once.
+void defer_huge_pages();
+struct huge_promotion {
+  size_t bytes = 0;      // collapsed onto huge pages
+  size_t left = 0;       // not collapsed (the kernel refused, or the stop was asked for)
+  bool advised = false;  // the kernel has no MADV_COLLAPSE: only the advice was given
+};
+// Ends the deferral and promotes every deferred buffer not yet promoted; checks `stop` between
+// 2 MiB steps.
+huge_promotion promote_huge_pages(const std::atomic<bool>* stop = nullptr);
 
 // An owned huge_alloc buffer whose bytes are left as they come (no value-initialisation: the
 // owner fills what it needs, e.g. over its thread pool).

@@ -6,14 +6,18 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/huge_pages.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -816,4 +820,70 @@ TEST_CASE("thread pool rethrows a job's exception on the caller and stays usable
     pool.run([&](int, int) { n.fetch_add(1); });
     CHECK(n.load() == 2);
   }
+}
+
+namespace {
+
+// AnonHugePages (bytes) of the mapping that holds `p`, from /proc/self/smaps; -1 when not found.
+int64_t anon_huge_bytes_at(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(' ') > line.find('-')) {
+      inside = lo <= at && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stoll(line.substr(14)) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers and stops when asked") {
+  defer_huge_pages();
+  if (!huge_pages_enabled()) {  // SY_HUGE_PAGES=0: no advice, nothing deferred
+    huge_free(huge_alloc(size_t{4} << 20));
+    const huge_promotion r = promote_huge_pages();
+    CHECK((r.bytes == 0 && r.left == 0));
+    return;
+  }
+  const size_t n = (size_t{8} << 20) + 100;
+  auto* a = static_cast<uint8_t*>(huge_alloc(n));
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  huge_free(huge_alloc(size_t{4} << 20));  // freed before the promotion: not touched by it
+
+  const std::atomic<bool> stopped{true};
+  auto* b = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));
+  b[0] = 1;
+  const huge_promotion none = promote_huge_pages(&stopped);  // a stop asked for first: nothing collapsed
+  CHECK(none.bytes == 0);
+  CHECK(none.left == huge_round_up(n) + (size_t{2} << 20));
+  CHECK(promote_huge_pages().left == 0);  // each buffer is promoted (or given up) once
+  huge_free(b);
+
+  auto* advised = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));  // after a promotion: advised at once
+  CHECK(promote_huge_pages().left == 0);
+  huge_free(advised);
+
+  defer_huge_pages();
+  auto* c = static_cast<uint8_t*>(huge_alloc(n));
+  std::memcpy(c, a, n);
+  const huge_promotion r = promote_huge_pages();
+  CHECK(r.bytes + r.left == huge_round_up(n));
+  for (size_t i = 0; i < n; ++i)
+    if (c[i] != a[i]) FAIL("byte " << i << " changed by the promotion");
+  if (r.advised) {
+    WARN("this kernel has no MADV_COLLAPSE: only the advice was given");
+  } else {
+    // What the kernel collapsed is mapped on huge pages (the mapping may hold more than this buffer).
+    CHECK(anon_huge_bytes_at(c) >= static_cast<int64_t>(r.bytes));
+    CHECK(r.bytes > 0);
+  }
+  huge_free(c);
+  huge_free(a);
 }

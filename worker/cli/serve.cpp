@@ -1,5 +1,6 @@
 #include "worker/cli/serve.hpp"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -19,6 +21,7 @@
 #include "common/wire/protocol.hpp"
 #include "common/wire/published_secrets.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/huge_pages.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "worker/cli/device_backend.hpp"
 #include "worker/cli/fault_injection.hpp"
@@ -30,6 +33,38 @@
 
 namespace sy {
 namespace {
+
+// Moves the weights and KV cache, allocated on small pages so the worker is ready sooner, onto
+// huge pages behind its readiness (docs/cpu-backend.md, "Start-up"), at a lower priority than the
+// kernels' threads; stops between 2 MiB steps when the worker does.
+class huge_page_promoter {
+ public:
+  huge_page_promoter() : t_([this] { run(); }) {}
+  huge_page_promoter(const huge_page_promoter&) = delete;
+  huge_page_promoter& operator=(const huge_page_promoter&) = delete;
+  ~huge_page_promoter() {
+    stop_.store(true);
+    t_.join();
+  }
+
+ private:
+  void run() {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);  // this thread only (Linux)
+    const auto t0 = std::chrono::steady_clock::now();
+    const cpu::huge_promotion r = cpu::promote_huge_pages(&stop_);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r.advised)
+      std::fprintf(stderr,
+                   "switchyard-worker: huge pages advised; this kernel has no MADV_COLLAPSE, khugepaged moves the "
+                   "weights and KV cache in its own time\n");
+    else if (r.bytes > 0 || r.left > 0)
+      std::fprintf(stderr, "switchyard-worker: weights and KV cache on huge pages: %.0f MiB in %.2f s%s\n",
+                   static_cast<double>(r.bytes) / (1 << 20), s,
+                   r.left > 0 ? (", " + std::to_string(r.left >> 20) + " MiB left on 4 KiB pages").c_str() : "");
+  }
+  std::atomic<bool> stop_{false};  // before t_: set up before the thread starts
+  std::thread t_;
+};
 
 // --served-model-name (repeatable, as in vLLM): the names clients may use besides the file's, in
 // the order given, without repeats or the file's own name.
@@ -139,6 +174,7 @@ int run_serve(const cli_args& a, const char* default_model) {
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
+  if (!dev.cuda) cpu::defer_huge_pages();  // small pages until ready, huge ones behind it
   auto model = llama_model::load(model_path, pool);
   const double load_s = seconds_since(t_start);
   if (!dev.cuda) apply_prompt_panels(panels, *model, pool, "switchyard-worker");
@@ -191,6 +227,8 @@ int run_serve(const cli_args& a, const char* default_model) {
       : lc.curve_allowed_clients.empty() ? "CURVE (any router with the worker's public key)"
                                          : "CURVE (listed routers only)",
       load_s, engine_s);
+  std::optional<huge_page_promoter> promoter;  // after the model and engine: stopped before they go
+  if (!dev.cuda) promoter.emplace();
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: /ready says
   // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second
