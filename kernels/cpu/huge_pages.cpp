@@ -7,8 +7,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <utility>
-#include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
 
@@ -41,11 +39,14 @@ namespace {
 constexpr int MADV_COLLAPSE = 25;  // Linux 6.1 and later; older C library headers lack the name
 #endif
 
-// The buffers allocated while deferred and not yet promoted (start -> bytes).
+// The buffers allocated while deferred and not yet promoted (start -> bytes), and how far the
+// promotion has gone into the first of them.
 struct deferred_registry {
   std::mutex mu;
   std::map<uintptr_t, size_t> pending;  // guarded by mu
+  size_t done = 0;                      // guarded by mu: bytes of pending.begin() already stepped over
   bool on = false;                      // guarded by mu: huge_alloc defers
+  bool no_collapse = false;             // guarded by mu: the kernel refused MADV_COLLAPSE as unknown
 };
 deferred_registry& deferred() {
   static auto* r = new deferred_registry;  // never destroyed: buffers may be freed during exit
@@ -81,45 +82,47 @@ void huge_free(void* p) noexcept {
   if (p != nullptr) {
     auto& d = deferred();
     std::lock_guard lock(d.mu);
-    d.pending.erase(reinterpret_cast<uintptr_t>(p));
+    const auto it = d.pending.find(reinterpret_cast<uintptr_t>(p));
+    if (it != d.pending.end()) {
+      if (it == d.pending.begin()) d.done = 0;
+      d.pending.erase(it);
+    }
   }
   std::free(p);
 }
 
+bool promote_huge_page_step(huge_promotion& r) {
+  auto& d = deferred();
+  // Under the lock, so the buffer cannot be freed (and its range reused) mid-step.
+  std::lock_guard lock(d.mu);
+  d.on = false;  // what is allocated from now on is advised at once
+  if (d.pending.empty()) return false;
+  const auto it = d.pending.begin();
+  auto* start = reinterpret_cast<uint8_t*>(it->first);
+  const size_t bytes = it->second;
+  if (d.done == 0) madvise(start, bytes, MADV_HUGEPAGE);
+  if (d.no_collapse) {
+    d.done = bytes;  // the advice stands: khugepaged collapses in its own time
+  } else if (madvise(start + d.done, huge_page_bytes, MADV_COLLAPSE) == 0) {
+    r.bytes += huge_page_bytes;
+    d.done += huge_page_bytes;
+  } else if (errno == EINVAL) {
+    d.no_collapse = r.advised = true;  // a kernel before 6.1
+    d.done = bytes;
+  } else {
+    r.refused += huge_page_bytes;  // no huge page to be had now (EAGAIN, ENOMEM): stays small
+    d.done += huge_page_bytes;
+  }
+  if (d.done >= bytes) {
+    d.pending.erase(it);
+    d.done = 0;
+  }
+  return true;
+}
+
 huge_promotion promote_huge_pages(const std::atomic<bool>* stop) {
   huge_promotion r;
-  auto& d = deferred();
-  std::vector<std::pair<uintptr_t, size_t>> todo;
-  {
-    std::lock_guard lock(d.mu);
-    d.on = false;  // what is allocated from now on is advised at once
-    todo.assign(d.pending.begin(), d.pending.end());
-  }
-  bool collapse = true;  // until the kernel says it has no MADV_COLLAPSE
-  for (const auto& [start, bytes] : todo) {
-    for (size_t off = 0; off < bytes; off += huge_page_bytes) {
-      // Under the lock, so the buffer cannot be freed (and its range reused) mid-step.
-      std::lock_guard lock(d.mu);
-      const auto it = d.pending.find(start);
-      if (it == d.pending.end()) break;  // freed meanwhile
-      if (off == 0) madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);
-      if ((stop != nullptr && stop->load()) || !collapse) {
-        r.left += bytes - off;
-        break;
-      }
-      if (madvise(reinterpret_cast<void*>(start + off), huge_page_bytes, MADV_COLLAPSE) == 0) {
-        r.bytes += huge_page_bytes;
-      } else if (errno == EINVAL) {
-        collapse = false;  // an older kernel: the advice stands, khugepaged collapses in its time
-        r.advised = true;
-        r.left += bytes - off;
-        break;
-      } else {
-        r.left += huge_page_bytes;  // no huge page to be had now (EAGAIN, ENOMEM): stays small
-      }
-    }
-    std::lock_guard lock(d.mu);
-    d.pending.erase(start);
+  while ((stop == nullptr || !stop->load()) && promote_huge_page_step(r)) {
   }
   return r;
 }

@@ -32,18 +32,20 @@ void huge_free(void* p) noexcept;
 // Deferred promotion (docs/cpu-backend.md, "Start-up"). A fresh huge page can cost ten times what
 // 512 small ones do to touch the first time (on VMs that return free memory to their host), so a
 // process that must be ready soon allocates on small pages first: after defer_huge_pages(), every
-// huge_alloc buffer starts on 4 KiB pages, and promote_huge_pages() later advises and collapses
-// them 2 MiB at a time (MADV_COLLAPSE; where the kernel lacks it, the advice alone leaves it to
-// khugepaged), never changing their contents. Buffers freed meanwhile are skipped. Deferral lasts
-// from defer_huge_pages() to the next promote_huge_pages(); what is allocated after is advised at once.
+// huge_alloc buffer starts on 4 KiB pages until the promotion advises it and collapses it 2 MiB at
+// a time (MADV_COLLAPSE; where the kernel lacks it, the advice alone leaves it to khugepaged),
+// never changing its contents. Buffers freed meanwhile are skipped. The first promotion step
+// ends the deferral: what is allocated after it is advised at once.
 void defer_huge_pages();
 struct huge_promotion {
   size_t bytes = 0;      // collapsed onto huge pages
-  size_t left = 0;       // not collapsed (the kernel refused, or the stop was asked for)
+  size_t refused = 0;    // the kernel had no huge page to give: left on small pages
   bool advised = false;  // the kernel has no MADV_COLLAPSE: only the advice was given
 };
-// Ends the deferral and promotes every deferred buffer not yet promoted; checks `stop` between
-// 2 MiB steps.
+// One step: the next 2 MiB of the first deferred buffer, counted into `r`. False when none is left.
+// A caller can pause between steps (the worker does while it has requests) or stop for good.
+bool promote_huge_page_step(huge_promotion& r);
+// Every step until none is left or `stop` is set.
 huge_promotion promote_huge_pages(const std::atomic<bool>* stop = nullptr);
 
 // An owned huge_alloc buffer whose bytes are left as they come (no value-initialisation: the

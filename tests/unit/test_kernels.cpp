@@ -844,46 +844,45 @@ int64_t anon_huge_bytes_at(const void* p) {
 
 }  // namespace
 
-TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers and stops when asked") {
+TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers and pauses when asked") {
   defer_huge_pages();
   if (!huge_pages_enabled()) {  // SY_HUGE_PAGES=0: no advice, nothing deferred
     huge_free(huge_alloc(size_t{4} << 20));
     const huge_promotion r = promote_huge_pages();
-    CHECK((r.bytes == 0 && r.left == 0));
+    CHECK((r.bytes == 0 && r.refused == 0));
     return;
   }
   const size_t n = (size_t{8} << 20) + 100;
   auto* a = static_cast<uint8_t*>(huge_alloc(n));
   for (size_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(i * 7 + i / 4096);
   huge_free(huge_alloc(size_t{4} << 20));  // freed before the promotion: not touched by it
-
-  const std::atomic<bool> stopped{true};
   auto* b = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));
   b[0] = 1;
-  const huge_promotion none = promote_huge_pages(&stopped);  // a stop asked for first: nothing collapsed
-  CHECK(none.bytes == 0);
-  CHECK(none.left == huge_round_up(n) + (size_t{2} << 20));
-  CHECK(promote_huge_pages().left == 0);  // each buffer is promoted (or given up) once
-  huge_free(b);
 
-  auto* advised = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));  // after a promotion: advised at once
-  CHECK(promote_huge_pages().left == 0);
-  huge_free(advised);
+  const std::atomic<bool> stopped{true};
+  const huge_promotion none = promote_huge_pages(&stopped);  // a stop asked for first: nothing done
+  CHECK((none.bytes == 0 && none.refused == 0));
+  huge_promotion first;
+  REQUIRE(promote_huge_page_step(first));  // one step: 2 MiB of one buffer
+  CHECK(first.bytes + first.refused == (first.advised ? 0 : huge_page_bytes));
+  huge_free(b);  // freed between steps: the rest skips it
 
-  defer_huge_pages();
-  auto* c = static_cast<uint8_t*>(huge_alloc(n));
-  std::memcpy(c, a, n);
-  const huge_promotion r = promote_huge_pages();
-  CHECK(r.bytes + r.left == huge_round_up(n));
+  auto* late = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));  // after a step: advised at once
+  huge_promotion r = promote_huge_pages();
+  r.bytes += first.bytes;
+  r.refused += first.refused;
+  CHECK(r.bytes + r.refused <= huge_round_up(n) + (size_t{2} << 20));
+  CHECK(r.bytes + r.refused >= huge_round_up(n) - (r.advised ? huge_round_up(n) : 0));
+  CHECK_FALSE(promote_huge_page_step(r));  // nothing left; `late` was never deferred
   for (size_t i = 0; i < n; ++i)
-    if (c[i] != a[i]) FAIL("byte " << i << " changed by the promotion");
+    if (a[i] != static_cast<uint8_t>(i * 7 + i / 4096)) FAIL("byte " << i << " changed by the promotion");
   if (r.advised) {
     WARN("this kernel has no MADV_COLLAPSE: only the advice was given");
   } else {
     // What the kernel collapsed is mapped on huge pages (the mapping may hold more than this buffer).
-    CHECK(anon_huge_bytes_at(c) >= static_cast<int64_t>(r.bytes));
     CHECK(r.bytes > 0);
+    CHECK(anon_huge_bytes_at(a) >= static_cast<int64_t>(std::min(r.bytes, huge_round_up(n))));
   }
-  huge_free(c);
+  huge_free(late);
   huge_free(a);
 }

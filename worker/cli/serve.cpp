@@ -35,11 +35,14 @@ namespace sy {
 namespace {
 
 // Moves the weights and KV cache, allocated on small pages so the worker is ready sooner, onto
-// huge pages behind its readiness (docs/cpu-backend.md, "Start-up"), at a lower priority than the
-// kernels' threads; stops between 2 MiB steps when the worker does.
+// huge pages behind its readiness (docs/cpu-backend.md, "Start-up"): 2 MiB at a time, back to back
+// while the engine has nothing to do and one step per busy_step_gap while it has (a collapse takes
+// the process's memory map for itself, which stalls the kernels' threads), at a lower priority
+// than theirs; stops between steps when the worker does.
 class huge_page_promoter {
  public:
-  huge_page_promoter() : t_([this] { run(); }) {}
+  explicit huge_page_promoter(std::shared_ptr<shared_metrics> metrics)
+      : metrics_(std::move(metrics)), t_([this] { run(); }) {}
   huge_page_promoter(const huge_page_promoter&) = delete;
   huge_page_promoter& operator=(const huge_page_promoter&) = delete;
   ~huge_page_promoter() {
@@ -48,20 +51,38 @@ class huge_page_promoter {
   }
 
  private:
+  bool engine_busy() const {
+    std::lock_guard<std::mutex> lk(metrics_->mu);
+    return metrics_->snap.engine.running > 0 || metrics_->snap.engine.waiting > 0;
+  }
   void run() {
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);  // this thread only (Linux)
     const auto t0 = std::chrono::steady_clock::now();
-    const cpu::huge_promotion r = cpu::promote_huge_pages(&stop_);
+    cpu::huge_promotion r;
+    bool done = false;
+    auto last = t0;
+    while (!stop_.load() && !done) {
+      // Busy: one step per busy_step_gap, so a worker loaded from its first second still ends
+      // on huge pages (each step stalls its steps for the time of one 2 MiB collapse).
+      if (engine_busy() && std::chrono::steady_clock::now() - last < busy_step_gap) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      done = !cpu::promote_huge_page_step(r);
+      last = std::chrono::steady_clock::now();
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r.advised)
       std::fprintf(stderr,
                    "switchyard-worker: huge pages advised; this kernel has no MADV_COLLAPSE, khugepaged moves the "
                    "weights and KV cache in its own time\n");
-    else if (r.bytes > 0 || r.left > 0)
+    else if (done && (r.bytes > 0 || r.refused > 0))
       std::fprintf(stderr, "switchyard-worker: weights and KV cache on huge pages: %.0f MiB in %.2f s%s\n",
                    static_cast<double>(r.bytes) / (1 << 20), s,
-                   r.left > 0 ? (", " + std::to_string(r.left >> 20) + " MiB left on 4 KiB pages").c_str() : "");
+                   r.refused > 0 ? (", " + std::to_string(r.refused >> 20) + " MiB left on 4 KiB pages").c_str() : "");
   }
+  static constexpr std::chrono::milliseconds busy_step_gap{100};
+  std::shared_ptr<shared_metrics> metrics_;
   std::atomic<bool> stop_{false};  // before t_: set up before the thread starts
   std::thread t_;
 };
@@ -228,7 +249,7 @@ int run_serve(const cli_args& a, const char* default_model) {
                                          : "CURVE (listed routers only)",
       load_s, engine_s);
   std::optional<huge_page_promoter> promoter;  // after the model and engine: stopped before they go
-  if (!dev.cuda) promoter.emplace();
+  if (!dev.cuda) promoter.emplace(metrics);
 
   // Wait for SIGINT/SIGTERM (or the link dying, e.g. a bind failure), then drain: /ready says
   // 503, accept nothing new, finish what is running (--drain-timeout-s at most), stop. A second
