@@ -40,13 +40,15 @@ constexpr int MADV_COLLAPSE = 25;  // Linux 6.1 and later; older C library heade
 #endif
 
 // The buffers allocated while deferred and not yet promoted (start -> bytes), and how far the
-// promotion has gone into the first of them.
+// promotion has gone into the one it is in.
 struct deferred_registry {
   std::mutex mu;
   std::map<uintptr_t, size_t> pending;  // guarded by mu
-  size_t done = 0;                      // guarded by mu: bytes of pending.begin() already stepped over
+  uintptr_t current = 0;                // guarded by mu: the buffer being stepped through (0: none)
+  size_t done = 0;                      // guarded by mu: its bytes already stepped over
   bool on = false;                      // guarded by mu: huge_alloc defers
   bool no_collapse = false;             // guarded by mu: the kernel refused MADV_COLLAPSE as unknown
+  std::atomic<size_t> left{0};          // pending bytes less those stepped over (written under mu)
 };
 deferred_registry& deferred() {
   static auto* r = new deferred_registry;  // never destroyed: buffers may be freed during exit
@@ -71,6 +73,7 @@ void* huge_alloc(size_t n) {
     std::lock_guard lock(d.mu);
     if (d.on) {
       d.pending[reinterpret_cast<uintptr_t>(p)] = rounded;
+      d.left.fetch_add(rounded);
       return p;
     }
   }
@@ -84,7 +87,9 @@ void huge_free(void* p) noexcept {
     std::lock_guard lock(d.mu);
     const auto it = d.pending.find(reinterpret_cast<uintptr_t>(p));
     if (it != d.pending.end()) {
-      if (it == d.pending.begin()) d.done = 0;
+      const bool current = d.current == it->first;
+      d.left.fetch_sub(it->second - (current ? d.done : 0));
+      if (current) d.current = d.done = 0;
       d.pending.erase(it);
     }
   }
@@ -93,32 +98,54 @@ void huge_free(void* p) noexcept {
 
 bool promote_huge_page_step(huge_promotion& r) {
   auto& d = deferred();
-  // Under the lock, so the buffer cannot be freed (and its range reused) mid-step.
-  std::lock_guard lock(d.mu);
-  d.on = false;  // what is allocated from now on is advised at once
-  if (d.pending.empty()) return false;
-  const auto it = d.pending.begin();
-  auto* start = reinterpret_cast<uint8_t*>(it->first);
-  const size_t bytes = it->second;
-  if (d.done == 0) madvise(start, bytes, MADV_HUGEPAGE);
-  if (d.no_collapse) {
-    d.done = bytes;  // the advice stands: khugepaged collapses in its own time
-  } else if (madvise(start + d.done, huge_page_bytes, MADV_COLLAPSE) == 0) {
+  uint8_t* start = nullptr;
+  size_t bytes = 0, done = 0;
+  bool collapse = false;
+  {
+    std::lock_guard lock(d.mu);
+    d.on = false;  // what is allocated from now on is advised at once
+    if (d.pending.empty()) return false;
+    auto it = d.pending.find(d.current);
+    if (it == d.pending.end()) {
+      it = d.pending.begin();
+      d.current = it->first;
+      d.done = 0;
+    }
+    start = reinterpret_cast<uint8_t*>(it->first);
+    bytes = it->second;
+    done = d.done;
+    collapse = !d.no_collapse;
+  }
+  // The system calls without the lock, which huge_alloc, huge_free and the gauge take: a collapse
+  // can take milliseconds. A buffer freed meanwhile only makes them fail or apply to memory that
+  // was reallocated, whose contents neither changes.
+  if (done == 0) madvise(start, bytes, MADV_HUGEPAGE);
+  size_t step = huge_page_bytes;
+  if (!collapse) {
+    r.advised = true;
+    step = bytes - done;  // the advice stands: khugepaged collapses in its own time
+  } else if (madvise(start + done, huge_page_bytes, MADV_COLLAPSE) == 0) {
     r.bytes += huge_page_bytes;
-    d.done += huge_page_bytes;
   } else if (errno == EINVAL) {
-    d.no_collapse = r.advised = true;  // a kernel before 6.1
-    d.done = bytes;
+    r.advised = true;  // a kernel before 6.1, or huge pages turned off for the process
+    step = bytes - done;
   } else {
     r.refused += huge_page_bytes;  // no huge page to be had now (EAGAIN, ENOMEM): stays small
-    d.done += huge_page_bytes;
   }
+  std::lock_guard lock(d.mu);
+  if (r.advised) d.no_collapse = true;
+  const auto it = d.pending.find(reinterpret_cast<uintptr_t>(start));
+  if (it == d.pending.end() || d.current != it->first || d.done != done) return true;  // freed meanwhile
+  d.done += step;
+  d.left.fetch_sub(step);
   if (d.done >= bytes) {
     d.pending.erase(it);
-    d.done = 0;
+    d.current = d.done = 0;
   }
   return true;
 }
+
+size_t deferred_huge_page_bytes() { return deferred().left.load(); }
 
 huge_promotion promote_huge_pages(const std::atomic<bool>* stop) {
   huge_promotion r;

@@ -40,11 +40,13 @@ void defer_huge_pages();
 struct huge_promotion {
   size_t bytes = 0;      // collapsed onto huge pages
   size_t refused = 0;    // the kernel had no huge page to give: left on small pages
-  bool advised = false;  // the kernel has no MADV_COLLAPSE: only the advice was given
+  bool advised = false;  // the kernel refused MADV_COLLAPSE as unknown: only the advice was given
 };
 // One step: the next 2 MiB of the first deferred buffer, counted into `r`. False when none is left.
 // A caller can pause between steps (the worker does while it has requests) or stop for good.
 bool promote_huge_page_step(huge_promotion& r);
+// Bytes of deferred buffers not yet stepped over (0 when nothing waits for a promotion).
+size_t deferred_huge_page_bytes();
 // Every step until none is left or `stop` is set.
 huge_promotion promote_huge_pages(const std::atomic<bool>* stop = nullptr);
 

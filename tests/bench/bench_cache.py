@@ -231,6 +231,7 @@ def main():
 
     redis, redis_port = start_redis()
     worker = Worker("--kv-memory-mb", "512", "--max-running", str(max(16, a.concurrency)))
+    worker.settle()
     cached = Router([worker.endpoint], "--redis", f"redis://127.0.0.1:{redis_port}", "--http-threads",
                     str(a.http_threads), "--cache-threads", str(a.cache_threads))
     plain = Router([worker.endpoint], "--http-threads", str(a.http_threads))

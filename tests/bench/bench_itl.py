@@ -54,6 +54,7 @@ def label_of(text):
 def run_once(setting, args, seed):
     step_ms, panels = parse_setting(setting)
     w = Worker("--max-step-ms", str(step_ms), "--prompt-panels", panels, "--max-running", "32", "--kv-memory-mb", "512")
+    w.settle()
     c = Client(w.endpoint)
     try:
         c.hello()

@@ -194,6 +194,7 @@ def main():
     results = {}
     # Overhead: the worker gets one core, so the router and the load generator have the other.
     worker = Worker("--kv-memory-mb", "256", "--max-running", "64", "--threads", "1")
+    worker.settle()
     router = Router([worker.endpoint], "--local-queue", "64")
     try:
         results["overhead"] = ov = overhead(router, a.rate, a.seconds)
@@ -201,6 +202,7 @@ def main():
         router.stop()
         worker.stop()
     worker = Worker("--kv-memory-mb", "512", "--max-running", str(max(32, a.clients)), "--threads", str(a.threads))
+    worker.settle()
     router = Router([worker.endpoint])
     try:
         print(f"router overhead at {ov['rate_achieved']:.0f} requests/s (target {a.rate:.0f}; statuses "

@@ -54,6 +54,7 @@ def stream(port, i, n):
 
 def run(pause):
     w = Worker("--kv-blocks", "1024", "--max-running", "32")
+    w.settle()
     a = Router([w.endpoint], "--router-id", "a")
     b = Router([w.endpoint], "--router-id", "b")
     try:

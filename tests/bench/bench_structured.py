@@ -43,6 +43,7 @@ SCHEMA = {
 
 def run_once(constrained, concurrency, args, prompt):
     w = Worker("--max-running", "64", "--kv-memory-mb", "512")
+    w.settle()
     c = Client(w.endpoint)
     try:
         c.hello()

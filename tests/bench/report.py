@@ -302,6 +302,7 @@ def main():
     redis = Redis()
     worker = Worker("--max-running", str(top), "--kv-blocks", str(top * ctx // 16 + a.prefixes * a.prefix_len // 16 + 64),
                     "--served-model-name", SERVED, "--threads", str(a.threads))
+    worker.settle()  # on huge pages, as it runs a minute after start
     router = Router([worker.endpoint], "--redis", redis.url)
     llama = LlamaServer(a.llama_server, a.threads, top, ctx) if os.path.exists(a.llama_server) else None
     servers = {"switchyard": router.url, **({"llama_server": llama.url} if llama else {})}

@@ -121,6 +121,17 @@ class Worker:
             time.sleep(0.05)
         raise RuntimeError("worker did not come up")
 
+    def settle(self, timeout=180):
+        """Waits until the worker has moved its weights and KV cache onto huge pages (it starts on
+        small ones to be ready sooner: docs/cpu-backend.md, "Start-up"), so a benchmark measures the
+        worker it would meet a minute later. Returns the seconds waited."""
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.metrics().get("switchyard_worker_huge_page_pending_bytes", 0) == 0:
+                return time.time() - t0
+            time.sleep(0.1)
+        raise RuntimeError(f"worker still moving onto huge pages after {timeout} s")
+
     def get(self, path):
         """(status, body) of GET `path` on the metrics port."""
         return http_get(self.metrics_port, path)

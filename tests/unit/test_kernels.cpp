@@ -859,6 +859,8 @@ TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers 
   auto* b = static_cast<uint8_t*>(huge_alloc(size_t{2} << 20));
   b[0] = 1;
 
+  CHECK(deferred_huge_page_bytes() == huge_round_up(n) + (size_t{2} << 20));
+
   const std::atomic<bool> stopped{true};
   const huge_promotion none = promote_huge_pages(&stopped);  // a stop asked for first: nothing done
   CHECK((none.bytes == 0 && none.refused == 0));
@@ -874,6 +876,7 @@ TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers 
   CHECK(r.bytes + r.refused <= huge_round_up(n) + (size_t{2} << 20));
   CHECK(r.bytes + r.refused >= huge_round_up(n) - (r.advised ? huge_round_up(n) : 0));
   CHECK_FALSE(promote_huge_page_step(r));  // nothing left; `late` was never deferred
+  CHECK(deferred_huge_page_bytes() == 0);
   for (size_t i = 0; i < n; ++i)
     if (a[i] != static_cast<uint8_t>(i * 7 + i / 4096)) FAIL("byte " << i << " changed by the promotion");
   if (r.advised) {

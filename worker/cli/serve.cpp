@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "common/cli_args.hpp"
+#include "common/metrics.hpp"
 #include "common/stop_signals.hpp"
 #include "common/tokenizer/chat_template.hpp"
 #include "common/wire/curve_keys.hpp"
@@ -74,8 +75,8 @@ class huge_page_promoter {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r.advised)
       std::fprintf(stderr,
-                   "switchyard-worker: huge pages advised; this kernel has no MADV_COLLAPSE, khugepaged moves the "
-                   "weights and KV cache in its own time\n");
+                   "switchyard-worker: huge pages advised only (the kernel refused MADV_COLLAPSE: before Linux 6.1, "
+                   "or huge pages off); khugepaged moves the weights and KV cache in its own time\n");
     else if (done && (r.bytes > 0 || r.refused > 0))
       std::fprintf(stderr, "switchyard-worker: weights and KV cache on huge pages: %.0f MiB in %.2f s%s\n",
                    static_cast<double>(r.bytes) / (1 << 20), s,
@@ -176,6 +177,9 @@ int run_serve(const cli_args& a, const char* default_model) {
           }
           std::string out = render_metrics(copy);
           out += render_link_metrics(*link_counts);
+          metric(out, "switchyard_worker_huge_page_pending_bytes", "gauge",
+                 "Weights and KV cache still on small pages, waiting to move onto huge pages after start-up.",
+                 static_cast<double>(cpu::deferred_huge_page_bytes()));
           return out;
         },
         [now, link_counts]() -> std::string {
