@@ -880,7 +880,7 @@ TEST_CASE("deferred huge pages: promotion keeps every byte, skips freed buffers 
   for (size_t i = 0; i < n; ++i)
     if (a[i] != static_cast<uint8_t>(i * 7 + i / 4096)) FAIL("byte " << i << " changed by the promotion");
   if (r.advised) {
-    WARN("this kernel has no MADV_COLLAPSE: only the advice was given");
+    WARN("the kernel refused MADV_COLLAPSE (before Linux 6.1, or huge pages off): only the advice was given");
   } else {
     // What the kernel collapsed is mapped on huge pages (the mapping may hold more than this buffer).
     CHECK(r.bytes > 0);
