@@ -33,19 +33,6 @@ namespace {
 
 constexpr int32_t k_normal = 1, k_control = 3, k_byte = 6;
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-}
-
 // GPT-2's byte-to-character map, as the router tests' tiny vocabulary has it.
 using sy::test::tiny_vocab_detail::byte_char;
 

@@ -33,7 +33,9 @@ key_input base_input() {
                  .max_tokens = 128,
                  .stop = {"\n\n", "User:"},
                  .ignore_eos = false,
-                 .logprobs = 0};
+                 .logprobs = 0,
+                 .thinking_budget = 0,
+                 .thinking_end = {}};
   in.n = 1;
   in.want_logprobs = false;
   in.echo = false;
