@@ -48,7 +48,6 @@ struct deferred_registry {
   size_t done = 0;                      // guarded by mu: its bytes already stepped over
   bool on = false;                      // guarded by mu: huge_alloc defers
   bool no_collapse = false;             // guarded by mu: the kernel refused MADV_COLLAPSE as unknown
-  std::atomic<size_t> left{0};          // pending bytes less those stepped over (written under mu)
 };
 deferred_registry& deferred() {
   static auto* r = new deferred_registry;  // never destroyed: buffers may be freed during exit
@@ -73,7 +72,6 @@ void* huge_alloc(size_t n) {
     std::lock_guard lock(d.mu);
     if (d.on) {
       d.pending[reinterpret_cast<uintptr_t>(p)] = rounded;
-      d.left.fetch_add(rounded);
       return p;
     }
   }
@@ -85,13 +83,8 @@ void huge_free(void* p) noexcept {
   if (p != nullptr) {
     auto& d = deferred();
     std::lock_guard lock(d.mu);
-    const auto it = d.pending.find(reinterpret_cast<uintptr_t>(p));
-    if (it != d.pending.end()) {
-      const bool current = d.current == it->first;
-      d.left.fetch_sub(it->second - (current ? d.done : 0));
-      if (current) d.current = d.done = 0;
-      d.pending.erase(it);
-    }
+    if (d.pending.erase(reinterpret_cast<uintptr_t>(p)) > 0 && d.current == reinterpret_cast<uintptr_t>(p))
+      d.current = d.done = 0;
   }
   std::free(p);
 }
@@ -120,24 +113,19 @@ bool promote_huge_page_step(huge_promotion& r) {
   // can take milliseconds. A buffer freed meanwhile only makes them fail or apply to memory that
   // was reallocated, whose contents neither changes.
   if (done == 0) madvise(start, bytes, MADV_HUGEPAGE);
-  size_t step = huge_page_bytes;
-  if (!collapse) {
-    r.advised = true;
-    step = bytes - done;  // the advice stands: khugepaged collapses in its own time
-  } else if (madvise(start + done, huge_page_bytes, MADV_COLLAPSE) == 0) {
-    r.bytes += huge_page_bytes;
-  } else if (errno == EINVAL) {
-    r.advised = true;  // a kernel before 6.1, or huge pages turned off for the process
-    step = bytes - done;
-  } else {
-    r.refused += huge_page_bytes;  // no huge page to be had now (EAGAIN, ENOMEM): stays small
+  if (collapse) {
+    if (madvise(start + done, huge_page_bytes, MADV_COLLAPSE) == 0)
+      r.bytes += huge_page_bytes;
+    else if (errno == EINVAL)
+      collapse = false;  // a kernel before 6.1, or huge pages turned off for the process
+    else
+      r.refused += huge_page_bytes;  // no huge page to be had now (EAGAIN, ENOMEM): stays small
   }
   std::lock_guard lock(d.mu);
-  if (r.advised) d.no_collapse = true;
+  if (!collapse) d.no_collapse = r.advised = true;  // the advice stands: khugepaged collapses in its time
   const auto it = d.pending.find(reinterpret_cast<uintptr_t>(start));
   if (it == d.pending.end() || d.current != it->first || d.done != done) return true;  // freed meanwhile
-  d.done += step;
-  d.left.fetch_sub(step);
+  d.done += collapse ? huge_page_bytes : bytes - done;
   if (d.done >= bytes) {
     d.pending.erase(it);
     d.current = d.done = 0;
@@ -145,7 +133,13 @@ bool promote_huge_page_step(huge_promotion& r) {
   return true;
 }
 
-size_t deferred_huge_page_bytes() { return deferred().left.load(); }
+size_t deferred_huge_page_bytes() {
+  auto& d = deferred();
+  std::lock_guard lock(d.mu);
+  size_t n = 0;
+  for (const auto& [start, bytes] : d.pending) n += bytes;
+  return n - (d.pending.count(d.current) > 0 ? d.done : 0);
+}
 
 huge_promotion promote_huge_pages(const std::atomic<bool>* stop) {
   huge_promotion r;

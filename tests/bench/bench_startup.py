@@ -10,8 +10,9 @@ times exec -> the first 200 from llama-server's /health and from the worker's /r
 a Kubernetes readiness check uses). The file is read once before the first round, so both start
 from the page cache. Both hold the same KV cache, --ctx tokens (llama-server `-c`, the worker
 `--kv-blocks` of 16 tokens; the worker's default 512 MiB budget would be 4x the 1B file's 4096
-tokens, and every byte of it is written before /ready). Prints every round and the ratio of the medians (Switchyard / llama-server:
-under 1 is faster); exits 1 when a server never became ready or nothing was measured.
+tokens, and every byte of it is written before /ready). Prints every round and the ratio of the
+medians (Switchyard / llama-server: under 1 is faster); exits 1 when a server never became ready
+or nothing was measured.
 """
 import argparse
 import http.client
