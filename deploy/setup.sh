@@ -24,7 +24,7 @@ apt_updated() {
 build_debs=(build-essential g++ cmake ninja-build pkg-config libcaf-dev libzmq3-dev cppzmq-dev
             libmsgpack-cxx-dev libhiredis-dev libpcre2-dev nlohmann-json3-dev libboost-dev libssl-dev)
 # (dnsmasq-base, iproute2 and nftables: the multi-host test in network namespaces, tests/k8s/ (nft
-# drops packets on a pod's link where the kernel has no netem); binaries only, no system service. faketime: a worker with a shifted clock, tests/integration/test_link_security.py.
+# drops packets on a pod's link where the kernel has no netem); binaries only, no system service. faketime (its libfaketime): a worker with a shifted clock, tests/integration/test_link_security.py.
 # clang, libclang-rt-14-dev (libFuzzer and the ASan/UBSan runtimes) and llvm-14 (llvm-symbolizer:
 # stack traces with lines): the sanitizer stage, tests/sanitize.sh.)
 debs=("${build_debs[@]}" ccache git python3 python3-pip catch2 libjs-chart.js redis-server unzip python3-venv

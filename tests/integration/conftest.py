@@ -6,21 +6,52 @@ every prerequisite. ctest runs pytest with -rs, so the reasons are printed.
 
 A single test that skips among others that ran is held to the same rule: with CI set its skip is a
 failure, naming the reason, unless the test is marked `may_skip` — a limit of the machine that no
-setup script can lift (a descriptor ceiling), said in the marker's reason."""
+setup script can lift (a descriptor ceiling), said in the marker's reason.
+
+A test that hangs says where: one still running after SY_TEST_HANG_S seconds (default 150) prints,
+to the stderr pytest started with (ctest keeps it when its timeout kills the run, unlike pytest's
+own buffered output), every Python thread's stack and, for each process the tests started, the
+state and kernel wait channel of each of its threads; again every SY_TEST_HANG_S seconds."""
 import collections
+import faulthandler
+import os
+import threading
+import time
 
 import pytest
 
 from support import SKIPPED_EXIT, in_ci
-from worker_client import end_spawned
+from worker_client import alive_spawned, describe_process, end_spawned
 
 _outcomes = collections.defaultdict(collections.Counter)  # module -> {"passed"/"failed"/"skipped": n}
-
-
+_stderr = None  # a copy of the stderr pytest started with, taken before any test's capture
+HANG_S = float(os.environ.get("SY_TEST_HANG_S", "150"))
 
 
 def pytest_configure(config):
+    global _stderr
     config.addinivalue_line("markers", "may_skip(reason): the test may skip under CI too, for this machine limit")
+    _stderr = os.dup(2)
+
+
+def _report_hang(nodeid, t0, done):
+    while not done.wait(HANG_S):
+        os.write(_stderr, f"\n=== {nodeid} still running after {time.time() - t0:.0f} s; Python threads:\n".encode())
+        faulthandler.dump_traceback(file=_stderr, all_threads=True)
+        for pid, cmd in alive_spawned():
+            os.write(_stderr, f"--- process {pid}: {cmd}\n{describe_process(pid)}\n".encode())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    done = threading.Event()
+    watch = threading.Thread(target=_report_hang, args=(item.nodeid, time.time(), done), daemon=True)
+    watch.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watch.join()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -288,4 +288,4 @@ def test_integer_prompt_panels_answer_and_say_where_they_apply(client, prompts):
     finally:
         c.close()
         assert w.stop() == 0
-    assert re.search(r"prompt tokens on the integer kernel in \d+ layers", w.proc.stderr.read())
+    assert re.search(r"prompt tokens on the integer kernel in \d+ layers", w.log())

@@ -65,15 +65,45 @@ def end_spawned():
 
 
 def stop_process(proc, sig=15, timeout=40):
-    """Signals `proc` and waits; kills it after `timeout` seconds. Returns its exit code."""
+    """Signals `proc` and waits; kills it after `timeout` seconds. Returns its exit code. A process
+    that outlives SIGKILL by 10 s (stuck in the kernel) raises, naming where it is stuck."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"pid {proc.pid} survived SIGKILL for 10 s:\n" + describe_process(proc.pid))
     return proc.returncode
+
+
+def describe_process(pid):
+    """Where a live process and each of its threads are: state and kernel wait channel (and the
+    kernel stack of a thread in uninterruptible sleep, where readable), for a test that hangs on it."""
+    lines = []
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            base = f"/proc/{pid}/task/{tid}"
+            stat = open(f"{base}/stat").read()
+            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+            wchan = open(f"{base}/wchan").read().strip() or "-"
+            lines.append(f"  thread {tid} ({name}): state {state}, waiting in {wchan}")
+            if state == "D":
+                try:
+                    lines += ["    " + f for f in open(f"{base}/stack").read().split()[1::2][:8]]
+                except OSError:
+                    pass  # /proc/*/stack needs root
+    except (OSError, ValueError) as e:
+        lines.append(f"  not readable: {e}")
+    return "\n".join(lines)
+
+
+def alive_spawned():
+    """(pid, command line) of the processes spawn() started that still run."""
+    return [(p.pid, " ".join(map(str, p.args))) for p in _spawned if p.poll() is None]
 
 
 def free_port():
@@ -106,20 +136,23 @@ class Worker:
         worker restarted at the address of one that died), else a free one."""
         self.port, self.metrics_port = port or free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
-        self.proc = spawn(
-            [*prefix, WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port", str(self.metrics_port),
-             "--threads", "2", *extra], stderr=subprocess.PIPE, text=True)
+        # Its log goes to a file (build/worker-PORT.log), never to a pipe nobody reads: a worker
+        # that logs more than a pipe holds would block in write().
+        self.log_path = os.path.join(BUILD, f"worker-{self.port}.log")
+        with open(self.log_path, "w") as log:
+            self.proc = spawn([*prefix, WORKER, "serve", "--model", MODEL, "--listen", self.endpoint, "--metrics-port",
+                               str(self.metrics_port), "--threads", "2", *extra], stderr=log)
         deadline = time.time() + 60
         while time.time() < deadline:  # until /ready says 200: model loaded, link bound
             if self.proc.poll() is not None:
-                raise RuntimeError("worker exited: " + self.proc.stderr.read())
+                raise RuntimeError("worker exited: " + self.log())
             try:
                 if self.get("/ready")[0] == 200:
                     return
             except OSError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("worker did not come up")
+        raise RuntimeError(f"worker not ready after 60 s:\n{describe_process(self.proc.pid)}\nits log:\n{self.log()}")
 
     def settle(self, timeout=180):
         """Waits until the worker has moved its weights and KV cache onto huge pages (it starts on
@@ -141,6 +174,11 @@ class Worker:
 
     def stop(self, sig=15, timeout=40):
         return stop_process(self.proc, sig, timeout)
+
+    def log(self):
+        """What the worker has written to stderr so far."""
+        with open(self.log_path) as f:
+            return f.read()
 
 
 class Client:
