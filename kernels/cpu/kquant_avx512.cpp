@@ -243,10 +243,13 @@ inline void store_sums(const __m512* acc, int64_t n, float* y, int64_t ldy, int6
 // memory, each next super-block a group apart (prefetched one ahead: with it 16- and 32-token
 // products from DRAM were 4-15 % faster than with the panels contiguous, 262,144 x 2048 q4_K on a
 // Sapphire Rapids VM). Out of line: inlined into kq_panels with its lambdas, GCC's
-// code for 32 tokens ran at two thirds of the speed (the same code, 8,192 x 2048 q4_K).
+// code for 32 tokens ran at two thirds of the speed (the same code, 8,192 x 2048 q4_K). Flattened
+// (everything it calls inlined), as kq_group is: GCC's own choice kept some instantiations' sub-
+// block pair lambdas out of line, which one more caller of them could tip (q4_K at 8 tokens from
+// L3 ran at 200 GMAC/s that way against 330 inlined; two threads, AMD Zen 4).
 template <weight_type wt, int T>
-[[gnu::noinline]] void kq_tokens(kq_panel panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y, int64_t ldy,
-                                 int64_t row0, int64_t n_rows, bool stream) {
+[[gnu::noinline, gnu::flatten]] void kq_tokens(kq_panel panel, int64_t nb, const block_q8_K* a, int64_t t0, float* y,
+                                               int64_t ldy, int64_t row0, int64_t n_rows, bool stream) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -260,10 +263,11 @@ template <weight_type wt, int T>
 
 // The panels of a group (ps: n_ps of them, from panel p) against all n_tok tokens (decode, up to
 // kq_group_tokens): super-block b of each panel in turn, which is the order they lie in memory,
-// each against the tokens in groups of 4 (kq_token_groups); the sums on the stack.
+// each against the tokens in groups of 4 (kq_token_groups); the sums on the stack. Flattened (see
+// kq_tokens): 1-4 tokens 0-10 % faster than with GCC's choice.
 template <weight_type wt>
-void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int64_t n_tok, float* y, int64_t ldy,
-              int64_t p, int64_t rows, bool line_prefetch) {
+[[gnu::flatten]] void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int64_t n_tok, float* y,
+                               int64_t ldy, int64_t p, int64_t rows, bool line_prefetch) {
   constexpr int64_t lines = kq_lines(wt);
   __m512 acc[kq_group_panels][kq_group_tokens];
   for (int j = 0; j < n_ps && j < kq_group_panels; ++j)
@@ -291,7 +295,6 @@ template <weight_type wt>
 void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_t p1, const block_q8_K* a,
                int64_t n_tok, float* y, int64_t ldy) {
   const int64_t nb = k / qk_k;
-  constexpr int group = 8;  // eight tokens at a time where a block has 16 (docs/cpu-backend.md, AVX-512 VNNI)
   if (n_tok <= kq_group_tokens) {
     const bool line_prefetch = kq_line_prefetch();
     kq_for_panel_groups(panels, wt, rows, nb, p0, p1, [&](const kq_panel* ps, int n_ps, int64_t p) {
@@ -299,10 +302,10 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
     });
     return;
   }
-  kq_for_panels<group>(panels, wt, rows, nb, p0, p1, n_tok,
-                       [&](auto tc, kq_panel panel, int64_t t0, int64_t row0, int64_t n_rows, bool first) {
-                         kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, first);
-                       });
+  kq_for_panels(panels, wt, rows, nb, p0, p1, n_tok,
+                [&](auto tc, kq_panel panel, int64_t t0, int64_t row0, int64_t n_rows, bool first) {
+                  kq_tokens<wt, decltype(tc)::value>(panel, nb, a, t0, y, ldy, row0, n_rows, first);
+                });
 }
 
 }  // namespace

@@ -202,13 +202,31 @@ inline void kq_token_groups(int64_t b0, int64_t b1, F&& f) {
   if (rest == 3) f(std::integral_constant<int, 3>{}, t0);
 }
 
+// How the AVX-512 K-panel kernel takes tokens [b0, b1) (kq_for_panels): in groups of 8, and a
+// rest of 5-7 as one group, else of 4 and 1-3. One pass of 5-8 tokens over a panel against two of
+// at most 4: two threads, AMD Zen 4, 131,072 x 2048 matrices from memory, medians of three to four
+// runs alternating, at 8 / 6 tokens q4_K 194 / 210 -> 249 / 223 GMAC/s, q5_K at 8 145 -> 231, q6_K
+// 111 -> 225 (docs/cpu-backend.md, "Decode of 5 to 15 sequences").
+template <class F>
+inline void kq_token_groups_wide(int64_t b0, int64_t b1, F&& f) {
+  int64_t t0 = b0;
+  for (; t0 + 8 <= b1; t0 += 8) f(std::integral_constant<int, 8>{}, t0);
+  const int64_t rest = b1 - t0;
+  if (rest == 7) f(std::integral_constant<int, 7>{}, t0);
+  if (rest == 6) f(std::integral_constant<int, 6>{}, t0);
+  if (rest == 5) f(std::integral_constant<int, 5>{}, t0);
+  if (rest < 5) kq_token_groups<4>(t0, b1, f);
+}
+
 // The groups of the layout over panels [p0, p1), for a kernel that takes a group's panels
 // together, a super-block of each in turn (memory order): fn(ps, n_ps, p) for panels
 // p .. p + n_ps - 1 (ps: where each lies). The next group's first lines are prefetched while one
 // is multiplied. The AVX2 kernel takes every token count this way, the AVX-512 one up to
-// kq_group_tokens (decode; above, kq_for_panels: with every token group's sums on the stack, GCC's
-// code for its 8-token groups ran at two thirds of the speed of the per-panel loop's).
-constexpr int64_t kq_group_tokens = 8;
+// kq_group_tokens (decode of up to 4 sequences; above, kq_for_panels, panel by panel: with the
+// sums of every token group on the stack, GCC's code for 8-token groups ran at two thirds of the
+// speed of the per-panel loop's, and two 4-token passes over a group's panels for 5-8 tokens were
+// slower than one pass of all of them over each panel, kq_token_groups_wide).
+constexpr int64_t kq_group_tokens = 4;
 template <class F>
 inline void kq_for_panel_groups(const line64* panels, weight_type t, int64_t rows, int64_t nb, int64_t p0, int64_t p1,
                                 F&& fn) {
@@ -227,15 +245,15 @@ inline void kq_for_panel_groups(const line64* panels, weight_type t, int64_t row
 }
 
 // The AVX-512 kernel above kq_group_tokens: one panel at a time over panels [p0, p1), the next
-// panel's first lines prefetched while one is multiplied, against the tokens in kq_token_groups:
+// panel's first lines prefetched while one is multiplied, against the tokens in kq_token_groups_wide:
 // tokens(std::integral_constant<int, T>{}, panel, t0, row0, n_rows, first) for tokens [t0, t0 + T),
 // `first` for the first token group of a block (the one that reads the panel from memory; the
 // kernels then prefetch each next super-block of the panel, kq_prefetch_block).
 // The tokens go in blocks of kq_token_block(nb), every panel of the range against one block before
 // the next: each panel pass then reads its tokens from L2 instead of streaming all of them from L3
-// (the results are the same). Groups of 8 need a block of 16 tokens: blocks are then at least 16,
-// which for the 8192-wide down projections of a 1B model, 12-token blocks otherwise, took q6_K on
-// Zen 4 from 268 to 286-296 GMAC/s at 512 tokens.
+// (the results are the same). Blocks are at least 16 tokens, two groups of 8: for the 8192-wide
+// down projections of a 1B model, 12-token blocks otherwise, that took q6_K on Zen 4 from 268 to
+// 286-296 GMAC/s at 512 tokens.
 constexpr int64_t kq_token_block_bytes = int64_t{128} << 10;
 // Tokens (a multiple of 4, at least 4) whose q8_K activations of `nb` super-blocks each fit
 // kq_token_block_bytes.
@@ -243,11 +261,11 @@ constexpr int64_t kq_token_block(int64_t nb) {
   const int64_t fit = kq_token_block_bytes / (std::max<int64_t>(1, nb) * int64_t{sizeof(block_q8_K)});
   return std::max<int64_t>(4, fit / 4 * 4);
 }
-template <int group = 4, class Tokens>
+template <class Tokens>
 inline void kq_for_panels(const line64* panels, weight_type t, int64_t rows, int64_t nb, int64_t p0, int64_t p1,
                           int64_t n_tok, Tokens&& tokens) {
   const int64_t n_panels = kq_n_panels(rows);
-  const int64_t block = std::max<int64_t>(kq_token_block(nb), 2 * group);
+  const int64_t block = std::max<int64_t>(kq_token_block(nb), 16);
   for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
     const int64_t b1 = std::min(n_tok, b0 + block);
     for (int64_t p = p0; p < p1; ++p) {
@@ -257,7 +275,7 @@ inline void kq_for_panels(const line64* panels, weight_type t, int64_t rows, int
         for (int l = 0; l < 8; ++l) __builtin_prefetch(next + l, 0, 3);
       }
       const int64_t row0 = p * panel_rows, n_rows = std::min<int64_t>(panel_rows, rows - row0);
-      kq_token_groups<group>(b0, b1, [&](auto tc, int64_t t0) { tokens(tc, panel, t0, row0, n_rows, t0 == b0); });
+      kq_token_groups_wide(b0, b1, [&](auto tc, int64_t t0) { tokens(tc, panel, t0, row0, n_rows, t0 == b0); });
     }
   }
 }

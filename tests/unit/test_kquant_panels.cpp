@@ -167,9 +167,11 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
 // A kernel against the model over every edge of rows (a last panel of 5 or 8 rows: one half empty
 // or half-filled; of 12: the second half part-filled; 104: a whole group of panels and a part of
 // one), columns, tokens (past one token block, kq_token_block: a block and a rest of 2; 70 at
-// 1024 columns: past the AVX2 kernel's 64-token passes; 16 and 21: groups of 8 (the VNNI kernel's, the AVX2 kernel's
-// for q6_K) and what follows them; 21 at 8192 columns: blocks of 12 tokens, or of 16 where the groups are 8) and range
-// of panels (from inside a group, to inside one); and it writes nothing it does not own.
+// 1024 columns: past the AVX2 kernel's 64-token passes; 5-8: the VNNI kernel's one-pass groups
+// after the panel groups of 1-4; 11, 12, 15, 16 and 21: groups of 8 (the VNNI kernel's, the AVX2
+// kernel's for q6_K) and the rests of 3, 4, 7 and 5 after them; 21 at 8192 columns: blocks of 12
+// tokens, or of 16 where the groups are 8) and range of panels (from inside a group, to inside
+// one); and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
   for (weight_type t : k_types)
     for (int64_t rows : {5, 16, 24, 28, 40, 104})
@@ -177,8 +179,9 @@ void check_against_model(kq_kernel kernel) {
         const auto m = make_matrix(t, rows, cols);
         const std::vector<int64_t> counts = cols == 4096   ? std::vector<int64_t>{kq_token_block(cols / qk_k) + 6}
                                             : cols == 8192 ? std::vector<int64_t>{21}
-                                            : cols == 1024 ? std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11, 16, 21, 70}
-                                                           : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 11, 16, 21};
+                                            : cols == 1024
+                                                ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 15, 16, 21, 70}
+                                                : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 15, 16, 21};
         for (int64_t n_tok : counts) {
           INFO(weight_type_name(t) << " rows " << rows << " cols " << cols << " tokens " << n_tok);
           const auto x = random_floats(static_cast<size_t>(n_tok * cols));
