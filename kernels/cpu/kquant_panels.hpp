@@ -203,10 +203,10 @@ inline void kq_token_groups(int64_t b0, int64_t b1, F&& f) {
 }
 
 // How the AVX-512 K-panel kernel takes tokens [b0, b1) (kq_for_panels): in groups of 8, and a
-// rest of 5-7 as one group, else of 4 and 1-3. One pass of 5-8 tokens over a panel against two of
-// at most 4: two threads, AMD Zen 4, 131,072 x 2048 matrices from memory, medians of three to four
-// runs alternating, at 8 / 6 tokens q4_K 194 / 210 -> 249 / 223 GMAC/s, q5_K at 8 145 -> 231, q6_K
-// 111 -> 225 (docs/cpu-backend.md, "K panels").
+// rest of 5-7 as one group, else of 4 and 1-3. One pass of 5-8 tokens over a panel against two
+// passes of at most 4 over a group's panels (kq_group): two threads, AMD Zen 4, 131,072 x 2048
+// matrices from memory, medians of three runs alternating, at 6 / 8 tokens q4_K 222 / 208 -> 282 /
+// 288 GMAC/s, q5_K 150 / 158 -> 191 / 231, q6_K 167 / 182 -> 183 / 232 (docs/cpu-backend.md, "K panels").
 template <class F>
 inline void kq_token_groups_wide(int64_t b0, int64_t b1, F&& f) {
   int64_t t0 = b0;

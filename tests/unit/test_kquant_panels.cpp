@@ -169,7 +169,7 @@ using kq_kernel = void (*)(weight_type, const line64*, int64_t, int64_t, int64_t
 // one), columns, tokens (past one token block, kq_token_block: a block and a rest of 2; 70 at
 // 1024 columns: past the AVX2 kernel's 64-token passes; 5-8: the VNNI kernel's one-pass groups
 // after the panel groups of 1-4; 11, 12, 15, 16 and 21: groups of 8 (the VNNI kernel's, the AVX2
-// kernel's for q6_K) and the rests of 3, 4, 7 and 5 after them; 21 at 8192 columns: blocks of 12
+// kernel's for q6_K) and rests of 3, 4, 7, none and 5 after them; 21 at 8192 columns: blocks of 12
 // tokens, or of 16 where the groups are 8) and range of panels (from inside a group, to inside
 // one); and it writes nothing it does not own.
 void check_against_model(kq_kernel kernel) {
