@@ -64,6 +64,65 @@ template <class F, int... I>
   (f(std::integral_constant<int, I>{}), ...);
 }
 
+// One half line's values: nibble `nib` (0 low, 1 high) of each byte of v with its high bits
+// from hb (the line of fifth bits, q5_K; of top two bits, q6_K) in place, as u8 of 8 rows x 4
+// columns. q5_K: line c of a sub-block pair, d = c % 4 (its bits in hb: 2d low, 2d + 1 high);
+// q6_K: line c, odd = c % 2 (its bits in hb at 4 odd + 2 nib). kq_halves unpacks the same values
+// inline, written out there: with these helpers in its one-token loop GCC scheduled that loop
+// differently and q6_K at one token ran 8-15 % slower (Zen 4, AVX2 forced).
+template <int nib, int d>
+[[gnu::always_inline]] inline __m256i q5_values(__m256i v, __m256i hb) {
+  const __m256i lo4 = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+  return _mm256_or_si256(lo4, _mm256_and_si256(shift16<4 - nib - 2 * d>(hb), _mm256_set1_epi8(0x10)));
+}
+[[gnu::always_inline]] inline __m256i q6_values(__m256i v, __m256i hb, int nib, int odd) {
+  const __m256i lo4 = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+  const __m256i hs =
+      odd ? (nib ? _mm256_srli_epi16(hb, 2) : hb) : (nib ? _mm256_slli_epi16(hb, 2) : _mm256_slli_epi16(hb, 4));
+  return _mm256_or_si256(lo4, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+}
+
+// Prompts: a q5_K or q6_K super-block's values unpacked once, into L1, for every token group of
+// a pass (kq_group), instead of once per group: [sub-block pair][line of it][nibble][half] (q5_K:
+// 4 pairs of 8 lines, q6_K: 8 of 4), 128 ymm. Two threads, AMD Zen 4 with the AVX2 kernels
+// forced, 131,072 x 2048 matrices, alternating with the kernel before: q5_K at 12 / 16 / 24 / 32 /
+// 128 tokens 129 / 137 / 151 / 156 / 166 -> 134 / 150 / 176 / 180-185 / 200-206 GMAC/s, the 1B
+// Q5_K_M file's pp512 143-160 -> 163-204 tok/s; q6_K at 32 / 64 / 128 156 / 155 / 160 -> 161 / 163
+// / 169, flat at 8-24. Not q4_K (two instructions a line to unpack: at 8-16 tokens it was 10-25 %
+// slower this way), nor a single group (decode of up to 4 sequences, 8 for q6_K: the weights come
+// from memory once, nothing to share; docs/cpu-backend.md, "K panels").
+constexpr int kq_unpacked_vectors = 128;
+constexpr int q5_unpacked_at(int g, int c, int nib, int hh) { return ((8 * g + c) * 2 + nib) * 2 + hh; }
+constexpr int q6_unpacked_at(int j, int c, int nib, int hh) { return ((4 * j + c) * 2 + nib) * 2 + hh; }
+inline void q5_unpack(const line64* blk, int halves, __m256i* out) {
+  constexpr weight_type wt = weight_type::q5_k;
+  for (int g = 0; g < 4; ++g)
+    for (int hh = 0; hh < halves; ++hh)
+      for (int h4 = 0; h4 < 2; ++h4) {
+        const __m256i hb = load_half(blk + kq_at(wt, 32 + 2 * g + h4), hh);
+        unroll(
+            [&](auto dc) __attribute__((always_inline)) {
+              constexpr int d = decltype(dc)::value;
+              const int c = 4 * h4 + d;
+              const __m256i v = load_half(blk + kq_at(wt, 8 * g + c), hh);
+              out[q5_unpacked_at(g, c, 0, hh)] = q5_values<0, d>(v, hb);
+              out[q5_unpacked_at(g, c, 1, hh)] = q5_values<1, d>(v, hb);
+            },
+            std::make_integer_sequence<int, 4>{});
+      }
+}
+inline void q6_unpack(const line64* blk, int halves, __m256i* out) {
+  constexpr weight_type wt = weight_type::q6_k;
+  for (int j = 0; j < 8; ++j)
+    for (int hh = 0; hh < halves; ++hh)
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load_half(blk + kq_at(wt, 4 * j + c), hh);
+        const __m256i hb = load_half(blk + kq_at(wt, 32 + 2 * j + c / 2), hh);
+        out[q6_unpacked_at(j, c, 0, hh)] = q6_values(v, hb, 0, c % 2);
+        out[q6_unpacked_at(j, c, 1, hh)] = q6_values(v, hb, 1, c % 2);
+      }
+}
+
 // The first H halves (rows 8h..8h + 7 each; H = 1 for a last panel of 8 rows or fewer) of one
 // super-block against T tokens: adds to acc[h][t] (rows of S sums). Both halves at once share each activation
 // broadcast and give the core two independent chains (q4_K on the Sapphire Rapids VM, 1-4 tokens:
@@ -76,8 +135,9 @@ template <class F, int... I>
 // GMAC/s, q5_K 140-146 / 148-165 / 159-161 -> 149-157 / 169-172 / 163-165, q6_K at 4 98-108 ->
 // 110-115, at 32 (groups of 8) 146 -> 156 (unrolled at 8 it was 111); the 1B Q4_K_M file's pp512
 // 187-190 -> 195-201 tok/s, Q6_K's 145 -> 156-157. Below 4 tokens (decode) they stay unrolled.
-template <weight_type wt, int T, int H, int S = T>
-inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[S]) {
+template <weight_type wt, int T, int H, int S = T, bool pre = false>
+inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[S],
+                      const __m256i* unpacked = nullptr) {
   constexpr int64_t lines = kq_lines(wt);
   constexpr bool pairs_as_loop = T >= 4;  // the comment above says why
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -134,6 +194,10 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                   for (int d = 0; d < 2; ++d)
                     for (int hh = 0; hh < H; ++hh) {
                       const int c = c0 + d;
+                      if constexpr (pre) {
+                        w[d][hh] = _mm256_load_si256(unpacked + q6_unpacked_at(j, c, nib, hh));
+                        continue;
+                      }
                       const __m256i v = load_half(ln(4 * j + c), hh);
                       const __m256i hb = load_half(ln(32 + 2 * j + c / 2), hh);
                       // The top two bits to bits 4-5: line c's byte has them at 4 (c % 2) + 2 nib.
@@ -199,6 +263,10 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                         constexpr int c = c0 + decltype(dc)::value;
                         __m256i w[H];
                         for (int hh = 0; hh < H; ++hh) {
+                          if constexpr (pre) {
+                            w[hh] = _mm256_load_si256(unpacked + q5_unpacked_at(g, c, nib, hh));
+                            continue;
+                          }
                           const __m256i v = load_half(ln(8 * g + c), hh);
                           w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
                           if constexpr (wt == weight_type::q5_k) {
@@ -273,7 +341,7 @@ constexpr int64_t kq_pass_tokens = 64;
 // (kquant_panels.hpp), each against the tokens in groups (kq_token_groups); the sums on the stack.
 // (Panel by panel, the super-blocks a group apart, the 1B Q4_K_M file's pp512 with these kernels
 // was 7 % slower.)
-template <weight_type wt, int group>
+template <weight_type wt, int group, bool pre>
 void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int64_t b0, int64_t b1, float* y,
               int64_t ldy, int64_t p, int64_t rows, bool line_prefetch) {
   constexpr int64_t lines = kq_lines(wt);
@@ -290,15 +358,18 @@ void kq_group(const kq_panel* ps, int n_ps, int64_t nb, const block_q8_K* a, int
       if (prefetch) kq_prefetch_ahead(blk, lines);
       // A last panel of 8 rows or fewer skips its empty half.
       const bool both = rows - (p + j) * panel_rows > 8;
+      alignas(32) __m256i unpacked[pre ? kq_unpacked_vectors : 1];
+      if constexpr (pre && wt == weight_type::q5_k) q5_unpack(blk, both ? 2 : 1, unpacked);
+      if constexpr (pre && wt == weight_type::q6_k) q6_unpack(blk, both ? 2 : 1, unpacked);
       auto tokens = [&](auto tc, int64_t t0) {
         constexpr int T = decltype(tc)::value;
         const block_q8_K* x[T];
         for (int t = 0; t < T; ++t) x[t] = a + (t0 + t) * nb + b;
         __m256(*at)[S] = reinterpret_cast<__m256(*)[S]>(&acc[j][0][t0 - b0]);
         if (both)
-          kq_halves<wt, T, 2, S>(blk, x, at);
+          kq_halves<wt, T, 2, S, pre>(blk, x, at, unpacked);
         else
-          kq_halves<wt, T, 1, S>(blk, x, at);
+          kq_halves<wt, T, 1, S, pre>(blk, x, at, unpacked);
       };
       kq_token_groups<group>(b0, b1, tokens);
     }
@@ -321,7 +392,10 @@ void kq_panels(const line64* panels, int64_t rows, int64_t k, int64_t p0, int64_
   for (int64_t b0 = 0; b0 < n_tok; b0 += block) {
     const int64_t b1 = std::min(n_tok, b0 + block);
     kq_for_panel_groups(panels, wt, rows, nb, p0, p1, [&](const kq_panel* ps, int n_ps, int64_t p) {
-      kq_group<wt, group>(ps, n_ps, nb, a, b0, b1, y, ldy, p, rows, line_prefetch);
+      // q5_K and q6_K against more than one token group: kq_unpacked_vectors says why.
+      if constexpr (wt != weight_type::q4_k)
+        if (b1 - b0 > group) return kq_group<wt, group, true>(ps, n_ps, nb, a, b0, b1, y, ldy, p, rows, line_prefetch);
+      kq_group<wt, group, false>(ps, n_ps, nb, a, b0, b1, y, ldy, p, rows, line_prefetch);
     });
   }
 }
