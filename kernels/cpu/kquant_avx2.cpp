@@ -135,9 +135,10 @@ inline void q6_unpack(const line64* blk, int halves, __m256i* out) {
 // GMAC/s, q5_K 140-146 / 148-165 / 159-161 -> 149-157 / 169-172 / 163-165, q6_K at 4 98-108 ->
 // 110-115, at 32 (groups of 8) 146 -> 156 (unrolled at 8 it was 111); the 1B Q4_K_M file's pp512
 // 187-190 -> 195-201 tok/s, Q6_K's 145 -> 156-157. Below 4 tokens (decode) they stay unrolled.
-template <weight_type wt, int T, int H, int S = T, bool pre = false>
-inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[S],
-                      const __m256i* unpacked = nullptr) {
+// With `pre` (q5_K / q6_K, kq_group's prompt passes) the weight values come from `unpacked`
+// (q5_unpack / q6_unpack) instead of the lines; without it `unpacked` is not read.
+template <weight_type wt, int T, int H, int S, bool pre>
+inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*acc)[S], const __m256i* unpacked) {
   constexpr int64_t lines = kq_lines(wt);
   constexpr bool pairs_as_loop = T >= 4;  // the comment above says why
   const __m256i m4 = _mm256_set1_epi8(0x0f);
