@@ -31,6 +31,12 @@ inline __m256i bcast4(const void* p) {
 inline __m256i load_half(const line64* l, int h) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(l->b + 32 * h));
 }
+// load_half that the compiler cannot merge with another load of the same line.
+inline __m256i load_half_again(const line64* l, int h) {
+  __m256i v;
+  asm volatile("vmovdqa %1, %0" : "=x"(v) : "m"(*reinterpret_cast<const __m256i*>(l->b + 32 * h)));
+  return v;
+}
 // 16 bytes -> 8 lanes of two 16-bit values (a scale/min pair per row), zero- or sign-extended.
 inline __m256i pairs_u8(const uint8_t* p) {
   return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -46,6 +52,16 @@ inline __m256i dup_lo(__m256i v) {
 inline __m256i dup_hi(__m256i v) {
   const __m256i hi = _mm256_srli_epi32(v, 16);
   return _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
+}
+// Element nib of each row's pair of bytes p[2r], p[2r + 1] (rows r = 0..7), zero-extended into
+// both 16-bit halves of lane r.
+template <int nib>
+inline __m256i scale_pair(const uint8_t* p) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  constexpr char z = -128, a = nib;
+  const __m256i m = _mm256_setr_epi8(a, z, a, z, a + 2, z, a + 2, z, a + 4, z, a + 4, z, a + 6, z, a + 6, z, a + 8, z,
+                                     a + 8, z, a + 10, z, a + 10, z, a + 12, z, a + 12, z, a + 14, z, a + 14, z);
+  return _mm256_shuffle_epi8(v, m);
 }
 // An empty asm that takes v in a register: the add before it happens here, in source order. GCC
 // otherwise computes a run's products first and sums them later, spilling most of them (q4_K at 8+
@@ -242,15 +258,21 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
     constexpr int64_t s0 = lines - 5;  // scales, mins, d/dmin
     // Lines summed in int16 before the scale: 8 for q4_K (values < 16), 4 for q5_K (< 32).
     constexpr int run = wt == weight_type::q4_k ? 8 : 4;
+    // From 4 tokens on: each line loaded again for its high nibbles and each sub-block's scales
+    // built where they are used, not held across the pair: GCC otherwise keeps every line of a
+    // pair in a register and spills them (docs/cpu-backend.md, "K panels").
+    // Below 4 tokens the code is the one measured for decode.
+    constexpr bool sc_late = T >= 4;
     const __m256i m10 = _mm256_set1_epi8(0x10);
     auto group = [&](auto gc) __attribute__((always_inline)) {
       const int g = gc;  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
       __m256i sc_lo[H], sc_hi[H];
-      for (int hh = 0; hh < H; ++hh) {
-        const __m256i sp = pairs_u8(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
-        sc_lo[hh] = dup_lo(sp);
-        sc_hi[hh] = dup_hi(sp);
-      }
+      if constexpr (!sc_late)
+        for (int hh = 0; hh < H; ++hh) {
+          const __m256i sp = pairs_u8(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
+          sc_lo[hh] = dup_lo(sp);
+          sc_hi[hh] = dup_hi(sp);
+        }
       unroll(
           [&](auto rc) __attribute__((always_inline)) {
             constexpr int c0 = run * decltype(rc)::value;
@@ -268,7 +290,11 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                             w[hh] = _mm256_load_si256(unpacked + q5_unpacked_at(g, c, nib, hh));
                             continue;
                           }
-                          const __m256i v = load_half(ln(8 * g + c), hh);
+                          __m256i v;
+                          if constexpr (sc_late)
+                            v = load_half_again(ln(8 * g + c), hh);
+                          else
+                            v = load_half(ln(8 * g + c), hh);
                           w[hh] = _mm256_and_si256(nib ? _mm256_srli_epi16(v, 4) : v, m4);
                           if constexpr (wt == weight_type::q5_k) {
                             const __m256i hb = load_half(ln(32 + 2 * g + c / 4), hh);
@@ -285,9 +311,16 @@ inline void kq_halves(const line64* blk, const block_q8_K* const* x, __m256 (*ac
                         }
                       },
                       std::make_integer_sequence<int, run>{});
-                  for (int hh = 0; hh < H; ++hh)
-                    for (int t = 0; t < T; ++t)
-                      isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
+                  if constexpr (sc_late) {
+                    for (int hh = 0; hh < H; ++hh) {
+                      const __m256i sc = scale_pair<nib>(half_bytes(ln(s0 + g / 2), 32 * (g % 2), hh));
+                      for (int t = 0; t < T; ++t) isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], sc));
+                    }
+                  } else {
+                    for (int hh = 0; hh < H; ++hh)
+                      for (int t = 0; t < T; ++t)
+                        isum_add(hh, t, _mm256_madd_epi16(sum[hh][t], nib ? sc_hi[hh] : sc_lo[hh]));
+                  }
                 },
                 std::make_integer_sequence<int, 2>{});
           },
