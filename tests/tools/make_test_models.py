@@ -7,10 +7,11 @@ No model hub is reachable on these machines and only SmolLM2-135M ships in a pac
 weight types and architectures people bring (Llama 3.x, Qwen2/2.5, Mistral; Q4_K_M, Q5_K_M,
 Q6_K, Q8_0, F16, BF16, ...) are checked on files made here. Shapes are realistic at small width
 (GQA, head dim 64, widths multiples of 256 so every K-quant applies); `--shape 1b`, `--shape 3b` and
-`--shape 8b` make Llama-3.2-1B-, 3B- and Llama-3.1-8B-shaped files for the benchmarks.
+`--shape 8b` make Llama-3.2-1B-, 3B- and Llama-3.1-8B-shaped files for the benchmarks, `--shape 1.5b`
+a Qwen2.5-1.5B-shaped one (with `--families qwen2`).
 
     make_test_models.py --out DIR [--families llama3,qwen2,mistral] [--types f16,q4_k_m,...]
-                        [--shape tiny|1b|3b|8b]
+                        [--shape tiny|1b|1.5b|3b|8b]
 
 Needs numpy, gguf, tokenizers, sentencepiece, and llama.cpp (tests/tools/build_llamacpp.sh:
 PYTHONPATH=<dir>/python LLAMA_CPP_LIB_PATH=<dir>/lib). Writes DIR/<family>/<family>-<type>.gguf
@@ -261,6 +262,9 @@ SHAPES = {
     # generated one at a time while written, so memory holds one tensor).
     "8b": dict(n_embd=4096, n_ff=14336, n_layer=32, n_head=32, n_head_kv=8, vocab=8000, pad_to=128256, ctx=131072,
                tied=False, src_type="f16"),
+    # Qwen2.5-1.5B-shaped (head dim 128, 2 KV heads for 12 query heads, a 151,936-token vocabulary
+    # and a tied head), for `--families qwen2`: the wide head and the biases of that family.
+    "1.5b": dict(n_embd=1536, n_ff=8960, n_layer=28, n_head=12, n_head_kv=2, vocab=8000, pad_to=151936, ctx=32768),
 }
 
 FAMILIES = ["llama3", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "phi4"]
@@ -273,7 +277,7 @@ FAMILY_TYPES = {"qwen3": ["f16", "q8_0", "q4_k_m"], "gemma3": ["f16", "q8_0", "q
 # for one global layer after five sliding-window ones), and the sliding window (short, so the
 # test prompts cross it and block boundaries).
 FAMILY_SHAPE = {"qwen3": dict(head_dim=128), "gemma3": dict(head_dim=128, n_head_kv=1, n_layer=6, window=12)}
-SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2, "8b": 3}  # fixed, so a new shape changes no existing file
+SHAPE_SEEDS = {"1b": 0, "tiny": 1, "3b": 2, "8b": 3, "1.5b": 4}  # fixed, so a new shape changes no existing file
 # Gemma 3 keys the common files leave out but other converters and checkpoints write, each set
 # away from llama.cpp's default so that a runtime ignoring one gives other logits: the
 # sliding-window layers as a per-layer array (default: 5 of every 6), the windowed layers' RoPE
