@@ -46,15 +46,48 @@ def field(r, key, default=None):
     return default if f is None else f.contents()
 
 
-class ExactModel:
-    """The Llama / Qwen2 / Qwen3 / Gemma 3 / Phi-3 forward in float64 on the dequantized weights."""
+def dequantized(t):
+    return dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)]).astype(np.float64)
 
-    def __init__(self, path):
+
+class LazyWeights(dict):
+    """Tensors dequantized to float64 when read instead of all at load (a 1B model's would take 10
+    GB): the layers' each time they are read, the others (embedding, head, norms) once."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.tensors = {t.name: t for t in tensors}
+
+    def __contains__(self, k):
+        return dict.__contains__(self, k) or k in self.tensors
+
+    def get(self, k, default=None):
+        return self[k] if k in self else default
+
+    def __getitem__(self, k):
+        if dict.__contains__(self, k):
+            return dict.__getitem__(self, k)
+        v = dequantized(self.tensors[k])
+        if not k.startswith("blk."):
+            dict.__setitem__(self, k, v)
+        return v
+
+    def pop(self, k):
+        v = self[k]
+        self.tensors.pop(k, None)
+        dict.pop(self, k, None)
+        return v
+
+
+class ExactModel:
+    """The Llama / Qwen2 / Qwen3 / Gemma 3 / Phi-3 forward in float64 on the dequantized weights
+    (`lazy`: dequantized as each layer runs, for files too large to hold in float64)."""
+
+    def __init__(self, path, lazy=False):
         r = GGUFReader(path)
         self.arch = field(r, "general.architecture")
         a = self.arch + "."
-        self.w = {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
-                  .astype(np.float64) for t in r.tensors}
+        self.w = LazyWeights(r.tensors) if lazy else {t.name: dequantized(t) for t in r.tensors}
         self.n_layer = field(r, a + "block_count")
         self.n_head = field(r, a + "attention.head_count")
         self.n_kv = field(r, a + "attention.head_count_kv")
