@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llamacpp_ref_logits import PLAIN_PROMPTS, N_GEN, ExactModel  # noqa: E402
+from llamacpp_ref_logits import PLAIN_PROMPTS, N_GEN, ExactModel, greedy_forced  # noqa: E402
 
 
 def main():
@@ -43,15 +43,9 @@ def main():
         for text in PLAIN_PROMPTS:
             ids = llm.tokenize(text.encode("utf-8"), add_bos=True)
             n = len(ids)
-            tokens = []
-            for j in range(N_GEN):
-                llm.reset()
-                llm.eval(ids + tokens)
-                tokens.append(int(np.argmax(llm.scores[n - 1 + j])))
+            tokens, forced = greedy_forced(llm, ids)
             seq = ids + tokens[:-1]
-            llm.reset()
-            llm.eval(seq)
-            runs["llama.cpp"] += [np.array(llm.scores[n - 1 + j], dtype=np.float64) for j in range(N_GEN)]
+            runs["llama.cpp"] += forced
             out = os.path.join(tmp, "logits.f32")
             subprocess.run([args.worker, "score", "--model", args.model, "--tokens", ",".join(map(str, seq)),
                             "--out", out], check=True, capture_output=True)

@@ -216,8 +216,9 @@ def chat_prompt(llm, messages, arch):
     return buf.raw[:n].decode("utf-8")
 
 
-def logits_case(llm, exact, text, chat):
-    ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=chat)
+def greedy_forced(llm, ids):
+    """llama.cpp's N_GEN greedy tokens after ids, and its logits at each of them under teacher
+    forcing (prompt + tokens[:-1] in one batch)."""
     n = len(ids)
     # Greedy tokens chosen from batched evaluation of prompt + tokens so far: llama.cpp's one-token
     # decode steps drift from batched rows, and the reference must be its own argmax.
@@ -228,7 +229,13 @@ def logits_case(llm, exact, text, chat):
         tokens.append(int(np.argmax(llm.scores[n - 1 + j])))
     llm.reset()
     llm.eval(ids + tokens[:-1])
-    forced = [np.array(llm.scores[n - 1 + j], dtype=np.float64) for j in range(N_GEN)]
+    return tokens, [np.array(llm.scores[n - 1 + j], dtype=np.float64) for j in range(N_GEN)]
+
+
+def logits_case(llm, exact, text, chat):
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=chat)
+    n = len(ids)
+    tokens, forced = greedy_forced(llm, ids)
     ex = exact.logits(np.array(ids + tokens[:-1]))
     return {"prompt": text, "chat": chat, "prompt_ids": ids, "tokens": tokens,
             "top": [top_pairs(l) for l in forced],
