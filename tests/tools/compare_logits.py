@@ -54,11 +54,12 @@ def main():
             ex = exact.logits(np.array(seq))
             ref += [ex[n - 1 + j] for j in range(N_GEN)]
     clear = [j for j, r in enumerate(ref) if np.diff(np.sort(r)[-2:])[0] >= args.margin]
+    top10 = {j: np.argsort(-ref[j])[:10] for j in clear}
     print(f"compare_logits: {os.path.basename(args.model)}, {len(ref)} positions, {len(clear)} with an exact "
           f"top-2 margin >= {args.margin}")
     for name, rows in runs.items():
         agree = sum(int(np.argmax(rows[j]) == np.argmax(ref[j])) for j in clear)
-        diff = [np.abs(rows[j][np.argsort(-ref[j])[:10]] - ref[j][np.argsort(-ref[j])[:10]]).max() for j in clear]
+        diff = [np.abs(rows[j][top10[j]] - ref[j][top10[j]]).max() for j in clear]
         print(f"  {name:10s} top-1 = exact's {agree}/{len(clear)}; max |diff| over exact's top 10: median "
               f"{np.median(diff):.2f}, largest {np.max(diff):.2f}")
     same = sum(int(np.argmax(runs["switchyard"][j]) == np.argmax(runs["llama.cpp"][j])) for j in clear)
