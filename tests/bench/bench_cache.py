@@ -233,7 +233,7 @@ def main():
     worker = Worker("--kv-memory-mb", "512", "--max-running", str(max(16, a.concurrency)))
     worker.settle()
     cached = Router([worker.endpoint], "--redis", f"redis://127.0.0.1:{redis_port}", "--http-threads",
-                    str(a.http_threads), "--cache-threads", str(a.cache_threads))
+                    str(a.http_threads), "--cache-threads", str(a.cache_threads), redis_budget_ms=None)
     plain = Router([worker.endpoint], "--http-threads", str(a.http_threads))
     results = {"config": vars(a)}
     try:

@@ -47,7 +47,9 @@ from bench_router import quantile_from_histogram  # noqa: E402
 from cluster import Redis, Router  # noqa: E402
 from worker_client import BUILD, MODEL, ROOT, WORKER, Worker, free_port, stop_process  # noqa: E402
 
-SERVED = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# The name both servers answer to: the demo model's hub name, else the file's own (SY_MODEL).
+SERVED = ("HuggingFaceTB/SmolLM2-135M-Instruct" if os.path.basename(MODEL).startswith("SmolLM2-135M")
+          else os.path.splitext(os.path.basename(MODEL))[0])
 LLAMA_SERVER = os.path.join(ROOT, "build", "llama.cpp-bench", "bin", "llama-server")
 
 
@@ -303,7 +305,7 @@ def main():
     worker = Worker("--max-running", str(top), "--kv-blocks", str(top * ctx // 16 + a.prefixes * a.prefix_len // 16 + 64),
                     "--served-model-name", SERVED, "--threads", str(a.threads))
     worker.settle()  # on huge pages, as it runs a minute after start
-    router = Router([worker.endpoint], "--redis", redis.url)
+    router = Router([worker.endpoint], "--redis", redis.url, redis_budget_ms=None)
     llama = LlamaServer(a.llama_server, a.threads, top, ctx) if os.path.exists(a.llama_server) else None
     servers = {"switchyard": router.url, **({"llama_server": llama.url} if llama else {})}
     report = {"machine": machine(), "model": os.path.basename(MODEL), "served_name": SERVED,

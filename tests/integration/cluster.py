@@ -25,18 +25,20 @@ ROUTER_SANITIZED = os.environ.get("SY_ROUTER_SANITIZED", "") not in ("", "0")
 class Router:
     """A switchyard-router process in front of the given worker endpoints."""
 
-    def __init__(self, endpoints, *extra, wait_ready=True, admin_key=None):
-        """`admin_key`: sent by metrics() (with --tenants, /metrics needs an admin key)."""
+    def __init__(self, endpoints, *extra, wait_ready=True, admin_key=None, redis_budget_ms=1000):
+        """`admin_key`: sent by metrics() (with --tenants, /metrics needs an admin key).
+        `redis_budget_ms`: --cache-lookup-timeout-ms when `extra` has --redis (None: the router's own)."""
         self.admin_key = admin_key
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(BUILD, f"router-{self.port}.log"), "w")
         workers = ["--workers", ",".join(endpoints)] if endpoints else []
-        # Redis commands get 1 s here, not the production 5 ms: an ASan router on a busy 2-core
+        # Tests give Redis commands 1 s, not the production 5 ms: an ASan router on a busy 2-core
         # machine can miss 5 ms, and a GET that times out reads as a miss (`error`) where a test
         # counts hits, corrupt entries or stored responses. Tests of a slow or paused Redis pass
-        # their own --cache-lookup-timeout-ms after this one (the last value of an option wins).
-        budget = ["--cache-lookup-timeout-ms", "1000"] if "--redis" in extra else []
+        # their own --cache-lookup-timeout-ms after this one (the last value of an option wins);
+        # benchmarks pass redis_budget_ms=None and measure the router as it ships.
+        budget = ["--cache-lookup-timeout-ms", str(redis_budget_ms)] if redis_budget_ms and "--redis" in extra else []
         self.proc = spawn([ROUTER, "--port", str(self.port), *workers, *budget, *extra], stderr=self.log)
         deadline = time.time() + 60
         while time.time() < deadline:
