@@ -47,9 +47,7 @@ from bench_router import quantile_from_histogram  # noqa: E402
 from cluster import Redis, Router  # noqa: E402
 from worker_client import BUILD, MODEL, ROOT, WORKER, Worker, free_port, stop_process  # noqa: E402
 
-# The name both servers answer to: the demo model's hub name, else the file's own (SY_MODEL).
-SERVED = ("HuggingFaceTB/SmolLM2-135M-Instruct" if os.path.basename(MODEL).startswith("SmolLM2-135M")
-          else os.path.splitext(os.path.basename(MODEL))[0])
+SERVED = os.path.splitext(os.path.basename(MODEL))[0]  # the name both servers answer to: the file's
 LLAMA_SERVER = os.path.join(ROOT, "build", "llama.cpp-bench", "bin", "llama-server")
 
 
